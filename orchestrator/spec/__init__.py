@@ -1,0 +1,110 @@
+"""Read a workflow spec from YAML into typed, checked objects.
+
+>>> workflow = load_spec("configs/quickstart.yaml")   # doctest: +SKIP
+>>> [stage.name for stage in workflow.stages]          # doctest: +SKIP
+
+Anything wrong with the file raises SpecError listing every problem found,
+each with file, line, field path, what was found and what is allowed.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from ._yaml import MAX_FILE_BYTES, YamlProblem, load_yaml
+from .checks import check_workflow
+from .errors import Problem, SpecError, locate, short
+from .model import (
+    EnsembleStage,
+    HpoStage,
+    Stage,
+    Trainer,
+    TrainStage,
+    TransferStage,
+    Workflow,
+    concurrent_trials,
+)
+
+__all__ = [
+    "EnsembleStage",
+    "HpoStage",
+    "Problem",
+    "SpecError",
+    "Stage",
+    "TrainStage",
+    "Trainer",
+    "TransferStage",
+    "Workflow",
+    "concurrent_trials",
+    "load_spec",
+    "load_spec_text",
+]
+
+
+def load_spec(path: str | os.PathLike[str]) -> Workflow:
+    """Load and check the workflow spec at ``path``."""
+    name = str(path)
+    try:
+        with open(path, "rb") as handle:
+            raw = handle.read(MAX_FILE_BYTES + 1)
+    except OSError as exc:
+        raise SpecError([Problem(name, None, "", f"cannot read the file: {exc.strerror}")]) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise SpecError(
+            [Problem(name, None, "", f"the file is larger than {MAX_FILE_BYTES // 1024} KiB;"
+                     " refusing to read it")]
+        )
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError(
+            [Problem(name, None, "", f"the file is not UTF-8 text (byte {exc.start})")]
+        ) from None
+    return load_spec_text(text, name)
+
+
+def load_spec_text(text: str, file: str = "<spec>") -> Workflow:
+    """Load and check a spec given as text; ``file`` names it in errors."""
+    try:
+        data = load_yaml(text)
+    except YamlProblem as exc:
+        raise SpecError([Problem(file, exc.mark, "", exc.message)]) from None
+    if not isinstance(data, dict):
+        found = "an empty file" if data is None else f"{type(data).__name__} {short(data)}"
+        raise SpecError(
+            [Problem(file, getattr(data, "mark", None), "",
+                     f"a workflow spec must be a mapping with name: and stages:, but got {found}")]
+        )
+    try:
+        workflow = Workflow.model_validate(data)
+    except ValidationError as exc:
+        from .errors import problems_from_validation
+
+        raise SpecError(problems_from_validation(file, data, Workflow, exc)) from None
+    findings = check_workflow(workflow)
+    if findings:
+        problems = []
+        for loc, message in findings:
+            mark, path = locate(data, loc)
+            problems.append(Problem(file, mark, path, message))
+        raise SpecError(problems)
+    return workflow
+
+
+def default_slots() -> int:
+    """Slots of this machine when a spec gives none: its CPUs (GPUs are counted by Ray)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def spec_files(paths: list[Path]) -> list[Path]:
+    """Expand directories to the YAML files in them, sorted."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            files.extend(sorted([*path.glob("*.yaml"), *path.glob("*.yml")]))
+        else:
+            files.append(path)
+    return files

@@ -1,0 +1,192 @@
+"""Checks that span fields or stages, each pointing at the field to fix.
+
+Pydantic validates one value at a time; these run on the validated workflow
+and yield ``(location, message)`` pairs so the error names the exact line
+(the reference to a missing stage, not the whole stage).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from trainers.catalog import DATASETS, TRAINERS, Option
+
+from .errors import allowed, did_you_mean, short
+from .model import (
+    CategoricalSpec,
+    ConstantSpec,
+    GridSearch,
+    HpoStage,
+    TransferStage,
+    Workflow,
+)
+
+Finding = tuple[tuple[Any, ...], str]
+
+
+def check_workflow(workflow: Workflow) -> list[Finding]:
+    findings = list(_names_and_references(workflow))
+    if findings:
+        return findings  # the rest assumes a well-formed stage graph
+    for index, stage in enumerate(workflow.stages):
+        findings.extend(_stage(workflow, index, stage))
+    return findings
+
+
+def _names_and_references(workflow: Workflow) -> Iterator[Finding]:
+    names = [s.name for s in workflow.stages]
+    first: dict[str, int] = {}
+    for index, name in enumerate(names):
+        if name in first:
+            yield ("stages", index, "name"), (
+                f"stage name {name!r} is already used by stages[{first[name]}]"
+            )
+        first.setdefault(name, index)
+    for index, stage in enumerate(workflow.stages):
+        for ref_index, ref in enumerate(stage.from_):
+            loc = ("stages", index, "from", ref_index)
+            if ref == stage.name:
+                yield loc, f"stage {ref!r} cannot consume itself"
+            elif ref not in first:
+                yield loc, f"no stage is named {short(ref)}{did_you_mean(ref, names)} ({allowed(names)})"
+        if len(set(stage.from_)) != len(stage.from_):
+            yield ("stages", index, "from"), f"lists a stage twice: {stage.from_}"
+    cycle = _find_cycle({s.name: [r for r in s.from_ if r in first] for s in workflow.stages})
+    if cycle:
+        yield ("stages", first[cycle[0]], "from"), (
+            "stages depend on each other in a cycle: " + " -> ".join([*cycle, cycle[0]])
+        )
+
+
+def _find_cycle(edges: dict[str, list[str]]) -> list[str] | None:
+    state: dict[str, int] = {}  # 1: on the current path, 2: finished
+
+    def visit(node: str, path: list[str]) -> list[str] | None:
+        state[node] = 1
+        path.append(node)
+        for nxt in edges.get(node, []):
+            if state.get(nxt) == 1:
+                return path[path.index(nxt):]
+            if nxt not in state:
+                found = visit(nxt, path)
+                if found:
+                    return found
+        path.pop()
+        state[node] = 2
+        return None
+
+    for node in edges:
+        if node not in state:
+            found = visit(node, [])
+            if found:
+                return found
+    return None
+
+
+def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
+    here = ("stages", index)
+    if stage.kind == "ensemble":
+        kinds = {workflow.stage(ref).kind for ref in stage.from_}
+        if "hpo" not in kinds:
+            yield (*here, "from"), "an ensemble stage needs from: an hpo stage to draw members from"
+    if stage.trainer is None and not stage.from_:
+        yield (*here, "trainer"), (
+            "missing required field 'trainer' (a stage with no from: has nothing to inherit)"
+        )
+    if stage.trainer is not None:
+        yield from _trainer(here, stage)
+    slots = workflow.resources.slots
+    ranks = workflow.parallel_of(stage.name).ranks
+    if slots is not None and ranks > slots and not workflow.resources.oversubscribe:
+        yield (*here, "parallel"), (
+            f"a trial needs {ranks} slots (data x model) but resources.slots is {slots};"
+            " lower parallel or raise resources.slots (or set resources.oversubscribe: true)"
+        )
+    if isinstance(stage, HpoStage):
+        yield from _hpo(workflow, here, stage)
+    if isinstance(stage, TransferStage):
+        for side in ("source", "target"):
+            dataset = getattr(stage, side).dataset
+            if dataset not in DATASETS:
+                yield (*here, side, "dataset"), (
+                    f"unknown dataset {short(dataset)}{did_you_mean(dataset, DATASETS)}"
+                    f" ({allowed(DATASETS)})"
+                )
+
+
+def _trainer(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
+    trainer = stage.trainer
+    if trainer.name is None:
+        return
+    if trainer.name not in TRAINERS:
+        yield (*here, "trainer", "name"), (
+            f"unknown built-in trainer {short(trainer.name)}{did_you_mean(trainer.name, TRAINERS)}"
+            f" ({allowed(TRAINERS)}; or use function: or command:)"
+        )
+        return
+    info = TRAINERS[trainer.name]
+    for key, value in trainer.settings.items():
+        loc = (*here, "trainer", "settings", key)
+        option = info.settings.get(key)
+        if option is None:
+            yield loc, (
+                f"{trainer.name} has no setting {key!r}{did_you_mean(key, info.settings)}"
+                f" ({allowed(info.settings)})"
+            )
+        else:
+            message = _option_mismatch(option, value)
+            if message:
+                yield loc, message
+
+
+def _option_mismatch(option: Option, value: Any) -> str | None:
+    if option.type is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return None
+    if option.type is list and isinstance(value, list):
+        return None
+    if not isinstance(value, option.type) or (option.type is int and isinstance(value, bool)):
+        return f"must be {option.type.__name__}, but got {short(value)}"
+    if option.choices and value not in option.choices:
+        return (
+            f"must be one of {', '.join(map(str, option.choices))}, but got {short(value)}"
+            + did_you_mean(value, option.choices)
+        )
+    return None
+
+
+def _hpo(workflow: Workflow, here: tuple[Any, ...], stage: HpoStage) -> Iterator[Finding]:
+    if stage.trainer.name in TRAINERS:
+        info = TRAINERS[stage.trainer.name]
+        known = {**info.hyperparameters, **info.settings}
+        for name, spec in stage.space.items():
+            loc = (*here, "space", name)
+            option = known.get(name)
+            if option is None:
+                yield loc, (
+                    f"{stage.trainer.name} takes no hyperparameter {name!r}"
+                    f"{did_you_mean(name, known)} ({allowed(info.hyperparameters)})"
+                )
+                continue
+            values: list[Any] = []
+            if isinstance(spec, CategoricalSpec):
+                values = list(spec.values)
+            elif isinstance(spec, ConstantSpec):
+                values = [spec.value]
+            for value in values:
+                message = _option_mismatch(option, value)
+                if message:
+                    yield loc, f"value {short(value)}: {message}"
+    if isinstance(stage.search, GridSearch) and isinstance(stage.search.points, dict):
+        for name in stage.search.points:
+            if name not in stage.space:
+                yield (*here, "search", "points", name), (
+                    f"no parameter {name!r} in space{did_you_mean(name, stage.space)}"
+                    f" ({allowed(stage.space)})"
+                )
+    objectives = stage.objectives
+    if not objectives:
+        yield (*here, "objective"), "must name at least one metric, but got an empty list"
+    metrics = [o.metric for o in objectives]
+    if len(set(metrics)) != len(metrics):
+        yield (*here, "objective"), f"names a metric twice: {metrics}"

@@ -1,0 +1,226 @@
+"""Turn validation failures into messages a person can act on.
+
+Each problem names the file, the line and column, the field path
+(``stages[0].search.population``), what was found and what is allowed. The
+CLI prints them and exits with status 2; nothing here raises anything but
+SpecError.
+"""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from ._yaml import LocatedDict, LocatedList, Mark
+
+Loc = tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class Problem:
+    file: str
+    mark: Mark | None
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        where = self.file
+        if self.mark is not None:
+            where += f":{self.mark.line}:{self.mark.column}"
+        return f"{where}: {self.path}: {self.message}" if self.path else f"{where}: {self.message}"
+
+
+class SpecError(Exception):
+    """A spec that cannot be used, with every problem found in it."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+def did_you_mean(word: object, choices: Iterable[object]) -> str:
+    options = [str(c) for c in choices]
+    close = difflib.get_close_matches(str(word), options, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
+
+
+def allowed(choices: Iterable[object]) -> str:
+    return "allowed: " + ", ".join(str(c) for c in choices)
+
+
+def short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def locate(data: Any, loc: Loc) -> tuple[Mark | None, str]:
+    """Follow a validation location through the loaded YAML.
+
+    Returns the position of the deepest part of ``loc`` present in the file
+    and a dotted path for people. Parts that are not in the data (the tags
+    pydantic adds for discriminated unions) are skipped; a key that is not in
+    the data (a missing field) is named, at its parent's position.
+    """
+    from .model import TAGS
+
+    mark: Mark | None = getattr(data, "mark", None)
+    path = ""
+    node = data
+    for part in loc:
+        if isinstance(node, LocatedDict) and part in node:
+            mark = node.key_marks[part]
+            path += f".{part}" if path else str(part)
+            node = node[part]
+        elif isinstance(node, LocatedList) and isinstance(part, int) and 0 <= part < len(node):
+            mark = node.item_marks[part]
+            path += f"[{part}]"
+            node = node[part]
+        elif node is None or part in TAGS or part == "[key]":
+            continue
+        else:
+            path += f".{part}" if path else str(part)
+            node = None
+    return mark, path
+
+
+def _model_at(root: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
+    """The pydantic model class that validates the value at ``loc``, if any."""
+    annotation: Any = root
+    for part in loc:
+        annotation = _unwrap(annotation, part)
+        if annotation is None:
+            return None
+    model = _unwrap(annotation, None)
+    return model if isinstance(model, type) and issubclass(model, BaseModel) else None
+
+
+def _unwrap(annotation: Any, part: Any) -> Any:
+    """One step down ``annotation`` along ``part`` (None: stay, if possible)."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0], part)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if isinstance(part, str):  # a discriminator tag picks the member
+            for member in members:
+                model = _unwrap(member, None)
+                if isinstance(model, type) and issubclass(model, BaseModel):
+                    for field in model.model_fields.values():
+                        if typing.get_origin(field.annotation) is typing.Literal and part in (
+                            typing.get_args(field.annotation)
+                        ):
+                            return model
+        models = [m for m in (_unwrap(a, None) for a in members) if m is not None]
+        if part is None:
+            return models[0] if len(models) == 1 else None
+        for model in models:
+            found = _unwrap(model, part)
+            if found is not None:
+                return found
+        return None
+    if part is None:
+        return annotation
+    if origin in (list, tuple) and isinstance(part, int):
+        return typing.get_args(annotation)[0]
+    if origin is dict and isinstance(part, str):
+        return typing.get_args(annotation)[1]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        for name, field in annotation.model_fields.items():
+            if part in (name, field.alias):
+                return field.annotation
+        return None
+    return None
+
+
+def _field_names(model: type[BaseModel]) -> list[str]:
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def describe_pydantic_error(root: type[BaseModel], error: dict[str, Any]) -> tuple[Loc, str]:
+    """Rephrase one pydantic error as (location, 'X must be ..., but got ...')."""
+    loc: Loc = tuple(error["loc"])
+    kind = error["type"]
+    ctx = error.get("ctx") or {}
+    got = error.get("input")
+    if kind == "extra_forbidden":
+        key = loc[-1]
+        model = _model_at(root, loc[:-1])
+        names = _field_names(model) if model else []
+        hint = did_you_mean(key, names)
+        if not names:
+            return loc, f"unknown field {key!r}"
+        return loc, f"unknown field {key!r}{hint} ({allowed(names)})"
+    if kind == "missing":
+        return loc, f"missing required field {loc[-1]!r}"
+    if kind == "union_tag_invalid":
+        tags = ctx.get("expected_tags", "")
+        disc = ctx.get("discriminator", "").strip("'")
+        choices = [t.strip().strip("'") for t in str(tags).split(",")]
+        return (*loc, disc), (
+            f"must be one of {', '.join(choices)}, but got {short(ctx.get('tag'))}"
+            f"{did_you_mean(ctx.get('tag'), choices)}"
+        )
+    if kind == "union_tag_not_found":
+        from .model import DISCRIMINATORS
+
+        disc = str(ctx.get("discriminator", "")).strip("'")
+        choices = allowed(DISCRIMINATORS.get(disc, ()))
+        if isinstance(got, dict):
+            return (*loc, disc), f"missing required field {disc!r} ({choices})"
+        return loc, f"must be a mapping with a {disc!r} field ({choices}), but got {short(got)}"
+    if kind == "literal_error":
+        expected = str(ctx.get("expected", ""))
+        choices = [c.strip().strip("'") for c in expected.replace(" or ", ", ").split(",")]
+        return loc, f"must be one of {', '.join(choices)}, but got {short(got)}" + did_you_mean(
+            got, choices
+        )
+    if kind in ("greater_than_equal", "greater_than", "less_than_equal", "less_than"):
+        words = {
+            "greater_than_equal": ("at least", "ge"),
+            "greater_than": ("greater than", "gt"),
+            "less_than_equal": ("at most", "le"),
+            "less_than": ("less than", "lt"),
+        }[kind]
+        return loc, f"must be {words[0]} {ctx.get(words[1])}, but got {short(got)}"
+    if kind == "too_short":
+        return loc, f"must have at least {ctx.get('min_length')} item(s), but got {short(got)}"
+    if kind == "string_pattern_mismatch":
+        return loc, (
+            f"must be a name of letters, digits, '_', '.' or '-' starting with a letter,"
+            f" but got {short(got)}"
+        )
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        return loc, f"must be a mapping, but got {short(got)}"
+    if kind == "value_error":
+        message = str(ctx.get("error", error["msg"]))
+        return loc, message
+    if kind == "finite_number":
+        return loc, f"must be a finite number, but got {short(got)}"
+    type_words = {
+        "int": "an integer", "float": "a number", "bool": "true or false",
+        "string": "a string", "list": "a list",
+    }
+    for prefix, words in type_words.items():
+        if kind.startswith(prefix + "_"):
+            return loc, f"must be {words}, but got {short(got)}"
+    return loc, f"{error['msg'][0].lower()}{error['msg'][1:]}, but got {short(got)}"
+
+
+def problems_from_validation(
+    file: str, data: Any, root: type[BaseModel], exc: ValidationError
+) -> list[Problem]:
+    problems = []
+    seen: set[tuple[str, str]] = set()
+    for error in exc.errors(include_url=False):
+        loc, message = describe_pydantic_error(root, error)
+        mark, path = locate(data, loc)
+        if (path, message) not in seen:
+            seen.add((path, message))
+            problems.append(Problem(file, mark, path, message))
+    return problems

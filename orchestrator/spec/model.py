@@ -1,0 +1,532 @@
+"""The typed workflow spec: what a YAML file may say, and its defaults.
+
+Pydantic checks each field's type and range (extra keys are errors); checks
+that need several fields or several stages live in `checks.py`, where they
+can point at the exact field that is wrong. Every model is frozen: a spec is
+read once and then only consulted.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from search.space import (
+    CategoricalParam,
+    ConstantParam,
+    FloatParam,
+    IntParam,
+    Param,
+    SearchSpace,
+)
+
+NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
+Name = Annotated[str, Field(pattern=NAME_PATTERN)]
+Scalar = bool | int | float | str
+PositiveInt = Annotated[int, Field(ge=1)]
+Rate = Annotated[float, Field(ge=0.0, le=1.0)]
+
+
+class Strict(BaseModel):
+    """Unknown keys, NaN and infinity are errors; instances are immutable."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, allow_inf_nan=False, populate_by_name=True
+    )
+
+
+# --- where results go, and on what -------------------------------------------------
+
+
+class Tracking(Strict):
+    uri: str | None = Field(
+        None, description="MLflow tracking URI; default: a SQLite store inside the run directory"
+    )
+    experiment: str | None = Field(None, description="MLflow experiment; default: the name")
+
+
+class Resources(Strict):
+    slots: PositiveInt | None = Field(
+        None, description="slots to use (CPUs here, GPUs where present); default: all"
+    )
+    oversubscribe: bool = Field(False, description="allow more ranks than slots")
+
+
+class Parallel(Strict):
+    data: PositiveInt = Field(1, description="data-parallel ranks per trial")
+    model: PositiveInt = Field(1, description="model-parallel ranks per trial")
+
+    @property
+    def ranks(self) -> int:
+        return self.data * self.model
+
+
+# --- the trainer --------------------------------------------------------------------
+
+
+class Trainer(Strict):
+    """Exactly one of a built-in ``name``, a Python ``function`` or a ``command``."""
+
+    name: str | None = Field(None, description="a built-in trainer (see `nestor trainers`)")
+    function: str | None = Field(None, description="a Python function, 'package.module:function'")
+    command: str | list[str] | None = Field(
+        None, description="a program and its arguments; run without a shell"
+    )
+    settings: dict[str, Scalar | list[Scalar]] = Field(
+        default_factory=dict, description="fixed settings passed to every trial"
+    )
+    result_pattern: str | None = Field(
+        None, description=r"command trainers: regex whose group 1 is the result; default 'FoM: (\S+)'"
+    )
+    flag_prefix: str | None = Field(
+        None, description="command trainers: prefix of parameter flags; default '--'"
+    )
+
+    @model_validator(mode="after")
+    def _exactly_one(self) -> Trainer:
+        given = [k for k in ("name", "function", "command") if getattr(self, k) is not None]
+        if len(given) != 1:
+            found = ", ".join(given) if given else "none"
+            raise ValueError(
+                f"a trainer needs exactly one of name, function, command, but got {found}"
+            )
+        if self.command is None:
+            for option in ("result_pattern", "flag_prefix"):
+                if getattr(self, option) is not None:
+                    raise ValueError(f"{option} applies only to command trainers")
+        return self
+
+    @field_validator("function")
+    @classmethod
+    def _function_path(cls, value: str | None) -> str | None:
+        if value is not None and not re.fullmatch(
+            r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*", value
+        ):
+            raise ValueError(
+                f"function must look like 'package.module:function', but got {value!r}"
+            )
+        return value
+
+    @field_validator("command")
+    @classmethod
+    def _command_words(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if value is None:
+            return None
+        words = shlex.split(value) if isinstance(value, str) else value
+        if not words or not words[0].strip():
+            raise ValueError("command must name a program, but got an empty command")
+        return value
+
+    @field_validator("result_pattern")
+    @classmethod
+    def _pattern_compiles(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            compiled = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"result_pattern must be a regular expression, but {exc}") from None
+        if compiled.groups < 1:
+            raise ValueError(
+                "result_pattern must have a group around the number, e.g. 'FoM: (\\S+)'"
+            )
+        return value
+
+    @property
+    def kind(self) -> Literal["builtin", "function", "command"]:
+        if self.name is not None:
+            return "builtin"
+        return "function" if self.function is not None else "command"
+
+    @property
+    def argv(self) -> list[str]:
+        """The command as an argument vector (never passed through a shell)."""
+        if self.command is None:
+            raise ValueError("not a command trainer")
+        return shlex.split(self.command) if isinstance(self.command, str) else list(self.command)
+
+    def describe(self) -> str:
+        if self.name is not None:
+            dataset = self.settings.get("dataset")
+            return f"{self.name} ({dataset})" if dataset else self.name
+        if self.function is not None:
+            return self.function
+        return shlex.join(self.argv)
+
+
+# --- the search space ---------------------------------------------------------------
+
+
+class _ParamSpec(Strict):
+    def to_param(self, name: str) -> Param:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    @model_validator(mode="after")
+    def _check(self) -> _ParamSpec:
+        self.to_param("check")  # the search.space constructors say what is wrong
+        return self
+
+
+class FloatSpec(_ParamSpec):
+    type: Literal["float"]
+    low: float
+    high: float
+    log: bool = False
+
+    def to_param(self, name: str) -> Param:
+        return FloatParam(name, float(self.low), float(self.high), self.log)
+
+
+class IntSpec(_ParamSpec):
+    type: Literal["int"]
+    low: int
+    high: int
+    log: bool = False
+
+    def to_param(self, name: str) -> Param:
+        return IntParam(name, self.low, self.high, self.log)
+
+
+class CategoricalSpec(_ParamSpec):
+    type: Literal["categorical"]
+    values: list[Scalar] = Field(min_length=1)
+
+    def to_param(self, name: str) -> Param:
+        return CategoricalParam(name, tuple(self.values))
+
+
+class ConstantSpec(_ParamSpec):
+    type: Literal["constant"]
+    value: Scalar
+
+    def to_param(self, name: str) -> Param:
+        return ConstantParam(name, self.value)
+
+
+ParamSpec = Annotated[
+    FloatSpec | IntSpec | CategoricalSpec | ConstantSpec, Field(discriminator="type")
+]
+PARAM_TYPES = ("float", "int", "categorical", "constant")
+
+
+# --- search algorithms --------------------------------------------------------------
+
+
+class _SearchBase(Strict):
+    seed: int = Field(0, description="seed for every random choice of the search")
+    budget: PositiveInt | None = Field(None, description="most trials to run")
+
+    def planned_trials(self, space: SearchSpace) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class GeneticSearch(_SearchBase):
+    algorithm: Literal["genetic"]
+    population: int = Field(16, ge=2, description="individuals per generation (all demes)")
+    generations: PositiveInt = Field(10, description="generations to breed")
+    mode: Literal["generational", "mu_plus_lambda"] = "generational"
+    offspring: PositiveInt | None = Field(
+        None, description="mu_plus_lambda: children per generation (lambda); default: population"
+    )
+    schedule: Literal["generational", "async"] = Field(
+        "generational", description="barrier per generation, or breed as each result returns"
+    )
+    demes: PositiveInt = Field(1, description="islands evolving apart, with migration")
+    migration_interval: PositiveInt = Field(5, description="generations between migrations")
+    migration_size: PositiveInt = Field(1, description="individuals sent per migration")
+    mutation_rate: Rate = 0.3
+    crossover_rate: Rate = 0.5
+    crossover: Literal["blend", "sbx"] = "blend"
+    tournament_size: int = Field(3, ge=2)
+    elitism: int = Field(1, ge=0, description="best individuals kept unchanged (hall of fame)")
+    patience: PositiveInt | None = Field(
+        None, description="stop after this many generations without improvement"
+    )
+
+    @model_validator(mode="after")
+    def _consistent(self) -> GeneticSearch:
+        if self.population < 2 * self.demes:
+            raise ValueError(
+                f"population must be at least 2 per deme ({2 * self.demes} for"
+                f" {self.demes} demes), but got {self.population}"
+            )
+        if self.mode == "mu_plus_lambda" and self.crossover_rate + self.mutation_rate > 1:
+            raise ValueError(
+                "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
+                f" but got {self.crossover_rate + self.mutation_rate:g}"
+            )
+        if self.elitism >= self.population:
+            raise ValueError(
+                f"elitism must be less than population ({self.population}),"
+                f" but got {self.elitism}"
+            )
+        return self
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        if self.mode == "mu_plus_lambda":
+            planned = self.population + (self.offspring or self.population) * (
+                self.generations - 1
+            )
+        else:
+            planned = self.population * self.generations
+        return min(planned, self.budget) if self.budget else planned
+
+
+class BayesianSearch(_SearchBase):
+    algorithm: Literal["bayesian"]
+    sampler: Literal["tpe", "gp", "cmaes"] = "tpe"
+    startup_trials: int = Field(10, ge=0, description="random trials before the model is used")
+    budget: PositiveInt | None = 20
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        return self.budget or 20
+
+
+class RandomSearch(_SearchBase):
+    algorithm: Literal["random"]
+    budget: PositiveInt | None = 20
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        return self.budget or 20
+
+
+class GridSearch(_SearchBase):
+    algorithm: Literal["grid"]
+    points: int | dict[str, int] = Field(
+        3, description="grid points per numeric parameter, or per parameter by name"
+    )
+
+    @field_validator("points")
+    @classmethod
+    def _points_at_least_two(cls, value: int | dict[str, int]) -> int | dict[str, int]:
+        counts = value.values() if isinstance(value, dict) else [value]
+        for count in counts:
+            if count < 2:
+                raise ValueError(f"points must be at least 2, but got {count}")
+        return value
+
+    def points_for(self, name: str) -> int:
+        if isinstance(self.points, dict):
+            return self.points.get(name, 3)
+        return self.points
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        total = 1
+        for param in space:
+            if isinstance(param, FloatParam):
+                total *= self.points_for(param.name)
+            elif isinstance(param, IntParam):
+                total *= min(self.points_for(param.name), param.high - param.low + 1)
+            elif isinstance(param, CategoricalParam):
+                total *= len(param.values)
+        return min(total, self.budget) if self.budget else total
+
+
+Search = Annotated[
+    GeneticSearch | BayesianSearch | RandomSearch | GridSearch, Field(discriminator="algorithm")
+]
+ALGORITHMS = ("genetic", "bayesian", "random", "grid")
+
+
+class Objective(Strict):
+    metric: str = Field("val_accuracy", description="the metric a trial reports to optimize")
+    mode: Literal["min", "max"] = "max"
+    threshold: float | None = Field(None, description="stop the search once a trial reaches it")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _mode_needed_for_other_metrics(cls, data: Any) -> Any:
+        # max is right for the default val_accuracy, wrong for a loss: make users say.
+        if isinstance(data, dict) and "metric" in data and "mode" not in data:
+            if data["metric"] != "val_accuracy":
+                raise ValueError(
+                    f"mode is required for metric {data['metric']!r}: allowed: min, max"
+                )
+        return data
+
+
+class TrialPolicy(Strict):
+    timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
+    retries: int = Field(1, ge=0, description="re-runs of a failed trial, from its checkpoint")
+
+
+class EarlyStopping(Strict):
+    rule: Literal["median", "asha"]
+    warmup_epochs: int = Field(1, ge=0, description="epochs before a trial may be stopped")
+    reduction_factor: int = Field(3, ge=2, description="asha: keep 1 in this many per rung")
+
+
+# --- stages -------------------------------------------------------------------------
+
+
+class _StageBase(Strict):
+    name: Name
+    from_: list[str] = Field(default_factory=list, alias="from")
+    trainer: Trainer | None = None
+    parallel: Parallel = Parallel()
+    trial: TrialPolicy = TrialPolicy()
+
+    def planned_trials(self) -> int:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class HpoStage(_StageBase):
+    kind: Literal["hpo"]
+    trainer: Trainer
+    search: Search
+    space: dict[str, ParamSpec] = Field(min_length=1)
+    objective: Objective | list[Objective] = Objective()
+    early_stopping: EarlyStopping | None = None
+
+    @field_validator("space", mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        """`name: [a, b]` means categorical and `name: 0.9` constant, as people write."""
+        if not isinstance(value, dict):
+            return value
+        expanded = dict(value)
+        for key, item in value.items():
+            if isinstance(item, list):
+                expanded[key] = {"type": "categorical", "values": item}
+            elif isinstance(item, Scalar):
+                expanded[key] = {"type": "constant", "value": item}
+        return expanded
+
+    @property
+    def objectives(self) -> list[Objective]:
+        return self.objective if isinstance(self.objective, list) else [self.objective]
+
+    def search_space(self) -> SearchSpace:
+        return SearchSpace(tuple(spec.to_param(name) for name, spec in self.space.items()))
+
+    def planned_trials(self) -> int:
+        return self.search.planned_trials(self.search_space())
+
+
+class EnsembleStage(_StageBase):
+    kind: Literal["ensemble"]
+    members: PositiveInt = Field(3, description="ensemble size")
+    select: Literal["top_k", "greedy"] = Field(
+        "top_k", description="how members are chosen from the HPO stage's trials"
+    )
+    vary: list[Literal["seed", "data", "structure"]] = Field(
+        default_factory=lambda: ["seed"], description="what differs between members"
+    )
+    combine: Literal["mean", "weighted", "greedy"] = "mean"
+
+    def planned_trials(self) -> int:
+        return self.members
+
+
+class Task(Strict):
+    dataset: str
+    classes: list[int] | None = None
+    settings: dict[str, Scalar | list[Scalar]] = Field(default_factory=dict)
+
+    @field_validator("classes")
+    @classmethod
+    def _distinct(cls, value: list[int] | None) -> list[int] | None:
+        if value is not None:
+            if not value:
+                raise ValueError("classes must list at least one class, but got none")
+            if len(set(value)) != len(value):
+                raise ValueError(f"classes must be distinct, but got {value}")
+        return value
+
+
+class TransferStage(_StageBase):
+    kind: Literal["transfer"]
+    source: Task
+    target: Task
+    mode: Literal["finetune", "hierarchical"] = "finetune"
+    groups: list[list[int]] | None = Field(
+        None, description="hierarchical: class groups trained as sub-models"
+    )
+    freeze: list[str] = Field(default_factory=list, description="layer groups frozen to fine-tune")
+    lr_scale: float = Field(0.1, gt=0, le=1, description="fine-tuning lr as a share of the lr")
+    scratch_baseline: bool = Field(True, description="also train the target from scratch")
+
+    @model_validator(mode="after")
+    def _groups_for_hierarchical(self) -> TransferStage:
+        if self.mode == "hierarchical" and not self.groups:
+            raise ValueError("groups are required when mode is hierarchical, e.g. [[0,1,2],[3,4]]")
+        if self.mode == "finetune" and self.groups:
+            raise ValueError("groups apply only to mode: hierarchical")
+        return self
+
+    def planned_trials(self) -> int:
+        pretrain = len(self.groups) if self.mode == "hierarchical" and self.groups else 1
+        return pretrain + 1 + int(self.scratch_baseline)
+
+
+class TrainStage(_StageBase):
+    kind: Literal["train"]
+    config: dict[str, Scalar] = Field(
+        default_factory=dict, description="hyperparameters; default: the best of the from: stage"
+    )
+    data: Literal["train", "train+val"] = Field(
+        "train", description="train+val retrains on the validation data too"
+    )
+
+    def planned_trials(self) -> int:
+        return 1
+
+
+Stage = Annotated[
+    HpoStage | EnsembleStage | TransferStage | TrainStage, Field(discriminator="kind")
+]
+STAGE_KINDS = ("hpo", "ensemble", "transfer", "train")
+DISCRIMINATORS = {"kind": STAGE_KINDS, "algorithm": ALGORITHMS, "type": PARAM_TYPES}
+# What pydantic puts into error locations that is not a key of the file.
+TAGS = frozenset((*STAGE_KINDS, *ALGORITHMS, *PARAM_TYPES, "function-after", "function-before"))
+
+
+class Workflow(Strict):
+    name: Name
+    tracking: Tracking = Tracking()
+    resources: Resources = Resources()
+    stages: list[Stage] = Field(min_length=1)
+
+    def stage(self, name: str) -> HpoStage | EnsembleStage | TransferStage | TrainStage:
+        for stage in self.stages:
+            if stage.name == name:
+                return stage
+        raise KeyError(name)
+
+    def trainer_of(self, name: str) -> Trainer:
+        """A stage's trainer, inherited through `from:` when it names none."""
+        stage = self.stage(name)
+        seen = {name}
+        while stage.trainer is None:
+            stage = self.stage(stage.from_[0])
+            if stage.name in seen:  # checks.py reports cycles; never loop here
+                raise ValueError(f"stage {name!r} inherits its trainer through a cycle")
+            seen.add(stage.name)
+        return stage.trainer
+
+    def parallel_of(self, name: str) -> Parallel:
+        stage = self.stage(name)
+        if "parallel" in stage.model_fields_set or not stage.from_:
+            return stage.parallel
+        return self.parallel_of(stage.from_[0])
+
+    def order(self) -> list[str]:
+        """Stage names in dependency order, ties kept in the order written."""
+        done: list[str] = []
+        pending = [s.name for s in self.stages]
+        while pending:
+            ready = [n for n in pending if all(d in done for d in self.stage(n).from_)]
+            if not ready:  # a cycle; checks.py reports it with its path
+                return done + pending
+            done.append(ready[0])
+            pending.remove(ready[0])
+        return done
+
+
+def concurrent_trials(slots: int, ranks: int) -> int:
+    """How many trials of ``ranks`` ranks fit on ``slots`` slots at once."""
+    return max(0, math.floor(slots / ranks))

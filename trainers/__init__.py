@@ -1,0 +1,1 @@
+"""What runs inside one trial: datasets, models and the Horovod training loop."""
