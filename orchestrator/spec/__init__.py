@@ -16,7 +16,7 @@ from pydantic import ValidationError
 
 from ._yaml import MAX_FILE_BYTES, YamlProblem, load_yaml
 from .checks import check_workflow
-from .errors import Problem, SpecError, locate, short
+from .errors import Problem, SpecError, kind_of, locate
 from .model import (
     EnsembleStage,
     HpoStage,
@@ -73,11 +73,15 @@ def load_spec_text(text: str, file: str = "<spec>") -> Workflow:
     except YamlProblem as exc:
         raise SpecError([Problem(file, exc.mark, "", exc.message)]) from None
     if not isinstance(data, dict):
-        found = "an empty file" if data is None else f"{type(data).__name__} {short(data)}"
+        found = "an empty file" if data is None else kind_of(data)
         raise SpecError(
             [Problem(file, getattr(data, "mark", None), "",
                      f"a workflow spec must be a mapping with name: and stages:, but got {found}")]
         )
+    # Top-level keys starting with "x-" hold YAML anchors for reuse (as in
+    # docker-compose files); they are not part of the workflow.
+    for key in [k for k in data if isinstance(k, str) and k.startswith("x-")]:
+        del data[key]
     try:
         workflow = Workflow.model_validate(data)
     except ValidationError as exc:

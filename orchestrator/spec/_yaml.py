@@ -135,33 +135,38 @@ def _check_size(root: yaml.Node) -> None:
     size(root, 0)
 
 
+def _problem(exc: yaml.YAMLError, text: str) -> YamlProblem:
+    if isinstance(exc, yaml.reader.ReaderError):
+        line = text.count("\n", 0, exc.position) + 1
+        column = exc.position - (text.rfind("\n", 0, exc.position) + 1) + 1
+        return YamlProblem(
+            f"invalid YAML: character {exc.character!r} is not allowed", Mark(line, column)
+        )
+    if isinstance(exc, yaml.MarkedYAMLError):
+        mark = exc.problem_mark or exc.context_mark
+        where = Mark(mark.line + 1, mark.column + 1) if mark else None
+        if isinstance(exc, yaml.constructor.ConstructorError):
+            return YamlProblem(f"unsupported YAML: {exc.problem}", where)
+        return YamlProblem(f"invalid YAML: {exc.problem or exc.context}", where)
+    return YamlProblem(f"invalid YAML: {exc}")
+
+
 def load_yaml(text: str) -> Any:
     """Parse one YAML document safely; raise YamlProblem with a position if not."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
         raise YamlProblem(f"the file is larger than {MAX_FILE_BYTES // 1024} KiB; refusing to read it")
-    loader = _Loader(text)
+    loader = None
     try:
-        try:
-            node = loader.get_single_node()
-        except yaml.MarkedYAMLError as exc:
-            mark = exc.problem_mark or exc.context_mark
-            where = Mark(mark.line + 1, mark.column + 1) if mark else None
-            problem = exc.problem or exc.context or "invalid YAML"
-            raise YamlProblem(f"invalid YAML: {problem}", where) from None
-        except yaml.YAMLError as exc:
-            raise YamlProblem(f"invalid YAML: {exc}") from None
-        except RecursionError:
-            raise YamlProblem(f"nesting is deeper than {MAX_DEPTH} levels") from None
+        loader = _Loader(text)
+        node = loader.get_single_node()
         if node is None:
             return None
         _check_size(node)
-        try:
-            return loader.construct_document(node)
-        except yaml.constructor.ConstructorError as exc:
-            mark = exc.problem_mark
-            where = Mark(mark.line + 1, mark.column + 1) if mark else None
-            raise YamlProblem(f"unsupported YAML: {exc.problem}", where) from None
-        except yaml.YAMLError as exc:
-            raise YamlProblem(f"invalid YAML: {exc}") from None
+        return loader.construct_document(node)
+    except yaml.YAMLError as exc:
+        raise _problem(exc, text) from None
+    except RecursionError:
+        raise YamlProblem(f"nesting is deeper than {MAX_DEPTH} levels") from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()

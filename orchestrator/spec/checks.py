@@ -52,7 +52,8 @@ def _names_and_references(workflow: Workflow) -> Iterator[Finding]:
                 yield loc, f"no stage is named {short(ref)}{did_you_mean(ref, names)} ({allowed(names)})"
         if len(set(stage.from_)) != len(stage.from_):
             yield ("stages", index, "from"), f"lists a stage twice: {stage.from_}"
-    cycle = _find_cycle({s.name: [r for r in s.from_ if r in first] for s in workflow.stages})
+    edges = {s.name: [r for r in s.from_ if r in first and r != s.name] for s in workflow.stages}
+    cycle = _find_cycle(edges)
     if cycle:
         yield ("stages", first[cycle[0]], "from"), (
             "stages depend on each other in a cycle: " + " -> ".join([*cycle, cycle[0]])
@@ -176,7 +177,7 @@ def _hpo(workflow: Workflow, here: tuple[Any, ...], stage: HpoStage) -> Iterator
             for value in values:
                 message = _option_mismatch(option, value)
                 if message:
-                    yield loc, f"value {short(value)}: {message}"
+                    yield loc, message
     if isinstance(stage.search, GridSearch) and isinstance(stage.search.points, dict):
         for name in stage.search.points:
             if name not in stage.space:

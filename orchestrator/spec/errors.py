@@ -59,20 +59,18 @@ def short(value: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def locate(data: Any, loc: Loc) -> tuple[Mark | None, str]:
+def locate(data: Any, loc: Loc, missing: bool = False) -> tuple[Mark | None, str]:
     """Follow a validation location through the loaded YAML.
 
     Returns the position of the deepest part of ``loc`` present in the file
     and a dotted path for people. Parts that are not in the data (the tags
-    pydantic adds for discriminated unions) are skipped; a key that is not in
-    the data (a missing field) is named, at its parent's position.
+    pydantic adds for union members) are skipped; with ``missing`` the last
+    part is a key absent from the file, named at its parent's position.
     """
-    from .model import TAGS
-
     mark: Mark | None = getattr(data, "mark", None)
     path = ""
     node = data
-    for part in loc:
+    for index, part in enumerate(loc):
         if isinstance(node, LocatedDict) and part in node:
             mark = node.key_marks[part]
             path += f".{part}" if path else str(part)
@@ -81,12 +79,24 @@ def locate(data: Any, loc: Loc) -> tuple[Mark | None, str]:
             mark = node.item_marks[part]
             path += f"[{part}]"
             node = node[part]
-        elif node is None or part in TAGS or part == "[key]":
-            continue
-        else:
+        elif missing and index == len(loc) - 1:
             path += f".{part}" if path else str(part)
-            node = None
     return mark, path
+
+
+def _number(value: Any) -> Any:
+    return int(value) if isinstance(value, float) and value.is_integer() else value
+
+
+def kind_of(value: Any) -> str:
+    """How a YAML value reads to a person: 'a list', 'a mapping', 'the number 3'."""
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list):
+        return "a list"
+    if isinstance(value, str):
+        return f"the string {short(value)}"
+    return f"{short(value)}"
 
 
 def _model_at(root: type[BaseModel], loc: Loc) -> type[BaseModel] | None:
@@ -187,7 +197,7 @@ def describe_pydantic_error(root: type[BaseModel], error: dict[str, Any]) -> tup
             "less_than_equal": ("at most", "le"),
             "less_than": ("less than", "lt"),
         }[kind]
-        return loc, f"must be {words[0]} {ctx.get(words[1])}, but got {short(got)}"
+        return loc, f"must be {words[0]} {_number(ctx.get(words[1]))}, but got {short(got)}"
     if kind == "too_short":
         return loc, f"must have at least {ctx.get('min_length')} item(s), but got {short(got)}"
     if kind == "string_pattern_mismatch":
@@ -215,12 +225,17 @@ def describe_pydantic_error(root: type[BaseModel], error: dict[str, Any]) -> tup
 def problems_from_validation(
     file: str, data: Any, root: type[BaseModel], exc: ValidationError
 ) -> list[Problem]:
-    problems = []
-    seen: set[tuple[str, str]] = set()
+    # Errors at one place come from the members of a union (str | list, ...):
+    # report them as one problem listing each form that was tried.
+    found: dict[str, tuple[Mark | None, list[str]]] = {}
     for error in exc.errors(include_url=False):
         loc, message = describe_pydantic_error(root, error)
-        mark, path = locate(data, loc)
-        if (path, message) not in seen:
-            seen.add((path, message))
-            problems.append(Problem(file, mark, path, message))
-    return problems
+        is_missing = error["type"] in ("missing", "union_tag_not_found")
+        mark, path = locate(data, loc, missing=is_missing)
+        messages = found.setdefault(path, (mark, []))[1]
+        if message not in messages:
+            messages.append(message)
+    return [
+        Problem(file, mark, path, messages[0] if len(messages) == 1 else "; or ".join(messages))
+        for path, (mark, messages) in found.items()
+    ]

@@ -379,7 +379,10 @@ class HpoStage(_StageBase):
     trainer: Trainer
     search: Search
     space: dict[str, ParamSpec] = Field(min_length=1)
-    objective: Objective | list[Objective] = Objective()
+    objective: list[Objective] = Field(
+        default_factory=lambda: [Objective()],
+        description="one metric to optimize, or a list of them for a multi-objective search",
+    )
     early_stopping: EarlyStopping | None = None
 
     @field_validator("space", mode="before")
@@ -396,9 +399,14 @@ class HpoStage(_StageBase):
                 expanded[key] = {"type": "constant", "value": item}
         return expanded
 
+    @field_validator("objective", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: Any) -> Any:
+        return [value] if isinstance(value, dict) else value
+
     @property
     def objectives(self) -> list[Objective]:
-        return self.objective if isinstance(self.objective, list) else [self.objective]
+        return self.objective
 
     def search_space(self) -> SearchSpace:
         return SearchSpace(tuple(spec.to_param(name) for name, spec in self.space.items()))
@@ -481,8 +489,6 @@ Stage = Annotated[
 ]
 STAGE_KINDS = ("hpo", "ensemble", "transfer", "train")
 DISCRIMINATORS = {"kind": STAGE_KINDS, "algorithm": ALGORITHMS, "type": PARAM_TYPES}
-# What pydantic puts into error locations that is not a key of the file.
-TAGS = frozenset((*STAGE_KINDS, *ALGORITHMS, *PARAM_TYPES, "function-after", "function-before"))
 
 
 class Workflow(Strict):

@@ -1,0 +1,110 @@
+"""The `nestor` command.
+
+Heavy packages (torch, Ray, MLflow) are imported inside the commands that
+need them, so `nestor --help` and `nestor validate` answer at once.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from orchestrator import __version__
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+EXIT_SPEC_ERROR = 2
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, "-V", "--version", prog_name="nestor")
+def cli() -> None:
+    """nestor tunes and orchestrates deep-learning workflows on HPC allocations.
+
+    A workflow is a YAML spec of stages (hpo, ensemble, transfer, train). Ray
+    schedules each stage's trials on the allocation's slots, and each trial is
+    itself a Horovod job of data-parallel x model-parallel ranks.
+
+    \b
+    Start with:
+      nestor validate configs/mnist-combined.yaml   check a spec, see its plan
+      nestor trainers                                built-in trainers and datasets
+    """
+
+
+@cli.command()
+@click.argument("files", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.option(
+    "--slots",
+    type=click.IntRange(min=1),
+    help="Plan for this many slots when the spec gives no resources.slots"
+    " (default: this machine's CPUs).",
+)
+@click.option("-q", "--quiet", is_flag=True, help="Print only errors.")
+def validate(files: tuple[Path, ...], slots: int | None, quiet: bool) -> None:
+    """Check workflow specs and print the plan of each.
+
+    FILES are YAML specs or directories of them. For each valid spec this
+    prints its stages in the order they run, the trials planned per stage,
+    the slots (ranks) per trial and how many trials fit at once. Every
+    problem is reported with file, line, field and what is allowed; the exit
+    status is 2 if any spec is invalid.
+    """
+    from orchestrator.spec import SpecError, load_spec, spec_files
+    from orchestrator.summary import render_plan
+
+    out = console()
+    err = console(stderr=True)
+    failed = 0
+    for path in spec_files(list(files)):
+        try:
+            workflow = load_spec(path)
+        except SpecError as exc:
+            failed += 1
+            for problem in exc.problems:
+                err.print(f"[bold red]error[/]: {problem}", markup=True, soft_wrap=True)
+            continue
+        if not quiet:
+            render_plan(out, str(path), workflow, slots)
+    if failed:
+        err.print(f"{failed} invalid spec(s)")
+        sys.exit(EXIT_SPEC_ERROR)
+
+
+@cli.command()
+def trainers() -> None:
+    """List the built-in trainers and datasets, and the settings each accepts.
+
+    Settings are fixed for a stage (`trainer.settings`); hyperparameters are
+    what a search may vary (`space`). Besides these, a stage may name a Python
+    function (`trainer: {function: "pkg.module:train"}`) or a command
+    (`trainer: {command: "python3 fit.py"}`).
+    """
+    from orchestrator.summary import render_catalog
+
+    render_catalog(console())
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console; 120 columns when not a terminal, so logs keep tables whole."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 120
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def main() -> None:
+    try:
+        cli(prog_name="nestor")
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

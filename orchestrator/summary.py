@@ -1,0 +1,85 @@
+"""One-screen views of a workflow plan and of the trainer catalog."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+from orchestrator.spec import HpoStage, Workflow, concurrent_trials, default_slots
+from orchestrator.spec.model import GeneticSearch
+
+
+def _search_label(stage: HpoStage) -> str:
+    search = stage.search
+    if isinstance(search, GeneticSearch):
+        size = f"{search.population}x{search.generations}"
+        demes = f", {search.demes} demes" if search.demes > 1 else ""
+        return f"genetic {search.schedule} {size}{demes}"
+    if search.algorithm == "bayesian":
+        return f"bayesian {search.sampler}"
+    return search.algorithm
+
+
+def render_plan(console: Console, file: str, workflow: Workflow, slots: int | None) -> None:
+    if workflow.resources.slots is not None:
+        total, origin = workflow.resources.slots, "resources.slots"
+    elif slots is not None:
+        total, origin = slots, "--slots"
+    else:
+        total, origin = default_slots(), "this machine's CPUs; a Ray cluster may have more"
+    tracking = workflow.tracking
+    store = tracking.uri or "MLflow store inside the run directory"
+    console.print(
+        f"[green]ok[/] {file}: workflow [bold]{workflow.name}[/], {len(workflow.stages)} stage(s)"
+    )
+    console.print(f"  slots: {total} ({origin})")
+    console.print(f"  tracking: {store}, experiment {tracking.experiment or workflow.name!r}")
+    table = Table(box=None, pad_edge=False, header_style="bold")
+    for column in ("#", "stage", "kind", "from", "trainer", "search", "trials",
+                   "ranks/trial", "at once"):
+        table.add_column(
+            column, justify="right" if column in ("#", "trials", "at once") else "left", no_wrap=True
+        )
+    for number, name in enumerate(workflow.order(), start=1):
+        stage = workflow.stage(name)
+        parallel = workflow.parallel_of(name)
+        at_once = concurrent_trials(total, parallel.ranks)
+        if at_once == 0 and workflow.resources.oversubscribe:
+            at_once = 1
+        table.add_row(
+            str(number),
+            name,
+            stage.kind,
+            ", ".join(stage.from_) or "-",
+            workflow.trainer_of(name).describe(),
+            _search_label(stage) if isinstance(stage, HpoStage) else "-",
+            str(stage.planned_trials()),
+            f"{parallel.ranks} ({parallel.data}x{parallel.model})",
+            str(at_once) if at_once else "[red]0: too few slots[/]",
+        )
+    console.print(table)
+
+
+def render_catalog(console: Console) -> None:
+    from trainers.catalog import DATASETS, TRAINERS
+
+    datasets = Table(title="datasets", box=None, header_style="bold", title_justify="left")
+    datasets.add_column("name")
+    datasets.add_column("what")
+    for name, what in DATASETS.items():
+        datasets.add_row(name, what)
+    console.print(datasets)
+    for info in TRAINERS.values():
+        console.print()
+        table = Table(
+            title=f"trainer {info.name}: {info.description}",
+            box=None, header_style="bold", title_justify="left",
+        )
+        for column in ("", "name", "type", "default", "choices / meaning"):
+            table.add_column(column)
+        for group, options in (("setting", info.settings), ("hyperparameter", info.hyperparameters)):
+            for name, option in options.items():
+                choices = ", ".join(map(str, option.choices)) if option.choices else ""
+                meaning = f"{option.help} ({choices})" if choices else option.help
+                table.add_row(group, name, option.type.__name__, repr(option.default), meaning)
+        console.print(table)

@@ -1,0 +1,154 @@
+"""Valid specs load into the typed objects they describe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import cli
+from orchestrator.spec import HpoStage, SpecError, load_spec, load_spec_text
+from orchestrator.spec.model import GeneticSearch
+from search.space import CategoricalParam, ConstantParam, FloatParam, IntParam
+
+CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_every_config_validates(path: Path) -> None:
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0, result.output
+    workflow = load_spec(path)
+    for stage in workflow.stages:
+        assert stage.name in result.output
+
+
+def test_issue_example_means_what_it_says() -> None:
+    workflow = load_spec(Path(__file__).parents[2] / "configs" / "mnist-combined.yaml")
+    assert workflow.name == "mnist-combined"
+    assert workflow.tracking.experiment == "mnist-combined" and workflow.tracking.uri is None
+    assert workflow.resources.slots == 2
+    assert workflow.order() == ["tune", "members", "finetune"]
+    tune = workflow.stage("tune")
+    assert isinstance(tune, HpoStage)
+    assert (tune.parallel.data, tune.parallel.model) == (2, 1)
+    assert isinstance(tune.search, GeneticSearch)
+    assert tune.search.schedule == "async" and tune.search.demes == 2
+    assert tune.planned_trials() == 8 * 5
+    space = tune.search_space()
+    assert space["lr"] == FloatParam("lr", 1e-4, 0.3, log=True)
+    assert space["batch_size"] == IntParam("batch_size", 16, 256, log=True)
+    assert space["activation"] == CategoricalParam("activation", ("relu", "tanh", "gelu"))
+    assert space["momentum"] == ConstantParam("momentum", 0.9)
+    (objective,) = tune.objectives
+    assert (objective.metric, objective.mode, objective.threshold) == ("val_accuracy", "max", 0.97)
+    assert (tune.trial.timeout, tune.trial.retries) == (600, 1)
+    members = workflow.stage("members")
+    assert members.from_ == ["tune"] and members.combine == "greedy"
+    # Stages without a trainer inherit it, and the shape of their trials, from `from:`.
+    assert workflow.trainer_of("members").name == "cnn"
+    assert workflow.parallel_of("finetune").ranks == 2
+    finetune = workflow.stage("finetune")
+    assert finetune.source.classes == [0, 1, 2, 3, 4] and finetune.freeze == ["features"]
+
+
+def test_validate_prints_the_plan() -> None:
+    path = Path(__file__).parents[2] / "configs" / "mnist-combined.yaml"
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0
+    rows = {line.split()[1]: line.split() for line in result.output.splitlines()
+            if line.strip()[:1].isdigit()}
+    # trials planned (population 8 x 5 generations), ranks per trial, trials at once
+    assert rows["tune"][-4:] == ["40", "2", "(2x1)", "1"]
+    assert rows["members"][-4:] == ["3", "2", "(2x1)", "1"]
+    assert "slots: 2 (resources.slots)" in result.output
+
+
+MINIMAL = """
+name: demo
+defaults: &defaults {name: mlp, settings: {dataset: digits, epochs: 1}}
+stages:
+  - name: sweep
+    kind: hpo
+    trainer: *defaults
+    search: {algorithm: grid, points: {lr: 4}}
+    space:
+      lr: {type: float, low: 1e-4, high: 1e-1, log: true}
+      width: {type: int, low: 16, high: 18}
+      activation: [relu, tanh]
+      momentum: 0.9
+"""
+
+
+def test_shorthand_exponents_and_anchors() -> None:
+    workflow = load_spec_text(MINIMAL.replace("defaults: &defaults", "x-defaults: &defaults"))
+    stage = workflow.stage("sweep")
+    space = stage.search_space()
+    assert space["lr"] == FloatParam("lr", 1e-4, 1e-1, log=True)  # 1e-4 is a float, not a string
+    assert space["activation"] == CategoricalParam("activation", ("relu", "tanh"))
+    assert space["momentum"] == ConstantParam("momentum", 0.9)
+    assert stage.trainer.name == "mlp" and stage.trainer.settings["dataset"] == "digits"
+    # grid: 4 lr points x 3 widths (16..18) x 2 activations
+    assert stage.planned_trials() == 24
+
+
+def test_unknown_top_level_key_even_for_anchors() -> None:
+    with pytest.raises(SpecError, match="unknown field 'defaults'"):
+        load_spec_text(MINIMAL)
+
+
+def test_command_trainer_is_an_argument_vector() -> None:
+    workflow = load_spec_text(
+        """
+name: demo
+stages:
+  - name: sweep
+    kind: hpo
+    trainer: {command: "python3 'my fit.py' --fixed=1", result_pattern: "acc=(\\\\S+)",
+              flag_prefix: "-"}
+    search: {algorithm: random, budget: 5}
+    space: {"-a": {type: float, low: 0, high: 1}}
+"""
+    )
+    trainer = workflow.stage("sweep").trainer
+    assert trainer.kind == "command"
+    assert trainer.argv == ["python3", "my fit.py", "--fixed=1"]
+    assert trainer.result_pattern == "acc=(\\S+)"
+
+
+def test_independent_stages_keep_written_order() -> None:
+    workflow = load_spec_text(
+        """
+name: dag
+stages:
+  - {name: c, kind: train, from: [a, b]}
+  - {name: a, kind: train, trainer: {name: cnn}}
+  - {name: b, kind: train, trainer: {name: mlp}}
+"""
+    )
+    assert workflow.order() == ["a", "b", "c"]
+    assert workflow.trainer_of("c").name == "cnn"
+
+
+def test_multi_objective_and_early_stopping() -> None:
+    workflow = load_spec_text(
+        """
+name: mo
+stages:
+  - name: sweep
+    kind: hpo
+    trainer: {function: "mypkg.fit:train"}
+    search: {algorithm: genetic, population: 6, generations: 2}
+    space: {lr: {type: float, low: 0.001, high: 0.1}}
+    objective:
+      - {metric: val_accuracy, mode: max}
+      - {metric: train_time, mode: min}
+    early_stopping: {rule: asha, reduction_factor: 2}
+"""
+    )
+    stage = workflow.stage("sweep")
+    assert [(o.metric, o.mode) for o in stage.objectives] == [
+        ("val_accuracy", "max"), ("train_time", "min")
+    ]
+    assert stage.early_stopping.rule == "asha"
