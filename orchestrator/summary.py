@@ -37,9 +37,8 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
     table = Table(box=None, pad_edge=False, header_style="bold")
     for column in ("#", "stage", "kind", "from", "trainer", "search", "trials",
                    "ranks/trial", "at once"):
-        table.add_column(
-            column, justify="right" if column in ("#", "trials", "at once") else "left", no_wrap=True
-        )
+        justify = "right" if column in ("#", "trials", "at once") else "left"
+        table.add_column(column, justify=justify, no_wrap=True)
     for number, name in enumerate(workflow.order(), start=1):
         stage = workflow.stage(name)
         parallel = workflow.parallel_of(name)
@@ -77,7 +76,8 @@ def render_catalog(console: Console) -> None:
         )
         for column in ("", "name", "type", "default", "choices / meaning"):
             table.add_column(column)
-        for group, options in (("setting", info.settings), ("hyperparameter", info.hyperparameters)):
+        groups = (("setting", info.settings), ("hyperparameter", info.hyperparameters))
+        for group, options in groups:
             for name, option in options.items():
                 choices = ", ".join(map(str, option.choices)) if option.choices else ""
                 meaning = f"{option.help} ({choices})" if choices else option.help

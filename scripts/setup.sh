@@ -57,19 +57,24 @@ if [[ ! -x "$venv/bin/python" ]]; then
     "$python" -m venv "$venv"
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check)
+# This machine's pip configuration lists local mirror folders that lack some
+# packages; pip warns once per package. Keep real errors, drop that noise.
+quiet_pip() {
+    "${pip[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
+}
 
 log "installing torch ${torch_version} and the pinned dependencies"
 # torch first and by exact version so that the CPU wheel on disk (pip's
 # find-links) is used rather than the registry's CUDA build.
-"${pip[@]}" install --quiet "torch==${torch_version}"
-"${pip[@]}" install --quiet -r "$repo/requirements.lock"
+quiet_pip install --quiet "torch==${torch_version}"
+quiet_pip install --quiet -r "$repo/requirements.lock"
 
 build_horovod() {
     local work
     work=$(mktemp -d)
     trap 'rm -rf "$work"' RETURN
     log "building Horovod ${horovod_version} (${flavour}) against torch ${torch_version}; once per machine, a few minutes"
-    "${pip[@]}" download --quiet --no-deps --no-binary :all: "horovod==${horovod_version}" -d "$work"
+    quiet_pip download --quiet --no-deps --no-binary :all: "horovod==${horovod_version}" -d "$work"
     tar -xzf "$work/horovod-${horovod_version}.tar.gz" -C "$work"
     local src="$work/horovod-${horovod_version}"
     sed -i 's/set(CMAKE_CXX_STANDARD 14)/set(CMAKE_CXX_STANDARD 17)/' \
@@ -95,10 +100,10 @@ if ! compgen -G "$wheel_dir/horovod-*.whl" >/dev/null; then
 else
     log "using the cached Horovod wheel in $wheel_dir"
 fi
-"${pip[@]}" install --quiet --force-reinstall --no-deps "$wheel_dir"/horovod-*.whl
+quiet_pip install --quiet --force-reinstall --no-deps "$wheel_dir"/horovod-*.whl
 
 log "installing nestor (editable)"
-"${pip[@]}" install --quiet --no-deps --no-build-isolation -e "$repo"
+quiet_pip install --quiet --no-deps --no-build-isolation -e "$repo"
 
 check=$("$venv/bin/horovodrun" --check-build 2>&1) || die "horovodrun --check-build failed: $check"
 grep -q '\[X\] PyTorch' <<<"$check" || die "Horovod was built without PyTorch: $check"

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ._yaml import MAX_FILE_BYTES, YamlProblem, load_yaml
+from ._yaml import MAX_FILE_BYTES, TOO_LARGE, YamlProblem, load_yaml
 from .checks import check_workflow
 from .errors import Problem, SpecError, kind_of, locate
 from .model import (
@@ -51,12 +51,10 @@ def load_spec(path: str | os.PathLike[str]) -> Workflow:
         with open(path, "rb") as handle:
             raw = handle.read(MAX_FILE_BYTES + 1)
     except OSError as exc:
-        raise SpecError([Problem(name, None, "", f"cannot read the file: {exc.strerror}")]) from None
+        problem = Problem(name, None, "", f"cannot read the file: {exc.strerror}")
+        raise SpecError([problem]) from None
     if len(raw) > MAX_FILE_BYTES:
-        raise SpecError(
-            [Problem(name, None, "", f"the file is larger than {MAX_FILE_BYTES // 1024} KiB;"
-                     " refusing to read it")]
-        )
+        raise SpecError([Problem(name, None, "", TOO_LARGE)])
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -19,6 +19,7 @@ import yaml
 MAX_FILE_BYTES = 1 << 20  # 1 MiB: a workflow spec is a page or two
 MAX_EXPANDED_NODES = 100_000  # values after expanding aliases
 MAX_DEPTH = 64
+TOO_LARGE = f"the file is larger than {MAX_FILE_BYTES // 1024} KiB; refusing to read it"
 
 
 @dataclass(frozen=True)
@@ -154,7 +155,7 @@ def _problem(exc: yaml.YAMLError, text: str) -> YamlProblem:
 def load_yaml(text: str) -> Any:
     """Parse one YAML document safely; raise YamlProblem with a position if not."""
     if len(text.encode("utf-8", "surrogatepass")) > MAX_FILE_BYTES:
-        raise YamlProblem(f"the file is larger than {MAX_FILE_BYTES // 1024} KiB; refusing to read it")
+        raise YamlProblem(TOO_LARGE)
     loader = None
     try:
         loader = _Loader(text)

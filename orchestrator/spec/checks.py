@@ -49,7 +49,8 @@ def _names_and_references(workflow: Workflow) -> Iterator[Finding]:
             if ref == stage.name:
                 yield loc, f"stage {ref!r} cannot consume itself"
             elif ref not in first:
-                yield loc, f"no stage is named {short(ref)}{did_you_mean(ref, names)} ({allowed(names)})"
+                hint = did_you_mean(ref, names)
+                yield loc, f"no stage is named {short(ref)}{hint} ({allowed(names)})"
         if len(set(stage.from_)) != len(stage.from_):
             yield ("stages", index, "from"), f"lists a stage twice: {stage.from_}"
     edges = {s.name: [r for r in s.from_ if r in first and r != s.name] for s in workflow.stages}

@@ -80,7 +80,7 @@ class Trainer(Strict):
         default_factory=dict, description="fixed settings passed to every trial"
     )
     result_pattern: str | None = Field(
-        None, description=r"command trainers: regex whose group 1 is the result; default 'FoM: (\S+)'"
+        None, description=r"command trainers: regex, group 1 the result; default 'FoM: (\S+)'"
     )
     flag_prefix: str | None = Field(
         None, description="command trainers: prefix of parameter flags; default '--'"
@@ -341,11 +341,12 @@ class Objective(Strict):
     @classmethod
     def _mode_needed_for_other_metrics(cls, data: Any) -> Any:
         # max is right for the default val_accuracy, wrong for a loss: make users say.
-        if isinstance(data, dict) and "metric" in data and "mode" not in data:
-            if data["metric"] != "val_accuracy":
-                raise ValueError(
-                    f"mode is required for metric {data['metric']!r}: allowed: min, max"
-                )
+        if (
+            isinstance(data, dict)
+            and data.get("metric", "val_accuracy") != "val_accuracy"
+            and "mode" not in data
+        ):
+            raise ValueError(f"mode is required for metric {data['metric']!r}: allowed: min, max")
         return data
 
 
