@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,8 @@ from hypothesis import strategies as st
 
 from orchestrator.spec import SpecError, Workflow, load_spec_text
 
+# Raise for a long hunt: NESTOR_FUZZ_EXAMPLES=10000 pytest tests/spec/test_fuzz.py
+EXAMPLES = int(os.environ.get("NESTOR_FUZZ_EXAMPLES", "400"))
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
 SOURCES = [p.read_text() for p in CONFIGS]
 DOCUMENTS = [yaml.safe_load(text) for text in SOURCES]
@@ -90,13 +93,13 @@ def test_the_fuzzed_sources_are_valid() -> None:
         assert isinstance(load_spec_text(text), Workflow)
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(mutated_documents())
 def test_structural_mutations_never_crash(document: Any) -> None:
     _outcome(yaml.safe_dump(document, allow_unicode=True))
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     st.sampled_from(SOURCES),
     st.lists(

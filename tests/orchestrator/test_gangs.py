@@ -1,0 +1,123 @@
+"""Warm Horovod gangs on a real local Ray, with real ranks over Gloo."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+
+import pytest
+import ray.cloudpickle
+
+from orchestrator.gangs import GangFailure, GangPool, GangTimeout, Shape
+
+pytestmark = pytest.mark.slow
+
+# Ray's workers cannot import test modules; send these functions by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
+
+
+def allreduce_rank(offset: float) -> tuple[int, int, float, int]:
+    import horovod.torch as hvd
+    import torch
+
+    hvd.init()
+    total = hvd.allreduce(torch.tensor([hvd.rank() + offset]), op=hvd.Sum).item()
+    return hvd.rank(), hvd.size(), total, os.getpid()
+
+
+def die_on_rank_one() -> int:
+    import horovod.torch as hvd
+
+    hvd.init()
+    if hvd.rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    time.sleep(30)
+    return hvd.rank()
+
+
+def sleep_long() -> None:
+    time.sleep(60)
+
+
+@pytest.fixture
+def pool(ray_local: object):
+    with GangPool(slots=2, rendezvous_timeout_s=60) as pool:
+        yield pool
+
+
+def test_a_gang_is_reused_by_the_next_trial_of_its_shape(pool: GangPool) -> None:
+    gang = pool.acquire(Shape(data=2))
+    gang.submit(allreduce_rank, 1.0)
+    first = gang.collect(timeout_s=120)
+    pool.release(gang)
+    again = pool.acquire(Shape(data=2))
+    again.submit(allreduce_rank, 10.0)
+    second = again.collect(timeout_s=60)
+    pool.release(again)
+    assert again is gang and pool.started == 1 and gang.trials_run == 2
+    assert [(r, s, t) for r, s, t, _ in first] == [(0, 2, 3.0), (1, 2, 3.0)]
+    assert [(r, s, t) for r, s, t, _ in second] == [(0, 2, 21.0), (1, 2, 21.0)]
+    assert [p for *_, p in first] == [p for *_, p in second]  # the same processes
+
+
+def test_slots_are_never_oversubscribed(pool: GangPool) -> None:
+    big = pool.acquire(Shape(data=2))
+    assert not pool.fits(Shape(data=1))
+    with pytest.raises(RuntimeError, match="no room"):
+        pool.acquire(Shape(data=1))
+    pool.release(big)
+    one = pool.acquire(Shape(data=1))  # evicts the idle 2-rank gang to make room
+    two = pool.acquire(Shape(data=1))
+    assert big not in pool.gangs and pool.used_slots == 2
+    assert not pool.fits(Shape(data=1))
+    with pytest.raises(ValueError, match="needs 4 slots but the pool has 2"):
+        pool.acquire(Shape(data=2, model=2))
+    for gang in (one, two):
+        gang.submit(allreduce_rank, 0.0)
+        assert gang.collect(timeout_s=120)[0][:3] == (0, 1, 0.0)
+        pool.release(gang)
+
+
+def test_a_dead_rank_breaks_the_gang_and_a_fresh_one_replaces_it(pool: GangPool) -> None:
+    gang = pool.acquire(Shape(data=2))
+    old_pids = gang.pids()
+    gang.submit(die_on_rank_one)
+    with pytest.raises(GangFailure, match="died"):
+        gang.collect(timeout_s=120)
+    pool.release(gang)
+    assert gang not in pool.gangs
+    fresh = pool.acquire(Shape(data=2))
+    fresh.submit(allreduce_rank, 1.0)
+    results = fresh.collect(timeout_s=120)
+    pool.release(fresh)
+    assert fresh is not gang
+    assert [t for _, _, t, _ in results] == [3.0, 3.0]
+    assert not set(old_pids) & {p for *_, p in results}
+
+
+def test_a_trial_past_its_deadline_kills_the_gang(pool: GangPool) -> None:
+    gang = pool.acquire(Shape(data=1))
+    pid = gang.pids()[0]
+    gang.submit(sleep_long)
+    started = time.monotonic()
+    with pytest.raises(GangTimeout, match="deadline"):
+        gang.collect(timeout_s=1.0)
+    assert time.monotonic() - started < 30
+    pool.release(gang)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.2)
+    else:
+        pytest.fail(f"the timed-out rank {pid} is still alive")
+
+
+@pytest.mark.parametrize(("data", "model"), [(0, 1), (1, -2), (1.5, 1)])
+def test_shape_checks_its_sizes(data: object, model: object) -> None:
+    with pytest.raises(ValueError, match="must be a positive integer"):
+        Shape(data=data, model=model)  # type: ignore[arg-type]
