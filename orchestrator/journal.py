@@ -1,0 +1,107 @@
+"""The run's journal: an append-only, fsynced JSON-lines file of events.
+
+The journal, not MLflow or memory, is the source of truth for what a
+workflow has done: an event counts only once it is on disk, so a driver
+killed at any instant (SIGKILL included) can be resumed from the journal
+without re-running a finished trial or losing a result. One writer (the
+driver) appends; anything may read.
+
+A kill can tear the last line. Readers skip a torn tail, and a writer that
+reopens the file cuts it off first, so every line stays one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+class JournalError(RuntimeError):
+    """The journal cannot be read as a sequence of events (not just a torn tail)."""
+
+
+def _complete_lines(data: bytes) -> tuple[list[bytes], int]:
+    """Split into complete lines; returns them and the length they span."""
+    end = data.rfind(b"\n") + 1
+    return data[:end].splitlines(), end
+
+
+def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """All complete events in order; a torn last line is ignored."""
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        return []
+    lines, _ = _complete_lines(data)
+    events = []
+    for number, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        try:
+            event = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
+        if not isinstance(event, dict) or "event" not in event:
+            raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+        events.append(event)
+    return events
+
+
+class Journal:
+    """Appends events durably: written, flushed and fsynced before append returns.
+
+    >>> with Journal(run_dir / "journal.jsonl") as journal:   # doctest: +SKIP
+    ...     journal.append("trial_finished", stage="tune", trial="t3", value=0.97)
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        created = not self.path.exists()
+        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        data = self.path.read_bytes()
+        lines, end = _complete_lines(data)
+        if end != len(data):  # a torn tail from a killed writer: cut it off
+            os.ftruncate(self._fd, end)
+            os.fsync(self._fd)
+        self._seq = sum(1 for line in lines if line.strip())
+        if created:  # make the new file's directory entry durable too
+            dir_fd = os.open(self.path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+
+    @property
+    def seq(self) -> int:
+        """Number of events in the journal."""
+        return self._seq
+
+    def append(self, event: str, **fields: Any) -> dict[str, Any]:
+        record = {"seq": self._seq, "time": time.time(), "event": event, **fields}
+        line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str) + "\n"
+        payload = line.encode("utf-8")
+        written = 0
+        while written < len(payload):
+            written += os.write(self._fd, payload[written:])
+        os.fsync(self._fd)
+        self._seq += 1
+        return record
+
+    def events(self) -> Iterator[dict[str, Any]]:
+        yield from read_events(self.path)
+
+    def close(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def __enter__(self) -> Journal:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
