@@ -75,6 +75,100 @@ def validate(files: tuple[Path, ...], slots: int | None, quiet: bool) -> None:
         sys.exit(EXIT_SPEC_ERROR)
 
 
+def _run_options(fn):  # shared by run and resume
+    fn = click.option("--slots", type=click.IntRange(min=1),
+                      help="Slots to use when the spec gives no resources.slots"
+                      " (default: all CPUs of the Ray cluster).")(fn)
+    fn = click.option("--address", metavar="ADDR",
+                      help="Join this Ray cluster (as `nestor submit` does) instead of"
+                      " starting a local one.")(fn)
+    return fn
+
+
+@cli.command()
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--run-dir", type=click.Path(path_type=Path),
+              help="Where results go (default: runs/NAME-TIMESTAMP).")
+@click.option("--resume", is_flag=True,
+              help="Continue the run in --run-dir instead of starting a new one.")
+@_run_options
+def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
+        address: str | None) -> None:
+    """Run a workflow spec: every stage, its trials on Ray, each trial a Horovod job.
+
+    Results go to a self-contained run directory: the spec, an fsynced journal
+    of every trial event, searcher state, checkpoints, logs, plots,
+    results.json and the MLflow store (`mlflow ui --backend-store-uri
+    sqlite:///RUNDIR/mlflow.db`). If the driver is killed, `nestor resume
+    RUNDIR` finishes the workflow without re-running finished trials.
+    """
+    _run(spec, run_dir, resume, slots, address)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@_run_options
+def resume(run_dir: Path, slots: int | None, address: str | None) -> None:
+    """Finish an interrupted workflow run from its journal.
+
+    Finished trials are not run again; trials that were running when the
+    driver stopped are run again. Their MLflow runs are continued, not copied.
+    """
+    _run(None, run_dir, True, slots, address)
+
+
+def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
+         address: str | None) -> None:
+    from orchestrator.progress import StageProgress
+    from orchestrator.results import render_results
+    from orchestrator.spec import SpecError
+    from orchestrator.workflow import RunError, run_workflow
+
+    import logging
+
+    logging.getLogger("mlflow").setLevel(logging.WARNING)  # its schema-migration chatter
+    logging.getLogger("alembic").setLevel(logging.WARNING)
+    out = console()
+    try:
+        with StageProgress(console(stderr=True)) as progress:
+            run_dir, results = run_workflow(
+                spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
+                on_progress=progress.update,
+            )
+    except SpecError as exc:
+        for problem in exc.problems:
+            console(stderr=True).print(f"[bold red]error[/]: {problem}", soft_wrap=True)
+        sys.exit(EXIT_SPEC_ERROR)
+    except RunError as exc:
+        console(stderr=True).print(f"[bold red]error[/]: {exc}", soft_wrap=True)
+        sys.exit(EXIT_SPEC_ERROR)
+    render_results(out, results)
+    out.print(f"run directory: {run_dir}")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
+              show_default=True, help="table for people; json or csv for programs.")
+def results(run_dir: Path, fmt: str) -> None:
+    """Show the results of a finished run: best configuration, test metric, every trial."""
+    from orchestrator.results import load_results, render_results, write_csv
+
+    try:
+        data = load_results(run_dir)
+    except FileNotFoundError as exc:
+        console(stderr=True).print(f"[bold red]error[/]: {exc}")
+        sys.exit(EXIT_SPEC_ERROR)
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(data, indent=2))
+    elif fmt == "csv":
+        write_csv(data, sys.stdout)
+    else:
+        render_results(console(), data)
+
+
 @cli.command()
 def trainers() -> None:
     """List the built-in trainers and datasets, and the settings each accepts.

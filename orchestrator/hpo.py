@@ -1,0 +1,405 @@
+"""Run one HPO stage: ask the searcher, run trials on gangs, tell the results.
+
+The loop keeps every slot busy: whenever a trial ends it tells the searcher
+and asks again, so the asynchronous (steady-state) schedule never waits for a
+straggler, while the generational schedule waits because its searcher hands
+out nothing until the generation is complete. Each trial event is journalled
+before it counts, and the searcher's state is saved atomically after every
+tell, so a killed driver resumes without re-running a finished trial.
+
+Faults: a trial that fails (an exception, a NaN or missing metric, a dead
+rank, its timeout) is retried up to ``trial.retries`` times, on a fresh gang
+if a rank died or it timed out, from its latest checkpoint; after that the
+searcher is told it failed and the sweep goes on.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.gangs import Gang, GangFailure, GangPool, Shape
+from orchestrator.journal import Journal
+from orchestrator.spec import HpoStage, Workflow
+from orchestrator.tracking import Tracker
+
+log = logging.getLogger(__name__)
+
+POLL_S = 0.5  # longest wait between checks of deadlines
+
+
+@dataclass
+class Attempt:
+    """One run of one trial on one gang."""
+
+    trial: Any  # search.Trial
+    number: int
+    run_id: str
+    gang: Gang | None = None
+    refs: list[Any] = field(default_factory=list)
+    started: float = 0.0
+    deadline: float | None = None
+
+
+@dataclass
+class TrialRecord:
+    """What the stage knows of a trial, for the summary and results."""
+
+    id: str
+    config: dict[str, Any]
+    generation: int
+    deme: int
+    parents: list[str]
+    status: str = "running"
+    value: float | list[float] | None = None
+    metrics: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+    attempts: int = 0
+    slot_seconds: float = 0.0
+    finished_at: float | None = None
+    run_id: str | None = None  # its MLflow run, kept across attempts and resumes
+
+
+def _write_atomic(path: Path, data: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
+class HpoRunner:
+    """Drives one hpo stage to its end (budget, threshold, patience or failures)."""
+
+    def __init__(
+        self,
+        workflow: Workflow,
+        stage: HpoStage,
+        *,
+        run_dir: Path,
+        pool: GangPool,
+        journal: Journal,
+        tracker: Tracker,
+        stage_run_id: str,
+        on_progress: Callable[[HpoRunner], None] | None = None,
+    ) -> None:
+        from search import Objective, make_searcher
+        from trainers import TrainerRef
+
+        self.workflow = workflow
+        self.stage = stage
+        self.run_dir = run_dir
+        self.pool = pool
+        self.journal = journal
+        self.tracker = tracker
+        self.stage_run_id = stage_run_id
+        self.on_progress = on_progress
+        self.objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
+        settings = stage.search.model_dump(exclude={"algorithm"})
+        self.searcher = make_searcher(
+            stage.search.algorithm, stage.search_space(), self.objectives, **settings
+        )
+        self.trainer = TrainerRef.from_spec(stage.trainer, result_metric=self.objectives[0].metric)
+        parallel = workflow.parallel_of(stage.name)
+        # A command trainer is one process that starts its own ranks, if any.
+        self.shape = (
+            Shape(1, 1) if self.trainer.kind == "command"
+            else Shape(parallel.data, parallel.model)
+        )
+        self.state_path = run_dir / "searcher" / f"{stage.name}.json"
+        self.records: dict[str, TrialRecord] = {}
+        self.running: dict[str, Attempt] = {}
+        self.queue: list[tuple[Any, int]] = []  # (trial, attempt number) to start
+        self.started_at = time.time()
+        self.threshold_at: float | None = None
+
+    # -- resume -----------------------------------------------------------------------
+
+    def restore(self, events: list[dict[str, Any]]) -> None:
+        """Rebuild from the saved searcher state and the journal of this stage."""
+        if self.state_path.exists():
+            self.searcher.restore(json.loads(self.state_path.read_text()))
+        mine = [e for e in events if e.get("stage") == self.stage.name]
+        for event in mine:
+            kind = event["event"]
+            if kind == "trial_started":
+                record = self._record(event["trial"])
+                record.attempts = max(record.attempts, event["attempt"])
+                record.run_id = event["run_id"]
+            elif kind in ("trial_finished", "trial_attempt_failed"):
+                record = self._record(event["trial"])
+                record.slot_seconds += event.get("slot_seconds", 0.0)
+                if kind == "trial_finished":
+                    record.status = event["status"]
+                    record.value = event.get("value")
+                    record.metrics = event.get("metrics", {})
+                    record.reason = event.get("reason")
+                    record.finished_at = event["time"]
+            elif kind == "threshold_reached":
+                self.threshold_at = event["time"]
+            elif kind == "stage_started":
+                self.started_at = event["time"]
+        # A result journalled just before the kill may be missing from the state file.
+        pending = {t.id: t for t in self.searcher.pending}
+        for record in self.records.values():
+            if record.status != "running" and record.id in pending:
+                self._tell(pending.pop(record.id), record)
+        # Trials that were running when the driver died run again, as new attempts.
+        for trial in self.searcher.pending:
+            record = self.records.get(trial.id)
+            self.queue.append((trial, (record.attempts if record else 0) + 1))
+
+    def _record(self, trial: dict[str, Any]) -> TrialRecord:
+        if trial["id"] not in self.records:
+            self.records[trial["id"]] = TrialRecord(
+                trial["id"], dict(trial["config"]), trial.get("generation", 0),
+                trial.get("deme", 0), list(trial.get("parents", [])),
+            )
+        return self.records[trial["id"]]
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def run(self) -> None:
+        import ray
+
+        while True:
+            self._start_what_fits()
+            if not self.running:
+                if self.queue:
+                    raise RuntimeError(
+                        f"a trial of {self.shape} cannot start on {self.pool.slots} slots"
+                    )
+                break
+            refs = [ref for attempt in self.running.values() for ref in attempt.refs]
+            ray.wait(refs, num_returns=1, timeout=self._wait_s(), fetch_local=False)
+            self._collect_finished()
+            if self.on_progress:
+                self.on_progress(self)
+        self._save_state()
+
+    def _wait_s(self) -> float:
+        deadlines = [a.deadline for a in self.running.values() if a.deadline is not None]
+        if not deadlines:
+            return POLL_S * 4
+        return max(0.05, min(POLL_S, min(deadlines) - time.monotonic()))
+
+    def _start_what_fits(self) -> None:
+        while self.pool.fits(self.shape):
+            if not self.queue:
+                if self.searcher.done():
+                    return
+                asked = self.searcher.ask(1)
+                if not asked:
+                    return  # generational barrier, or nothing left to ask
+                self._save_state()
+                self.queue.extend((trial, 1) for trial in asked)
+            trial, number = self.queue.pop(0)
+            self._start(trial, number)
+
+    def _start(self, trial: Any, number: int) -> None:
+        from trainers import TrialRequest, run_trial
+
+        record = self._record(trial.to_dict())
+        record.attempts = number
+        run_id = record.run_id
+        if run_id is None:
+            run_id = self.tracker.start_run(
+                f"{self.stage.name}/{trial.id}",
+                parent=self.stage_run_id,
+                params=trial.config,
+                tags={
+                    "nestor.stage": self.stage.name,
+                    "nestor.trial": trial.id,
+                    "nestor.generation": trial.generation,
+                    "nestor.deme": trial.deme,
+                    "nestor.parents": ",".join(trial.parents),
+                    "nestor.dp": self.shape.data,
+                    "nestor.mp": self.shape.model,
+                    "nestor.status": "running",
+                },
+            )
+            record.run_id = run_id
+        trial_dir = f"{self.stage.name}/{trial.id}"
+        request = TrialRequest(
+            trial_id=f"{self.stage.name}-{trial.id}",
+            trainer=self.trainer,
+            settings=dict(self.stage.trainer.settings),
+            config=dict(trial.config),
+            data_parallel=self.shape.data,
+            model_parallel=self.shape.model,
+            checkpoint_dir=str(self.run_dir / "checkpoints" / trial_dir),
+            log_dir=str(self.run_dir / "logs" / trial_dir),
+            timeout=self.stage.trial.timeout,
+        )
+        gang = self.pool.acquire(self.shape)
+        attempt = Attempt(trial, number, run_id, gang, started=time.monotonic())
+        if self.stage.trial.timeout:
+            attempt.deadline = attempt.started + self.stage.trial.timeout
+        attempt.refs = gang.submit(run_trial, request)
+        self.running[trial.id] = attempt
+        self.journal.append(
+            "trial_started", stage=self.stage.name, trial=trial.to_dict(), attempt=number,
+            run_id=run_id, gang=gang.id, shape=str(self.shape),
+        )
+
+    def _collect_finished(self) -> None:
+        import ray
+
+        now = time.monotonic()
+        for trial_id, attempt in list(self.running.items()):
+            ready, _ = ray.wait(attempt.refs, num_returns=len(attempt.refs), timeout=0)
+            timed_out = attempt.deadline is not None and now >= attempt.deadline
+            errored = any(_raises(ref) for ref in ready)
+            if len(ready) < len(attempt.refs) and not timed_out and not errored:
+                continue
+            del self.running[trial_id]
+            outcome = self._outcome(attempt, timed_out)
+            self.pool.release(attempt.gang)
+            self._finish_attempt(attempt, outcome)
+
+    def _outcome(self, attempt: Attempt, timed_out: bool) -> dict[str, Any]:
+        """The attempt's result as {status, value, metrics, reason, history}."""
+        assert attempt.gang is not None
+        if timed_out:
+            attempt.gang.broken = True
+            return {"status": "failed", "reason": f"timeout after {self.stage.trial.timeout:g} s"}
+        try:
+            results = attempt.gang.collect(timeout_s=60)
+        except GangFailure as exc:
+            return {"status": "failed", "reason": str(exc)}
+        result = results[0]
+        if not result.ok:
+            return {"status": "failed", "reason": result.reason or "the trainer failed",
+                    "metrics": dict(result.metrics), "history": list(result.history)}
+        values = []
+        for objective in self.objectives:
+            value = result.metrics.get(objective.metric)
+            if value is None:
+                return {"status": "failed", "metrics": dict(result.metrics),
+                        "reason": f"the trainer reported no {objective.metric!r}"
+                        f" (it reported: {', '.join(sorted(result.metrics)) or 'nothing'})"}
+            if not isinstance(value, int | float) or not math.isfinite(value):
+                return {"status": "failed", "metrics": dict(result.metrics),
+                        "reason": f"{objective.metric} is {value!r}, not a finite number"}
+            values.append(float(value))
+        return {
+            "status": "completed",
+            "value": values[0] if len(values) == 1 else values,
+            "metrics": dict(result.metrics),
+            "history": list(result.history),
+        }
+
+    def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any]) -> None:
+        trial = attempt.trial
+        record = self.records[trial.id]
+        seconds = time.monotonic() - attempt.started
+        slot_seconds = seconds * self.shape.ranks
+        record.slot_seconds += slot_seconds
+        for step, metrics in enumerate(outcome.get("history", [])):
+            self.tracker.log_metrics(attempt.run_id, metrics, step=step)
+        retry = outcome["status"] == "failed" and attempt.number <= self.stage.trial.retries
+        if retry:
+            self.journal.append(
+                "trial_attempt_failed", stage=self.stage.name, trial=trial.to_dict(),
+                attempt=attempt.number, reason=outcome["reason"], slot_seconds=slot_seconds,
+            )
+            log.warning("trial %s attempt %d failed (%s); retrying", trial.id, attempt.number,
+                        outcome["reason"])
+            self.queue.insert(0, (trial, attempt.number + 1))
+            return
+        record.status = outcome["status"]
+        record.value = outcome.get("value")
+        record.metrics = outcome.get("metrics", {})
+        record.reason = outcome.get("reason")
+        record.finished_at = time.time()
+        self.journal.append(
+            "trial_finished", stage=self.stage.name, trial=trial.to_dict(),
+            attempt=attempt.number, status=record.status, value=record.value,
+            metrics=record.metrics, reason=record.reason, slot_seconds=slot_seconds,
+        )
+        final_step = len(outcome.get("history", []))
+        self.tracker.log_metrics(attempt.run_id, record.metrics, step=final_step)
+        tags = {"nestor.status": record.status, "nestor.attempts": attempt.number}
+        if record.reason:
+            tags["nestor.failure"] = record.reason
+        self.tracker.set_tags(attempt.run_id, tags)
+        ended = "FINISHED" if record.status == "completed" else "FAILED"
+        self.tracker.finish(attempt.run_id, ended)
+        self._tell(trial, record)
+
+    def _tell(self, trial: Any, record: TrialRecord) -> None:
+        from search import Failure
+
+        if record.status == "completed":
+            self.searcher.tell(trial.id, record.value)
+            if self.threshold_at is None and self._reached(record.value):
+                self.threshold_at = time.time()
+                self.journal.append("threshold_reached", stage=self.stage.name, trial=trial.id)
+        else:
+            self.searcher.tell(trial.id, Failure(record.reason or "failed"))
+        self._save_state()
+
+    def _reached(self, value: Any) -> bool:
+        objective = self.objectives[0]
+        if objective.threshold is None or value is None:
+            return False
+        first = value[0] if isinstance(value, list) else value
+        return objective.reached(first)
+
+    def _save_state(self) -> None:
+        _write_atomic(self.state_path, json.dumps(self.searcher.state()))
+
+    # -- reporting --------------------------------------------------------------------
+
+    def summary(self) -> dict[str, Any]:
+        best = self.searcher.best()
+        best_record = self.records.get(best.trial.id) if best else None
+        finished = [r for r in self.records.values() if r.status != "running"]
+        return {
+            "name": self.stage.name,
+            "kind": "hpo",
+            "stop_reason": self.searcher.stop_reason,
+            "best": None if best_record is None else {
+                "id": best_record.id,
+                "config": best_record.config,
+                "value": best_record.value,
+                "test_value": best_record.metrics.get("test_accuracy"),
+            },
+            "trials": [
+                {
+                    "id": r.id, "status": r.status, "value": r.value, "config": r.config,
+                    "generation": r.generation, "deme": r.deme, "parents": r.parents,
+                    "attempts": r.attempts, "slot_seconds": round(r.slot_seconds, 3),
+                    "reason": r.reason, "metrics": r.metrics,
+                }
+                for r in self.records.values()
+            ],
+            "n_trials": len(self.records),
+            "n_runs": sum(r.attempts for r in self.records.values()),
+            "n_failed": sum(1 for r in finished if r.status == "failed"),
+            "slot_seconds": round(sum(r.slot_seconds for r in self.records.values()), 3),
+            "wall_time_s": round(time.time() - self.started_at, 3),
+            "time_to_threshold_s": None if self.threshold_at is None
+            else round(self.threshold_at - self.started_at, 3),
+        }
+
+
+def _raises(ref: Any) -> bool:
+    import ray
+
+    try:
+        ray.get(ref, timeout=0)
+    except ray.exceptions.GetTimeoutError:
+        return False
+    except Exception:
+        return True
+    return False

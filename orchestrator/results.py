@@ -1,0 +1,65 @@
+"""Reading and showing a run's results.json."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import IO, Any
+
+from rich.console import Console
+from rich.table import Table
+
+
+def load_results(run_dir: Path) -> dict[str, Any]:
+    path = run_dir / "results.json"
+    if not path.exists():
+        raise FileNotFoundError(
+            f"{run_dir} has no results.json yet (unfinished run? try `nestor resume {run_dir}`)"
+        )
+    return json.loads(path.read_text())
+
+
+def _fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:.4g}"
+    if isinstance(value, list):
+        return ", ".join(_fmt(v) for v in value)
+    return str(value)
+
+
+def render_results(console: Console, results: dict[str, Any]) -> None:
+    table = Table(title=f"workflow {results['workflow']}", title_justify="left",
+                  header_style="bold", box=None)
+    for column in ("stage", "best value", "its test acc.", "trials", "runs", "failed",
+                   "slot-s", "wall s", "to threshold s"):
+        table.add_column(column, justify="left" if column == "stage" else "right")
+    for stage in results["stages"]:
+        best = stage.get("best") or {}
+        table.add_row(
+            stage["name"], _fmt(best.get("value")), _fmt(best.get("test_value")),
+            str(stage["n_trials"]), str(stage["n_runs"]), str(stage["n_failed"]),
+            _fmt(stage["slot_seconds"]), _fmt(stage["wall_time_s"]),
+            _fmt(stage.get("time_to_threshold_s")),
+        )
+    console.print(table)
+    for stage in results["stages"]:
+        best = stage.get("best")
+        if best:
+            config = ", ".join(f"{k}={_fmt(v)}" for k, v in best["config"].items())
+            console.print(f"best of {stage['name']} ({best['id']}): {config}")
+        console.print(f"{stage['name']} stopped: {stage.get('stop_reason')}")
+
+
+def write_csv(results: dict[str, Any], out: IO[str]) -> None:
+    writer = csv.writer(out)
+    names = sorted({k for s in results["stages"] for t in s["trials"] for k in t["config"]})
+    writer.writerow(["stage", "id", "status", "value", "attempts", "slot_seconds",
+                     "generation", *names])
+    for stage in results["stages"]:
+        for trial in stage["trials"]:
+            writer.writerow([stage["name"], trial["id"], trial["status"], _fmt(trial["value"]),
+                             trial["attempts"], trial["slot_seconds"], trial["generation"],
+                             *[trial["config"].get(n, "") for n in names]])
