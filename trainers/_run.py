@@ -1,0 +1,61 @@
+"""`run_trial`: the one entry point the orchestrator calls, in every rank of a gang."""
+
+from __future__ import annotations
+
+import time
+import traceback
+
+from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+
+
+def run_trial(request: TrialRequest, *, report: Report | None = None,
+              should_stop: ShouldStop | None = None) -> TrialResult:
+    """Run one trial in this process and return how it ended; never raises for the trial's faults.
+
+    Built-in and function trainers: call it in **every rank** of a Horovod
+    gang of ``request.data_parallel * request.model_parallel`` ranks, at the
+    same time, with the same request (a plain single process when both are 1).
+    It initialises Horovod once per process and the process sets a shape needs
+    once per shape, so a warm gang may run trial after trial::
+
+        executor = horovod.ray.RayExecutor(settings, num_workers=dp * mp)
+        executor.start()
+        results = executor.run(trainers.run_trial, args=[request])  # one per rank
+        result = results[0]                                          # rank 0's
+
+    ``report(metrics, step)`` is called on rank 0 after each epoch; pass
+    the orchestrator's callback (it must be picklable for Ray, e.g. an actor
+    handle's method). ``should_stop()`` is asked on rank 0 after each epoch;
+    its answer is broadcast so all ranks stop together.
+
+    Command trainers run once, as a subprocess of the calling process (no gang).
+    Every rank returns a result; rank 0's carries the metrics. Failures (bad
+    options, missing data, a crashing user function, a diverging loss) come
+    back as ``status="failed"`` with a one-line ``reason`` and the traceback
+    in ``details``.
+    """
+    started = time.perf_counter()
+    try:
+        if request.trainer.kind == "command":
+            from trainers.command import run_command
+
+            return run_command(request, report, should_stop)
+        from trainers.parallel import setup
+
+        par = setup(request.data_parallel, request.model_parallel)
+        if request.trainer.kind == "builtin":
+            from trainers.builtin import run_builtin
+
+            return run_builtin(request, par, report, should_stop)
+        from trainers.function import run_function
+
+        return run_function(request, par, report, should_stop)
+    except Exception as exc:
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if type(exc).__name__ not in ("TrialFailed", "ValueError", "DatasetError"):
+            reason = f"{type(exc).__name__}: {reason}"
+        return TrialResult(
+            trial_id=request.trial_id, status="failed", reason=reason,
+            metrics={"wall_time": time.perf_counter() - started},
+            details=traceback.format_exc(),
+        )

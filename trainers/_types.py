@@ -1,0 +1,241 @@
+"""What the orchestrator hands a trial, and what it gets back.
+
+Plain dataclasses of builtins only, so that they pickle across Ray and
+Horovod process boundaries and never import torch. The orchestrator builds a
+`TrialRequest` from a spec's ``trainer:`` and ``parallel:`` sections plus the
+configuration its searcher asked for, and calls `trainers.run_trial` with it
+in every rank of a gang.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+DEFAULT_RESULT_PATTERN = r"FoM: (\S+)"
+DEFAULT_FLAG_PREFIX = "--"
+
+Report = Callable[[dict[str, float], int], None]
+ShouldStop = Callable[[], bool]
+
+
+@dataclass(frozen=True)
+class TrainerRef:
+    """Which trainer a trial runs: a built-in, a Python function, or a command.
+
+    Exactly one of ``name``, ``function`` and ``argv`` is set. Build it with
+    the class methods, or with `TrainerRef.from_spec` from an orchestrator
+    spec's trainer (anything with the attributes ``name``, ``function``,
+    ``argv``/``command``, ``result_pattern`` and ``flag_prefix``)::
+
+        TrainerRef.builtin("cnn")
+        TrainerRef.python("mypkg.fit:train")
+        TrainerRef.command(["python3", "fit.py"], result_pattern=r"acc=(\\S+)")
+    """
+
+    name: str | None = None
+    function: str | None = None
+    argv: tuple[str, ...] | None = None
+    result_pattern: str = DEFAULT_RESULT_PATTERN
+    flag_prefix: str = DEFAULT_FLAG_PREFIX
+    result_metric: str = "result"
+    """Command trainers: the metric name under which the parsed number is
+    reported (set it to the objective's metric, e.g. ``val_accuracy``)."""
+
+    def __post_init__(self) -> None:
+        given = [k for k in ("name", "function", "argv") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                "a trainer needs exactly one of name, function, argv, but got "
+                + (", ".join(given) or "none")
+            )
+        if self.function is not None and not re.fullmatch(
+            r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*", self.function
+        ):
+            raise ValueError(
+                f"function must look like 'package.module:function', but got {self.function!r}"
+            )
+        if self.argv is not None:
+            if isinstance(self.argv, str):
+                raise TypeError("argv must be a sequence of words, but got a string")
+            object.__setattr__(self, "argv", tuple(str(word) for word in self.argv))
+            if not self.argv or not self.argv[0].strip():
+                raise ValueError("a command must name a program, but got an empty command")
+        try:
+            pattern = re.compile(self.result_pattern)
+        except re.error as exc:
+            raise ValueError(
+                f"result_pattern must be a regular expression, but {self.result_pattern!r}"
+                f" does not compile: {exc}"
+            ) from None
+        if pattern.groups < 1:
+            raise ValueError(
+                "result_pattern must have a group around the number, e.g. 'FoM: (\\S+)',"
+                f" but got {self.result_pattern!r}"
+            )
+
+    @property
+    def kind(self) -> Literal["builtin", "function", "command"]:
+        if self.name is not None:
+            return "builtin"
+        return "function" if self.function is not None else "command"
+
+    @classmethod
+    def builtin(cls, name: str) -> TrainerRef:
+        return cls(name=name)
+
+    @classmethod
+    def python(cls, function: str) -> TrainerRef:
+        return cls(function=function)
+
+    @classmethod
+    def command(
+        cls,
+        command: str | Sequence[str],
+        *,
+        result_pattern: str | None = None,
+        flag_prefix: str | None = None,
+        result_metric: str = "result",
+    ) -> TrainerRef:
+        """A command, given as an argument vector or a string split like a shell would
+        (`shlex.split`) -- but it is never run through a shell."""
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        return cls(
+            argv=tuple(argv),
+            result_pattern=result_pattern or DEFAULT_RESULT_PATTERN,
+            flag_prefix=DEFAULT_FLAG_PREFIX if flag_prefix is None else flag_prefix,
+            result_metric=result_metric,
+        )
+
+    @classmethod
+    def from_spec(cls, spec: Any, *, result_metric: str = "result") -> TrainerRef:
+        """From an `orchestrator.spec.model.Trainer` (duck-typed: no import)."""
+        if getattr(spec, "name", None) is not None:
+            return cls.builtin(spec.name)
+        if getattr(spec, "function", None) is not None:
+            return cls.python(spec.function)
+        return cls.command(
+            spec.command,
+            result_pattern=getattr(spec, "result_pattern", None),
+            flag_prefix=getattr(spec, "flag_prefix", None),
+            result_metric=result_metric,
+        )
+
+    def describe(self) -> str:
+        if self.name is not None:
+            return self.name
+        if self.function is not None:
+            return self.function
+        return shlex.join(self.argv or ())
+
+
+@dataclass(frozen=True)
+class TrialRequest:
+    """Everything one trial needs; the same object goes to every rank.
+
+    ``settings`` are the trainer's fixed settings, ``config`` the
+    hyperparameters the searcher chose; for built-in trainers a key may be
+    given in either (``config`` wins), so a search may tune ``epochs`` too.
+
+    ``checkpoint_dir``: where rank 0 saves a checkpoint every epoch; if it
+    already holds one, the trial resumes from it (a restarted trial).
+    ``init_from``: a checkpoint file, or a directory holding checkpoints (its
+    latest is used), whose weights start this trial when it has none of its
+    own yet; ``init_groups`` limits which layer groups are loaded (None: all)
+    and ``freeze`` names groups that are not trained (transfer learning).
+    ``log_dir``: where a command trainer's stdout and stderr are kept.
+    ``workdir``: a command trainer's working directory (default: current).
+    ``timeout``: seconds before a command trainer is killed.
+    """
+
+    trial_id: str
+    trainer: TrainerRef
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    config: Mapping[str, Any] = field(default_factory=dict)
+    data_parallel: int = 1
+    model_parallel: int = 1
+    checkpoint_dir: str | None = None
+    init_from: str | None = None
+    init_groups: tuple[str, ...] | None = None
+    freeze: tuple[str, ...] = ()
+    log_dir: str | None = None
+    workdir: str | None = None
+    timeout: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.trainer, TrainerRef):
+            raise TypeError(
+                f"trainer must be a TrainerRef, but got {type(self.trainer).__name__}"
+            )
+        for name in ("data_parallel", "model_parallel"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer of at least 1, but got {value!r}")
+        if self.timeout is not None and not (self.timeout > 0 and math.isfinite(self.timeout)):
+            raise ValueError(
+                f"timeout must be a positive number of seconds, but got {self.timeout}"
+            )
+        for name in ("init_groups", "freeze"):
+            value = getattr(self, name)
+            if isinstance(value, str):
+                raise TypeError(f"{name} must be a sequence of group names, but got a string")
+            if value is not None:
+                object.__setattr__(self, name, tuple(value))
+        object.__setattr__(self, "settings", dict(self.settings))
+        object.__setattr__(self, "config", dict(self.config))
+
+    @property
+    def ranks(self) -> int:
+        return self.data_parallel * self.model_parallel
+
+
+@dataclass
+class TrialResult:
+    """How a trial ended.
+
+    ``status`` is ``"ok"`` or ``"failed"`` (then ``reason`` says why, in one
+    line, and ``details`` may hold a traceback or the tail of a log).
+    ``metrics`` are the final figures: for built-in trainers ``test_accuracy``,
+    ``test_loss``, ``val_accuracy``, ``val_loss``, ``train_loss`` (last epoch),
+    ``epochs``, ``samples_per_second`` and ``wall_time`` (seconds, this run
+    only); for command trainers the parsed result under the trainer's
+    ``result_metric`` plus ``wall_time``. ``history`` has one dict per epoch
+    (built-ins: ``epoch``, ``train_loss``, ``val_loss``, ``val_accuracy``,
+    ``samples_per_second``, ``epoch_time``, ``lr``). ``stopped_early`` is True
+    when ``should_stop()`` ended the trial. ``checkpoint`` is the path of the
+    last checkpoint saved, ``resumed_from_epoch`` the epoch a restart resumed
+    after (0: started fresh).
+    """
+
+    trial_id: str
+    status: Literal["ok", "failed"]
+    reason: str | None = None
+    metrics: dict[str, float] = field(default_factory=dict)
+    history: list[dict[str, float]] = field(default_factory=list)
+    stopped_early: bool = False
+    checkpoint: str | None = None
+    resumed_from_epoch: int = 0
+    logs: dict[str, str] = field(default_factory=dict)
+    details: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == "ok"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trial_id": self.trial_id,
+            "status": self.status,
+            "reason": self.reason,
+            "metrics": dict(self.metrics),
+            "history": [dict(h) for h in self.history],
+            "stopped_early": self.stopped_early,
+            "checkpoint": self.checkpoint,
+            "resumed_from_epoch": self.resumed_from_epoch,
+            "logs": dict(self.logs),
+            "details": self.details,
+        }

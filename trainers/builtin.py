@@ -1,0 +1,274 @@
+"""The training loop of the built-in trainers (``mlp``, ``cnn``), for any dp x mp.
+
+Every rank runs this same function. Data parallelism: Horovod's
+`DistributedOptimizer` averages gradients over the rank's data-parallel
+process set (optionally compressed to fp16); parameters and optimizer state
+start equal by broadcast. Model parallelism: the wide layers are
+`ShardedLinear`s (see models.py). With both, gradients of split weights are
+averaged only over their data-parallel group (the ranks holding the same
+shard); replicated weights get the same average in every group, since the
+ranks of a model-parallel group compute identical gradients for them.
+
+Losses are weighted so that the average over data-parallel ranks is the
+mean over the global batch: with the dp-independent batches of data.py,
+dp = 2 follows dp = 1's loss curve up to float rounding.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainers import checkpoint as ckpt
+from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+from trainers.catalog import resolve_options
+from trainers.data import epoch_batches, load_splits, shard_slice, steps_per_epoch
+from trainers.models import build_model, freeze_groups, make_arch
+from trainers.parallel import Parallel, allreduce_sum, broadcast_flag
+
+EVAL_CHUNK = 1000
+
+
+class TrialFailed(Exception):
+    """A trial cannot go on; its message becomes the TrialResult's reason."""
+
+
+def _set_threads(par: Parallel) -> None:
+    # Ranks on one node share its cores; oversubscribed intra-op threads make
+    # data-parallel CPU runs slower than one rank. OMP_NUM_THREADS wins if set.
+    if "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // max(1, par.local_size)))
+
+
+def device_for(par: Parallel) -> torch.device:
+    """The rank's GPU (by local rank) where CUDA is present, else the CPU."""
+    if torch.cuda.is_available():
+        index = par.local_rank % torch.cuda.device_count()
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    return torch.device("cpu")
+
+
+def make_optimizer(options: dict[str, Any], params: list[torch.nn.Parameter],
+                   lr: float) -> torch.optim.Optimizer:
+    name, wd, momentum = options["optimizer"], options["weight_decay"], options["momentum"]
+    if name == "sgd":
+        return torch.optim.SGD(params, lr=lr, weight_decay=wd)
+    if name == "momentum":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, weight_decay=wd)
+    if name == "nesterov":
+        return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=True, weight_decay=wd)
+    if name == "adam":
+        return torch.optim.Adam(params, lr=lr, weight_decay=wd)
+    if name == "adamw":
+        return torch.optim.AdamW(params, lr=lr, weight_decay=wd)
+    if name == "rmsprop":
+        return torch.optim.RMSprop(params, lr=lr, momentum=momentum, weight_decay=wd)
+    raise ValueError(f"optimizer must be one of sgd, momentum, nesterov, adam, adamw, rmsprop,"
+                     f" but got {name!r}")
+
+
+def scaled_lr(options: dict[str, Any], dp: int) -> float:
+    """lr after scaling with the data-parallel size: none, x dp, or x sqrt(dp)."""
+    factor = {"none": 1.0, "linear": float(dp), "sqrt": math.sqrt(dp)}[options["lr_scaling"]]
+    return options["lr"] * factor
+
+
+def warmup_factor(step: int, warmup_steps: int) -> float:
+    """Linear warm-up per step: 1/W, 2/W, ... 1 over the first W steps, then 1."""
+    return 1.0 if warmup_steps <= 0 else min(1.0, (step + 1) / warmup_steps)
+
+
+def _broadcast(model: torch.nn.Module, optimizer: Any, par: Parallel) -> None:
+    """Start every rank of a data-parallel group from its root's weights and state."""
+    hvd = par.hvd
+    has_state = bool(optimizer.state_dict()["state"])
+    if par.mp == 1:
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        # Skipped on a fresh optimizer: Horovod would take a zero-gradient step
+        # to create state, which with weight decay moves the weights.
+        if has_state:
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return
+    # Split weights differ across a model-parallel group, so broadcast inside
+    # each data-parallel group (hvd.broadcast_parameters is global only).
+    for name, tensor in sorted(model.state_dict().items()):
+        hvd.broadcast_(tensor, root_rank=par.dp_root, name=f"bcast.{name}",
+                       process_set=par.dp_set)
+    if has_state:
+        for index, entry in sorted(optimizer.state_dict()["state"].items()):
+            for key, value in sorted(entry.items()):
+                if torch.is_tensor(value) and value.dim() > 0:
+                    hvd.broadcast_(value, root_rank=par.dp_root, name=f"bcast.opt.{index}.{key}",
+                                   process_set=par.dp_set)
+
+
+def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, par: Parallel,
+              device: torch.device, name: str) -> tuple[float, float]:
+    """Mean loss and accuracy over a split; each data-parallel rank takes a share."""
+    model.eval()
+    own = shard_slice(len(y), par.dp_rank, par.dp)
+    loss_sum = correct = 0.0
+    with torch.no_grad():
+        for start in range(own.start, own.stop, EVAL_CHUNK):
+            stop = min(start + EVAL_CHUNK, own.stop)
+            xb = torch.from_numpy(x[start:stop]).to(device)
+            yb = torch.from_numpy(y[start:stop]).to(device)
+            out = model(xb)
+            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
+            correct += float((out.argmax(1) == yb).sum())
+    loss_sum, correct, count = allreduce_sum([loss_sum, correct, float(own.stop - own.start)],
+                                             par, par.dp_set, f"eval.{name}")
+    if count == 0:
+        return math.nan, math.nan
+    return loss_sum / count, correct / count
+
+
+def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
+                should_stop: ShouldStop | None) -> TrialResult:
+    """Train one trial of a built-in trainer in this rank; see trainers.run_trial."""
+    started = time.perf_counter()
+    trainer = request.trainer.name or ""
+    options = resolve_options(trainer, request.settings, request.config)
+    _set_threads(par)
+    device = device_for(par)
+    splits = load_splits(
+        options["dataset"], data_dir=options["data_dir"], split_seed=options["split_seed"],
+        val_fraction=options["val_fraction"], test_fraction=options["test_fraction"],
+        classes=options["classes"], max_train_samples=options["max_train_samples"],
+    )
+    global_batch = options["batch_size"] * (par.dp if options["batch_per_rank"] else 1)
+    if global_batch < par.dp:
+        raise TrialFailed(
+            f"batch_size must be at least the data-parallel size ({par.dp}), but got"
+            f" {options['batch_size']}"
+        )
+    arch = make_arch(trainer, options, splits.image_shape, splits.num_classes)
+    model = build_model(arch, par, seed=options["seed"]).to(device)
+
+    history: list[dict[str, float]] = []
+    start_epoch = 0
+    saved_optimizer = None
+    latest = ckpt.latest_checkpoint(request.checkpoint_dir)
+    if latest is not None:
+        payload = ckpt.load_checkpoint(latest)
+        if payload["arch"] != arch:
+            raise TrialFailed(
+                f"checkpoint_dir {request.checkpoint_dir} holds a checkpoint of another model"
+                f" ({payload['arch']}), not {arch}; use a fresh directory or init_from"
+            )
+        ckpt.load_weights(model, payload, freeze=request.freeze)
+        start_epoch, history = int(payload["epoch"]), list(payload.get("history", []))
+        saved_optimizer = payload.get("optimizer")
+    elif request.init_from:
+        ckpt.load_weights(model, request.init_from, groups=request.init_groups,
+                          freeze=request.freeze)
+    else:
+        freeze_groups(model, request.freeze)
+
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    if not named:
+        raise TrialFailed(f"freeze {list(request.freeze)} leaves no parameters to train")
+    lr = scaled_lr(options, par.dp)
+    optimizer: Any = make_optimizer(options, [p for _, p in named], lr)
+    if par.dp > 1:
+        hvd = par.hvd
+        compression = hvd.Compression.fp16 if options["fp16_allreduce"] else hvd.Compression.none
+        optimizer = hvd.DistributedOptimizer(
+            optimizer, named_parameters=named, compression=compression,
+            process_set=par.dp_set if par.dp_set is not None else hvd.global_process_set,
+        )
+    names = [n for n, _ in named]
+    if saved_optimizer is not None:
+        ckpt.load_optimizer_state(optimizer, saved_optimizer, names, model)
+    if par.dp > 1:
+        _broadcast(model, optimizer, par)
+
+    n_train = len(splits.train)
+    steps = steps_per_epoch(n_train, global_batch, par.dp)
+    warmup_steps = options["warmup_epochs"] * steps
+    train_x, train_y = splits.train.x, splits.train.y
+    last_checkpoint = str(latest) if latest is not None else None
+    stopped = False
+    epochs = options["epochs"]
+
+    for epoch in range(start_epoch, epochs):
+        model.train()
+        torch.manual_seed(int(np.random.SeedSequence([options["seed"], epoch, par.dp_rank])
+                              .generate_state(1)[0]))
+        tick = time.perf_counter()
+        loss_sum = count = 0.0
+        samples = 0
+        for step, (idx, batch_size) in enumerate(epoch_batches(
+                n_train, global_batch, seed=options["seed"], epoch=epoch, rank=par.dp_rank,
+                size=par.dp)):
+            for group in optimizer.param_groups:
+                group["lr"] = lr * warmup_factor(epoch * steps + step, warmup_steps)
+            xb = torch.from_numpy(train_x[idx]).to(device, non_blocking=True)
+            yb = torch.from_numpy(train_y[idx]).to(device, non_blocking=True)
+            out = model(xb)
+            batch_loss = F.cross_entropy(out, yb, reduction="sum")
+            optimizer.zero_grad()
+            (batch_loss * (par.dp / batch_size)).backward()
+            optimizer.step()
+            loss_sum += float(batch_loss.detach())
+            count += len(idx)
+            samples += batch_size
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
+        epoch_time = time.perf_counter() - tick
+        loss_sum, count = allreduce_sum([loss_sum, count], par, par.dp_set, "train.loss")
+        train_loss = loss_sum / max(count, 1.0)
+        val_loss, val_accuracy = _evaluate(model, splits.val.x, splits.val.y, par, device, "val")
+        metrics = {
+            "epoch": epoch + 1,
+            "train_loss": train_loss,
+            "val_loss": val_loss,
+            "val_accuracy": val_accuracy,
+            "samples_per_second": samples / epoch_time if epoch_time > 0 else math.nan,
+            "epoch_time": epoch_time,
+            "lr": float(optimizer.param_groups[0]["lr"]),
+        }
+        history.append(metrics)
+        if not math.isfinite(train_loss):
+            raise TrialFailed(f"training diverged: train loss is {train_loss} at epoch"
+                              f" {epoch + 1} (lr {lr:g}); lower lr")
+        if request.checkpoint_dir is not None:
+            full_model = ckpt.full_state_dict(model, par) if par.dp_rank == 0 else None
+            full_opt = (ckpt.full_optimizer_state(optimizer, names, model, par)
+                        if par.dp_rank == 0 else None)
+            if par.is_root:
+                path = ckpt.save_checkpoint(request.checkpoint_dir, {
+                    "epoch": epoch + 1, "arch": arch, "model": full_model,
+                    "optimizer": full_opt, "options": options, "history": history,
+                    "trial_id": request.trial_id,
+                })
+                last_checkpoint = str(path)
+        if par.is_root and report is not None:
+            report(dict(metrics), epoch + 1)
+        wants_stop = bool(should_stop()) if (par.is_root and should_stop is not None) else False
+        # Always collective, so ranks that were given no should_stop stay in step.
+        if broadcast_flag(wants_stop, par, "should_stop"):
+            stopped = epoch + 1 < epochs
+            break
+
+    test_loss, test_accuracy = _evaluate(model, splits.test.x, splits.test.y, par, device, "test")
+    final: dict[str, float] = {}
+    if history:
+        last = history[-1]
+        final.update({k: last[k] for k in ("train_loss", "val_loss", "val_accuracy")})
+        final["samples_per_second"] = float(np.mean([h["samples_per_second"] for h in history]))
+        final["epochs"] = float(last["epoch"])
+    if not math.isnan(test_accuracy):
+        final["test_accuracy"], final["test_loss"] = test_accuracy, test_loss
+    final["wall_time"] = time.perf_counter() - started
+    return TrialResult(
+        trial_id=request.trial_id, status="ok", metrics=final, history=history,
+        stopped_early=stopped, checkpoint=last_checkpoint, resumed_from_epoch=start_epoch,
+    )

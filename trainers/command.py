@@ -1,0 +1,289 @@
+"""Command trainers: any program, run once per trial, as Urika's HPO and CANDLE run them.
+
+The trial's settings and hyperparameters become ``--name=value`` arguments
+(prefix configurable; a name that already starts with ``-`` gets none, so
+``-a`` becomes ``-a=0.5``). The program runs as an argument vector, never
+through a shell, so a value such as ``$(touch /tmp/x)`` arrives literally.
+Its result is the last output line matching the result pattern (default
+``FoM: (\\S+)``; stdout is searched first, then stderr); every matching line
+is also reported as a per-step metric, so ASHA can prune a command trainer
+that prints its figure each epoch.
+
+Output is streamed, never held whole: each stream's first half of
+``log_limit`` bytes goes to ``<log_dir>/stdout.log`` (or ``stderr.log``) as
+it comes, the last half is kept in a bounded buffer, and anything between is
+replaced by a note saying how many bytes were left out. A program printing
+gigabytes costs at most ``log_limit`` bytes of memory and disk per stream.
+
+The program gets the environment of the caller without Horovod's variables
+(its ranks are its own business) plus ``NESTOR_TRIAL_ID``,
+``NESTOR_CHECKPOINT_DIR``, ``NESTOR_INIT_FROM``, ``NESTOR_DATA_PARALLEL`` and
+``NESTOR_MODEL_PARALLEL``.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import math
+import os
+import re
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, BinaryIO
+
+from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+
+LOG_LIMIT = 8 * 1024 * 1024
+MAX_LINE = 64 * 1024
+CHUNK = 64 * 1024
+KILL_GRACE = 5.0
+POLL = 0.1
+
+
+def format_value(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return ",".join(format_value(v) for v in value)
+    return str(value)
+
+
+def build_argv(base: tuple[str, ...] | list[str], params: Mapping[str, Any],
+               prefix: str = "--") -> list[str]:
+    """The command's argument vector: ``base`` then one ``flag=value`` per parameter.
+
+    >>> build_argv(["fit"], {"lr": 0.5, "-a": 1})
+    ['fit', '--lr=0.5', '-a=1']
+    """
+    argv = list(base)
+    for name, value in params.items():
+        flag = name if name.startswith("-") else f"{prefix}{name}"
+        argv.append(f"{flag}={format_value(value)}")
+    return argv
+
+
+class _Stream:
+    """Reads one pipe in a thread: keeps a bounded log and scans lines for results."""
+
+    def __init__(self, pipe: BinaryIO, log_path: Path | None, limit: int, pattern: re.Pattern[str],
+                 on_result: Any) -> None:
+        self.pipe, self.pattern, self.on_result = pipe, pattern, on_result
+        self.head_limit = limit // 2
+        self.tail_limit = limit - self.head_limit
+        self.log = open(log_path, "wb") if log_path is not None else None  # noqa: SIM115
+        self.log_path = log_path
+        self.head_written = 0
+        self.tail: collections.deque[bytes] = collections.deque()
+        self.tail_size = 0
+        self.total = 0
+        self.partial = bytearray()
+        self.last_lines: collections.deque[str] = collections.deque(maxlen=5)
+        self.last_match: tuple[str, str] | None = None
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self) -> None:
+        fd = self.pipe.fileno()
+        while True:
+            try:
+                chunk = os.read(fd, CHUNK)
+            except OSError:
+                break
+            if not chunk:
+                break
+            self.total += len(chunk)
+            self._keep(chunk)
+            self._scan(chunk)
+        if self.partial:
+            self._line(bytes(self.partial))
+            self.partial.clear()
+
+    def _keep(self, chunk: bytes) -> None:
+        room = self.head_limit - self.head_written
+        if room > 0:
+            head, chunk = chunk[:room], chunk[room:]
+            if self.log is not None:
+                self.log.write(head)
+            self.head_written += len(head)
+        if chunk:
+            self.tail.append(chunk)
+            self.tail_size += len(chunk)
+            while self.tail_size - len(self.tail[0]) >= self.tail_limit:
+                self.tail_size -= len(self.tail.popleft())
+            if self.tail_size > self.tail_limit:  # trim the oldest chunk's front
+                excess = self.tail_size - self.tail_limit
+                self.tail[0] = self.tail[0][excess:]
+                self.tail_size -= excess
+
+    def _scan(self, chunk: bytes) -> None:
+        # Lines longer than MAX_LINE are cut: no sensible result line is that long,
+        # and a program printing one huge line must not grow memory.
+        pieces = chunk.split(b"\n")
+        for i, piece in enumerate(pieces):
+            room = MAX_LINE - len(self.partial)
+            if room > 0:
+                self.partial += piece[:room]
+            if i < len(pieces) - 1:
+                self._line(bytes(self.partial))
+                self.partial.clear()
+
+    def _line(self, raw: bytes) -> None:
+        text = raw.decode("utf-8", errors="replace").rstrip("\r")
+        if text.strip():
+            self.last_lines.append(text[:500])
+        match = self.pattern.search(text)
+        if match:
+            self.last_match = (match.group(1), text[:500])
+            self.on_result(match.group(1))
+
+    def finish(self, timeout: float) -> None:
+        self.thread.join(timeout)
+        if self.log is not None:
+            omitted = self.total - self.head_written - self.tail_size
+            if omitted > 0:
+                self.log.write(f"\n[nestor: {omitted} bytes of output left out here; the log keeps"
+                               f" the first and last {self.head_limit} bytes]\n".encode())
+            for chunk in self.tail:
+                self.log.write(chunk)
+            self.log.close()
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End the command and anything it started in its session: TERM, a grace, then KILL."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(KILL_GRACE)
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
+def _parse(value: str) -> float | str:
+    """The number, or a message saying why it is not one."""
+    try:
+        number = float(value)
+    except ValueError:
+        return "is not a number"
+    if not math.isfinite(number):
+        return "is not finite"
+    return number
+
+
+def run_command(request: TrialRequest, report: Report | None = None,
+                should_stop: ShouldStop | None = None, *,
+                log_limit: int = LOG_LIMIT) -> TrialResult:
+    """Run a command trainer once and read its result; never raises for the command's faults."""
+    started = time.perf_counter()
+    trainer = request.trainer
+    params = {**request.settings, **request.config}
+    argv = build_argv(trainer.argv or (), params, trainer.flag_prefix)
+    pattern = re.compile(trainer.result_pattern)
+    log_dir = Path(request.log_dir) if request.log_dir else None
+    if log_dir is not None:
+        log_dir.mkdir(parents=True, exist_ok=True)
+        (log_dir / "command.txt").write_text("\n".join(argv) + "\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}
+    env.update({
+        "NESTOR_TRIAL_ID": request.trial_id,
+        "NESTOR_CHECKPOINT_DIR": request.checkpoint_dir or "",
+        "NESTOR_INIT_FROM": request.init_from or "",
+        "NESTOR_DATA_PARALLEL": str(request.data_parallel),
+        "NESTOR_MODEL_PARALLEL": str(request.model_parallel),
+    })
+    history: list[dict[str, float]] = []
+    lock = threading.Lock()
+
+    def failed(reason: str, **extra: Any) -> TrialResult:
+        return TrialResult(trial_id=request.trial_id, status="failed", reason=reason,
+                           metrics={"wall_time": time.perf_counter() - started},
+                           history=history, **extra)
+
+    try:
+        proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            cwd=request.workdir, env=env, start_new_session=True,
+        )
+    except FileNotFoundError:
+        return failed(f"command not found: {argv[0]!r}")
+    except PermissionError:
+        return failed(f"command is not executable: {argv[0]!r}")
+    except OSError as exc:
+        return failed(f"command {argv[0]!r} could not start: {exc}")
+
+    def on_result(text: str) -> None:
+        number = _parse(text)
+        if isinstance(number, float):
+            with lock:
+                step = len(history) + 1
+                history.append({"step": float(step), trainer.result_metric: number})
+            if report is not None:
+                report({trainer.result_metric: number}, step)
+
+    streams = {
+        name: _Stream(pipe, log_dir / f"{name}.log" if log_dir else None, log_limit, pattern,
+                      on_result if name == "stdout" else (lambda _text: None))
+        for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr))
+    }
+    ended_by: str | None = None
+    try:
+        while proc.poll() is None:
+            if request.timeout is not None and time.perf_counter() - started > request.timeout:
+                ended_by = "timeout"
+                break
+            if should_stop is not None and should_stop():
+                ended_by = "stop"
+                break
+            time.sleep(POLL)
+    finally:
+        if proc.poll() is None or ended_by is not None:
+            _kill_group(proc)
+        else:
+            # The leader exited; end children that still hold the pipes.
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(proc.pid, signal.SIGKILL)
+        for stream in streams.values():
+            stream.finish(timeout=10.0)
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    returncode = proc.wait()
+    logs = {name: str(s.log_path) for name, s in streams.items() if s.log_path is not None}
+    out, err = streams["stdout"], streams["stderr"]
+    where = f" (logs in {log_dir})" if log_dir else ""
+    last_err = err.last_lines[-1] if err.last_lines else (
+        out.last_lines[-1] if out.last_lines else "")
+    tail = f"; last output: {last_err!r}" if last_err else ""
+    details = "\n".join([*out.last_lines, "--- stderr ---", *err.last_lines])
+
+    if ended_by == "timeout":
+        return failed(f"command timed out after {request.timeout:g} s{where}", logs=logs,
+                      details=details)
+    if ended_by is None and returncode != 0:
+        if returncode < 0:
+            try:
+                signame = signal.Signals(-returncode).name
+            except ValueError:
+                signame = f"signal {-returncode}"
+            reason = f"command was killed by {signame}{tail}{where}"
+        else:
+            reason = f"command exited with status {returncode}{tail}{where}"
+        return failed(reason, logs=logs, details=details)
+    found = out.last_match or err.last_match
+    if found is None:
+        if ended_by == "stop":
+            return failed("stopped before the command printed a result", logs=logs,
+                          details=details, stopped_early=True)
+        return failed(f"command printed no line matching {trainer.result_pattern!r}{tail}{where}",
+                      logs=logs, details=details)
+    value, line = found
+    number = _parse(value)
+    if isinstance(number, str):
+        return failed(f"the result {value!r} in the line {line!r} {number}", logs=logs,
+                      details=details)
+    metrics = {trainer.result_metric: number, "wall_time": time.perf_counter() - started}
+    return TrialResult(trial_id=request.trial_id, status="ok", metrics=metrics, history=history,
+                       stopped_early=ended_by == "stop", logs=logs)

@@ -1,0 +1,153 @@
+"""User trainers written as a Python function ``module:function(config, ctx)``.
+
+The function runs in every rank of the trial's gang, like a built-in
+trainer, and gets a `TrialContext`: where it sits (rank, size, dp/mp ranks,
+Horovod process sets), a ``report(metrics, step)`` for per-epoch metrics,
+``should_stop()`` for early stopping, and a checkpoint directory. It
+returns a dict of final metrics (or None: the last report is used)::
+
+    def train(config, ctx):
+        for epoch in range(ctx.start_epoch(), config["epochs"]):
+            ...
+            ctx.report({"val_accuracy": acc}, step=epoch + 1)
+            if ctx.should_stop():
+                break
+        return {"val_accuracy": acc, "test_accuracy": test_acc}
+
+``config`` is the trial's settings updated with its hyperparameters.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+from trainers.parallel import Parallel, broadcast_flag
+
+
+def resolve_function(path: str) -> Callable[..., Any]:
+    """Import ``package.module:function``, saying what is wrong if it cannot."""
+    module_name, _, attr = path.partition(":")
+    if not module_name or not attr:
+        raise ValueError(f"function must look like 'package.module:function', but got {path!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"function {path!r}: cannot import module {module_name!r}: {exc}") from exc
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise ValueError(f"function {path!r}: module {module_name!r} has no function {attr!r}")
+    return fn
+
+
+@dataclass
+class TrialContext:
+    """What a user trainer function knows about its trial (one per rank).
+
+    ``dp_set``/``mp_set`` are Horovod process sets for collectives inside
+    the data- or model-parallel group (None when the group has one rank);
+    ``hvd`` is ``horovod.torch`` (None in a plain single process).
+    """
+
+    trial_id: str
+    par: Parallel
+    checkpoint_dir: str | None
+    init_from: str | None
+    log_dir: str | None
+    _report: Report | None = None
+    _should_stop: ShouldStop | None = None
+    history: list[dict[str, float]] = field(default_factory=list)
+    _stopped: bool = False
+
+    @property
+    def rank(self) -> int:
+        return self.par.rank
+
+    @property
+    def size(self) -> int:
+        return self.par.size
+
+    @property
+    def local_rank(self) -> int:
+        return self.par.local_rank
+
+    @property
+    def dp_rank(self) -> int:
+        return self.par.dp_rank
+
+    @property
+    def dp_size(self) -> int:
+        return self.par.dp
+
+    @property
+    def mp_rank(self) -> int:
+        return self.par.mp_rank
+
+    @property
+    def mp_size(self) -> int:
+        return self.par.mp
+
+    @property
+    def dp_set(self) -> Any:
+        return self.par.dp_set
+
+    @property
+    def mp_set(self) -> Any:
+        return self.par.mp_set
+
+    @property
+    def hvd(self) -> Any:
+        return self.par.hvd
+
+    def report(self, metrics: dict[str, float], step: int) -> None:
+        """Record per-epoch metrics; rank 0 passes them on to the orchestrator."""
+        clean = {str(k): float(v) for k, v in metrics.items()}
+        self.history.append({"step": float(step), **clean})
+        if self.par.is_root and self._report is not None:
+            self._report(clean, int(step))
+
+    def should_stop(self) -> bool:
+        """Whether the orchestrator wants this trial stopped (rank 0 decides).
+
+        Collective when the trial has several ranks: call it on every rank at
+        the same point (e.g. at the end of each epoch).
+        """
+        wants = bool(self._should_stop()) if (self.par.is_root and self._should_stop) else False
+        stop = broadcast_flag(wants, self.par, f"ctx.should_stop.{len(self.history)}")
+        self._stopped = self._stopped or stop
+        return stop
+
+
+def run_function(request: TrialRequest, par: Parallel, report: Report | None,
+                 should_stop: ShouldStop | None) -> TrialResult:
+    """Call the user's function in this rank; its return value becomes the metrics."""
+    started = time.perf_counter()
+    fn = resolve_function(request.trainer.function or "")
+    ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
+                       request.log_dir, report, should_stop)
+    config = {**request.settings, **request.config}
+    returned = fn(config, ctx)
+    if returned is None:
+        metrics = {k: v for k, v in (ctx.history[-1] if ctx.history else {}).items()
+                   if k != "step"}
+    elif isinstance(returned, dict):
+        try:
+            metrics = {str(k): float(v) for k, v in returned.items()}
+        except (TypeError, ValueError) as exc:
+            raise ValueError(f"function {request.trainer.function} must return a dict of numbers,"
+                             f" but got {returned!r}") from exc
+    else:
+        raise ValueError(f"function {request.trainer.function} must return a dict of metrics or"
+                         f" None, but got {type(returned).__name__}")
+    metrics.setdefault("wall_time", time.perf_counter() - started)
+    bad = sorted(k for k, v in metrics.items() if not math.isfinite(v))
+    status, reason = "ok", None
+    if bad:
+        status, reason = "failed", f"function returned non-finite metrics: {', '.join(bad)}"
+    return TrialResult(trial_id=request.trial_id, status=status, reason=reason, metrics=metrics,
+                       history=ctx.history, stopped_early=ctx._stopped)
