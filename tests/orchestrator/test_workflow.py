@@ -1,0 +1,238 @@
+"""`nestor run` end to end: real Ray, real gangs, real MLflow, real processes.
+
+Most sweeps use small command trainers (a Python script per trial) so that
+faults can be staged cheaply; one runs the built-in CNN with dp=2 on real
+digits. Every trainer appends a line to an invocation log outside nestor,
+which is how the tests know, from outside, what actually ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+NESTOR = str(Path(sys.executable).parent / "nestor")
+
+FIT = """
+import os, sys, time
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[1:])
+x, y = float(args["x"]), float(args["y"])
+with open(os.environ["FIT_LOG"], "a") as log:
+    log.write(f"{x!r} {y!r}\\n")
+mode = os.environ.get("FIT_MODE", "")
+marker = os.path.join(os.environ["FIT_DIR"], f"seen-{x!r}-{y!r}")
+first = not os.path.exists(marker)
+open(marker, "w").close()
+if mode == "fail-first" and first:
+    sys.exit("first attempt fails on purpose")
+if mode == "nan" and x > 0:
+    print("FoM: nan")
+    sys.exit(0)
+if mode == "hang" and x > 0:
+    time.sleep(600)
+time.sleep(float(os.environ.get("FIT_SLEEP", "0.1")))
+print(f"FoM: {(x - 0.3) ** 2 + (y + 0.1) ** 2}")
+"""
+
+
+def spec_text(fit: Path, **search: object) -> str:
+    settings: dict[str, object] = {"algorithm": "genetic", "seed": 3}
+    if search.get("algorithm", "genetic") == "genetic":
+        settings.update(population=4, generations=3)
+    settings.update(search)
+    timeout = settings.pop("timeout", None)
+    retries = settings.pop("retries", 1)
+    trial = f"{{timeout: {timeout}, retries: {retries}}}" if timeout else f"{{retries: {retries}}}"
+    return textwrap.dedent(
+        f"""
+        name: cmdsweep
+        resources: {{slots: 2}}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {{command: ["{sys.executable}", "{fit}"]}}
+            search: {json.dumps(settings)}
+            space:
+              x: {{type: float, low: -1, high: 1}}
+              y: {{type: float, low: -1, high: 1}}
+            objective: {{metric: result, mode: min}}
+            trial: {trial}
+        """
+    )
+
+
+@pytest.fixture
+def sweep(tmp_path: Path):
+    fit = tmp_path / "fit.py"
+    fit.write_text(FIT)
+    env = dict(os.environ, FIT_LOG=str(tmp_path / "invocations.log"), FIT_DIR=str(tmp_path))
+
+    def make(mode: str = "", **search: object) -> tuple[Path, Path, dict[str, str]]:
+        spec = tmp_path / "spec.yaml"
+        spec.write_text(spec_text(fit, **search))
+        return spec, tmp_path / "run", dict(env, FIT_MODE=mode)
+
+    return make
+
+
+def nestor(*args: str, env: dict[str, str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([NESTOR, *args], capture_output=True, text=True, env=env,
+                          timeout=timeout, check=False)
+
+
+def events(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
+
+
+def finished(run_dir: Path) -> dict[str, dict]:
+    return {e["trial"]["id"]: e for e in events(run_dir) if e["event"] == "trial_finished"}
+
+
+def mlflow_runs(run_dir: Path) -> list:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("cmdsweep")
+    return client.search_runs([experiment.experiment_id], max_results=1000)
+
+
+def test_a_sweep_journals_tracks_and_reports_every_trial(sweep) -> None:
+    spec, run_dir, env = sweep()
+    result = nestor("run", str(spec), "--run-dir", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    done = finished(run_dir)
+    assert len(done) == 12 and all(e["status"] == "completed" for e in done.values())
+    results = json.loads((run_dir / "results.json").read_text())
+    (stage,) = results["stages"]
+    assert stage["n_trials"] == 12 and stage["n_runs"] == 12 and stage["n_failed"] == 0
+    best = min(e["value"] for e in done.values())
+    assert stage["best"]["value"] == best
+    assert stage["slot_seconds"] > 0 and stage["wall_time_s"] > 0
+    runs = mlflow_runs(run_dir)
+    parents = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 12
+    assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
+    assert {r.data.tags["nestor.generation"] for r in children} == {"0", "1", "2"}
+    assert all(r.data.tags["nestor.status"] == "completed" for r in children)
+    assert (run_dir / "plots" / "tune.png").stat().st_size > 10_000
+    table = nestor("results", str(run_dir), "--format", "json", env=env)
+    assert json.loads(table.stdout)["stages"][0]["n_trials"] == 12
+
+
+def test_a_failed_attempt_is_retried_and_counted(sweep) -> None:
+    spec, run_dir, env = sweep("fail-first", population=4, generations=1)
+    result = nestor("run", str(spec), "--run-dir", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    done = finished(run_dir)
+    assert len(done) == 4
+    assert all(e["status"] == "completed" and e["attempt"] == 2 for e in done.values())
+    failures = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]
+    assert len(failures) == 4 and "exit" in failures[0]["reason"]
+    stage = json.loads((run_dir / "results.json").read_text())["stages"][0]
+    assert stage["n_runs"] == 8  # every training run counts, failed ones too
+
+
+def test_nan_results_fail_without_stopping_the_sweep(sweep) -> None:
+    spec, run_dir, env = sweep("nan", algorithm="random", budget=8, retries=0)
+    result = nestor("run", str(spec), "--run-dir", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    done = finished(run_dir)
+    nan_trials = [e for e in done.values() if e["trial"]["config"]["x"] > 0]
+    assert nan_trials and all(e["status"] == "failed" for e in nan_trials)
+    assert all("nan" in e["reason"].lower() for e in nan_trials)
+    ok = [e for e in done.values() if e["trial"]["config"]["x"] <= 0]
+    assert all(e["status"] == "completed" for e in ok)
+    runs = mlflow_runs(run_dir)
+    failed = [r for r in runs if r.data.tags.get("nestor.status") == "failed"]
+    assert len(failed) == len(nan_trials) and all("nestor.failure" in r.data.tags for r in failed)
+
+
+def test_a_trial_past_its_timeout_fails_and_the_sweep_goes_on(sweep) -> None:
+    spec, run_dir, env = sweep("hang", algorithm="random", budget=6, timeout=3, retries=0)
+    started = time.monotonic()
+    result = nestor("run", str(spec), "--run-dir", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 200
+    done = finished(run_dir)
+    hung = [e for e in done.values() if e["trial"]["config"]["x"] > 0]
+    assert hung and all("timeout after 3 s" in e["reason"] for e in hung)
+    assert len(done) == 6
+
+
+def test_a_killed_driver_resumes_without_rerunning_finished_trials(sweep) -> None:
+    spec, run_dir, env = sweep(population=4, generations=4)
+    env["FIT_SLEEP"] = "0.5"
+    driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if (run_dir / "journal.jsonl").exists() and len(finished(run_dir)) >= 6:
+            break
+        time.sleep(0.2)
+    os.killpg(driver.pid, signal.SIGKILL)  # the driver and everything it started
+    driver.wait(timeout=30)
+    before = finished(run_dir)
+    assert 6 <= len(before) < 16
+    result = nestor("resume", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    after = finished(run_dir)
+    assert len(after) == 16
+    for trial_id, event in before.items():  # finished results survived unchanged
+        assert after[trial_id]["value"] == event["value"]
+    # From outside: each finished configuration's program ran exactly once before the
+    # kill and never again after it.
+    runs = [tuple(line.split()) for line in (run_dir.parent / "invocations.log").read_text()
+            .splitlines()]
+    for event in before.values():
+        config = event["trial"]["config"]
+        assert runs.count((repr(config["x"]), repr(config["y"]))) == 1
+    assert len([e for e in events(run_dir) if e["event"] == "trial_finished"]) == 16
+    trial_runs = [r for r in mlflow_runs(run_dir) if "mlflow.parentRunId" in r.data.tags]
+    assert len(trial_runs) == len({e["trial"]["id"] for e in events(run_dir)
+                                   if e["event"] == "trial_started"}) == 16
+
+
+def test_an_unsupported_stage_is_a_clear_error(tmp_path: Path) -> None:
+    spec = Path(__file__).parents[2] / "configs" / "mnist-combined.yaml"
+    result = nestor("run", str(spec), "--run-dir", str(tmp_path / "run"), env=dict(os.environ))
+    assert result.returncode == 2
+    assert "cannot run" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None:
+    spec = tmp_path / "cnn.yaml"
+    spec.write_text(textwrap.dedent("""
+        name: cnn-digits
+        resources: {slots: 2}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {name: cnn, settings: {dataset: digits, epochs: 2}}
+            parallel: {data: 2}
+            search: {algorithm: random, budget: 2, seed: 0}
+            space:
+              lr: {type: float, low: 0.02, high: 0.1, log: true}
+        """))
+    result = nestor("run", str(spec), "--run-dir", str(tmp_path / "run"),
+                    env=dict(os.environ), timeout=500)
+    assert result.returncode == 0, result.stderr
+    done = finished(tmp_path / "run")
+    assert len(done) == 2 and all(e["status"] == "completed" for e in done.values())
+    for event in done.values():
+        assert event["metrics"]["val_accuracy"] > 0.5  # 10 classes: chance is 0.1
+        assert "test_accuracy" in event["metrics"]
+    started = [e for e in events(tmp_path / "run") if e["event"] == "trial_started"]
+    assert {e["shape"] for e in started} == {"2x1"}
+    assert len({e["gang"] for e in started}) == 1  # the second trial reused the warm gang
