@@ -1,0 +1,582 @@
+"""The ask/tell contract every search algorithm implements, and its records.
+
+A driver (the orchestrator) loops::
+
+    searcher = make_searcher("genetic", space, [Objective("val_accuracy", "max")], seed=1)
+    while not searcher.done():
+        for trial in searcher.ask(free_slots):     # may return fewer, even none
+            launch(trial.id, trial.config)
+        trial_id, metrics = wait_for_one()          # or a Failure("timeout")
+        searcher.tell(trial_id, metrics)
+
+``ask`` returns fewer trials than asked for when the search must wait for
+results first (the barrier at the end of a generation) or has fewer left in its
+budget. ``state()`` is JSON data the orchestrator journals after every call;
+``restore(state)`` on a fresh searcher built with the same arguments continues
+exactly where the journalled one was, so a requeued Slurm job resumes the same
+search rather than a similar one.
+
+Why the state is an event log (every ask with the trials it returned, every
+tell with its result) rather than a snapshot of each algorithm's internals: the
+log is the same small format for every algorithm, it is enough to rebuild any
+of them by replaying, and replay *checks itself* (each replayed ask must return
+the trials that were recorded), so a state restored with other settings or
+another library version fails loudly instead of silently diverging.
+Algorithms whose asks are expensive to recompute (Bayesian) replay from the
+recorded trials instead of recomputing them.
+"""
+
+from __future__ import annotations
+
+import abc
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from search.space import Scalar, SearchSpace
+
+STATE_FORMAT = 1
+
+
+@dataclass(frozen=True)
+class Objective:
+    """One metric to optimize: ``mode`` is "min" or "max".
+
+    ``threshold`` stops the search once a trial reaches it (at most it for
+    "min", at least it for "max"). With several objectives the search is
+    multi-objective and stops once one trial reaches every threshold given.
+    """
+
+    metric: str = "val_accuracy"
+    mode: Literal["min", "max"] = "max"
+    threshold: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.metric, str) or not self.metric:
+            raise ValueError(f"metric must be a non-empty string, but got {self.metric!r}")
+        if self.mode not in ("min", "max"):
+            raise ValueError(f"mode must be one of min, max, but got {self.mode!r}")
+        if self.threshold is not None:
+            if not _is_real(self.threshold) or not math.isfinite(self.threshold):
+                raise ValueError(f"threshold must be a finite number, but got {self.threshold!r}")
+            object.__setattr__(self, "threshold", float(self.threshold))
+
+    @property
+    def sign(self) -> float:
+        """+1 for "min", -1 for "max": ``sign * value`` is always minimized."""
+        return 1.0 if self.mode == "min" else -1.0
+
+    def reached(self, value: float) -> bool:
+        if self.threshold is None:
+            return False
+        return value <= self.threshold if self.mode == "min" else value >= self.threshold
+
+    @classmethod
+    def coerce(cls, value: Any) -> Objective:
+        """An Objective from itself, a (metric, mode[, threshold]) tuple, a mapping,
+        or any object with those attributes (the spec's pydantic model)."""
+        if isinstance(value, Objective):
+            return value
+        if isinstance(value, Mapping):
+            return cls(**value)
+        if isinstance(value, tuple | list):
+            return cls(*value)
+        if hasattr(value, "metric") and hasattr(value, "mode"):
+            return cls(value.metric, value.mode, getattr(value, "threshold", None))
+        raise ValueError(
+            "objectives must be Objective, (metric, mode, threshold) tuples or mappings,"
+            f" but got {value!r}"
+        )
+
+
+def as_objectives(objectives: Any) -> tuple[Objective, ...]:
+    """Normalize one objective or a sequence of them; metric names must differ."""
+    if isinstance(objectives, Objective | Mapping) or (
+        hasattr(objectives, "metric") and hasattr(objectives, "mode")
+    ):
+        objectives = [objectives]
+    if isinstance(objectives, tuple) and objectives and isinstance(objectives[0], str):
+        objectives = [objectives]  # a single (metric, mode) tuple
+    result = tuple(Objective.coerce(o) for o in objectives)
+    if not result:
+        raise ValueError("objectives must list at least one objective, but got none")
+    metrics = [o.metric for o in result]
+    if len(set(metrics)) != len(metrics):
+        raise ValueError(f"objective metrics must be distinct, but got {metrics}")
+    return result
+
+
+@dataclass(frozen=True)
+class Failure:
+    """The result of a trial that produced no usable value (crash, timeout, NaN)."""
+
+    reason: str = "failed"
+
+
+@dataclass(frozen=True)
+class Trial:
+    """A configuration to evaluate, with where it came from.
+
+    ``id`` is unique within its search and stable across ``restore``;
+    ``parents`` are the ids of the trials it was bred from (genetic search);
+    ``origin`` says how it was made: "random", "grid", "model" (Bayesian),
+    "crossover", "mutation", "warm-start".
+    """
+
+    id: str
+    config: dict[str, Scalar]
+    generation: int = 0
+    deme: int = 0
+    parents: tuple[str, ...] = ()
+    origin: str = "random"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "config": dict(self.config),
+            "generation": self.generation,
+            "deme": self.deme,
+            "parents": list(self.parents),
+            "origin": self.origin,
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        return cls(
+            id=str(data["id"]),
+            config=dict(data["config"]),
+            generation=int(data["generation"]),
+            deme=int(data["deme"]),
+            parents=tuple(data["parents"]),
+            origin=str(data["origin"]),
+        )
+
+
+@dataclass(frozen=True)
+class Observation:
+    """A told trial: its objective values in objective order, or why it failed."""
+
+    trial: Trial
+    values: tuple[float, ...] | None
+    failure: str | None = None
+
+    @property
+    def failed(self) -> bool:
+        return self.values is None
+
+    @property
+    def config(self) -> dict[str, Scalar]:
+        return self.trial.config
+
+    @property
+    def value(self) -> float:
+        """The first objective's value (the only one in single-objective searches)."""
+        if self.values is None:
+            raise ValueError(f"trial {self.trial.id} failed ({self.failure}): it has no value")
+        return self.values[0]
+
+
+def _is_real(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def parse_result(
+    objectives: Sequence[Objective], result: Any
+) -> tuple[tuple[float, ...] | None, str | None]:
+    """(values, None) for a usable result, (None, reason) for a failure.
+
+    A result is a number (one objective), a sequence of numbers in objective
+    order, a mapping from metric name to number (extra metrics are ignored:
+    trainers report more than they are tuned on), or a :class:`Failure`.
+    NaN and infinite values are failures: a diverged training run is a failed
+    trial, and an infinity would poison the models and selections downstream.
+    """
+    if isinstance(result, Failure):
+        return None, result.reason
+    metrics = [o.metric for o in objectives]
+    if isinstance(result, Mapping):
+        missing = [m for m in metrics if m not in result]
+        if missing:
+            raise ValueError(
+                f"result must report the metrics {metrics}, but {missing} are missing"
+                f" from {sorted(result)}"
+            )
+        raw = [result[m] for m in metrics]
+    elif _is_real(result):
+        raw = [result]
+    elif isinstance(result, Sequence) and not isinstance(result, str):
+        raw = list(result)
+    else:
+        raise ValueError(
+            "result must be a number, a sequence of numbers, a mapping of metric to number"
+            f" or a Failure, but got {result!r}"
+        )
+    if len(raw) != len(metrics):
+        raise ValueError(
+            f"result must have {len(metrics)} value(s) ({', '.join(metrics)}),"
+            f" but got {len(raw)}: {raw!r}"
+        )
+    values = []
+    for metric, value in zip(metrics, raw, strict=True):
+        if not _is_real(value):
+            try:  # numpy scalars and the like
+                value = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"{metric} must be a number, but got {value!r}") from None
+        if not math.isfinite(value):
+            return None, f"{metric} is {value}"
+        values.append(float(value))
+    return tuple(values), None
+
+
+def dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
+    """True if ``a`` is no worse than ``b`` in every objective and better in one."""
+    better = False
+    for x, y, s in zip(a, b, signs, strict=True):
+        if s * x > s * y:
+            return False
+        if s * x < s * y:
+            better = True
+    return better
+
+
+def pareto_front(
+    observations: Iterable[Observation], objectives: Sequence[Objective]
+) -> list[Observation]:
+    """The non-dominated successful observations, in the order they were told."""
+    signs = [o.sign for o in objectives]
+    done = [o for o in observations if o.values is not None]
+    return [
+        o
+        for o in done
+        if not any(dominates(p.values, o.values, signs) for p in done if p is not o)  # type: ignore[arg-type]
+    ]
+
+
+def _encode_result(values: tuple[float, ...] | None, failure: str | None) -> dict[str, Any]:
+    return {"failure": failure} if values is None else {"values": list(values)}
+
+
+def _decode_result(data: Mapping[str, Any]) -> Any:
+    return Failure(data["failure"]) if "failure" in data else list(data["values"])
+
+
+def observations_from_state(state: Mapping[str, Any]) -> list[Observation]:
+    """The told trials recorded in a searcher's ``state()``, without rebuilding it.
+
+    This is what a new search is warm-started from: the previous run's journal.
+    """
+    asked: dict[str, Trial] = {}
+    result: list[Observation] = []
+    for event in state.get("events", []):
+        if event["event"] == "ask":
+            for data in event["trials"]:
+                asked[data["id"]] = Trial.from_dict(data)
+        elif event["event"] == "tell":
+            data = event["result"]
+            values = tuple(data["values"]) if "values" in data else None
+            result.append(Observation(asked[event["id"]], values, data.get("failure")))
+    return result
+
+
+@dataclass
+class _Book:
+    """What the base class keeps for every algorithm: trials, results, the log."""
+
+    trials: dict[str, Trial] = field(default_factory=dict)
+    pending: dict[str, Trial] = field(default_factory=dict)
+    observations: list[Observation] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+
+
+class Searcher(abc.ABC):
+    """Base of every search algorithm: ask/tell, stopping, best, state.
+
+    Subclasses implement :meth:`_ask` (propose up to n trials, made with
+    :meth:`_new_trial`), :meth:`_tell` (learn from one observation) and
+    :attr:`planned` (how many trials the search means to run). Everything else
+    (id bookkeeping, result parsing, thresholds, the event log, restore) lives
+    here so that every algorithm behaves the same at the edges.
+    """
+
+    algorithm: ClassVar[str] = ""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int = 0,
+        budget: int | None = None,
+    ) -> None:
+        if not isinstance(space, SearchSpace):
+            raise ValueError(f"space must be a SearchSpace, but got {type(space).__name__}")
+        if not isinstance(seed, int) or isinstance(seed, bool):
+            raise ValueError(f"seed must be an integer, but got {seed!r}")
+        if budget is not None and (not isinstance(budget, int) or budget < 1):
+            raise ValueError(f"budget must be a positive integer or None, but got {budget!r}")
+        self.space = space
+        self.objectives = as_objectives(objectives)
+        self.seed = seed
+        self.budget = budget
+        self._book = _Book()
+        self._stop_reason: str | None = None
+        self._warm_started = False
+        self._settings: dict[str, Any] = {"seed": seed, "budget": budget}
+
+    # --- what subclasses provide ----------------------------------------------------
+
+    @property
+    @abc.abstractmethod
+    def planned(self) -> int:
+        """How many trials this search means to run in all (its budget included)."""
+
+    @abc.abstractmethod
+    def _ask(self, n: int) -> list[Trial]:
+        """Up to ``n`` new trials (n >= 1 and within the budget), made with _new_trial."""
+
+    @abc.abstractmethod
+    def _tell(self, trial: Trial, observation: Observation) -> None:
+        """Learn from one result; may call :meth:`_stop`."""
+
+    def _event_extra(self, trials: list[Trial]) -> dict[str, Any]:
+        """More to record with an ask, for :meth:`_replay_ask` (none by default)."""
+        return {}
+
+    def _warm_start(self, observations: list[Observation]) -> None:
+        """Use a previous run's observations (successful ones, best first)."""
+        raise ValueError(f"{self.algorithm} search cannot be warm-started")
+
+    # --- the public surface -----------------------------------------------------------
+
+    @property
+    def multi_objective(self) -> bool:
+        return len(self.objectives) > 1
+
+    @property
+    def observations(self) -> list[Observation]:
+        """Every told trial, in the order told (failures included)."""
+        return list(self._book.observations)
+
+    @property
+    def pending(self) -> list[Trial]:
+        """Trials asked for and not yet told, oldest first."""
+        return list(self._book.pending.values())
+
+    @property
+    def n_asked(self) -> int:
+        return len(self._book.trials)
+
+    @property
+    def stop_reason(self) -> str | None:
+        """Why the search ended (None while it runs)."""
+        self.done()
+        return self._stop_reason
+
+    def ask(self, n: int = 1) -> list[Trial]:
+        """Up to ``n`` trials to run now; [] when the search is waiting or done."""
+        if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+            raise ValueError(f"n must be a positive integer, but got {n!r}")
+        room = self.planned - self.n_asked
+        trials = [] if self._stop_reason is not None or room <= 0 else self._ask(min(n, room))
+        event = {"event": "ask", "n": n, "trials": [t.to_dict() for t in trials]}
+        event.update(self._event_extra(trials))
+        self._book.events.append(event)
+        return trials
+
+    def tell(self, trial_id: str, result: Any) -> Observation:
+        """Record the result of an asked trial: a value, values, metrics or a Failure."""
+        trial_id = str(trial_id)
+        if trial_id not in self._book.trials:
+            raise ValueError(f"trial_id must be the id of an asked trial, but got {trial_id!r}")
+        if trial_id not in self._book.pending:
+            raise ValueError(f"trial {trial_id!r} was already told; a trial is told once")
+        values, failure = parse_result(self.objectives, result)
+        trial = self._book.pending.pop(trial_id)
+        observation = Observation(trial, values, failure)
+        self._book.observations.append(observation)
+        self._book.events.append(
+            {"event": "tell", "id": trial_id, "result": _encode_result(values, failure)}
+        )
+        self._tell(trial, observation)
+        if values is not None and self._stop_reason is None and self._reached(values):
+            self._stop(f"trial {trial_id} reached the threshold ({self._describe(values)})")
+        return observation
+
+    def done(self) -> bool:
+        """True when the search is over: it stopped early (threshold, patience,
+        a generation that failed entirely), or every planned trial was asked
+        and told. After an early stop, trials still running may be cancelled;
+        telling their results is still allowed and recorded."""
+        if self._stop_reason is None and self.n_asked >= self.planned and not self._book.pending:
+            self._stop_reason = f"all {self.planned} planned trials were run"
+        return self._stop_reason is not None
+
+    def best(self) -> Observation | None:
+        """The best successful observation so far (None if there is none).
+
+        With several objectives: the Pareto-front member best in the first
+        objective (use :meth:`pareto_front` for the whole trade-off).
+        """
+        front = self.pareto_front()
+        if not front:
+            return None
+        sign = self.objectives[0].sign
+        return min(front, key=lambda o: sign * o.values[0])  # type: ignore[index]
+
+    def pareto_front(self) -> list[Observation]:
+        """The non-dominated successful observations (the best one, or ties, for
+        a single objective)."""
+        return pareto_front(self._book.observations, self.objectives)
+
+    def warm_start(
+        self, observations: Iterable[Observation | tuple[Mapping[str, Any], Any]]
+    ) -> int:
+        """Seed this search from a previous run's results, before the first ask.
+
+        ``observations`` are :class:`Observation` objects (``searcher.observations``
+        or :func:`observations_from_state` of a journalled state) or
+        ``(config, result)`` pairs. Configurations outside this space are
+        skipped; constants are taken from this space. Returns how many were
+        used. Warm-start results never count as this search's own (``best()``
+        reports only trials run here: the old run may have trained on other data).
+        """
+        if self._book.trials or self._warm_started:
+            raise ValueError("warm_start must be called once, before the first ask")
+        used = []
+        for item in observations:
+            if isinstance(item, Observation):
+                config, values, failure = dict(item.config), item.values, item.failure
+            else:
+                config, result = item
+                values, failure = parse_result(self.objectives, result)
+                config = dict(config)
+            config.update(self.space.constants())
+            config = {name: config.get(name) for name in self.space.names}
+            if not self.space.contains(config):
+                continue
+            trial = Trial(id=f"warm-{len(used)}", config=config, origin="warm-start")
+            used.append(Observation(trial, values, failure))
+        self._warm_started = True
+        self._book.events.append(
+            {
+                "event": "warm_start",
+                "observations": [
+                    {"config": o.config, "result": _encode_result(o.values, o.failure)}
+                    for o in used
+                ],
+            }
+        )
+        self._warm_start(used)
+        return len(used)
+
+    # --- state ------------------------------------------------------------------------
+
+    def state(self) -> dict[str, Any]:
+        """JSON-serialisable data from which :meth:`restore` rebuilds this search."""
+        return json.loads(
+            json.dumps(
+                {
+                    "format": STATE_FORMAT,
+                    "algorithm": self.algorithm,
+                    "settings": self._settings,
+                    "space": repr(self.space),
+                    "objectives": [repr(o) for o in self.objectives],
+                    "events": self._book.events,
+                },
+                allow_nan=False,
+            )
+        )
+
+    def restore(self, state: Mapping[str, Any]) -> None:
+        """Continue the search recorded in ``state`` (on a fresh searcher built with
+        the same space, objectives and settings)."""
+        if self._book.events:
+            raise ValueError("restore must be called on a fresh searcher, before any ask or tell")
+        if state.get("format") != STATE_FORMAT:
+            raise ValueError(
+                f"state format must be {STATE_FORMAT}, but got {state.get('format')!r}"
+            )
+        mine = {
+            "algorithm": self.algorithm,
+            "settings": json.loads(json.dumps(self._settings)),
+            "space": repr(self.space),
+            "objectives": [repr(o) for o in self.objectives],
+        }
+        for key, expected in mine.items():
+            if state.get(key) != expected:
+                raise ValueError(
+                    f"state must come from a search with the same {key}, but it has"
+                    f" {state.get(key)!r} and this search has {expected!r}"
+                )
+        for event in state["events"]:
+            kind = event["event"]
+            if kind == "ask":
+                recorded = [Trial.from_dict(t) for t in event["trials"]]
+                self._replay_ask(event["n"], recorded, event)
+            elif kind == "tell":
+                self.tell(event["id"], _decode_result(event["result"]))
+            elif kind == "warm_start":
+                self.warm_start(
+                    (o["config"], _decode_result(o["result"])) for o in event["observations"]
+                )
+            else:
+                raise ValueError(f"state events must be ask, tell or warm_start, but got {kind!r}")
+
+    def _replay_ask(self, n: int, recorded: list[Trial], event: Mapping[str, Any]) -> None:
+        """Recompute an ask and check it matches the log (Bayesian overrides this)."""
+        trials = self.ask(n)
+        if trials != recorded:
+            raise ValueError(
+                "restore must replay the recorded search, but ask #"
+                f"{sum(1 for e in self._book.events if e['event'] == 'ask')} returned"
+                f" {[t.to_dict() for t in trials]} where the state recorded"
+                f" {[t.to_dict() for t in recorded]} (other settings or library versions?)"
+            )
+
+    # --- helpers for subclasses -------------------------------------------------------
+
+    def _new_trial(
+        self,
+        config: Mapping[str, Scalar],
+        *,
+        generation: int = 0,
+        deme: int = 0,
+        parents: Sequence[str] = (),
+        origin: str = "random",
+    ) -> Trial:
+        """Register a new trial with the next id (ids are "0", "1", ... in ask order)."""
+        full = {**config, **self.space.constants()}
+        full = {name: full[name] for name in self.space.names}
+        trial = Trial(
+            id=str(len(self._book.trials)),
+            config=full,
+            generation=generation,
+            deme=deme,
+            parents=tuple(parents),
+            origin=origin,
+        )
+        self._book.trials[trial.id] = trial
+        self._book.pending[trial.id] = trial
+        return trial
+
+    def _stop(self, reason: str) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = reason
+
+    def _reached(self, values: Sequence[float]) -> bool:
+        with_threshold = [
+            (o, v) for o, v in zip(self.objectives, values, strict=True) if o.threshold is not None
+        ]
+        return bool(with_threshold) and all(o.reached(v) for o, v in with_threshold)
+
+    def _describe(self, values: Sequence[float]) -> str:
+        return ", ".join(
+            f"{o.metric}={v:.6g}" for o, v in zip(self.objectives, values, strict=True)
+        )
+
+    def _key(self, values: Sequence[float]) -> tuple[float, ...]:
+        """Values turned into a tuple to minimize."""
+        return tuple(o.sign * v for o, v in zip(self.objectives, values, strict=True))

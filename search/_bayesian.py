@@ -1,0 +1,230 @@
+"""Bayesian search through Optuna's ask/tell: TPE, GP or CMA-ES.
+
+Optuna is imported when a BayesianSearch is built, not with ``search``: it is
+heavy, and its GP sampler pulls in torch.
+
+Reproducible and resumable: each ask uses a sampler seeded from (seed, ask
+number), so what a sampler proposes depends only on the study's trials and
+that number, never on an RNG that has advanced in a process that crashed.
+``restore`` therefore rebuilds the study from the recorded trials (their
+parameters, results and the sampler's per-trial notes, e.g. CMA-ES's
+optimizer state) in in-memory storage without running a sampler, and the next
+ask is the one an uninterrupted search would have made.
+
+Parallel asks: a batch of n must not be n copies of the same best guess.
+Trials asked and not yet told stay RUNNING in the study, and TPE uses the
+constant-liar strategy on them; Optuna's GP sampler conditions its batch
+acquisition (qLogEI) on them, which serves the same end; CMA-ES draws a batch
+from its search distribution, which is already spread out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from search._base import Observation, Searcher, Trial
+from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+
+SAMPLERS = ("tpe", "gp", "cmaes")
+
+
+@contextlib.contextmanager
+def _quiet(optuna: Any) -> Iterator[None]:
+    """Keep Optuna's per-trial INFO lines out of nestor's output."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+class BayesianSearch(Searcher):
+    """Model-based search with one of Optuna's samplers.
+
+    ``sampler``: "tpe" (default; multivariate TPE, constant liar for
+    parallel asks), "gp" (Gaussian process, log EI) or "cmaes" (one objective
+    only). The first ``startup_trials`` trials are random draws.
+    Failed trials are told to Optuna as failed: the model ignores them, and
+    a region that keeps failing is not preferred.
+    Warm start hands all of a previous run's observations to the model.
+    """
+
+    algorithm = "bayesian"
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int = 0,
+        budget: int | None = 20,
+        sampler: Literal["tpe", "gp", "cmaes"] = "tpe",
+        startup_trials: int = 10,
+    ) -> None:
+        super().__init__(space, objectives, seed=seed, budget=budget)
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {sampler!r}")
+        if not isinstance(startup_trials, int) or startup_trials < 0:
+            raise ValueError(f"startup_trials must be at least 0, but got {startup_trials!r}")
+        if sampler == "cmaes" and self.multi_objective:
+            raise ValueError(
+                "sampler must be tpe or gp for several objectives (CMA-ES optimizes one),"
+                " but got 'cmaes'"
+            )
+        if not space.searched:
+            raise ValueError("space must have at least one searched (non-constant) parameter")
+        try:
+            import optuna
+        except ImportError as exc:  # pragma: no cover - optuna is a dependency
+            raise ImportError("Bayesian search needs the optuna package") from exc
+        self._optuna = optuna
+        self.sampler, self.startup_trials = sampler, startup_trials
+        self._settings.update(sampler=sampler, startup_trials=startup_trials)
+        dist = optuna.distributions
+        self._distributions: dict[str, Any] = {}
+        for param in space.searched:
+            if isinstance(param, FloatParam):
+                d: Any = dist.FloatDistribution(param.low, param.high, log=param.log)
+            elif isinstance(param, IntParam):
+                d = dist.IntDistribution(param.low, param.high, log=param.log)
+            else:
+                assert isinstance(param, CategoricalParam)
+                # Optuna sees indices: it compares choices with ==, which would
+                # confuse 1, 1.0 and True (distinct choices in a nestor space).
+                d = dist.CategoricalDistribution(tuple(range(len(param.values))))
+            self._distributions[param.name] = d
+        with _quiet(optuna):
+            self._study = optuna.create_study(
+                directions=["minimize" if o.mode == "min" else "maximize" for o in self.objectives],
+                sampler=self._make_sampler(0),
+            )
+        self._numbers: dict[str, int] = {}
+        self._notes: dict[str, dict[str, Any]] = {}
+        self._replaying: list[tuple[Trial, dict[str, Any]]] | None = None
+
+    @property
+    def planned(self) -> int:
+        return self.budget if self.budget is not None else 20
+
+    @property
+    def study(self) -> Any:
+        """The Optuna study (in-memory), e.g. for Optuna's plots."""
+        return self._study
+
+    def _make_sampler(self, index: int) -> Any:
+        import numpy as np
+
+        samplers = self._optuna.samplers
+        seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1)[0])
+        if self.sampler == "tpe":
+            return samplers.TPESampler(
+                seed=seed, n_startup_trials=self.startup_trials, constant_liar=True
+            )
+        if self.sampler == "gp":
+            return samplers.GPSampler(
+                seed=seed, n_startup_trials=self.startup_trials, warn_independent_sampling=False
+            )
+        return samplers.CmaEsSampler(
+            seed=seed, n_startup_trials=self.startup_trials, warn_independent_sampling=False
+        )
+
+    # --- ask/tell -------------------------------------------------------------------------
+
+    def _encode(self, config: Mapping[str, Scalar]) -> dict[str, Any]:
+        params = {}
+        for param in self.space.searched:
+            value = config[param.name]
+            if isinstance(param, CategoricalParam):
+                value = next(
+                    i for i, v in enumerate(param.values) if type(v) is type(value) and v == value
+                )
+            params[param.name] = value
+        return params
+
+    def _decode(self, params: Mapping[str, Any]) -> dict[str, Scalar]:
+        config: dict[str, Scalar] = {}
+        for param in self.space.searched:
+            value = params[param.name]
+            if isinstance(param, CategoricalParam):
+                value = param.values[value]
+            elif isinstance(param, FloatParam):
+                value = min(max(float(value), param.low), param.high)
+            config[param.name] = value
+        return config
+
+    def _ask(self, n: int) -> list[Trial]:
+        optuna = self._optuna
+        trials = []
+        for _ in range(n):
+            if self._replaying is not None:
+                recorded, notes = self._replaying.pop(0)
+                frozen = optuna.trial.create_trial(
+                    state=optuna.trial.TrialState.RUNNING,
+                    params=self._encode(recorded.config),
+                    distributions=self._distributions,
+                    system_attrs=notes,
+                )
+                with _quiet(optuna):
+                    self._study.add_trial(frozen)
+                number = len(self._study.get_trials(deepcopy=False)) - 1
+                origin, params = recorded.origin, self._encode(recorded.config)
+            else:
+                complete = (optuna.trial.TrialState.COMPLETE,)
+                told = len(self._study.get_trials(deepcopy=False, states=complete))
+                self._study.sampler = self._make_sampler(self.n_asked)
+                with _quiet(optuna):
+                    asked = self._study.ask(self._distributions)
+                number = asked.number
+                notes = self._study._storage.get_trial_system_attrs(asked._trial_id)
+                notes = json.loads(json.dumps(notes))  # the journal holds JSON
+                origin = "model" if told >= self.startup_trials else "random"
+                params = asked.params
+            trial = self._new_trial(self._decode(params), origin=origin)
+            self._numbers[trial.id] = number
+            self._notes[trial.id] = notes
+            trials.append(trial)
+        return trials
+
+    def _event_extra(self, trials: list[Trial]) -> dict[str, Any]:
+        return {"notes": {t.id: self._notes[t.id] for t in trials}}
+
+    def _replay_ask(self, n: int, recorded: list[Trial], event: Mapping[str, Any]) -> None:
+        """Rebuild the recorded trials in the study; no sampler runs."""
+        notes = event.get("notes", {})
+        self._replaying = [(t, dict(notes.get(t.id, {}))) for t in recorded]
+        try:
+            trials = self.ask(n)
+        finally:
+            self._replaying = None
+        if [t.id for t in trials] != [t.id for t in recorded]:
+            raise ValueError(
+                f"restore must replay the recorded search, but ask returned ids"
+                f" {[t.id for t in trials]} where the state recorded {[t.id for t in recorded]}"
+            )
+
+    def _tell(self, trial: Trial, observation: Observation) -> None:
+        optuna = self._optuna
+        with _quiet(optuna):
+            if observation.values is None:
+                self._study.tell(self._numbers[trial.id], state=optuna.trial.TrialState.FAIL)
+            else:
+                self._study.tell(self._numbers[trial.id], list(observation.values))
+
+    def _warm_start(self, observations: list[Observation]) -> None:
+        optuna = self._optuna
+        for o in observations:
+            frozen = optuna.trial.create_trial(
+                state=optuna.trial.TrialState.FAIL
+                if o.values is None
+                else optuna.trial.TrialState.COMPLETE,
+                values=None if o.values is None else list(o.values),
+                params=self._encode(o.config),
+                distributions=self._distributions,
+                user_attrs={"nestor_warm_start": True},
+            )
+            with _quiet(optuna):
+                self._study.add_trial(frozen)

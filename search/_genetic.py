@@ -1,0 +1,633 @@
+"""Genetic search on DEAP's operators: demes, elitism, NSGA-II, async breeding.
+
+The genome is explicit: one float gene per searched parameter, in the space
+the parameter varies in (log of the value for ``log`` parameters, the index of
+the value for categoricals). Numbers cross over with DEAP's blend or bounded
+simulated-binary crossover and mutate with its Gaussian mutation (sigma a
+share of the gene's range); categoricals cross over uniformly and mutate by
+redrawing another value; integers are rounded after every change and a
+mutation moves them by at least one step.
+
+Randomness: DEAP's operators call the *module* ``random``. Seeding that global
+would make two searchers in one process (or a test running beside the
+orchestrator) disturb each other. Instead, DEAP's tool modules are given a
+stand-in for ``random`` that forwards to the RNG of whichever searcher is
+running an operator at that moment (a context variable, so threads and async
+tasks each see their own), and to the real module otherwise. So each searcher
+owns a seeded ``random.Random`` and DEAP's operators are used as published.
+No ``creator.create`` either: each searcher builds its own Fitness class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+import random
+from collections.abc import Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from deap import base, tools
+
+from search._base import Observation, Searcher, Trial, pareto_front
+from search._sampling import sample_config
+from search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
+
+_current_rng: ContextVar[Any] = ContextVar("nestor_deap_rng", default=random)
+
+
+class _RandomForwarder:
+    """Stands in for the ``random`` module inside DEAP's tool modules."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_current_rng.get(), name)
+
+
+for _module in ("crossover", "mutation", "selection", "emo", "migration"):
+    _deap_module = importlib.import_module(f"deap.tools.{_module}")
+    if hasattr(_deap_module, "random"):
+        _deap_module.random = _RandomForwarder()  # type: ignore[attr-defined]
+
+
+@contextlib.contextmanager
+def _using(rng: random.Random) -> Iterator[None]:
+    token = _current_rng.set(rng)
+    try:
+        yield
+    finally:
+        _current_rng.reset(token)
+
+
+@dataclass(frozen=True)
+class _Gene:
+    """How one parameter is encoded: a float in [low, high] of its search space."""
+
+    param: Param
+    low: float
+    high: float
+
+    @classmethod
+    def of(cls, param: Param) -> _Gene:
+        if isinstance(param, CategoricalParam):
+            return cls(param, 0.0, float(len(param.values) - 1))
+        assert isinstance(param, FloatParam | IntParam)
+        if param.log:
+            return cls(param, math.log(param.low), math.log(param.high))
+        return cls(param, float(param.low), float(param.high))
+
+    @property
+    def categorical(self) -> bool:
+        return isinstance(self.param, CategoricalParam)
+
+    def encode(self, value: Scalar) -> float:
+        param = self.param
+        if isinstance(param, CategoricalParam):
+            return float(
+                next(i for i, v in enumerate(param.values) if type(v) is type(value) and v == value)
+            )
+        return math.log(value) if param.log else float(value)  # type: ignore[attr-defined,arg-type]
+
+    def decode(self, gene: float) -> Scalar:
+        param = self.param
+        gene = min(max(gene, self.low), self.high)
+        if isinstance(param, CategoricalParam):
+            return param.values[round(gene)]
+        value = math.exp(gene) if param.log else gene  # type: ignore[attr-defined]
+        if isinstance(param, IntParam):
+            return min(max(round(value), param.low), param.high)
+        assert isinstance(param, FloatParam)
+        return min(max(value, param.low), param.high)
+
+    def snap(self, gene: float) -> float:
+        """The gene of the value it decodes to (integers and categoricals are exact)."""
+        if isinstance(self.param, FloatParam):
+            return min(max(gene, self.low), self.high)
+        return self.encode(self.decode(gene))
+
+
+class _Individual(list):
+    """A genome (a list of genes, as DEAP's operators expect) and its bookkeeping."""
+
+    fitness: base.Fitness
+    trial_id: str | None
+    deme: int
+    parents: tuple[str, ...]
+    origin: str
+    failed: bool
+
+
+def _split(total: int, parts: int) -> list[int]:
+    """``total`` shared as evenly as possible, the first parts taking the remainder."""
+    return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
+
+
+class GeneticSearch(Searcher):
+    """A genetic algorithm with islands, elitism, NSGA-II and an async schedule.
+
+    Settings use the names of the workflow spec (``search:`` of an hpo stage):
+
+    - ``population`` individuals per generation, shared among ``demes``
+      islands that evolve apart and pass their ``migration_size`` best to the
+      next island (a ring) every ``migration_interval`` generations;
+    - ``mode="generational"``: each generation is ``population`` new children,
+      bred by tournament selection (``tournament_size``), crossover (pairs,
+      ``crossover_rate``) and mutation (``mutation_rate``); the ``elitism`` best
+      of each deme so far (a hall of fame) replace its worst children as parents.
+      ``mode="mu_plus_lambda"``: each generation breeds ``offspring`` children
+      (crossover *or* mutation, as DEAP's varOr) and the best ``population`` of
+      parents and children survive.
+      A child identical to its parent would spend a trial on a known result,
+      so it is mutated; every generation therefore runs exactly its size in
+      trials: population × generations, or population + offspring ×
+      (generations − 1), capped by ``budget``.
+    - ``schedule="generational"`` waits for the whole generation (``ask``
+      returns [] at the barrier); ``schedule="async"`` breeds a child from the
+      deme's current members whenever a slot is free and inserts each result
+      as it arrives, dropping the deme's worst (steady state), so no slot
+      idles behind a straggler. A "generation" is then that many results.
+    - Stops after the planned trials, after ``patience`` generations without a
+      better best (without a new Pareto-front member for several objectives),
+      on an objective's threshold, or when a whole generation failed.
+    - Several objectives: NSGA-II (non-dominated sorting and crowding) chooses
+      the survivors in both modes, parents are chosen by tournament on
+      (front, crowding), and :meth:`pareto_front` gives the trade-off.
+
+    A failed trial gets the worst value of its generation (per objective), so
+    it stays in the population but is rarely chosen as a parent.
+    """
+
+    algorithm = "genetic"
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int = 0,
+        budget: int | None = None,
+        population: int = 16,
+        generations: int = 10,
+        mode: Literal["generational", "mu_plus_lambda"] = "generational",
+        offspring: int | None = None,
+        schedule: Literal["generational", "async"] = "generational",
+        demes: int = 1,
+        migration_interval: int = 5,
+        migration_size: int = 1,
+        mutation_rate: float = 0.3,
+        crossover_rate: float = 0.5,
+        crossover: Literal["blend", "sbx"] = "blend",
+        tournament_size: int = 3,
+        elitism: int = 1,
+        patience: int | None = None,
+        sigma: float = 0.1,
+        alpha: float = 0.5,
+        eta: float = 10.0,
+    ) -> None:
+        super().__init__(space, objectives, seed=seed, budget=budget)
+        _check_int("population", population, 2)
+        _check_int("generations", generations, 1)
+        _check_int("demes", demes, 1)
+        _check_int("migration_interval", migration_interval, 1)
+        _check_int("migration_size", migration_size, 1)
+        _check_int("tournament_size", tournament_size, 2)
+        _check_int("elitism", elitism, 0)
+        if offspring is not None:
+            _check_int("offspring", offspring, 1)
+        if patience is not None:
+            _check_int("patience", patience, 1)
+        _check_choice("mode", mode, ("generational", "mu_plus_lambda"))
+        _check_choice("schedule", schedule, ("generational", "async"))
+        _check_choice("crossover", crossover, ("blend", "sbx"))
+        for name, rate in (("mutation_rate", mutation_rate), ("crossover_rate", crossover_rate)):
+            if not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
+                raise ValueError(f"{name} must be between 0 and 1, but got {rate!r}")
+        for name, value in (("sigma", sigma), ("alpha", alpha), ("eta", eta)):
+            if not isinstance(value, int | float) or not value > 0:
+                raise ValueError(f"{name} must be a positive number, but got {value!r}")
+        if population < 2 * demes:
+            raise ValueError(
+                f"population must be at least 2 per deme ({2 * demes} for {demes} demes),"
+                f" but got {population}"
+            )
+        if elitism >= population:
+            raise ValueError(
+                f"elitism must be less than population ({population}), but got {elitism}"
+            )
+        if mode == "mu_plus_lambda" and crossover_rate + mutation_rate > 1:
+            raise ValueError(
+                "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
+                f" but got {crossover_rate + mutation_rate:g}"
+            )
+        if not space.searched:
+            raise ValueError("space must have at least one searched (non-constant) parameter")
+        self._settings.update(
+            population=population, generations=generations, mode=mode, offspring=offspring,
+            schedule=schedule, demes=demes, migration_interval=migration_interval,
+            migration_size=migration_size, mutation_rate=mutation_rate,
+            crossover_rate=crossover_rate, crossover=crossover,
+            tournament_size=tournament_size, elitism=elitism, patience=patience,
+            sigma=sigma, alpha=alpha, eta=eta,
+        )  # fmt: skip
+        self.population, self.generations, self.mode = population, generations, mode
+        self.offspring = offspring if offspring is not None else population
+        self.schedule, self.demes = schedule, demes
+        self.migration_interval, self.migration_size = migration_interval, migration_size
+        self.mutation_rate, self.crossover_rate = float(mutation_rate), float(crossover_rate)
+        self.crossover, self.tournament_size = crossover, tournament_size
+        self.elitism, self.patience = elitism, patience
+        self.sigma, self.alpha, self.eta = float(sigma), float(alpha), float(eta)
+
+        self._rng = random.Random(seed)
+        self._genes = [_Gene.of(p) for p in space.searched]
+        self._numeric = [i for i, g in enumerate(self._genes) if not g.categorical]
+        self._categorical = [i for i, g in enumerate(self._genes) if g.categorical]
+        # Maximize weights +1, minimize -1: DEAP's fitness compares weighted values.
+        weights = tuple(-o.sign for o in self.objectives)
+        self._fitness = type("Fitness", (base.Fitness,), {"weights": weights})
+        self._rank_fitness = type("RankFitness", (base.Fitness,), {"weights": (-1.0, 1.0)})
+        self._deme_sizes = _split(population, demes)
+        self._brood_sizes = (
+            _split(self.offspring, demes) if mode == "mu_plus_lambda" else self._deme_sizes
+        )
+        self._parents: list[list[_Individual]] = [[] for _ in range(demes)]
+        self._halls = [tools.HallOfFame(max(1, min(elitism, s - 1))) for s in self._deme_sizes]
+        self._members: dict[str, _Individual] = {}
+        self._queue: list[_Individual] = []
+        self._batch: list[_Individual] = []  # the current generation, once asked
+        self._seeds: list[dict[str, Scalar]] = []
+        self._generation = 0
+        self._started = False
+        self._stall = 0
+        self._best_mark: Any = None
+        self._failures_in_row = 0
+        self._last_failure = ""
+        self._births = [0] * demes
+        self._next_deme = 0
+        self._results = 0
+
+    # --- sizes --------------------------------------------------------------------------
+
+    @property
+    def planned(self) -> int:
+        if self.mode == "mu_plus_lambda":
+            planned = self.population + self.offspring * (self.generations - 1)
+        else:
+            planned = self.population * self.generations
+        return min(planned, self.budget) if self.budget is not None else planned
+
+    @property
+    def generation(self) -> int:
+        """The generation being evaluated (generational schedule)."""
+        return self._generation
+
+    @property
+    def _generation_size(self) -> int:
+        return self.offspring if self.mode == "mu_plus_lambda" else self.population
+
+    # --- encoding -----------------------------------------------------------------------
+
+    def _individual(
+        self, genes: list[float], deme: int, parents: tuple[str, ...] = (), origin: str = "random"
+    ) -> _Individual:
+        ind = _Individual(genes)
+        ind.fitness = self._fitness()
+        ind.trial_id, ind.deme, ind.parents, ind.origin, ind.failed = (
+            None,
+            deme,
+            parents,
+            origin,
+            False,
+        )
+        return ind
+
+    def _decode(self, ind: list[float]) -> dict[str, Scalar]:
+        return {g.param.name: g.decode(x) for g, x in zip(self._genes, ind, strict=True)}
+
+    def _encode(self, config: dict[str, Scalar]) -> list[float]:
+        return [g.encode(config[g.param.name]) for g in self._genes]
+
+    def _clone(self, ind: _Individual, deme: int) -> _Individual:
+        return self._individual(list(ind), deme, (ind.trial_id,) if ind.trial_id else (), "copy")
+
+    # --- variation (DEAP operators, this searcher's RNG) ----------------------------------
+
+    def _cross(self, a: _Individual, b: _Individual) -> None:
+        with _using(self._rng):
+            if self._numeric:
+                xa, xb = [a[i] for i in self._numeric], [b[i] for i in self._numeric]
+                if self.crossover == "blend":
+                    tools.cxBlend(xa, xb, self.alpha)
+                else:
+                    lows = [self._genes[i].low for i in self._numeric]
+                    highs = [self._genes[i].high for i in self._numeric]
+                    tools.cxSimulatedBinaryBounded(xa, xb, self.eta, lows, highs)
+                for j, i in enumerate(self._numeric):
+                    a[i], b[i] = self._genes[i].snap(xa[j]), self._genes[i].snap(xb[j])
+            if self._categorical:
+                ca, cb = [a[i] for i in self._categorical], [b[i] for i in self._categorical]
+                tools.cxUniform(ca, cb, 0.5)
+                for j, i in enumerate(self._categorical):
+                    a[i], b[i] = ca[j], cb[j]
+        parents = tuple(dict.fromkeys(a.parents + b.parents))
+        a.parents = b.parents = parents
+        a.origin = b.origin = "crossover"
+
+    def _mutate(self, ind: _Individual) -> None:
+        """Mutate each gene with probability 1/len, at least one gene."""
+        rng = self._rng
+        chosen = [i for i in range(len(ind)) if rng.random() < 1.0 / len(ind)]
+        if not chosen:
+            chosen = [rng.randrange(len(ind))]
+        numeric = [i for i in chosen if not self._genes[i].categorical]
+        if numeric:
+            before = [ind[i] for i in numeric]
+            moved = list(before)
+            sigmas = [self.sigma * (self._genes[i].high - self._genes[i].low) for i in numeric]
+            with _using(rng):
+                tools.mutGaussian(moved, 0.0, sigmas, 1.0)
+            for old, new, i in zip(before, moved, numeric, strict=True):
+                ind[i] = self._step(self._genes[i], old, new)
+        for i in chosen:
+            gene = self._genes[i]
+            if gene.categorical:
+                count = round(gene.high) + 1
+                if count > 1:
+                    pick = rng.randrange(count - 1)
+                    ind[i] = float(pick + 1 if pick >= round(ind[i]) else pick)
+        ind.origin = "crossover+mutation" if ind.origin.startswith("crossover") else "mutation"
+
+    @staticmethod
+    def _step(gene: _Gene, old: float, new: float) -> float:
+        """The mutated gene; an integer moves at least one step (towards the draw)."""
+        moved = gene.snap(new)
+        param = gene.param
+        if isinstance(param, IntParam) and gene.decode(moved) == gene.decode(old):
+            value = gene.decode(old)
+            step = 1 if new >= old else -1
+            if not param.low <= value + step <= param.high:  # type: ignore[operator]
+                step = -step
+            moved = gene.encode(value + step)  # type: ignore[operator]
+        return moved
+
+    def _vary_and(self, parents: list[_Individual], count: int, deme: int) -> list[_Individual]:
+        """DEAP's varAnd: pairs cross over, then each child may mutate."""
+        chosen = self._select(parents, count)
+        children = [self._clone(p, deme) for p in chosen]
+        for i in range(1, len(children), 2):
+            if self._rng.random() < self.crossover_rate:
+                self._cross(children[i - 1], children[i])
+        for child in children:
+            if self._rng.random() < self.mutation_rate or self._is_copy(child):
+                self._mutate(child)
+        return children
+
+    def _vary_or(self, parents: list[_Individual], deme: int) -> _Individual:
+        """DEAP's varOr for one child: crossover or mutation (never a bare copy)."""
+        if len(parents) > 1 and self._rng.random() < self.crossover_rate:
+            a, b = (self._clone(p, deme) for p in self._select(parents, 2))
+            self._cross(a, b)
+            child = a
+        else:
+            child = self._clone(self._select(parents, 1)[0], deme)
+            self._mutate(child)
+        if self._is_copy(child):
+            self._mutate(child)
+        return child
+
+    def _is_copy(self, child: _Individual) -> bool:
+        config = self._decode(child)
+        return any(
+            self._decode(self._members[p]) == config for p in child.parents if p in self._members
+        )
+
+    def _select(self, pool: list[_Individual], k: int) -> list[_Individual]:
+        with _using(self._rng):
+            if not self.multi_objective:
+                return tools.selTournament(pool, k, self.tournament_size)
+            fronts = tools.sortNondominated(pool, len(pool))
+            for rank, front in enumerate(fronts):
+                tools.emo.assignCrowdingDist(front)
+                for ind in front:
+                    ind.rank_fitness = self._rank_fitness((rank, ind.fitness.crowding_dist))
+            return tools.selTournament(pool, k, self.tournament_size, fit_attr="rank_fitness")
+
+    def _survivors(self, pool: list[_Individual], k: int) -> list[_Individual]:
+        if self.multi_objective:
+            return tools.selNSGA2(pool, k)
+        return tools.selBest(pool, k)
+
+    def _worst(self, pool: list[_Individual], k: int) -> list[_Individual]:
+        if self.multi_objective:
+            return tools.selNSGA2(pool, len(pool))[len(pool) - k :]
+        return tools.selWorst(pool, k)
+
+    # --- ask ------------------------------------------------------------------------------
+
+    def _initial(self) -> list[_Individual]:
+        """Generation 0: warm-start seeds first, then random draws; demes interleaved."""
+        per_deme: list[list[_Individual]] = [[] for _ in range(self.demes)]
+        for deme, size in enumerate(self._deme_sizes):
+            for _ in range(size):
+                if self._seeds:
+                    genes, origin = self._encode(self._seeds.pop(0)), "warm-start"
+                else:
+                    genes, origin = self._encode(sample_config(self.space, self._rng)), "random"
+                per_deme[deme].append(self._individual(genes, deme, (), origin))
+        return _interleave(per_deme)
+
+    def _trial_for(self, ind: _Individual, generation: int) -> Trial:
+        trial = self._new_trial(
+            self._decode(ind), generation=generation, deme=ind.deme, parents=ind.parents,
+            origin=ind.origin,
+        )  # fmt: skip
+        ind.trial_id = trial.id
+        self._members[trial.id] = ind
+        return trial
+
+    def _ask(self, n: int) -> list[Trial]:
+        if not self._started:
+            self._queue, self._started = self._initial(), True
+        trials = []
+        if self.schedule == "generational":
+            while len(trials) < n and self._queue:
+                ind = self._queue.pop(0)
+                self._batch.append(ind)
+                trials.append(self._trial_for(ind, self._generation))
+            return trials
+        while len(trials) < n:
+            if self._queue:
+                trials.append(self._trial_for(self._queue.pop(0), 0))
+                continue
+            bred = self._breed_one()
+            if bred is None:
+                break  # no deme has an evaluated member yet: wait for results
+            trials.append(self._trial_for(*bred))
+        return trials
+
+    def _breed_one(self) -> tuple[_Individual, int] | None:
+        for offset in range(self.demes):
+            deme = (self._next_deme + offset) % self.demes
+            if self._parents[deme]:
+                child = self._vary_or(self._parents[deme], deme)
+                generation = 1 + self._births[deme] // self._brood_sizes[deme]
+                self._births[deme] += 1
+                self._next_deme = (deme + 1) % self.demes
+                return child, generation
+        return None
+
+    # --- tell -----------------------------------------------------------------------------
+
+    def _tell(self, trial: Trial, observation: Observation) -> None:
+        ind = self._members[trial.id]
+        self._results += 1
+        if observation.values is None:
+            ind.failed = True
+            self._failures_in_row += 1
+            self._last_failure = observation.failure or "failed"
+        else:
+            ind.fitness.values = observation.values
+            self._failures_in_row = 0
+        if self.schedule == "generational":
+            if not self._queue and not any(i.trial_id in self._book.pending for i in self._batch):
+                self._end_generation()
+            return
+        self._insert(ind)
+        if self._failures_in_row >= self.population:
+            self._stop(
+                f"the last {self._failures_in_row} trials (a generation's worth) all failed"
+                f" (last: {self._last_failure}); check the trainer before searching on"
+            )
+        elif self._results >= self.population and (
+            (self._results - self.population) % self._generation_size == 0
+        ):
+            # A generation's worth of results since the first generation.
+            done = 1 + (self._results - self.population) // self._generation_size
+            if self.demes > 1 and done % self.migration_interval == 0:
+                self._migrate()
+            self._check_progress()
+
+    def _insert(self, ind: _Individual) -> None:
+        """Steady state: a result joins its deme and the deme's worst leaves.
+
+        A failed child would be the worst (its imputed value is the deme's worst),
+        so it is dropped at once instead.
+        """
+        if ind.failed:
+            return
+        deme = self._parents[ind.deme]
+        deme.append(ind)
+        if len(deme) > self._deme_sizes[ind.deme]:
+            worst = self._worst(deme, 1)[0]
+            del deme[next(k for k, i in enumerate(deme) if i is worst)]
+
+    def _end_generation(self) -> None:
+        batch, generation = self._batch, self._generation
+        ok = [i for i in batch if not i.failed]
+        if not ok:
+            self._stop(
+                f"every trial of generation {generation} failed ({len(batch)} trials;"
+                f" last: {self._last_failure}); check the trainer before searching on"
+            )
+            return
+        worst = tuple(
+            max(o.sign * i.fitness.values[j] for i in ok) * o.sign
+            for j, o in enumerate(self.objectives)
+        )
+        for ind in batch:
+            if ind.failed:
+                ind.fitness.values = worst  # imputed: the worst of its generation
+        for deme in range(self.demes):
+            children = [i for i in batch if i.deme == deme]
+            self._halls[deme].update([i for i in children if not i.failed])
+            size = self._deme_sizes[deme]
+            if self.multi_objective or self.mode == "mu_plus_lambda" or generation == 0:
+                self._parents[deme] = self._survivors(self._parents[deme] + children, size)
+            else:
+                self._parents[deme] = self._with_elites(children, deme)
+        self._batch = []
+        self._generation += 1
+        if self.demes > 1 and self._generation % self.migration_interval == 0:
+            self._migrate()
+        self._check_progress()
+        if self._stop_reason is None and self.n_asked < self.planned:
+            broods = [
+                self._vary_and(self._parents[d], self._brood_sizes[d], d)
+                if self.mode == "generational"
+                else [self._vary_or(self._parents[d], d) for _ in range(self._brood_sizes[d])]
+                for d in range(self.demes)
+            ]
+            self._queue = _interleave(broods)
+
+    def _with_elites(self, children: list[_Individual], deme: int) -> list[_Individual]:
+        """The children, the deme's best so far replacing its worst children."""
+        parents = list(children)
+        keep = min(self.elitism, self._deme_sizes[deme] - 1)
+        for elite in list(self._halls[deme])[:keep]:
+            if any(list(elite) == list(p) for p in parents):
+                continue
+            worst = min(parents, key=lambda p: p.fitness)
+            if elite.fitness > worst.fitness:
+                parents[next(k for k, p in enumerate(parents) if p is worst)] = elite
+        return parents
+
+    def _migrate(self) -> None:
+        """DEAP's ring migration: each deme's best replace the next deme's worst."""
+        if any(len(p) <= self.migration_size for p in self._parents):
+            return
+        tools.migRing(self._parents, self.migration_size, self._survivors, self._worst)
+
+    def _check_progress(self) -> None:
+        if self.multi_objective:
+            mark: Any = frozenset(o.trial.id for o in self.pareto_front())
+            improved = self._best_mark is None or not mark <= self._best_mark
+        else:
+            best = self.best()
+            mark = None if best is None else self._key(best.values)  # type: ignore[arg-type]
+            improved = mark is not None and (self._best_mark is None or mark < self._best_mark)
+        if improved:
+            self._best_mark, self._stall = mark, 0
+            return
+        self._stall += 1
+        if self.patience is not None and self._stall >= self.patience:
+            self._stop(f"no improvement in the last {self._stall} generations (patience)")
+
+    # --- warm start -----------------------------------------------------------------------
+
+    def _warm_start(self, observations: list[Observation]) -> None:
+        good = [o for o in observations if o.values is not None]
+        if self.multi_objective:
+            ordered: list[Observation] = []
+            rest = good
+            while rest and len(ordered) < self.population:
+                front = pareto_front(rest, self.objectives)
+                ordered += front
+                rest = [o for o in rest if o not in front]
+            good = ordered
+        else:
+            good.sort(key=lambda o: self._key(o.values))  # type: ignore[arg-type]
+        unique: list[dict[str, Scalar]] = []
+        for o in good:
+            config = {p.name: o.config[p.name] for p in self.space.searched}
+            if config not in unique:
+                unique.append(config)
+        self._seeds = unique[: self.population]
+
+
+def _interleave(groups: list[list[_Individual]]) -> list[_Individual]:
+    """Round-robin over demes, so a partial ask serves every deme."""
+    result = []
+    for i in range(max((len(g) for g in groups), default=0)):
+        result.extend(g[i] for g in groups if i < len(g))
+    return result
+
+
+def _check_int(name: str, value: Any, minimum: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{name} must be an integer of at least {minimum}, but got {value!r}")
+
+
+def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{name} must be one of {', '.join(allowed)}, but got {value!r}")

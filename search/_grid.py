@@ -1,0 +1,116 @@
+"""Grid search: every combination of a few points per parameter."""
+
+from __future__ import annotations
+
+import math
+import random
+from typing import Any
+
+from search._base import Observation, Searcher, Trial
+from search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
+
+_MAX_SHUFFLED = 1_000_000
+
+
+def grid_values(param: Param, points: int) -> list[Scalar]:
+    """The grid of one parameter: ``points`` evenly spaced values (geometrically
+    for ``log``), ``min(points, high - low + 1)`` distinct integers for an int,
+    every value of a categorical, the value of a constant."""
+    if isinstance(param, FloatParam):
+        if param.log:
+            lo, hi = math.log(param.low), math.log(param.high)
+            values = [math.exp(lo + (hi - lo) * i / (points - 1)) for i in range(points)]
+        else:
+            values = [
+                param.low + (param.high - param.low) * i / (points - 1) for i in range(points)
+            ]
+        values[0], values[-1] = param.low, param.high  # exact ends despite rounding
+        return [min(max(v, param.low), param.high) for v in values]
+    if isinstance(param, IntParam):
+        k = min(points, param.high - param.low + 1)
+        if param.log:
+            lo, hi = math.log(param.low), math.log(param.high)
+            raw = [math.exp(lo + (hi - lo) * i / (k - 1)) for i in range(k)]
+        else:
+            raw = [param.low + (param.high - param.low) * i / (k - 1) for i in range(k)]
+        values: list[Scalar] = []
+        for i, x in enumerate(raw):
+            # Distinct even where rounding a log grid collides: at least one step up
+            # from the previous point, and room left for the points still to come.
+            v = max(round(x), values[-1] + 1 if values else param.low)  # type: ignore[operator]
+            values.append(min(v, param.high - (k - 1 - i)))
+        return values
+    if isinstance(param, CategoricalParam):
+        return list(param.values)
+    return [param.value]
+
+
+class GridSearch(Searcher):
+    """Every combination of per-parameter grids, in a seeded random order.
+
+    ``points`` is the number of grid points for each numeric parameter (an int),
+    or a mapping from parameter name to count (others get 3). The order is
+    shuffled so that a ``budget`` smaller than the grid samples all of it
+    rather than only varying the last parameter.
+    """
+
+    algorithm = "grid"
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int = 0,
+        budget: int | None = None,
+        points: int | dict[str, int] = 3,
+    ) -> None:
+        super().__init__(space, objectives, seed=seed, budget=budget)
+        numeric = [p.name for p in space.searched if isinstance(p, FloatParam | IntParam)]
+        counts = points.values() if isinstance(points, dict) else [points]
+        for count in counts:
+            if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+                raise ValueError(f"points must be at least 2, but got {count!r}")
+        if isinstance(points, dict):
+            unknown = sorted(set(points) - set(numeric))
+            if unknown:
+                raise ValueError(
+                    f"points must name numeric parameters ({', '.join(numeric) or 'none'}),"
+                    f" but got {unknown}"
+                )
+        self._settings["points"] = points
+        self._axes = [
+            (p.name, grid_values(p, points.get(p.name, 3) if isinstance(points, dict) else points))
+            for p in space.searched
+        ]
+        self.size = math.prod(len(values) for _, values in self._axes)
+        planned = min(self.size, budget) if budget is not None else self.size
+        if planned > _MAX_SHUFFLED:
+            raise ValueError(
+                f"budget must be at most {_MAX_SHUFFLED} for a grid, but the grid has"
+                f" {self.size} points and the budget is {budget}"
+            )
+        self._planned = planned
+        # random.sample over a range draws without building the whole grid.
+        self._order = random.Random(seed).sample(range(self.size), planned)
+
+    @property
+    def planned(self) -> int:
+        return self._planned
+
+    def point(self, index: int) -> dict[str, Scalar]:
+        """The grid point at ``index`` (mixed radix, first parameter slowest)."""
+        config: dict[str, Scalar] = {}
+        for name, values in reversed(self._axes):
+            index, digit = divmod(index, len(values))
+            config[name] = values[digit]
+        return {name: config[name] for name, _ in self._axes}
+
+    def _ask(self, n: int) -> list[Trial]:
+        start = self.n_asked
+        return [
+            self._new_trial(self.point(i), origin="grid") for i in self._order[start : start + n]
+        ]
+
+    def _tell(self, trial: Trial, observation: Observation) -> None:
+        pass

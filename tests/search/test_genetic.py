@@ -1,0 +1,216 @@
+"""The genetic search: generations, lineage, schedules, demes, failures, NSGA-II."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import deap.creator
+import pytest
+from _search_helpers import MIN, MIXED, drive, loss
+
+from search import Failure, GeneticSearch, Objective
+from search._genetic import _Gene
+from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+
+LINE = SearchSpace((FloatParam("x", -5.0, 5.0), FloatParam("y", -5.0, 5.0)))
+
+
+def square(config: dict) -> float:
+    return config["x"] ** 2 + config["y"] ** 2
+
+
+@pytest.mark.parametrize(
+    ("settings", "planned"),
+    [
+        ({}, 160),
+        ({"population": 8, "generations": 5}, 40),
+        ({"population": 8, "generations": 5, "budget": 30}, 30),
+        ({"population": 8, "generations": 5, "mode": "mu_plus_lambda"}, 40),
+        ({"population": 8, "generations": 5, "mode": "mu_plus_lambda", "offspring": 4}, 24),
+    ],
+)
+def test_planned_trials_match_the_spec(settings: dict, planned: int) -> None:
+    from orchestrator.spec.model import GeneticSearch as Spec
+
+    searcher = GeneticSearch(LINE, MIN, **settings)
+    assert searcher.planned == planned
+    assert Spec(algorithm="genetic", **settings).planned_trials(LINE) == planned
+    assert len(drive(searcher, square, parallel=5)) == planned
+
+
+def test_generational_barrier_and_lineage() -> None:
+    searcher = GeneticSearch(LINE, MIN, population=6, generations=3, seed=1)
+    first = searcher.ask(100)
+    assert len(first) == 6 and {t.generation for t in first} == {0}
+    assert all(t.parents == () and t.origin == "random" for t in first)
+    for trial in first[:-1]:
+        searcher.tell(trial.id, square(trial.config))
+    assert searcher.ask(4) == []  # the barrier: one straggler blocks the generation
+    searcher.tell(first[-1].id, square(first[-1].config))
+    second = searcher.ask(100)
+    assert len(second) == 6 and {t.generation for t in second} == {1}
+    ids = {t.id for t in first}
+    for trial in second:
+        assert trial.parents and set(trial.parents) <= ids
+        assert trial.origin in ("mutation", "crossover", "crossover+mutation")
+
+
+def test_async_breeds_as_soon_as_a_result_comes_back() -> None:
+    searcher = GeneticSearch(LINE, MIN, population=6, generations=3, seed=1, schedule="async")
+    first = searcher.ask(10)
+    assert len(first) == 6  # nothing evaluated yet, nothing to breed from
+    assert searcher.ask(1) == []
+    searcher.tell(first[0].id, square(first[0].config))
+    child = searcher.ask(1)
+    assert len(child) == 1 and child[0].parents == (first[0].id,)
+    assert child[0].generation == 1 and child[0].origin == "mutation"
+
+
+def test_async_without_idle_slots_improves() -> None:
+    searcher = GeneticSearch(
+        LINE, MIN, population=8, generations=10, seed=3, schedule="async", demes=2
+    )
+    drive(searcher, square, parallel=4)
+    values = [o.value for o in searcher.observations]
+    assert min(values[-20:]) < min(values[:8])
+    assert {t.deme for t in (o.trial for o in searcher.observations)} == {0, 1}
+
+
+def test_elitism_keeps_the_best_as_a_parent() -> None:
+    searcher = GeneticSearch(LINE, MIN, population=6, generations=4, seed=2, elitism=1)
+    drive(searcher, square, parallel=6, steps=12)  # two generations
+    parents = searcher._parents[0]
+    best = searcher.best()
+    assert any(p.trial_id == best.trial.id for p in parents)
+
+
+def test_demes_migrate_along_a_ring() -> None:
+    searcher = GeneticSearch(
+        LINE, MIN, population=8, generations=3, seed=2, demes=2, migration_interval=1
+    )
+    drive(searcher, square, parallel=8, steps=8)
+    # After generation 0 each deme holds the other's best.
+    best_ids = [min(p, key=lambda i: i.fitness.values[0]).trial_id for p in searcher._parents]
+    assert best_ids[0] in {p.trial_id for p in searcher._parents[1]}
+    assert best_ids[1] in {p.trial_id for p in searcher._parents[0]}
+
+
+def test_patience_stops_a_stalled_search() -> None:
+    searcher = GeneticSearch(LINE, MIN, population=4, generations=50, seed=1, patience=3)
+    drive(searcher, lambda c: 1.0, parallel=4)
+    assert searcher.done()
+    assert "no improvement in the last 3 generations" in searcher.stop_reason
+    assert len(searcher.observations) == 4 * 4  # the first generation, then 3 without gain
+
+
+def test_patience_in_async_schedule() -> None:
+    searcher = GeneticSearch(
+        LINE, MIN, population=4, generations=50, seed=1, patience=2, schedule="async"
+    )
+    drive(searcher, lambda c: 1.0, parallel=2)
+    assert "no improvement" in searcher.stop_reason
+
+
+def test_failed_trials_get_the_worst_value_of_their_generation() -> None:
+    searcher = GeneticSearch(LINE, MIN, population=6, generations=3, seed=4)
+    trials = searcher.ask(6)
+    for i, trial in enumerate(trials):
+        searcher.tell(trial.id, Failure("oom") if i in (1, 2) else square(trial.config))
+    worst = max(square(t.config) for i, t in enumerate(trials) if i not in (1, 2))
+    imputed = [searcher._members[trials[i].id].fitness.values[0] for i in (1, 2)]
+    assert imputed == [worst, worst]
+    assert [o.failed for o in searcher.observations] == [False, True, True, False, False, False]
+    assert len(searcher.ask(6)) == 6
+
+
+@pytest.mark.parametrize("schedule", ["generational", "async"])
+def test_a_generation_that_fails_entirely_ends_the_search(schedule: str) -> None:
+    searcher = GeneticSearch(LINE, MIN, population=4, generations=5, seed=1, schedule=schedule)
+    drive(searcher, lambda c: Failure("crashed"), parallel=4)
+    assert searcher.done()
+    assert "failed" in searcher.stop_reason and "crashed" in searcher.stop_reason
+    assert len(searcher.observations) == 4
+    assert searcher.best() is None
+    assert searcher.ask(4) == []
+
+
+def test_nsga2_finds_a_spread_pareto_front() -> None:
+    space = SearchSpace((FloatParam("x", -2.0, 4.0),))
+    objectives = [Objective("a", "min"), Objective("b", "min")]
+    searcher = GeneticSearch(space, objectives, population=12, generations=8, seed=0)
+    drive(searcher, lambda c: [c["x"] ** 2, (c["x"] - 2) ** 2], parallel=12)
+    front = searcher.pareto_front()
+    xs = sorted(o.config["x"] for o in front)
+    assert len(front) >= 8
+    assert all(-0.05 <= x <= 2.05 for x in xs)  # the true front is x in [0, 2]
+    assert xs[0] < 0.5 and xs[-1] > 1.5
+
+
+def test_mixed_space_through_every_operator() -> None:
+    for crossover in ("blend", "sbx"):
+        searcher = GeneticSearch(
+            MIXED, MIN, population=8, generations=6, seed=5, crossover=crossover,
+            crossover_rate=0.9, mutation_rate=0.9,
+        )  # fmt: skip
+        trials = drive(searcher, loss, parallel=8)
+        assert all(MIXED.contains(t.config) for t in trials)
+        assert len({(type(t.config["act"]), t.config["act"]) for t in trials}) == 4
+
+
+def test_each_searcher_owns_its_randomness() -> None:
+    """DEAP's operators run on the searcher's RNG: the global one is untouched and
+    two interleaved searches equal two separate ones."""
+    before = random.getstate()
+    creator_names = set(vars(deap.creator))
+    alone = [t.config for t in drive(GeneticSearch(LINE, MIN, population=4, seed=9), square)]
+    a, b = GeneticSearch(LINE, MIN, population=4, seed=9), GeneticSearch(LINE, MIN, seed=10)
+    asked = []
+    while not a.done():
+        for trial in a.ask(4):
+            asked.append(trial.config)
+            b_trials = b.ask(1)
+            for t in b_trials:
+                b.tell(t.id, square(t.config))
+            a.tell(trial.id, square(trial.config))
+    assert asked == alone
+    assert random.getstate() == before
+    assert set(vars(deap.creator)) == creator_names
+
+
+def test_mutation_moves_integers_by_steps_and_redraws_categoricals() -> None:
+    gene = _Gene.of(IntParam("n", 1, 10))
+    assert gene.decode(GeneticSearch._step(gene, gene.encode(5), gene.encode(5) + 0.01)) == 6
+    assert gene.decode(GeneticSearch._step(gene, gene.encode(10), gene.encode(10) + 0.01)) == 9
+    log_gene = _Gene.of(IntParam("batch", 8, 512, log=True))
+    assert log_gene.decode(log_gene.encode(64)) == 64
+    assert log_gene.low == pytest.approx(math.log(8))
+    space = SearchSpace((CategoricalParam("c", ("a", "b", "c")),))
+    searcher = GeneticSearch(space, MIN, population=4, seed=0)
+    ind = searcher._individual([1.0], 0)
+    for _ in range(20):
+        before = ind[0]
+        searcher._mutate(ind)
+        assert ind[0] != before and ind[0] in (0.0, 1.0, 2.0)
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        ({"population": 3, "demes": 2}, "population must be at least 2 per deme"),
+        ({"elitism": 16}, "elitism must be less than population"),
+        ({"mode": "steady"}, "mode must be one of generational, mu_plus_lambda"),
+        ({"schedule": "eager"}, "schedule must be one of generational, async"),
+        ({"crossover": "one_point"}, "crossover must be one of blend, sbx"),
+        ({"mutation_rate": 1.5}, "mutation_rate must be between 0 and 1"),
+        ({"tournament_size": 1}, "tournament_size must be an integer of at least 2"),
+        ({"patience": 0}, "patience must be an integer of at least 1"),
+        (
+            {"mode": "mu_plus_lambda", "mutation_rate": 0.6, "crossover_rate": 0.6},
+            "crossover_rate \\+ mutation_rate must be at most 1",
+        ),
+    ],
+)
+def test_settings_are_checked(settings: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        GeneticSearch(LINE, MIN, **settings)
