@@ -93,7 +93,9 @@ class CategoricalParam:
         seen: list[Scalar] = []
         for value in self.values:
             if not isinstance(value, Scalar):
-                raise ValueError(f"values must be numbers, strings or booleans, but got {value!r}")
+                raise ValueError(
+                    f"values must be numbers, strings or booleans, but got {value!r}"
+                )
             # 1 == True in Python; keep them distinct choices by comparing types too.
             if any(type(value) is type(other) and value == other for other in seen):
                 raise ValueError(f"values must be distinct, but {value!r} is listed twice")
