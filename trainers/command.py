@@ -277,7 +277,7 @@ def run_command(request: TrialRequest, report: Report | None = None,
         if ended_by == "stop":
             return failed("stopped before the command printed a result", logs=logs,
                           details=details, stopped_early=True)
-        return failed(f"command printed no line matching {trainer.result_pattern!r}{tail}{where}",
+        return failed(f"command printed no line matching '{trainer.result_pattern}'{tail}{where}",
                       logs=logs, details=details)
     value, line = found
     number = _parse(value)

@@ -7,7 +7,7 @@ Horovod process sets), a ``report(metrics, step)`` for per-epoch metrics,
 returns a dict of final metrics (or None: the last report is used)::
 
     def train(config, ctx):
-        for epoch in range(ctx.start_epoch(), config["epochs"]):
+        for epoch in range(config["epochs"]):
             ...
             ctx.report({"val_accuracy": acc}, step=epoch + 1)
             if ctx.should_stop():

@@ -1,0 +1,110 @@
+"""Rank-side checks, run under horovodrun by the tests: ``python rank_checks.py CHECK OUTDIR``.
+
+Each rank writes ``OUTDIR/CHECK-<rank>.json``; the test reads and judges them.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def mp_equivalence(out: Path) -> dict[str, Any]:
+    """mp = 2 against the unsplit model, same seed: forward output and every gradient."""
+    import torch
+    import torch.nn.functional as F
+
+    from trainers.models import build_model, sharded_layers
+    from trainers.parallel import setup
+
+    par = setup(1, 2)
+    archs = {
+        # 63 units split 32 + 31: uneven shares; two split layers in a row.
+        "mlp": {"trainer": "mlp", "image_shape": [1, 8, 8], "num_classes": 10, "width": 63,
+                "depth": 3, "activation": "tanh", "dropout": 0.0, "channels": None},
+        "cnn": {"trainer": "cnn", "image_shape": [1, 8, 8], "num_classes": 10, "width": 40,
+                "depth": 2, "activation": "relu", "dropout": 0.0, "channels": 4},
+    }
+    report: dict[str, Any] = {"rank": par.rank, "mp_rank": par.mp_rank}
+    for name, arch in archs.items():
+        split = build_model(arch, par, seed=7)
+        full = build_model(arch, None, seed=7)
+        x = torch.randn(16, 1, 8, 8, generator=torch.Generator().manual_seed(1))
+        y = torch.arange(16) % 10
+        out_split, out_full = split(x), full(x)
+        F.cross_entropy(out_split, y).backward()
+        F.cross_entropy(out_full, y).backward()
+        owners = sharded_layers(split)
+        full_params = dict(full.named_parameters())
+        grads = {}
+        for pname, p in split.named_parameters():
+            ref = full_params[pname].grad
+            if pname in owners:
+                ref = owners[pname].shard(ref)
+            assert p.grad is not None, f"{name}: no gradient for {pname}"
+            grads[pname] = {
+                "max_diff": float((p.grad - ref).abs().max()),
+                "scale": float(ref.abs().max()),
+                "shape": list(p.shape),
+                "full_shape": list(full_params[pname].shape),
+            }
+        report[name] = {
+            "out_max_diff": float((out_split - out_full).detach().abs().max()),
+            "out_scale": float(out_full.detach().abs().max()),
+            "grads": grads,
+        }
+    return report
+
+
+def _request(trial: str, dp: int, mp: int, **settings: Any) -> Any:
+    from trainers import TrainerRef, TrialRequest
+
+    base = {"dataset": "digits", "epochs": 2, "max_train_samples": 200}
+    return TrialRequest(trial, TrainerRef.builtin("mlp"), settings={**base, **settings},
+                        config={"width": 32, "batch_size": 20, "lr": 0.1},
+                        data_parallel=dp, model_parallel=mp)
+
+
+def warm(out: Path) -> dict[str, Any]:
+    """Successive trials of different shapes in the same two processes, as a warm gang runs them."""
+    from trainers import TrainerRef, TrialRequest, run_trial
+
+    results: dict[str, Any] = {}
+    for name, request in [
+        ("dp2", _request("a", 2, 1)),
+        ("mp2", _request("b", 1, 2)),
+        ("dp2_again", _request("c", 2, 1)),
+        ("dp2_fp16", _request("d", 2, 1, fp16_allreduce=True)),
+        # batch_size 10 per rank x 2 ranks is the global batch 20 of the others.
+        ("dp2_per_rank", TrialRequest("i", TrainerRef.builtin("mlp"),
+                                      settings={"dataset": "digits", "epochs": 2,
+                                                "max_train_samples": 200,
+                                                "batch_per_rank": True},
+                                      config={"width": 32, "batch_size": 10, "lr": 0.1},
+                                      data_parallel=2)),
+        ("tiny_batch", TrialRequest("j", TrainerRef.builtin("mlp"), config={"batch_size": 1},
+                                    data_parallel=2)),
+        ("bad_option", TrialRequest("e", TrainerRef.builtin("mlp"),
+                                    config={"widht": 3}, data_parallel=2)),
+        ("wrong_size", _request("f", 2, 2)),
+        ("function", TrialRequest("g", TrainerRef.python("trainers.examples:softmax_digits"),
+                                  config={"epochs": 2}, data_parallel=2)),
+        ("dp2_after_failures", _request("h", 2, 1)),
+    ]:
+        results[name] = run_trial(request).to_dict()
+    import horovod.torch as hvd
+
+    results["rank"] = hvd.rank()
+    return results
+
+
+CHECKS = {"mp_equivalence": mp_equivalence, "warm": warm}
+
+if __name__ == "__main__":
+    check, outdir = sys.argv[1], Path(sys.argv[2])
+    result = CHECKS[check](outdir)
+    import horovod.torch as hvd
+
+    (outdir / f"{check}-{hvd.rank()}.json").write_text(json.dumps(result, default=str))

@@ -1,0 +1,139 @@
+"""Command trainers: argv flags, results from output, bounded logs, and every way to fail."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainers import TrainerRef, TrialRequest, run_trial
+from trainers.command import build_argv
+
+PY = sys.executable
+
+
+def _run(tmp_path: Path, script: str, config: dict | None = None, **kwargs) -> object:
+    path = tmp_path / "fit.py"
+    path.write_text(script)
+    trainer_kwargs = {k: kwargs.pop(k) for k in ("result_pattern", "flag_prefix", "result_metric")
+                      if k in kwargs}
+    request = TrialRequest(
+        "cmd", TrainerRef.command([PY, str(path)], **trainer_kwargs), config=config or {},
+        log_dir=str(tmp_path / "logs"), **{k: kwargs.pop(k) for k in ("timeout", "settings")
+                                           if k in kwargs},
+    )
+    return run_trial(request, **kwargs)
+
+
+ECHO = "import sys\nprint('args', sys.argv[1:])\nprint('FoM: 0.75')\n"
+
+
+def test_flags_are_built_as_urika_and_candle_pass_them():
+    assert build_argv(["fit"], {"lr": 0.5, "-a": 1, "layers": [1, 2]}) == [
+        "fit", "--lr=0.5", "-a=1", "--layers=1,2"]
+    assert build_argv(["fit"], {"lr": 0.5}, prefix="-") == ["fit", "-lr=0.5"]
+    assert build_argv(["fit"], {"lr": 0.5}, prefix="") == ["fit", "lr=0.5"]
+
+
+def test_a_command_gets_literal_values_and_its_result_is_read(tmp_path):
+    marker = tmp_path / "pwned"
+    reports = []
+    result = _run(tmp_path, ECHO + "print('FoM: 0.875')\n",
+                  config={"lr": 0.1, "-a": 0.5, "evil": f"$(touch {marker})"},
+                  report=lambda m, s: reports.append((m, s)))
+    assert result.ok, result.reason
+    assert result.metrics["result"] == 0.875
+    assert "wall_time" in result.metrics
+    assert not marker.exists(), "a value was run through a shell"
+    out = Path(result.logs["stdout"]).read_text()
+    assert f"'--evil=$(touch {marker})'" in out and "'-a=0.5'" in out and "'--lr=0.1'" in out
+    # Every matching line is reported as a step, the last one is the result.
+    assert reports == [({"result": 0.75}, 1), ({"result": 0.875}, 2)]
+    assert (tmp_path / "logs" / "command.txt").read_text().splitlines()[-1] == (
+        f"--evil=$(touch {marker})")
+
+
+def test_pattern_prefix_and_metric_name_are_configurable(tmp_path):
+    script = "import sys\nprint('accuracy=', sys.argv[1])\n"
+    result = _run(tmp_path, script, config={"x": 3}, result_pattern=r"accuracy= -x=(\S+)",
+                  flag_prefix="-", result_metric="val_accuracy")
+    assert result.ok, result.reason
+    assert result.metrics["val_accuracy"] == 3.0
+
+
+def test_a_result_on_stderr_counts_when_stdout_has_none(tmp_path):
+    result = _run(tmp_path, "import sys\nprint('FoM: 2.5', file=sys.stderr)\n")
+    assert result.ok and result.metrics["result"] == 2.5
+
+
+@pytest.mark.parametrize("script, reason", [
+    ("print('done, no figure')\n",
+     r"command printed no line matching 'FoM: (\S+)'; last output: 'done, no figure'"),
+    ("import sys\nprint('FoM: 0.9')\nsys.stderr.write('boom\\n')\nsys.exit(3)\n",
+     "command exited with status 3; last output: 'boom'"),
+    ("print('FoM: 0.9abc')\n", "the result '0.9abc' in the line 'FoM: 0.9abc' is not a number"),
+    ("print('FoM: nan')\n", "the result 'nan' in the line 'FoM: nan' is not finite"),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", "command was killed by SIGKILL"),
+])
+def test_a_failing_command_is_a_failed_trial_with_its_reason(tmp_path, script, reason):
+    result = _run(tmp_path, script)
+    assert result.status == "failed"
+    assert result.reason.startswith(reason), result.reason
+    assert str(tmp_path / "logs") in result.reason or "not" in reason
+
+
+def test_a_missing_program_is_a_failed_trial(tmp_path):
+    request = TrialRequest("cmd", TrainerRef.command(["/no/such/program", "x"]))
+    result = run_trial(request)
+    assert result.status == "failed" and result.reason == "command not found: '/no/such/program'"
+
+
+def test_a_timeout_kills_the_command_and_its_children(tmp_path):
+    pidfile = tmp_path / "child.pid"
+    script = (
+        "import subprocess, sys, time\n"
+        f"child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        f"open({str(pidfile)!r}, 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n"
+    )
+    started = time.monotonic()
+    result = _run(tmp_path, script, timeout=2.0)
+    assert result.status == "failed" and result.reason.startswith("command timed out after 2 s")
+    assert time.monotonic() - started < 20
+    child = int(pidfile.read_text())
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text()
+
+
+def test_should_stop_ends_a_command_and_keeps_its_last_result(tmp_path):
+    script = "import time\nfor i in range(100):\n    print(f'FoM: {i}', flush=True)\n" \
+             "    time.sleep(0.2)\n"
+    seen: list[float] = []
+    result = _run(tmp_path, script, report=lambda m, s: seen.append(m["result"]),
+                  should_stop=lambda: len(seen) >= 3)
+    assert result.ok and result.stopped_early
+    assert result.metrics["result"] >= 2.0 and len(seen) < 50
+
+
+def test_a_flood_of_output_is_kept_bounded_with_a_note(tmp_path):
+    # 200 MB of output in long lines, then the result: memory and log stay bounded.
+    script = ("import sys\nline = 'x' * 99999 + '\\n'\nfor _ in range(2000):\n"
+              "    sys.stdout.write(line)\nprint('FoM: 1.5')\n")
+    import resource
+
+    from trainers.command import run_command
+
+    path = tmp_path / "flood.py"
+    path.write_text(script)
+    request = TrialRequest("flood", TrainerRef.command([PY, str(path)]),
+                           log_dir=str(tmp_path / "logs"))
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    result = run_command(request, log_limit=1_000_000)
+    grown_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+    assert result.ok and result.metrics["result"] == 1.5
+    log = Path(result.logs["stdout"])
+    assert log.stat().st_size < 1_100_000
+    text = log.read_text()
+    assert "bytes of output left out here" in text and text.rstrip().endswith("FoM: 1.5")
+    assert grown_kib < 100_000, f"memory grew by {grown_kib} KiB"
