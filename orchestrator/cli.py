@@ -119,15 +119,14 @@ def resume(run_dir: Path, slots: int | None, address: str | None) -> None:
 
 def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
          address: str | None) -> None:
-    import logging
+    import os
 
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
     from orchestrator.progress import StageProgress
     from orchestrator.results import render_results
     from orchestrator.spec import SpecError
     from orchestrator.workflow import RunError, run_workflow
 
-    logging.getLogger("mlflow").setLevel(logging.WARNING)  # its schema-migration chatter
-    logging.getLogger("alembic").setLevel(logging.WARNING)
     out = console()
     try:
         with StageProgress(console(stderr=True)) as progress:
