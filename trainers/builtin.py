@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 import time
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -47,8 +48,13 @@ def _set_threads(par: Parallel) -> None:
 
 
 def device_for(par: Parallel) -> torch.device:
-    """The rank's GPU (by local rank) where CUDA is present, else the CPU."""
-    if torch.cuda.is_available():
+    """The rank's GPU (by local rank) where CUDA is present, else the CPU.
+
+    With several ranks the GPU is used only if Horovod was built with CUDA
+    (NCCL): a CPU-only (Gloo) Horovod cannot reduce GPU tensors.
+    """
+    gpu_collectives = par.hvd is None or par.size == 1 or bool(par.hvd.cuda_built())
+    if torch.cuda.is_available() and gpu_collectives:
         index = par.local_rank % torch.cuda.device_count()
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
@@ -156,6 +162,12 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
     start_epoch = 0
     saved_optimizer = None
     latest = ckpt.latest_checkpoint(request.checkpoint_dir)
+    if par.hvd is not None and par.size > 1:
+        # Rank 0 decides which checkpoint to resume from: on a shared file
+        # system another rank might see an older listing.
+        chosen = par.hvd.broadcast_object(str(latest) if latest else None, root_rank=0,
+                                          name="ckpt.latest")
+        latest = Path(chosen) if chosen else None
     if latest is not None:
         payload = ckpt.load_checkpoint(latest)
         if payload["arch"] != arch:

@@ -58,13 +58,15 @@ def mp_equivalence(out: Path) -> dict[str, Any]:
     return report
 
 
-def _request(trial: str, dp: int, mp: int, **settings: Any) -> Any:
+def _request(trial: str, dp: int, mp: int, checkpoint_dir: Path | None = None,
+             **settings: Any) -> Any:
     from trainers import TrainerRef, TrialRequest
 
     base = {"dataset": "digits", "epochs": 2, "max_train_samples": 200}
     return TrialRequest(trial, TrainerRef.builtin("mlp"), settings={**base, **settings},
                         config={"width": 32, "batch_size": 20, "lr": 0.1},
-                        data_parallel=dp, model_parallel=mp)
+                        data_parallel=dp, model_parallel=mp,
+                        checkpoint_dir=str(checkpoint_dir) if checkpoint_dir else None)
 
 
 def warm(out: Path) -> dict[str, Any]:
@@ -72,6 +74,12 @@ def warm(out: Path) -> dict[str, Any]:
     from trainers import TrainerRef, TrialRequest, run_trial
 
     results: dict[str, Any] = {}
+    # Stopped after epoch 1 (as a killed trial would be), then restarted: the
+    # restart resumes from the checkpoint, optimizer state included.
+    for name, dp, mp in (("dp2", 2, 1), ("mp2", 1, 2)):
+        request = _request(f"{name}-resume", dp, mp, checkpoint_dir=out / f"{name}-ckpt")
+        results[f"{name}_stopped"] = run_trial(request, should_stop=lambda: True).to_dict()
+        results[f"{name}_resumed"] = run_trial(request).to_dict()
     for name, request in [
         ("dp2", _request("a", 2, 1)),
         ("mp2", _request("b", 1, 2)),
@@ -100,7 +108,31 @@ def warm(out: Path) -> dict[str, Any]:
     return results
 
 
-CHECKS = {"mp_equivalence": mp_equivalence, "warm": warm}
+HYBRID_SETTINGS = {"dataset": "digits", "epochs": 2, "max_train_samples": 160, "seed": 1}
+HYBRID_CONFIG = {"width": 30, "depth": 2, "channels": 4, "batch_size": 32, "lr": 0.1,
+                 "optimizer": "adam"}
+
+
+def hybrid(out: Path) -> dict[str, Any]:
+    """dp 2 x mp 2: one epoch, then a restart to two epochs from the checkpoint.
+
+    The restart resumes split weights and split optimizer state (Adam's
+    moments) in a dp x mp gang; the test compares the outcome with one
+    unsplit process.
+    """
+    from trainers import TrainerRef, TrialRequest, run_trial
+
+    results = {}
+    for name, epochs in (("first", 1), ("resumed", 2)):
+        request = TrialRequest("hybrid", TrainerRef.builtin("cnn"),
+                               settings={**HYBRID_SETTINGS, "epochs": epochs},
+                               config=HYBRID_CONFIG, data_parallel=2, model_parallel=2,
+                               checkpoint_dir=str(out / "hybrid-ckpt"))
+        results[name] = run_trial(request).to_dict()
+    return results
+
+
+CHECKS = {"mp_equivalence": mp_equivalence, "warm": warm, "hybrid": hybrid}
 
 if __name__ == "__main__":
     check, outdir = sys.argv[1], Path(sys.argv[2])

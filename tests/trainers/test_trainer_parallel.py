@@ -81,18 +81,19 @@ def test_dp2_follows_dp1s_loss_curve_with_the_same_global_batch(trainers_cli, tm
     assert dp2["metrics"]["test_accuracy"] == pytest.approx(single["metrics"]["test_accuracy"])
 
 
-def test_dp2_by_mp2_matches_the_unsplit_single_process_run(trainers_cli, tmp_path):
+def test_dp2_by_mp2_matches_the_unsplit_single_process_run(horovodrun, tmp_path):
     import torch
+    from rank_checks import HYBRID_CONFIG, HYBRID_SETTINGS
 
-    settings = {"dataset": "digits", "epochs": 2, "max_train_samples": 160, "seed": 1}
-    config = {"width": 30, "depth": 2, "channels": 4, "batch_size": 32, "lr": 0.1,
-              "optimizer": "adam"}
-    single = _single(tmp_path, "cnn", settings, config)
-    hybrid = trainers_cli(4, ["--trainer", "cnn", "--data-parallel", "2", "--model-parallel",
-                              "2", "--checkpoint-dir", str(tmp_path / "hybrid-ckpt"),
-                              *_cli_args(settings, config)], tmp_path / "hybrid.json",
-                          timeout=240)
-    assert hybrid["status"] == "ok", hybrid
+    single = _single(tmp_path, "cnn", HYBRID_SETTINGS, HYBRID_CONFIG)
+    done = horovodrun(4, [str(HERE / "rank_checks.py"), "hybrid", str(tmp_path)], timeout=240)
+    assert done.returncode == 0, done.stdout[-4000:]
+    reports = _rank_files(tmp_path, "hybrid", 4)
+    for report in reports:
+        assert report["first"]["status"] == "ok", report["first"]["details"]
+        assert report["resumed"]["status"] == "ok", report["resumed"]["details"]
+        assert report["resumed"]["resumed_from_epoch"] == 1
+    hybrid = reports[0]["resumed"]
     for key in ("train_loss", "val_loss"):
         ours = [h[key] for h in hybrid["history"]]
         ref = [h[key] for h in single["history"]]
@@ -128,6 +129,13 @@ def test_a_warm_gang_runs_trial_after_trial_of_different_shapes(horovodrun, tmp_
     assert root["tiny_batch"]["status"] == "failed"
     assert root["tiny_batch"]["reason"] == (
         "batch_size must be at least the data-parallel size (2), but got 1")
+    for name in ("dp2", "mp2"):
+        stopped, resumed = root[f"{name}_stopped"], root[f"{name}_resumed"]
+        assert stopped["stopped_early"] and len(stopped["history"]) == 1
+        assert resumed["status"] == "ok" and resumed["resumed_from_epoch"] == 1
+        assert by_rank[1][f"{name}_resumed"]["resumed_from_epoch"] == 1
+        assert _close([h["train_loss"] for h in resumed["history"]],
+                      [h["train_loss"] for h in root[name]["history"]], rel=1e-5), name
     assert root["bad_option"]["status"] == "failed"
     assert "no option 'widht'" in root["bad_option"]["reason"]
     assert root["wrong_size"]["status"] == "failed"
