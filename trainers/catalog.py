@@ -101,6 +101,9 @@ _COMMON_SETTINGS: dict[str, Option] = {
                             low=0.0, high=0.9),
     "max_train_samples": Option(int, None, "use at most this many training samples (short"
                                 " runs, tests)", low=1),
+    "train_data": Option(str, "train", "what to train on: the training split, or train+val"
+                         " for a final model (then only the test split is held out)",
+                         ("train", "train+val")),
     "classes": Option(list, None, "keep only these class labels (relabelled 0..k-1 in the"
                       " order given)"),
     "fp16_allreduce": Option(bool, False, "compress gradients to fp16 for the allreduce"),

@@ -221,11 +221,15 @@ def load_splits(
     test_fraction: float = 0.1,
     classes: Sequence[int] | None = None,
     max_train_samples: int | None = None,
+    train_plus_val: bool = False,
 ) -> Splits:
     """Train, validation and test splits of a dataset, fixed by ``split_seed``.
 
     ``mnist`` keeps its own 10,000 test images as the test split and holds
     ``val_fraction`` of its 60,000 training images out for validation.
+    ``train_plus_val`` trains on the validation images too (a final model
+    after tuning); the validation split is still returned, but is then no
+    longer held out, so only the test split measures the model.
     """
     x, y, x_test, y_test = _raw(name, data_dir)
     rng = np.random.default_rng([split_seed, 0x5EED])
@@ -260,6 +264,8 @@ def load_splits(
     train_x, train_y, train_idx = parts["train"]
     if max_train_samples is not None:
         train_idx = train_idx[:max_train_samples]
+    if train_plus_val:
+        train_idx = np.concatenate([train_idx, parts["val"][2]])
     if len(train_idx) == 0:
         raise DatasetError(f"dataset {name}: the training split is empty")
     raw_train = train_x[np.sort(train_idx)].astype(np.float32)

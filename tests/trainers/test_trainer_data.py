@@ -67,6 +67,16 @@ def test_classes_are_filtered_after_the_split_and_relabelled_in_order():
         load_splits("digits", classes=[3, 11])
 
 
+def test_train_plus_val_trains_on_both_and_keeps_the_test_split():
+    plain = load_splits("digits")
+    final = load_splits("digits", train_plus_val=True)
+    assert len(final.train) == len(plain.train) + len(plain.val)
+    # Same images (standardized with the larger training set's statistics).
+    assert sorted(final.train.y.tolist()) == sorted([*plain.train.y, *plain.val.y])
+    assert np.array_equal(final.test.y, plain.test.y)
+    assert not (_ids(final.train) & _ids(final.test))
+
+
 def test_max_train_samples_limits_only_the_training_split():
     small = load_splits("digits", max_train_samples=50)
     full = load_splits("digits")
