@@ -169,6 +169,37 @@ def results(run_dir: Path, fmt: str) -> None:
 
 
 @cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+def status(run_dir: Path) -> None:
+    """Show a run's progress from its journal: running, finished or interrupted.
+
+    Works while the driver runs and after it was killed; an interrupted run is
+    finished with `nestor resume RUNDIR`.
+    """
+    from rich.table import Table
+
+    from orchestrator.status import workflow_status
+
+    try:
+        info = workflow_status(run_dir)
+    except FileNotFoundError as exc:
+        console(stderr=True).print(f"[bold red]error[/]: {exc}")
+        sys.exit(EXIT_SPEC_ERROR)
+    out = console()
+    driver = f", driver pid {info['driver_pid']}" if info["driver_pid"] else ""
+    out.print(f"{run_dir}: {info['state']}{driver}; last event {info['last_event_age_s']} s ago")
+    table = Table(box=None, header_style="bold")
+    for column in ("stage", "state", "completed", "failed", "running"):
+        table.add_column(column)
+    for stage in info["stages"]:
+        table.add_row(stage["name"], stage["state"], str(stage["completed"]),
+                      str(stage["failed"]), str(stage["running"]))
+    out.print(table)
+    if info["state"] == "interrupted":
+        out.print(f"continue with: nestor resume {run_dir}")
+
+
+@cli.command()
 def trainers() -> None:
     """List the built-in trainers and datasets, and the settings each accepts.
 

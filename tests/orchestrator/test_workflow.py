@@ -185,8 +185,11 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(sweep) -> Non
     driver.wait(timeout=30)
     before = finished(run_dir)
     assert 6 <= len(before) < 16
+    status = nestor("status", str(run_dir), env=env)
+    assert "interrupted" in status.stdout and f"nestor resume {run_dir}" in status.stdout
     result = nestor("resume", str(run_dir), env=env)
     assert result.returncode == 0, result.stderr
+    assert "finished" in nestor("status", str(run_dir), env=env).stdout
     after = finished(run_dir)
     assert len(after) == 16
     for trial_id, event in before.items():  # finished results survived unchanged
