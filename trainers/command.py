@@ -214,14 +214,23 @@ def run_command(request: TrialRequest, report: Report | None = None,
     except OSError as exc:
         return failed(f"command {argv[0]!r} could not start: {exc}")
 
-    def on_result(text: str) -> None:
+    def on_result(text: str) -> None:  # in a reader thread
         number = _parse(text)
         if isinstance(number, float):
             with lock:
-                step = len(history) + 1
-                history.append({"step": float(step), trainer.result_metric: number})
-            if report is not None:
-                report({trainer.result_metric: number}, step)
+                history.append({"step": float(len(history) + 1), trainer.result_metric: number})
+
+    reported = 0
+
+    def flush_reports() -> None:
+        # report() is called from this (the caller's) thread only, in order.
+        nonlocal reported
+        with lock:
+            new = history[reported:]
+            reported = len(history)
+        if report is not None:
+            for row in new:
+                report({trainer.result_metric: row[trainer.result_metric]}, int(row["step"]))
 
     streams = {
         name: _Stream(pipe, log_dir / f"{name}.log" if log_dir else None, log_limit, pattern,
@@ -231,6 +240,7 @@ def run_command(request: TrialRequest, report: Report | None = None,
     ended_by: str | None = None
     try:
         while proc.poll() is None:
+            flush_reports()
             if request.timeout is not None and time.perf_counter() - started > request.timeout:
                 ended_by = "timeout"
                 break
@@ -251,6 +261,7 @@ def run_command(request: TrialRequest, report: Report | None = None,
             if pipe is not None:
                 pipe.close()
     returncode = proc.wait()
+    flush_reports()
     logs = {name: str(s.log_path) for name, s in streams.items() if s.log_path is not None}
     out, err = streams["stdout"], streams["stderr"]
     where = f" (logs in {log_dir})" if log_dir else ""

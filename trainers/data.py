@@ -86,7 +86,7 @@ def mnist5k_path() -> Path:
     return path
 
 
-def _read_mnist5k() -> tuple[np.ndarray, np.ndarray, bool]:
+def _read_mnist5k() -> tuple[np.ndarray, np.ndarray]:
     path = mnist5k_path()
     with gzip.open(path, "rt") as handle:
         table = np.loadtxt(handle, delimiter=",", dtype=np.uint8)
@@ -94,20 +94,20 @@ def _read_mnist5k() -> tuple[np.ndarray, np.ndarray, bool]:
         raise DatasetError(
             f"{path} must have 785 columns (784 pixels and a label), but got shape {table.shape}"
         )
-    return table[:, :-1].reshape(-1, 1, 28, 28), table[:, -1].astype(np.int64), False
+    return table[:, :-1].reshape(-1, 1, 28, 28), table[:, -1].astype(np.int64)
 
 
-def _read_digits() -> tuple[np.ndarray, np.ndarray, bool]:
+def _read_digits() -> tuple[np.ndarray, np.ndarray]:
     try:
         from sklearn.datasets import load_digits
     except ImportError as exc:  # pragma: no cover - scikit-learn is a dependency
         raise DatasetError("dataset digits needs scikit-learn, which is missing") from exc
     bunch = load_digits()
     images = (bunch.images * (255.0 / 16.0)).astype(np.uint8)
-    return images.reshape(-1, 1, 8, 8), bunch.target.astype(np.int64), False
+    return images.reshape(-1, 1, 8, 8), bunch.target.astype(np.int64)
 
 
-def _read_synthetic() -> tuple[np.ndarray, np.ndarray, bool]:
+def _read_synthetic() -> tuple[np.ndarray, np.ndarray]:
     """1,200 8x8 images of 10 classes: a class template plus noise, separable but not
     trivially (nearest-template accuracy is well below 100% at this noise)."""
     rng = np.random.default_rng(12345)
@@ -115,7 +115,7 @@ def _read_synthetic() -> tuple[np.ndarray, np.ndarray, bool]:
     labels = np.repeat(np.arange(10), 120)
     x = templates[labels] + rng.normal(0.0, 1.6, size=(len(labels), 64))
     order = rng.permutation(len(labels))
-    return x[order].reshape(-1, 1, 8, 8).astype(np.float32), labels[order], False
+    return x[order].reshape(-1, 1, 8, 8).astype(np.float32), labels[order]
 
 
 def _find_idx(directory: Path, names: Sequence[str]) -> Path:
@@ -192,14 +192,9 @@ def read_mnist_dir(directory: str | os.PathLike[str]) -> dict[str, np.ndarray]:
 def _raw(name: str, data_dir: str | None) -> tuple[np.ndarray, np.ndarray, np.ndarray | None,
                                                    np.ndarray | None]:
     """Raw images and labels, cached per process: warm gangs run many trials."""
-    if name == "mnist5k":
-        x, y, _ = _read_mnist5k()
-        return x, y, None, None
-    if name == "digits":
-        x, y, _ = _read_digits()
-        return x, y, None, None
-    if name == "synthetic":
-        x, y, _ = _read_synthetic()
+    readers = {"mnist5k": _read_mnist5k, "digits": _read_digits, "synthetic": _read_synthetic}
+    if name in readers:
+        x, y = readers[name]()
         return x, y, None, None
     if name == "mnist":
         if not data_dir:
