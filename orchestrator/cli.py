@@ -106,6 +106,80 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 
 
 @cli.command()
+@click.option("--trainer", metavar="NAME", help="A built-in trainer (see `nestor trainers`).")
+@click.option("--cmd", "command", metavar="COMMAND",
+              help="A program run per trial with --NAME=VALUE flags (never through a shell);"
+              " it prints its result as 'FoM: <number>'.")
+@click.option("--param", "params", multiple=True, metavar="SPEC",
+              help="A searched parameter: NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log]"
+              " or NAME=choice:A,B,C. Repeat for each. Names may start with dashes:"
+              " --param=-a=float:-1:1 passes -a=VALUE.")
+@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
+              help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
+@click.option("--algo", "algorithm", type=click.Choice(["genetic", "bayesian", "random", "grid"]),
+              default="genetic", show_default=True)
+@click.option("--budget", type=click.IntRange(min=1), help="Most trials to run.")
+@click.option("--population", type=click.IntRange(min=2),
+              help="Genetic: individuals per generation.")
+@click.option("--generations", type=click.IntRange(min=1), help="Genetic: generations.")
+@click.option("--metric", help="Metric to optimize (default: val_accuracy, or fom for --cmd).")
+@click.option("--mode", type=click.Choice(["min", "max"]),
+              help="Direction (default: max for val_accuracy, min for a command's FoM).")
+@click.option("--fom-pattern", metavar="REGEX",
+              help=r"Regex whose group 1 is a command's result (default 'FoM: (\S+)').")
+@click.option("--dp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Data-parallel ranks per trial.")
+@click.option("--mp", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Model-parallel ranks per trial.")
+@click.option("--parallel", type=click.IntRange(min=1),
+              help="Trials at once (uses parallel x dp x mp slots).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--run-dir", type=click.Path(path_type=Path),
+              help="Where results go (default: runs/sweep-TIMESTAMP).")
+@_run_options
+def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
+          settings: tuple[str, ...], algorithm: str, budget: int | None,
+          population: int | None, generations: int | None, metric: str | None,
+          mode: str | None, fom_pattern: str | None, dp: int, mp: int,
+          parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
+          address: str | None) -> None:
+    """Run a one-stage HPO sweep from flags, without writing a spec.
+
+    \b
+    nestor sweep --trainer cnn --set dataset=mnist5k --set epochs=1 --dp 2 \\
+        --param lr=float:1e-3:0.2:log --param batch_size=int:32:128:log --budget 8
+    nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --algo bayesian --budget 20
+
+    The flags become a spec, saved in the run directory as spec.yaml, so the
+    sweep can be resumed and rerun like any workflow.
+    """
+    from orchestrator.spec import SpecError, load_spec_text
+    from orchestrator.sweep import build_spec, spec_yaml
+    from orchestrator.workflow import new_run_dir
+
+    err = console(stderr=True)
+    try:
+        text = spec_yaml(build_spec(
+            trainer=trainer, command=command, params=list(params), settings=list(settings),
+            algorithm=algorithm, budget=budget, population=population,
+            generations=generations, metric=metric, mode=mode, fom_pattern=fom_pattern,
+            dp=dp, mp=mp, parallel=parallel, slots=slots, seed=seed,
+        ))
+        load_spec_text(text, "<nestor sweep>")
+    except ValueError as exc:
+        err.print(f"[bold red]error[/]: {exc}", soft_wrap=True)
+        sys.exit(EXIT_SPEC_ERROR)
+    except SpecError as exc:
+        for problem in exc.problems:
+            err.print(f"[bold red]error[/]: {problem}", soft_wrap=True)
+        sys.exit(EXIT_SPEC_ERROR)
+    run_dir = run_dir or new_run_dir(Path("runs"), "sweep")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "sweep.yaml").write_text(text)
+    _run(run_dir / "sweep.yaml", run_dir, False, None, address)
+
+
+@cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @_run_options
 def resume(run_dir: Path, slots: int | None, address: str | None) -> None:

@@ -1,0 +1,140 @@
+"""`nestor sweep`: a one-stage HPO from command-line flags, no YAML to write.
+
+The flags become an ordinary workflow spec (saved as the run's spec.yaml),
+so a sweep is validated, journalled, resumed and tracked exactly like
+`nestor run`. Urika-HPO-style use is a command and its parameters:
+
+    nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --param n=int:1:8 \
+                 --algo genetic --population 8 --generations 4
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+PARAM_FORMS = "NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log] or NAME=choice:A,B,..."
+
+
+def _number(text: str, kind: type, where: str) -> Any:
+    try:
+        return kind(text)
+    except ValueError:
+        noun = "an integer" if kind is int else "a number"
+        raise ValueError(f"{where} must be {noun}, but got {text!r}") from None
+
+
+def parse_param(text: str) -> tuple[str, dict[str, Any]]:
+    """``lr=float:1e-4:0.1:log`` -> ("lr", {type: float, low, high, log}).
+
+    The name is everything before the first '=', so names may start with
+    dashes (``-a=float:-1:1``) for commands that take such flags.
+    """
+    name, sep, rest = text.partition("=")
+    if not sep or not name or not rest:
+        raise ValueError(f"--param must look like {PARAM_FORMS}, but got {text!r}")
+    kind, _, body = rest.partition(":")
+    if kind in ("float", "int"):
+        parts = body.split(":")
+        log = len(parts) == 3 and parts[2] == "log"
+        if len(parts) not in (2, 3) or (len(parts) == 3 and not log):
+            raise ValueError(
+                f"--param {name}: {kind} needs LOW:HIGH or LOW:HIGH:log, but got {body!r}"
+            )
+        number = float if kind == "float" else int
+        low = _number(parts[0], number, f"--param {name} low")
+        high = _number(parts[1], number, f"--param {name} high")
+        return name, {"type": kind, "low": low, "high": high, "log": log}
+    if kind == "choice":
+        values = [yaml.safe_load(v) for v in body.split(",") if v != ""]
+        if not values:
+            raise ValueError(f"--param {name}: choice needs values A,B,..., but got none")
+        return name, {"type": "categorical", "values": values}
+    raise ValueError(
+        f"--param {name}: the type must be float, int or choice, but got {kind!r}"
+        f" ({PARAM_FORMS})"
+    )
+
+
+def parse_setting(text: str) -> tuple[str, Any]:
+    """``epochs=2`` -> ("epochs", 2): values read as YAML scalars (numbers, booleans)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise ValueError(f"--set must look like KEY=VALUE, but got {text!r}")
+    return key, yaml.safe_load(value) if value else ""
+
+
+def build_spec(
+    *,
+    trainer: str | None,
+    command: str | None,
+    params: list[str],
+    settings: list[str],
+    algorithm: str,
+    budget: int | None,
+    population: int | None,
+    generations: int | None,
+    metric: str | None,
+    mode: str | None,
+    fom_pattern: str | None,
+    dp: int,
+    mp: int,
+    parallel: int | None,
+    slots: int | None,
+    seed: int,
+    name: str = "sweep",
+) -> dict[str, Any]:
+    """The workflow spec (as data) that these sweep flags describe."""
+    if (trainer is None) == (command is None):
+        raise ValueError("give exactly one of --trainer NAME or --cmd COMMAND")
+    if not params:
+        raise ValueError(f"give at least one --param ({PARAM_FORMS})")
+    space = dict(parse_param(p) for p in params)
+    fixed = dict(parse_setting(s) for s in settings)
+    if command is not None:
+        spec_trainer: dict[str, Any] = {"command": command}
+        if fom_pattern:
+            spec_trainer["result_pattern"] = fom_pattern
+        # Urika HPO's convention: a command prints a figure of merit to minimize.
+        objective = {"metric": metric or "fom", "mode": mode or "min"}
+    else:
+        spec_trainer = {"name": trainer}
+        objective = {"metric": metric or "val_accuracy", "mode": mode or "max"}
+    if fixed:
+        spec_trainer["settings"] = fixed
+    search: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
+    if budget is not None:
+        search["budget"] = budget
+    if algorithm == "genetic":
+        if population is not None:
+            search["population"] = population
+        if generations is not None:
+            search["generations"] = generations
+    elif population is not None or generations is not None:
+        raise ValueError(f"--population and --generations apply to --algo genetic, not {algorithm}")
+    resources: dict[str, Any] = {}
+    if slots is not None:
+        resources["slots"] = slots
+    elif parallel is not None:
+        resources["slots"] = parallel * dp * mp
+    spec: dict[str, Any] = {"name": name}
+    if resources:
+        spec["resources"] = resources
+    spec["stages"] = [
+        {
+            "name": "sweep",
+            "kind": "hpo",
+            "trainer": spec_trainer,
+            "parallel": {"data": dp, "model": mp},
+            "search": search,
+            "space": space,
+            "objective": objective,
+        }
+    ]
+    return spec
+
+
+def spec_yaml(spec: dict[str, Any]) -> str:
+    header = "# written by `nestor sweep`; run it again with `nestor run` on this file\n"
+    return header + yaml.safe_dump(spec, sort_keys=False)
