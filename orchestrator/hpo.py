@@ -121,6 +121,9 @@ class HpoRunner:
         self.queue: list[tuple[Any, int]] = []  # (trial, attempt number) to start
         self.started_at = time.time()
         self.threshold_at: float | None = None
+        from orchestrator.pruning import start_early_stopper
+
+        self.stopper = start_early_stopper(stage.early_stopping, self.objectives[0])
 
     # -- resume -----------------------------------------------------------------------
 
@@ -240,11 +243,20 @@ class HpoRunner:
             log_dir=str(self.run_dir / "logs" / trial_dir),
             timeout=self.stage.trial.timeout,
         )
+        hooks: dict[str, Any] = {}
+        if self.stopper is not None:
+            import ray
+
+            from orchestrator.pruning import AskToStop, ReportTo
+
+            ray.get(self.stopper.start.remote(trial.id))
+            hooks = {"report": ReportTo(self.stopper, trial.id),
+                     "should_stop": AskToStop(self.stopper, trial.id)}
         gang = self.pool.acquire(self.shape)
         attempt = Attempt(trial, number, run_id, gang, started=time.monotonic())
         if self.stage.trial.timeout:
             attempt.deadline = attempt.started + self.stage.trial.timeout
-        attempt.refs = gang.submit(run_trial, request)
+        attempt.refs = gang.submit(run_trial, request, **hooks)
         self.running[trial.id] = attempt
         self.journal.append(
             "trial_started", stage=self.stage.name, trial=trial.to_dict(), attempt=number,
@@ -292,7 +304,9 @@ class HpoRunner:
                         "reason": f"{objective.metric} is {value!r}, not a finite number"}
             values.append(float(value))
         return {
-            "status": "completed",
+            # A pruned trial keeps the value it had when stopped: the search learns
+            # that the configuration was poor, the results show it was cut short.
+            "status": "pruned" if result.stopped_early else "completed",
             "value": values[0] if len(values) == 1 else values,
             "metrics": dict(result.metrics),
             "history": list(result.history),
@@ -316,6 +330,10 @@ class HpoRunner:
                         outcome["reason"])
             self.queue.insert(0, (trial, attempt.number + 1))
             return
+        if self.stopper is not None:
+            first = outcome.get("value")
+            first = first[0] if isinstance(first, list) else first
+            self.stopper.finish.remote(trial.id, first, outcome["status"] == "pruned")
         record.status = outcome["status"]
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})
@@ -332,16 +350,17 @@ class HpoRunner:
         if record.reason:
             tags["nestor.failure"] = record.reason
         self.tracker.set_tags(attempt.run_id, tags)
-        ended = "FINISHED" if record.status == "completed" else "FAILED"
+        ended = {"completed": "FINISHED", "pruned": "KILLED"}.get(record.status, "FAILED")
         self.tracker.finish(attempt.run_id, ended)
         self._tell(trial, record)
 
     def _tell(self, trial: Any, record: TrialRecord) -> None:
         from search import Failure
 
-        if record.status == "completed":
+        if record.status in ("completed", "pruned"):
             self.searcher.tell(trial.id, record.value)
-            if self.threshold_at is None and self._reached(record.value):
+            if (record.status == "completed" and self.threshold_at is None
+                    and self._reached(record.value)):
                 self.threshold_at = time.time()
                 self.journal.append("threshold_reached", stage=self.stage.name, trial=trial.id)
         else:
@@ -386,6 +405,7 @@ class HpoRunner:
             "n_trials": len(self.records),
             "n_runs": sum(r.attempts for r in self.records.values()),
             "n_failed": sum(1 for r in finished if r.status == "failed"),
+            "n_pruned": sum(1 for r in finished if r.status == "pruned"),
             "slot_seconds": round(sum(r.slot_seconds for r in self.records.values()), 3),
             "wall_time_s": round(time.time() - self.started_at, 3),
             "time_to_threshold_s": None if self.threshold_at is None

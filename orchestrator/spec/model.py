@@ -359,6 +359,7 @@ class EarlyStopping(Strict):
     rule: Literal["median", "asha"]
     warmup_epochs: int = Field(1, ge=0, description="epochs before a trial may be stopped")
     reduction_factor: int = Field(3, ge=2, description="asha: keep 1 in this many per rung")
+    startup_trials: int = Field(3, ge=0, description="median: trials that finish before any stop")
 
 
 # --- stages -------------------------------------------------------------------------

@@ -207,6 +207,55 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(sweep) -> Non
                                    if e["event"] == "trial_started"}) == 16
 
 
+CURVES = """
+import os
+
+
+def climb(config, ctx):
+    # A learning curve that rises to config['q']; poor q should be cut short.
+    for epoch in range(1, 9):
+        with open(os.environ["FIT_LOG"], "a") as log:
+            log.write(f"{config['q']!r} {epoch}\\n")
+        ctx.report({"val_accuracy": config["q"] * epoch / 8}, epoch)
+        if ctx.should_stop():
+            break
+"""
+
+
+def test_median_rule_stops_poor_trials_early(tmp_path: Path) -> None:
+    (tmp_path / "curves.py").write_text(CURVES)
+    spec = tmp_path / "prune.yaml"
+    spec.write_text(textwrap.dedent("""
+        name: prune
+        resources: {slots: 1}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "curves:climb"}
+            search: {algorithm: grid, points: 8}
+            space: {q: {type: float, low: 0.1, high: 0.9}}
+            early_stopping: {rule: median, warmup_epochs: 2, startup_trials: 2}
+        """))
+    # Ray's workers inherit the driver's environment, so they can import curves.py.
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), FIT_LOG=str(tmp_path / "epochs.log"))
+    result = nestor("run", str(spec), "--run-dir", str(tmp_path / "run"), env=env)
+    assert result.returncode == 0, result.stderr
+    done = finished(tmp_path / "run")
+    assert len(done) == 8
+    epochs: dict[float, int] = {}
+    for line in (tmp_path / "epochs.log").read_text().splitlines():
+        q, epoch = line.split()
+        epochs[float(q)] = max(epochs.get(float(q), 0), int(epoch))
+    pruned = [e for e in done.values() if e["status"] == "pruned"]
+    assert pruned, "no trial was stopped early"
+    for event in pruned:  # stopped ones really trained fewer epochs, from outside
+        assert epochs[event["trial"]["config"]["q"]] < 8
+    best = max(done.values(), key=lambda e: e["value"])
+    assert best["status"] == "completed" and epochs[best["trial"]["config"]["q"]] == 8
+    stage = json.loads((tmp_path / "run" / "results.json").read_text())["stages"][0]
+    assert stage["n_pruned"] == len(pruned)
+
+
 def test_an_unsupported_stage_is_a_clear_error(tmp_path: Path) -> None:
     spec = Path(__file__).parents[2] / "configs" / "mnist-combined.yaml"
     result = nestor("run", str(spec), "--run-dir", str(tmp_path / "run"), env=dict(os.environ))
