@@ -256,6 +256,51 @@ def test_median_rule_stops_poor_trials_early(tmp_path: Path) -> None:
     assert stage["n_pruned"] == len(pruned)
 
 
+KILLER = """
+import os, signal
+
+import torch
+
+
+def fragile(config, ctx):
+    marker = os.path.join(os.environ["FIT_DIR"], "killed-once")
+    if ctx.rank == 1 and not os.path.exists(marker):
+        open(marker, "w").close()
+        os.kill(os.getpid(), signal.SIGKILL)  # a rank dies mid-trial
+    total = ctx.hvd.allreduce(torch.tensor([1.0]), op=ctx.hvd.Sum).item()
+    return {"val_accuracy": config["q"], "ranks": total}
+"""
+
+
+def test_a_killed_rank_fails_the_attempt_and_a_fresh_gang_retries_it(tmp_path: Path) -> None:
+    (tmp_path / "killer.py").write_text(KILLER)
+    spec = tmp_path / "kill.yaml"
+    spec.write_text(textwrap.dedent("""
+        name: kill
+        resources: {slots: 2}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "killer:fragile"}
+            parallel: {data: 2}
+            search: {algorithm: random, budget: 2}
+            space: {q: {type: float, low: 0.1, high: 0.9}}
+            trial: {timeout: 120, retries: 1}
+        """))
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), FIT_DIR=str(tmp_path))
+    result = nestor("run", str(spec), "--run-dir", str(tmp_path / "run"), env=env)
+    assert result.returncode == 0, result.stderr
+    log = events(tmp_path / "run")
+    failures = [e for e in log if e["event"] == "trial_attempt_failed"]
+    assert len(failures) == 1 and "died" in failures[0]["reason"]
+    done = finished(tmp_path / "run")
+    assert all(e["status"] == "completed" for e in done.values()) and len(done) == 2
+    assert all(e["metrics"]["ranks"] == 2.0 for e in done.values())  # both ranks took part
+    killed = failures[0]["trial"]["id"]
+    gangs = [e["gang"] for e in log if e["event"] == "trial_started" and e["trial"]["id"] == killed]
+    assert len(gangs) == 2 and gangs[0] != gangs[1]  # the retry ran on a fresh gang
+
+
 def test_an_unsupported_stage_is_a_clear_error(tmp_path: Path) -> None:
     spec = Path(__file__).parents[2] / "configs" / "mnist-combined.yaml"
     result = nestor("run", str(spec), "--run-dir", str(tmp_path / "run"), env=dict(os.environ))
