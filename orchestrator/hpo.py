@@ -65,6 +65,7 @@ class TrialRecord:
     slot_seconds: float = 0.0
     finished_at: float | None = None
     run_id: str | None = None  # its MLflow run, kept across attempts and resumes
+    checkpoint: str | None = None
 
 
 def _write_atomic(path: Path, data: str) -> None:
@@ -146,6 +147,7 @@ class HpoRunner:
                     record.value = event.get("value")
                     record.metrics = event.get("metrics", {})
                     record.reason = event.get("reason")
+                    record.checkpoint = event.get("checkpoint")
                     record.finished_at = event["time"]
             elif kind == "threshold_reached":
                 self.threshold_at = event["time"]
@@ -289,9 +291,10 @@ class HpoRunner:
         except GangFailure as exc:
             return {"status": "failed", "reason": str(exc)}
         result = results[0]
+        files = {"logs": dict(result.logs), "checkpoint": result.checkpoint}
         if not result.ok:
             return {"status": "failed", "reason": result.reason or "the trainer failed",
-                    "metrics": dict(result.metrics), "history": list(result.history)}
+                    "metrics": dict(result.metrics), "history": list(result.history), **files}
         values = []
         for objective in self.objectives:
             value = result.metrics.get(objective.metric)
@@ -310,6 +313,7 @@ class HpoRunner:
             "value": values[0] if len(values) == 1 else values,
             "metrics": dict(result.metrics),
             "history": list(result.history),
+            **files,
         }
 
     def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any]) -> None:
@@ -320,6 +324,10 @@ class HpoRunner:
         record.slot_seconds += slot_seconds
         for step, metrics in enumerate(outcome.get("history", [])):
             self.tracker.log_metrics(attempt.run_id, metrics, step=step)
+        folder = f"logs/attempt-{attempt.number}"
+        for path in outcome.get("logs", {}).values():  # a command trainer's stdout and stderr
+            if Path(path).is_file():
+                self.tracker.log_artifact(attempt.run_id, Path(path), folder)
         retry = outcome["status"] == "failed" and attempt.number <= self.stage.trial.retries
         if retry:
             self.journal.append(
@@ -338,11 +346,13 @@ class HpoRunner:
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})
         record.reason = outcome.get("reason")
+        record.checkpoint = outcome.get("checkpoint")
         record.finished_at = time.time()
         self.journal.append(
             "trial_finished", stage=self.stage.name, trial=trial.to_dict(),
             attempt=attempt.number, status=record.status, value=record.value,
             metrics=record.metrics, reason=record.reason, slot_seconds=slot_seconds,
+            checkpoint=record.checkpoint,
         )
         final_step = len(outcome.get("history", []))
         self.tracker.log_metrics(attempt.run_id, record.metrics, step=final_step)
@@ -392,6 +402,7 @@ class HpoRunner:
                 "config": best_record.config,
                 "value": best_record.value,
                 "test_value": best_record.metrics.get("test_accuracy"),
+                "checkpoint": best_record.checkpoint,
             },
             "trials": [
                 {

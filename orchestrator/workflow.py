@@ -165,6 +165,8 @@ def run_workflow(
             plot = plot_trials(summary, stage.objectives[0], run_dir / "plots" / f"{name}.png")
             tracker.log_artifact(stage_run, plot, "plots")
             best = summary["best"]
+            if best and best.get("checkpoint") and Path(best["checkpoint"]).is_file():
+                tracker.log_artifact(stage_run, Path(best["checkpoint"]), "best_checkpoint")
             if best:
                 tracker.log_metrics(stage_run, {"best_value": best["value"]}
                                     if not isinstance(best["value"], list) else {})

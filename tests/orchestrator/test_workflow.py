@@ -125,6 +125,13 @@ def test_a_sweep_journals_tracks_and_reports_every_trial(sweep) -> None:
     assert {r.data.tags["mlflow.parentRunId"] for r in children} == {parents[0].info.run_id}
     assert {r.data.tags["nestor.generation"] for r in children} == {"0", "1", "2"}
     assert all(r.data.tags["nestor.status"] == "completed" for r in children)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    logged = [a.path for a in client.list_artifacts(children[0].info.run_id, "logs/attempt-1")]
+    assert logged and all(p.startswith("logs/attempt-1/") for p in logged)
+    stage_plots = [a.path for a in client.list_artifacts(parents[0].info.run_id, "plots")]
+    assert stage_plots == ["plots/tune.png"]
     assert (run_dir / "plots" / "tune.png").stat().st_size > 10_000
     table = nestor("results", str(run_dir), "--format", "json", env=env)
     assert json.loads(table.stdout)["stages"][0]["n_trials"] == 12
@@ -332,4 +339,13 @@ def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None
         assert "test_accuracy" in event["metrics"]
     started = [e for e in events(tmp_path / "run") if e["event"] == "trial_started"]
     assert {e["shape"] for e in started} == {"2x1"}
+    best = json.loads((tmp_path / "run" / "results.json").read_text())["stages"][0]["best"]
+    assert Path(best["checkpoint"]).is_file()
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'run' / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("cnn-digits")
+    (stage_run,) = [r for r in client.search_runs([experiment.experiment_id])
+                    if "mlflow.parentRunId" not in r.data.tags]
+    assert client.list_artifacts(stage_run.info.run_id, "best_checkpoint")
     assert len({e["gang"] for e in started}) == 1  # the second trial reused the warm gang
