@@ -122,7 +122,9 @@ class Trial:
     ``id`` is unique within its search and stable across ``restore``;
     ``parents`` are the ids of the trials it was bred from (genetic search);
     ``origin`` says how it was made: "random", "grid", "model" (Bayesian),
-    "crossover", "mutation", "warm-start".
+    "crossover", "mutation", "crossover+mutation", "warm-start".
+    ``config`` holds every parameter of the space, constants included; treat
+    it as read-only (it is the searcher's record too).
     """
 
     id: str
@@ -420,11 +422,12 @@ class Searcher(abc.ABC):
         With several objectives: the Pareto-front member best in the first
         objective (use :meth:`pareto_front` for the whole trade-off).
         """
-        front = self.pareto_front()
-        if not front:
-            return None
         sign = self.objectives[0].sign
-        return min(front, key=lambda o: sign * o.values[0])  # type: ignore[index]
+        candidates = self.pareto_front() if self.multi_objective else self._book.observations
+        done = [o for o in candidates if o.values is not None]
+        if not done:
+            return None
+        return min(done, key=lambda o: sign * o.values[0])  # type: ignore[index]
 
     def pareto_front(self) -> list[Observation]:
         """The non-dominated successful observations (the best one, or ties, for
@@ -475,7 +478,17 @@ class Searcher(abc.ABC):
     # --- state ------------------------------------------------------------------------
 
     def state(self) -> dict[str, Any]:
-        """JSON-serialisable data from which :meth:`restore` rebuilds this search."""
+        """JSON-serialisable data from which :meth:`restore` rebuilds this search.
+
+        Keys: ``format`` (1), ``algorithm``, ``settings`` (the constructor's),
+        ``space`` and ``objectives`` (their reprs, to refuse a mismatched
+        restore) and ``events``, in call order: ``{"event": "ask", "n", "trials":
+        [Trial.to_dict()...]}`` (Bayesian adds ``notes``, the sampler's per-trial
+        records), ``{"event": "tell", "id", "result": {"values": [...]} or
+        {"failure": reason}}`` and ``{"event": "warm_start", "observations"}``.
+        It grows by one small entry per call; :func:`observations_from_state`
+        reads the results out of it without rebuilding the search.
+        """
         return json.loads(
             json.dumps(
                 {
