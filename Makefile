@@ -21,3 +21,11 @@ test: setup lint
 # Everything but the tests marked slow; for a quick loop while editing.
 test-fast: setup
 	$(PY) -m pytest -m "not slow"
+
+# Benchmarks: each prints its table and writes bench/results/*.json. Minutes,
+# not seconds; run them on a quiet machine (numbers are compared side by side
+# within one run).
+bench: setup
+	$(PY) bench/search_bench.py
+	$(PY) bench/trainers_bench.py
+	$(PY) bench/orchestration_bench.py --mnist

@@ -39,9 +39,10 @@ class StageProgress:
         best = runner.searcher.best()
         best_text = "-" if best is None else f"{best.value:.4g}"
         busy = runner.pool.busy_slots
+        generation = max((r.generation for r in records), default=0)
         self.progress.update(
             self.tasks[name],
             completed=done,
-            detail=f"best {best_text}  running {len(runner.running)}  failed {failed}"
-            f"  slots {busy}/{runner.pool.slots}",
+            detail=f"gen {generation}  best {best_text}  running {len(runner.running)}"
+            f"  failed {failed}  slots {busy}/{runner.pool.slots}",
         )
