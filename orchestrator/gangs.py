@@ -79,19 +79,27 @@ class Gang:
         """Wait for the submitted function on all ranks and return their results.
 
         A rank that died raises GangFailure; a deadline that passes raises
-        GangTimeout. Either marks the gang broken: the pool discards it.
+        GangTimeout. Either marks the gang broken: the pool discards it. Ranks
+        that already ended are read first, so a dead rank is reported at once
+        rather than after waiting on the ranks it left stuck in a collective.
         """
         import ray
-        from ray.exceptions import GetTimeoutError, RayActorError, WorkerCrashedError
+        from ray.exceptions import GetTimeoutError, RayActorError, RayError
 
+        ready, _ = ray.wait(self.pending, num_returns=len(self.pending), timeout=0)
         try:
+            for ref in ready:
+                ray.get(ref)
             return ray.get(self.pending, timeout=timeout_s)
         except GetTimeoutError:
             self.broken = True
             raise GangTimeout(f"gang {self.id} ran past its {timeout_s:g} s deadline") from None
-        except (RayActorError, WorkerCrashedError) as exc:
+        except RayActorError as exc:
             self.broken = True
             raise GangFailure(f"a rank of gang {self.id} died: {_first_line(exc)}") from None
+        except RayError as exc:  # anything else Ray could not deliver: the gang is suspect
+            self.broken = True
+            raise GangFailure(f"a rank of gang {self.id} failed: {_first_line(exc)}") from None
         finally:
             self.pending = []
 
