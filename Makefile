@@ -28,4 +28,4 @@ test-fast: setup
 bench: setup
 	$(PY) bench/search_bench.py
 	$(PY) bench/trainers_bench.py
-	$(PY) bench/orchestration_bench.py --mnist
+	$(PY) bench/orchestration_bench.py

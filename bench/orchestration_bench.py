@@ -6,12 +6,12 @@
 2. Slot utilization (busy slot-seconds / available slot-seconds) of a genetic
    search whose trial durations vary tenfold: generational against
    asynchronous schedule, same seed, same slots.
-3. (--mnist) runs and time to a validation-accuracy threshold on mnist5k for
+3. mnist: runs and time to a validation-accuracy threshold on mnist5k for
    genetic, Bayesian and random search, every run counted.
 
-    .venv/bin/python bench/orchestration_bench.py [--trials 200] [--mnist]
+    .venv/bin/python bench/orchestration_bench.py [--trials 200] [--parts mnist]
 
-Prints tables and writes bench/results/orchestration.json.
+Prints tables and writes bench/results/orchestration-PARTS.json.
 """
 
 from __future__ import annotations
@@ -177,7 +177,8 @@ def mnist(workdir: Path, budget: int, threshold: float) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--trials", type=int, default=200)
-    parser.add_argument("--mnist", action="store_true", help="also the mnist5k comparison")
+    parser.add_argument("--parts", default="overhead,utilization,mnist",
+                        help="which benchmarks to run, comma-separated")
     parser.add_argument("--mnist-budget", type=int, default=12)
     parser.add_argument("--threshold", type=float, default=0.93)
     args = parser.parse_args()
@@ -187,30 +188,37 @@ def main() -> None:
         (workdir / "bench_trivial.py").write_text(TRIVIAL)
         os.environ["PYTHONPATH"] = f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
         sys.path.insert(0, str(workdir))
-        report: dict = {"machine": machine()}
-        report["overhead"] = overhead(args.trials, workdir)
-        report["utilization"] = utilization(workdir)
-        if args.mnist:
+        parts = set(args.parts.split(","))
+        report: dict = {"machine": machine(), "load_average_at_start": os.getloadavg()}
+        if "overhead" in parts:
+            report["overhead"] = overhead(args.trials, workdir)
+        if "utilization" in parts:
+            report["utilization"] = utilization(workdir)
+        if "mnist" in parts:
             report["mnist5k"] = mnist(workdir, args.mnist_budget, args.threshold)
-    print(f"machine: {report['machine']}")
-    ov = report["overhead"]
-    base = ov["per_trial_ms"]["optuna ask/tell loop (no scheduling)"]
-    nestor_ms = ov["per_trial_ms"]["nestor (warm gangs, journal, MLflow)"]
-    print(f"\nper-trial overhead over {ov['trials']} trivial trials ({ov['note']}):")
-    for name, ms in ov["per_trial_ms"].items():
-        print(f"  {name:40s} {ms:9.2f} ms/trial   x{ms / base:8.1f} vs optuna"
-              f"   x{ms / nestor_ms:6.2f} vs nestor")
-    print("\nslot utilization, genetic 6x4, durations 0.2-2 s, 2 slots:")
-    for schedule, row in report["utilization"].items():
-        print(f"  {schedule:12s} utilization {row['utilization']:.2f}  wall {row['wall_s']:.1f} s"
-              f"  busy {row['busy_slot_s']:.1f} slot-s  best {row['best']:.4f}")
+    print(f"machine: {report['machine']}; load average at start"
+          f" {report['load_average_at_start'][0]:.2f}")
+    if "overhead" in report:
+        ov = report["overhead"]
+        base = ov["per_trial_ms"]["optuna ask/tell loop (no scheduling)"]
+        nestor_ms = ov["per_trial_ms"]["nestor (warm gangs, journal, MLflow)"]
+        print(f"\nper-trial overhead over {ov['trials']} trivial trials ({ov['note']}):")
+        for name, ms in ov["per_trial_ms"].items():
+            print(f"  {name:40s} {ms:9.2f} ms/trial   x{ms / base:8.1f} vs optuna"
+                  f"   x{ms / nestor_ms:6.2f} vs nestor")
+    if "utilization" in report:
+        print("\nslot utilization, genetic 6x4, durations 0.2-2 s, 2 slots:")
+        for schedule, row in report["utilization"].items():
+            print(f"  {schedule:12s} utilization {row['utilization']:.2f}"
+                  f"  wall {row['wall_s']:.1f} s  busy {row['busy_slot_s']:.1f} slot-s"
+                  f"  best {row['best']:.4f}")
     if "mnist5k" in report:
         print(f"\nmnist5k, threshold val_accuracy {args.threshold}:")
         for algorithm, row in report["mnist5k"].items():
             print(f"  {algorithm:9s} runs {row['runs']:3d}  best val {row['best_val']}"
                   f"  its test {row['its_test']}  to threshold {row['time_to_threshold_s']} s"
                   f"  wall {row['wall_s']:.0f} s")
-    out = ROOT / "bench" / "results" / "orchestration.json"
+    out = ROOT / "bench" / "results" / f"orchestration-{'-'.join(sorted(parts))}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=2))
     print(f"\nwritten: {out.relative_to(ROOT)}")

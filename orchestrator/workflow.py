@@ -9,7 +9,6 @@ but the directory.
 from __future__ import annotations
 
 import json
-import logging
 import os
 import time
 from collections.abc import Callable
@@ -19,8 +18,6 @@ from typing import Any
 
 from orchestrator.journal import Journal, read_events
 from orchestrator.spec import HpoStage, Workflow, load_spec
-
-log = logging.getLogger(__name__)
 
 SUPPORTED_KINDS = ("hpo",)
 SPEC_FILE = "spec.yaml"
