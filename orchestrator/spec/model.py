@@ -9,7 +9,6 @@ read once and then only consulted.
 from __future__ import annotations
 
 import math
-import re
 import shlex
 from typing import Annotated, Any, Literal
 
@@ -23,6 +22,7 @@ from search.space import (
     Param,
     SearchSpace,
 )
+from trainers import TrainerRef
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -100,40 +100,27 @@ class Trainer(Strict):
                     raise ValueError(f"{option} applies only to command trainers")
         return self
 
+    # Each field is checked by the trainer reference the orchestrator will build
+    # from it (trainers.TrainerRef), so spec and runtime accept exactly the same.
     @field_validator("function")
     @classmethod
     def _function_path(cls, value: str | None) -> str | None:
-        if value is not None and not re.fullmatch(
-            r"[A-Za-z_][\w]*(\.[A-Za-z_][\w]*)*:[A-Za-z_][\w]*", value
-        ):
-            raise ValueError(
-                f"function must look like 'package.module:function', but got {value!r}"
-            )
+        if value is not None:
+            TrainerRef.python(value)
         return value
 
     @field_validator("command")
     @classmethod
     def _command_words(cls, value: str | list[str] | None) -> str | list[str] | None:
-        if value is None:
-            return None
-        words = shlex.split(value) if isinstance(value, str) else value
-        if not words or not words[0].strip():
-            raise ValueError("command must name a program, but got an empty command")
+        if value is not None:
+            TrainerRef.command(value)
         return value
 
     @field_validator("result_pattern")
     @classmethod
     def _pattern_compiles(cls, value: str | None) -> str | None:
-        if value is None:
-            return None
-        try:
-            compiled = re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"result_pattern must be a regular expression, but {exc}") from None
-        if compiled.groups < 1:
-            raise ValueError(
-                "result_pattern must have a group around the number, e.g. 'FoM: (\\S+)'"
-            )
+        if value is not None:
+            TrainerRef.command(["program"], result_pattern=value)
         return value
 
     @property
