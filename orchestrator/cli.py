@@ -7,6 +7,7 @@ need them, so `nestor --help` and `nestor validate` answer at once.
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -65,8 +66,7 @@ def validate(files: tuple[Path, ...], slots: int | None, quiet: bool) -> None:
             workflow = load_spec(path)
         except SpecError as exc:
             failed += 1
-            for problem in exc.problems:
-                err.print(f"[bold red]error[/]: {problem}", markup=True, soft_wrap=True)
+            print_errors(err, exc.problems)
             continue
         if not quiet:
             render_plan(out, str(path), workflow, slots)
@@ -167,11 +167,10 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:
-        err.print(f"[bold red]error[/]: {exc}", soft_wrap=True)
+        print_errors(err, [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except SpecError as exc:
-        for problem in exc.problems:
-            err.print(f"[bold red]error[/]: {problem}", soft_wrap=True)
+        print_errors(err, exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
     run_dir = run_dir or new_run_dir(Path("runs"), "sweep")
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -209,11 +208,10 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
                 on_progress=progress.update,
             )
     except SpecError as exc:
-        for problem in exc.problems:
-            console(stderr=True).print(f"[bold red]error[/]: {problem}", soft_wrap=True)
+        print_errors(console(stderr=True), exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
     except RunError as exc:
-        console(stderr=True).print(f"[bold red]error[/]: {exc}", soft_wrap=True)
+        print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     render_results(out, results)
     out.print(f"run directory: {run_dir}")
@@ -294,6 +292,11 @@ def console(stderr: bool = False) -> Console:
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 120
     return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def print_errors(err: Console, problems: Sequence[object]) -> None:
+    for problem in problems:
+        err.print(f"[bold red]error[/]: {problem}", soft_wrap=True)
 
 
 def main() -> None:

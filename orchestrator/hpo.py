@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import logging
 import math
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.gangs import Gang, GangFailure, GangPool, Shape
-from orchestrator.journal import Journal
+from orchestrator.journal import Journal, write_atomic
 from orchestrator.spec import HpoStage, Workflow
 from orchestrator.tracking import Tracker
 
@@ -66,16 +65,6 @@ class TrialRecord:
     finished_at: float | None = None
     run_id: str | None = None  # its MLflow run, kept across attempts and resumes
     checkpoint: str | None = None
-
-
-def _write_atomic(path: Path, data: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
 
 
 class HpoRunner:
@@ -385,7 +374,7 @@ class HpoRunner:
         return objective.reached(first)
 
     def _save_state(self) -> None:
-        _write_atomic(self.state_path, json.dumps(self.searcher.state()))
+        write_atomic(self.state_path, json.dumps(self.searcher.state()))
 
     # -- reporting --------------------------------------------------------------------
 

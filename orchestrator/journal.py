@@ -51,6 +51,18 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return events
 
 
+def write_atomic(path: Path, data: str) -> None:
+    """Replace ``path`` with ``data`` all at once: a reader (or a resume after a
+    kill) sees the old content or the new, never a mix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    with open(tmp, "w") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+
+
 class Journal:
     """Appends events durably: written, flushed and fsynced before append returns.
 

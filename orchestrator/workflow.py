@@ -16,7 +16,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal import Journal, read_events
+from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import HpoStage, Workflow, load_spec
 
 SUPPORTED_KINDS = ("hpo",)
@@ -112,7 +112,7 @@ def run_workflow(
     import ray
 
     from orchestrator.gangs import GangPool
-    from orchestrator.hpo import HpoRunner, _write_atomic
+    from orchestrator.hpo import HpoRunner
     from orchestrator.plots import plot_trials
     from orchestrator.tracking import Tracker
 
@@ -173,7 +173,7 @@ def run_workflow(
             journal.append("stage_finished", stage=name, summary=summary)
             results["stages"].append(summary)
         results["wall_time_s"] = round(time.time() - started, 3)
-        _write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
+        write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
         journal.append("workflow_finished")
         return run_dir, results
     finally:
