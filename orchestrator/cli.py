@@ -198,9 +198,13 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     from orchestrator.progress import StageProgress
     from orchestrator.results import render_results
     from orchestrator.spec import SpecError
+    from orchestrator.stopping import Interrupted, exit_code, install_handlers
+    from orchestrator.stopping import clear as clear_stop
     from orchestrator.workflow import RunError, run_workflow
 
     out = console()
+    clear_stop()
+    install_handlers()
     try:
         with StageProgress(console(stderr=True)) as progress:
             run_dir, results = run_workflow(
@@ -213,6 +217,13 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     except RunError as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
+    except Interrupted as exc:
+        stopped_in = exc.run_dir or run_dir
+        where = f" {stopped_in}" if stopped_in else ""
+        console(stderr=True).print(
+            f"stopped on {exc.reason}; finished trials are journalled."
+            f" Continue with: nestor resume{where}", soft_wrap=True)
+        sys.exit(exit_code(exc.reason))
     render_results(out, results)
     out.print(f"run directory: {run_dir}")
 

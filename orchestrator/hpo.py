@@ -27,6 +27,7 @@ from typing import Any
 from orchestrator.gangs import Gang, GangFailure, GangPool, Shape
 from orchestrator.journal import Journal, write_atomic
 from orchestrator.spec import HpoStage, Workflow
+from orchestrator.stopping import Interrupted, stop_requested
 from orchestrator.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -178,7 +179,23 @@ class HpoRunner:
             self._collect_finished()
             if self.on_progress:
                 self.on_progress(self)
+            reason = stop_requested()
+            if reason is not None:
+                self.interrupt(reason)
         self._save_state()
+
+    def interrupt(self, reason: str) -> None:
+        """Kill the running gangs and stop; their trials run again on resume."""
+        for attempt in self.running.values():
+            if attempt.gang is not None:
+                attempt.gang.broken = True
+                self.pool.release(attempt.gang)
+            self.journal.append("trial_interrupted", stage=self.stage.name,
+                                trial=attempt.trial.to_dict(), attempt=attempt.number,
+                                reason=reason)
+        self.running.clear()
+        self._save_state()
+        raise Interrupted(reason)
 
     def _wait_s(self) -> float:
         deadlines = [a.deadline for a in self.running.values() if a.deadline is not None]

@@ -18,6 +18,7 @@ from typing import Any
 
 from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import HpoStage, Workflow, load_spec
+from orchestrator.stopping import Interrupted, reinstall_handlers
 
 SUPPORTED_KINDS = ("hpo",)
 SPEC_FILE = "spec.yaml"
@@ -111,15 +112,16 @@ def run_workflow(
     """Run (or resume) a workflow; returns the run directory and its results."""
     import ray
 
+    from orchestrator.artifacts import publish_stage
     from orchestrator.gangs import GangPool
     from orchestrator.hpo import HpoRunner
-    from orchestrator.plots import plot_trials
     from orchestrator.tracking import Tracker
 
     run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
     check_supported(workflow)
     started_ray = not ray.is_initialized()
     total = cluster_slots(workflow, slots, address)
+    reinstall_handlers()
     events = read_events(run_dir / JOURNAL_FILE)
     journal = Journal(run_dir / JOURNAL_FILE)
     tracker = Tracker(
@@ -159,14 +161,7 @@ def run_workflow(
             runner.restore(events)
             runner.run()
             summary = runner.summary()
-            plot = plot_trials(summary, stage.objectives[0], run_dir / "plots" / f"{name}.png")
-            tracker.log_artifact(stage_run, plot, "plots")
-            best = summary["best"]
-            if best and best.get("checkpoint") and Path(best["checkpoint"]).is_file():
-                tracker.log_artifact(stage_run, Path(best["checkpoint"]), "best_checkpoint")
-            if best:
-                tracker.log_metrics(stage_run, {"best_value": best["value"]}
-                                    if not isinstance(best["value"], list) else {})
+            publish_stage(tracker, stage_run, summary, stage, run_dir)
             tracker.set_tags(stage_run, {"nestor.n_runs": summary["n_runs"],
                                          "nestor.stop_reason": summary["stop_reason"]})
             tracker.finish(stage_run, "FINISHED")
@@ -176,6 +171,10 @@ def run_workflow(
         write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
         journal.append("workflow_finished")
         return run_dir, results
+    except Interrupted as exc:
+        journal.append("workflow_interrupted", reason=exc.reason)
+        exc.run_dir = run_dir
+        raise
     finally:
         journal.close()
         pool.shutdown()

@@ -214,6 +214,35 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(sweep) -> Non
                                    if e["event"] == "trial_started"}) == 16
 
 
+def test_sigterm_stops_the_driver_cleanly_and_resume_finishes(sweep) -> None:
+    spec, run_dir, env = sweep(population=4, generations=3)
+    env["FIT_SLEEP"] = "0.5"
+    driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline:
+        if (run_dir / "journal.jsonl").exists() and len(finished(run_dir)) >= 3:
+            break
+        time.sleep(0.2)
+    driver.send_signal(signal.SIGTERM)  # what scancel and Slurm's --signal send
+    _, stderr = driver.communicate(timeout=120)
+    assert driver.returncode == 128 + signal.SIGTERM, stderr
+    assert f"nestor resume {run_dir}" in stderr and "Traceback" not in stderr
+    log = events(run_dir)
+    assert log[-1]["event"] == "workflow_interrupted" and log[-1]["reason"] == "SIGTERM"
+    before = finished(run_dir)
+    assert 3 <= len(before) < 12
+    result = nestor("resume", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    after = finished(run_dir)
+    assert len(after) == 12
+    runs = [tuple(line.split()) for line in (run_dir.parent / "invocations.log").read_text()
+            .splitlines()]
+    for event in before.values():  # nothing finished before the stop ran again
+        config = event["trial"]["config"]
+        assert runs.count((repr(config["x"]), repr(config["y"]))) == 1
+
+
 CURVES = """
 import os
 

@@ -1,0 +1,71 @@
+"""Stopping a driver cleanly when Slurm or a person asks it to.
+
+Slurm sends SIGTERM on ``scancel``, at preemption and (with ``--signal``)
+shortly before the time limit; a person presses Ctrl-C. Either way the
+driver must not die mid-write: the handler only records the request, and the
+scheduling loop, between two journal appends, kills the running gangs and
+raises :class:`Interrupted`. Everything finished is already journalled, so
+``nestor resume`` (or a requeued job) runs only what was left.
+"""
+
+from __future__ import annotations
+
+import signal
+from types import FrameType
+
+_requested: str | None = None
+_installed = False
+
+
+class Interrupted(Exception):
+    """The driver stopped on request; the run directory can be resumed."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.run_dir: object | None = None  # set by the workflow runner
+
+
+def request_stop(reason: str) -> None:
+    global _requested
+    if _requested is None:
+        _requested = reason
+
+
+def stop_requested() -> str | None:
+    """The reason a stop was asked for, or None."""
+    return _requested
+
+
+def clear() -> None:
+    global _requested
+    _requested = None
+
+
+def _on_signal(signum: int, frame: FrameType | None) -> None:
+    if signum == signal.SIGINT and _requested is not None:
+        raise KeyboardInterrupt  # a second Ctrl-C: stop at once
+    request_stop(signal.Signals(signum).name)
+
+
+def install_handlers() -> None:
+    """Turn SIGTERM, SIGINT and SIGUSR1 into a clean stop (main thread only)."""
+    global _installed
+    _installed = True
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1):
+        signal.signal(signum, _on_signal)
+
+
+def reinstall_handlers() -> None:
+    """Take the signals back after ``ray.init``, whose crash handler would kill
+    the driver on SIGTERM; a no-op unless :func:`install_handlers` ran."""
+    if _installed:
+        install_handlers()
+
+
+def exit_code(reason: str) -> int:
+    """128 + the signal's number, as a shell reports a process ended by it."""
+    try:
+        return 128 + int(signal.Signals[reason])
+    except KeyError:
+        return 1
