@@ -15,7 +15,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from ._yaml import MAX_FILE_BYTES, TOO_LARGE, YamlProblem, load_yaml
-from .checks import check_workflow
+from .checks import check_imports, check_workflow
 from .errors import Problem, SpecError, kind_of, locate
 from .model import (
     EnsembleStage,
@@ -44,8 +44,13 @@ __all__ = [
 ]
 
 
-def load_spec(path: str | os.PathLike[str]) -> Workflow:
-    """Load and check the workflow spec at ``path``."""
+def load_spec(path: str | os.PathLike[str], *, imports: bool = True) -> Workflow:
+    """Load and check the workflow spec at ``path``.
+
+    With ``imports`` (the default) each ``module:function`` trainer must also be
+    importable by this Python, so `nestor validate` and `nestor run` report a
+    typo before any trial starts (nothing of the module is executed).
+    """
     name = str(path)
     try:
         with open(path, "rb") as handle:
@@ -61,11 +66,15 @@ def load_spec(path: str | os.PathLike[str]) -> Workflow:
         raise SpecError(
             [Problem(name, None, "", f"the file is not UTF-8 text (byte {exc.start})")]
         ) from None
-    return load_spec_text(text, name)
+    return load_spec_text(text, name, imports=imports)
 
 
-def load_spec_text(text: str, file: str = "<spec>") -> Workflow:
-    """Load and check a spec given as text; ``file`` names it in errors."""
+def load_spec_text(text: str, file: str = "<spec>", *, imports: bool = False) -> Workflow:
+    """Load and check a spec given as text; ``file`` names it in errors.
+
+    ``imports`` also checks that ``module:function`` trainers can be imported
+    here (off by default: a spec held in memory may be meant for elsewhere).
+    """
     try:
         data = load_yaml(text)
     except YamlProblem as exc:
@@ -87,6 +96,8 @@ def load_spec_text(text: str, file: str = "<spec>") -> Workflow:
 
         raise SpecError(problems_from_validation(file, data, Workflow, exc)) from None
     findings = check_workflow(workflow)
+    if imports and not findings:
+        findings = check_imports(workflow)
     if findings:
         problems = []
         for loc, message in findings:

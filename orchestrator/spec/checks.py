@@ -7,7 +7,12 @@ and yield ``(location, message)`` pairs so the error names the exact line
 
 from __future__ import annotations
 
+import ast
+import importlib.machinery
+import importlib.util
+import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from trainers.catalog import DATASETS, TRAINERS, Option
@@ -192,3 +197,102 @@ def _hpo(workflow: Workflow, here: tuple[Any, ...], stage: HpoStage) -> Iterator
     metrics = [o.metric for o in objectives]
     if len(set(metrics)) != len(metrics):
         yield (*here, "objective"), f"names a metric twice: {metrics}"
+
+
+def check_imports(workflow: Workflow) -> list[Finding]:
+    """Each ``module:function`` trainer must name a module on this Python's import
+    path that defines that function, so a typo fails before any trial starts.
+
+    Nothing is executed: the module is found the way ``import`` would find it
+    (a parent package's ``__init__`` is not run either) and its source is parsed
+    for a top-level ``def``, ``class``, assignment or import of the name. A
+    module that is not Python source (an extension), or that builds names at run
+    time (``from x import *``, a module ``__getattr__``), is given the benefit
+    of the doubt: the trial's own import reports it.
+    """
+    findings: list[Finding] = []
+    for index, stage in enumerate(workflow.stages):
+        trainer = stage.trainer
+        function = getattr(trainer, "function", None) if trainer is not None else None
+        if function:
+            message = function_problem(function)
+            if message:
+                findings.append((("stages", index, "trainer", "function"), message))
+    return findings
+
+
+def function_problem(path: str) -> str | None:
+    """Why ``package.module:function`` cannot be imported here, or None if it can."""
+    module_name, _, attr = path.partition(":")
+    origin = _find_module(module_name)
+    if isinstance(origin, _Missing):
+        return (
+            f"cannot import {short(path)}: no module named {origin.name!r} on the import path"
+            " (set PYTHONPATH to the folder that holds it, or install its package)"
+        )
+    if origin is None or not origin.endswith(".py"):
+        return None
+    try:
+        tree = ast.parse(Path(origin).read_bytes(), filename=origin)
+    except (OSError, SyntaxError, ValueError) as exc:
+        line = getattr(exc, "lineno", None)
+        where = f"{origin}:{line}" if line else origin
+        return f"cannot import {short(path)}: {where} is not valid Python ({exc})"
+    names = _top_level_names(tree)
+    if attr in names or "*" in names or "__getattr__" in names:
+        return None
+    return (
+        f"cannot import {short(path)}: module {module_name!r} ({origin}) defines no"
+        f" {attr!r}{did_you_mean(attr, sorted(n for n in names if not n.startswith('_')))}"
+    )
+
+
+class _Missing:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+def _find_module(dotted: str) -> str | _Missing | None:
+    """The source file of a module, found without running any package's code."""
+    if dotted in sys.modules:
+        return getattr(sys.modules[dotted], "__file__", None)
+    parts = dotted.split(".")
+    search: list[str] | None = None  # None: sys.path
+    spec = None
+    for depth in range(len(parts)):
+        name = ".".join(parts[: depth + 1])
+        if search is None and depth == 0:
+            try:
+                spec = importlib.util.find_spec(name) if "." not in name else None
+            except (ImportError, ValueError):
+                spec = None
+        else:
+            spec = importlib.machinery.PathFinder.find_spec(name, search or [])
+        if spec is None:
+            return _Missing(name)
+        if depth < len(parts) - 1:
+            search = list(spec.submodule_search_locations or [])
+            if not search:
+                return _Missing(".".join(parts[: depth + 2]))
+    assert spec is not None
+    return spec.origin if spec.has_location else None
+
+
+def _top_level_names(tree: ast.Module) -> set[str]:
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for target in targets:
+                names.update(n.id for n in ast.walk(target) if isinstance(n, ast.Name))
+        elif isinstance(node, ast.Import | ast.ImportFrom):
+            for alias in node.names:
+                names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.If | ast.Try):  # guarded definitions: look one level in
+            inner = ast.Module(body=[*getattr(node, "body", []), *getattr(node, "orelse", []),
+                                     *[s for h in getattr(node, "handlers", []) for s in h.body]],
+                               type_ignores=[])
+            names |= _top_level_names(inner)
+    return names
