@@ -1,0 +1,96 @@
+"""The statistics behind bench/REPORT.md: thresholds, speed-ups, utilization."""
+
+from __future__ import annotations
+
+import math
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from bench import stats
+
+
+def test_threshold_is_what_only_the_top_one_percent_reach():
+    values = random.Random(3).sample(range(10_000), 1_000)
+    threshold = stats.top_fraction_threshold(values, 0.01)
+    assert sum(v >= threshold for v in values) == 10
+    assert threshold == sorted(values)[-10]
+
+
+def test_threshold_of_a_hundred_is_the_best_and_rounds_up():
+    values = [i / 100 for i in range(100)]
+    assert stats.top_fraction_threshold(values, 0.01) == 0.99
+    # 150 values: 1 % is 1.5 configurations; at least 2 must reach it.
+    values = list(range(150))
+    assert stats.top_fraction_threshold(values, 0.01) == 148
+
+
+def test_threshold_counts_failed_configurations_against_the_search():
+    values = [0.5, 0.6, None, float("nan"), 0.9, 0.8, 0.7, 0.4, 0.3, 0.2]
+    # 10 configurations, top 20 % = 2 of them: the second best succeeded value.
+    assert stats.top_fraction_threshold(values, 0.2) == 0.8
+    with pytest.raises(ValueError, match="only 1 of 3"):
+        stats.top_fraction_threshold([None, 0.5, None], 0.9)
+
+
+def test_threshold_for_minimized_metrics_and_bad_input():
+    assert stats.top_fraction_threshold([3.0, 1.0, 2.0, 5.0], 0.5, mode="min") == 2.0
+    with pytest.raises(ValueError, match="fraction must be"):
+        stats.top_fraction_threshold([1.0], 0)
+    with pytest.raises(ValueError, match="at least one finite"):
+        stats.top_fraction_threshold([None, float("nan")], 0.5)
+
+
+def test_runs_to_threshold_counts_failed_runs():
+    assert stats.runs_to_threshold([0.5, None, 0.97, 0.99], 0.97) == 3
+    assert stats.runs_to_threshold([0.5, None], 0.97) is None
+    assert stats.runs_to_threshold([3.0, 0.5], 1.0, mode="min") == 2
+
+
+def test_speedup_and_scaling_efficiency():
+    # The seed's data parallelism: 1,090 s to 1,090 / 3.5 s on 4 nodes.
+    assert stats.speedup(1090.0, 1090.0 / 3.5) == pytest.approx(3.5)
+    assert stats.scaling_efficiency(3.5, 4) == pytest.approx(0.875)
+    assert stats.throughput_efficiency(1800.0, 1000.0, 2) == pytest.approx(0.9)
+    with pytest.raises(ValueError, match="time_s must be a positive"):
+        stats.speedup(10.0, 0.0)
+    with pytest.raises(ValueError, match="ranks must be a positive integer"):
+        stats.scaling_efficiency(2.0, 0)
+
+
+def test_product_of_speedups_is_the_seed_estimate():
+    # The seed's combined table: 1x, then HPO, +DP, +MP multiplied up.
+    assert stats.cumulative_products([1.0, 4.0, 3.5, 4.0]) == pytest.approx([1, 4, 14, 56])
+    with pytest.raises(ValueError, match="positive"):
+        stats.cumulative_products([2.0, -1.0])
+
+
+def test_utilization_from_a_trial_timeline():
+    # Two slots for 10 s. One trial holds one slot for 10 s; a 2-slot trial runs
+    # 4 s to 6 s; a trial that started before the window counts only inside it.
+    timeline = [(0.0, 10.0, 1), (4.0, 6.0, 2), (-5.0, 1.0, 1)]
+    assert stats.busy_slot_seconds(timeline, 0.0, 10.0) == pytest.approx(10 + 4 + 1)
+    assert stats.utilization(timeline, slots=2, start=0.0, end=10.0) == pytest.approx(15 / 20)
+    assert stats.occupancy(timeline, [0.5, 3.0, 4.0, 5.9, 6.0]) == [2, 1, 3, 3, 1]
+    with pytest.raises(ValueError, match="end after it starts"):
+        stats.busy_slot_seconds([(2.0, 1.0, 1)], 0.0, 3.0)
+
+
+def test_generational_barrier_idles_slots_in_the_timeline():
+    # Generation 1: durations 1 and 3 on 2 slots; generation 2 starts at the
+    # barrier (3 s). Async refill starts the next trial at 1 s instead.
+    generational = [(0, 1, 1), (0, 3, 1), (3, 4, 1), (3, 6, 1)]
+    refill = [(0, 1, 1), (0, 3, 1), (1, 2, 1), (2, 5, 1)]
+    assert stats.utilization(generational, 2, 0, 6) == pytest.approx(8 / 12)
+    assert stats.utilization(refill, 2, 0, 5) == pytest.approx(8 / 10)
+
+
+def test_seed_summary_leaves_out_seeds_that_never_reached():
+    summary = stats.summarize_seeds([12, None, 30, 18])
+    assert (summary.reached, summary.seeds, summary.median) == (3, 4, 18)
+    assert summary.cell() == "18 [12–30], 3/4 reached"
+    assert stats.summarize_seeds([None, math.nan]).cell() == "not reached (0/2)"
