@@ -252,13 +252,29 @@ def results(run_dir: Path, fmt: str) -> None:
 
 
 @cli.command()
-@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
-def status(run_dir: Path) -> None:
+@click.argument("target", metavar="JOBID|RUNDIR")
+def status(target: str) -> None:
     """Show a run's progress from its journal: running, finished or interrupted.
 
     Works while the driver runs and after it was killed; an interrupted run is
-    finished with `nestor resume RUNDIR`.
+    finished with `nestor resume RUNDIR`. Given a Slurm job id (from `nestor
+    submit`), shows the job's Slurm state first, then its run's progress.
     """
+    from orchestrator.slurm import is_job_id
+
+    if is_job_id(target) and not Path(target).is_dir():
+        from orchestrator.slurm.command import job_status
+
+        job_status(target)
+        return
+    if not Path(target).is_dir():
+        print_errors(console(stderr=True), [
+            f"JOBID|RUNDIR must be a Slurm job id or a run directory, but got {target!r}"])
+        sys.exit(EXIT_SPEC_ERROR)
+    run_status(Path(target))
+
+
+def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     from rich.table import Table
 
     from orchestrator.status import workflow_status
@@ -279,7 +295,8 @@ def status(run_dir: Path) -> None:
                       str(stage["failed"]), str(stage["running"]))
     out.print(table)
     if info["state"] == "interrupted":
-        out.print(f"continue with: nestor resume {run_dir}")
+        out.print(f"continue with: {interrupted_hint or f'nestor resume {run_dir}'}",
+                  soft_wrap=True)
 
 
 @cli.command()
@@ -294,6 +311,15 @@ def trainers() -> None:
     from orchestrator.summary import render_catalog
 
     render_catalog(console())
+
+
+def _slurm_commands() -> None:
+    from orchestrator.slurm.command import submit
+
+    cli.add_command(submit)
+
+
+_slurm_commands()
 
 
 def console(stderr: bool = False) -> Console:
