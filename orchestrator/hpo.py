@@ -66,24 +66,39 @@ class TrialRecord:
     finished_at: float | None = None
     run_id: str | None = None  # its MLflow run, kept across attempts and resumes
     checkpoint: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)  # per-epoch metrics
 
 
-class HpoRunner:
-    """Drives one hpo stage to its end (budget, threshold, patience or failures)."""
+class SkipTrial(Exception):
+    """A planned trial cannot run (its input failed); it is recorded as failed."""
+
+
+class TrialRunner:
+    """Runs one stage's trials on the shared gang pool, one step at a time.
+
+    Whatever the stage kind, its trials come from an ask/tell source (a
+    searcher, or a fixed plan) and run the same way: journalled, retried,
+    timed out, tracked. The workflow steps several runners in one loop, so
+    independent stages share the allocation's slots.
+    """
+
+    kind = "trials"
 
     def __init__(
         self,
         workflow: Workflow,
-        stage: HpoStage,
+        stage: Any,
         *,
         run_dir: Path,
         pool: GangPool,
         journal: Journal,
         tracker: Tracker,
         stage_run_id: str,
-        on_progress: Callable[[HpoRunner], None] | None = None,
+        searcher: Any,
+        objectives: list[Any],
+        trainer_spec: Any,
+        on_progress: Callable[[TrialRunner], None] | None = None,
     ) -> None:
-        from search import Objective, make_searcher
         from trainers import TrainerRef
 
         self.workflow = workflow
@@ -94,12 +109,11 @@ class HpoRunner:
         self.tracker = tracker
         self.stage_run_id = stage_run_id
         self.on_progress = on_progress
-        self.objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
-        settings = stage.search.model_dump(exclude={"algorithm"})
-        self.searcher = make_searcher(
-            stage.search.algorithm, stage.search_space(), self.objectives, **settings
-        )
-        self.trainer = TrainerRef.from_spec(stage.trainer, result_metric=self.objectives[0].metric)
+        self.objectives = objectives
+        self.searcher = searcher
+        self.trainer_spec = trainer_spec
+        self.settings: dict[str, Any] = dict(trainer_spec.settings)
+        self.trainer = TrainerRef.from_spec(trainer_spec, result_metric=objectives[0].metric)
         parallel = workflow.parallel_of(stage.name)
         # A command trainer is one process that starts its own ranks, if any.
         self.shape = (
@@ -112,9 +126,8 @@ class HpoRunner:
         self.queue: list[tuple[Any, int]] = []  # (trial, attempt number) to start
         self.started_at = time.time()
         self.threshold_at: float | None = None
-        from orchestrator.pruning import start_early_stopper
-
-        self.stopper = start_early_stopper(stage.early_stopping, self.objectives[0])
+        self.exhausted = False  # the source has nothing more to give
+        self.stopper: Any = None
 
     # -- resume -----------------------------------------------------------------------
 
@@ -138,6 +151,7 @@ class HpoRunner:
                     record.metrics = event.get("metrics", {})
                     record.reason = event.get("reason")
                     record.checkpoint = event.get("checkpoint")
+                    record.history = event.get("history", [])
                     record.finished_at = event["time"]
             elif kind == "threshold_reached":
                 self.threshold_at = event["time"]
@@ -164,28 +178,43 @@ class HpoRunner:
     # -- the loop ---------------------------------------------------------------------
 
     def run(self) -> None:
+        """Run this stage alone to its end (the workflow steps runners together)."""
         import ray
 
         while True:
-            self._start_what_fits()
-            if not self.running:
-                if self.queue:
-                    raise RuntimeError(
-                        f"a trial of {self.shape} cannot start on {self.pool.slots} slots"
-                    )
+            self.start_what_fits()
+            if self.finished:
                 break
-            refs = [ref for attempt in self.running.values() for ref in attempt.refs]
-            ray.wait(refs, num_returns=1, timeout=self._wait_s(), fetch_local=False)
-            self._collect_finished()
-            if self.on_progress:
-                self.on_progress(self)
+            if not self.running:
+                raise RuntimeError(
+                    f"a trial of {self.shape} cannot start on {self.pool.slots} slots"
+                )
+            ray.wait(self.refs(), num_returns=1, timeout=self.wait_s(), fetch_local=False)
+            self.collect()
             reason = stop_requested()
             if reason is not None:
                 self.interrupt(reason)
         self._save_state()
 
+    @property
+    def finished(self) -> bool:
+        return self.exhausted and not self.running and not self.queue
+
+    def refs(self) -> list[Any]:
+        return [ref for attempt in self.running.values() for ref in attempt.refs]
+
+    def collect(self) -> None:
+        self._collect_finished()
+        if self.on_progress:
+            self.on_progress(self)
+
     def interrupt(self, reason: str) -> None:
-        """Kill the running gangs and stop; their trials run again on resume."""
+        """Abandon the running trials and raise Interrupted."""
+        self.abandon(reason)
+        raise Interrupted(reason)
+
+    def abandon(self, reason: str) -> None:
+        """Kill the running gangs, journalled; their trials run again on resume."""
         for attempt in self.running.values():
             if attempt.gang is not None:
                 attempt.gang.broken = True
@@ -195,32 +224,53 @@ class HpoRunner:
                                 reason=reason)
         self.running.clear()
         self._save_state()
-        raise Interrupted(reason)
 
-    def _wait_s(self) -> float:
+    def wait_s(self) -> float:
         deadlines = [a.deadline for a in self.running.values() if a.deadline is not None]
         if not deadlines:
             return POLL_S * 4
         return max(0.05, min(POLL_S, min(deadlines) - time.monotonic()))
 
-    def _start_what_fits(self) -> None:
-        while self.pool.fits(self.shape):
+    def start_what_fits(self) -> None:
+        """Start queued and newly asked trials while the pool has room for one."""
+        self.exhausted = False
+        while True:
             if not self.queue:
                 if self.searcher.done():
+                    self.exhausted = True
+                    return
+                if not self.pool.fits(self.shape):
                     return
                 asked = self.searcher.ask(1)
                 if not asked:
-                    return  # generational barrier, or nothing left to ask
+                    # A generational barrier while trials run; else nothing is left.
+                    self.exhausted = not self.running
+                    return
                 self._save_state()
                 self.queue.extend((trial, 1) for trial in asked)
+            if not self.pool.fits(self.shape):
+                return
             trial, number = self.queue.pop(0)
             self._start(trial, number)
+
+    def request_extras(self, trial: Any) -> dict[str, Any]:
+        """Per-trial additions to the request: ``settings`` to merge over the
+        stage's, and TrialRequest fields such as ``init_from`` and ``freeze``.
+        Raise SkipTrial when the trial cannot run."""
+        return {}
 
     def _start(self, trial: Any, number: int) -> None:
         from trainers import TrialRequest, run_trial
 
         record = self._record(trial.to_dict())
         record.attempts = number
+        try:
+            extras = dict(self.request_extras(trial))
+        except SkipTrial as exc:
+            record.attempts = max(number - 1, 0)
+            self._skip(trial, record, str(exc))
+            return
+        settings = {**self.settings, **extras.pop("settings", {})}
         run_id = record.run_id
         if run_id is None:
             run_id = self.tracker.start_run(
@@ -243,13 +293,14 @@ class HpoRunner:
         request = TrialRequest(
             trial_id=f"{self.stage.name}-{trial.id}",
             trainer=self.trainer,
-            settings=dict(self.stage.trainer.settings),
+            settings=settings,
             config=dict(trial.config),
             data_parallel=self.shape.data,
             model_parallel=self.shape.model,
             checkpoint_dir=str(self.run_dir / "checkpoints" / trial_dir),
             log_dir=str(self.run_dir / "logs" / trial_dir),
             timeout=self.stage.trial.timeout,
+            **extras,
         )
         hooks: dict[str, Any] = {}
         if self.stopper is not None:
@@ -270,6 +321,15 @@ class HpoRunner:
             "trial_started", stage=self.stage.name, trial=trial.to_dict(), attempt=number,
             run_id=run_id, gang=gang.id, shape=str(self.shape),
         )
+
+    def _skip(self, trial: Any, record: TrialRecord, reason: str) -> None:
+        record.status, record.reason, record.finished_at = "failed", reason, time.time()
+        self.journal.append(
+            "trial_finished", stage=self.stage.name, trial=trial.to_dict(),
+            attempt=record.attempts, status="failed", value=None, metrics={},
+            reason=reason, slot_seconds=0.0, checkpoint=None,
+        )
+        self._tell(trial, record)
 
     def _collect_finished(self) -> None:
         import ray
@@ -353,12 +413,13 @@ class HpoRunner:
         record.metrics = outcome.get("metrics", {})
         record.reason = outcome.get("reason")
         record.checkpoint = outcome.get("checkpoint")
+        record.history = list(outcome.get("history", []))
         record.finished_at = time.time()
         self.journal.append(
             "trial_finished", stage=self.stage.name, trial=trial.to_dict(),
             attempt=attempt.number, status=record.status, value=record.value,
             metrics=record.metrics, reason=record.reason, slot_seconds=slot_seconds,
-            checkpoint=record.checkpoint,
+            checkpoint=record.checkpoint, history=record.history,
         )
         final_step = len(outcome.get("history", []))
         self.tracker.log_metrics(attempt.run_id, record.metrics, step=final_step)
@@ -395,13 +456,18 @@ class HpoRunner:
 
     # -- reporting --------------------------------------------------------------------
 
+    def finalize(self) -> dict[str, Any]:
+        """The stage's summary once its trials are done (subclasses add their results)."""
+        return self.summary()
+
     def summary(self) -> dict[str, Any]:
         best = self.searcher.best()
         best_record = self.records.get(best.trial.id) if best else None
         finished = [r for r in self.records.values() if r.status != "running"]
         return {
             "name": self.stage.name,
-            "kind": "hpo",
+            "kind": self.stage.kind,
+            "objective": {"metric": self.objectives[0].metric, "mode": self.objectives[0].mode},
             "stop_reason": self.searcher.stop_reason,
             "best": None if best_record is None else {
                 "id": best_record.id,
@@ -413,6 +479,7 @@ class HpoRunner:
             "trials": [
                 {
                     "id": r.id, "status": r.status, "value": r.value, "config": r.config,
+                    "checkpoint": r.checkpoint,
                     "generation": r.generation, "deme": r.deme, "parents": r.parents,
                     "attempts": r.attempts, "slot_seconds": round(r.slot_seconds, 3),
                     "reason": r.reason, "metrics": r.metrics,
@@ -428,6 +495,23 @@ class HpoRunner:
             "time_to_threshold_s": None if self.threshold_at is None
             else round(self.threshold_at - self.started_at, 3),
         }
+
+
+class HpoRunner(TrialRunner):
+    """An hpo stage: a searcher proposes, early stopping may cut trials short."""
+
+    def __init__(self, workflow: Workflow, stage: HpoStage, **kwargs: Any) -> None:
+        from orchestrator.pruning import start_early_stopper
+        from search import Objective, make_searcher
+
+        objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
+        settings = stage.search.model_dump(exclude={"algorithm"})
+        searcher = make_searcher(
+            stage.search.algorithm, stage.search_space(), objectives, **settings
+        )
+        super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
+                         trainer_spec=stage.trainer, **kwargs)
+        self.stopper = start_early_stopper(stage.early_stopping, objectives[0])
 
 
 def _raises(ref: Any) -> bool:

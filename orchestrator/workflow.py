@@ -17,10 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.journal import Journal, read_events, write_atomic
-from orchestrator.spec import HpoStage, Workflow, load_spec
-from orchestrator.stopping import Interrupted, reinstall_handlers
+from orchestrator.spec import Workflow, load_spec
+from orchestrator.stopping import Interrupted, reinstall_handlers, stop_requested
 
-SUPPORTED_KINDS = ("hpo",)
 SPEC_FILE = "spec.yaml"
 JOURNAL_FILE = "journal.jsonl"
 RESULTS_FILE = "results.json"
@@ -59,15 +58,6 @@ def prepare_run_dir(spec_path: Path, run_dir: Path | None, resume: bool) -> tupl
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / SPEC_FILE).write_text(spec_path.read_text())
     return run_dir, workflow
-
-
-def check_supported(workflow: Workflow) -> None:
-    for stage in workflow.stages:
-        if stage.kind not in SUPPORTED_KINDS:
-            raise RunError(
-                f"stage {stage.name!r} is of kind {stage.kind!r}, which this version cannot run"
-                f" yet (it runs: {', '.join(SUPPORTED_KINDS)}); `nestor validate` plans it"
-            )
 
 
 def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) -> int:
@@ -109,16 +99,18 @@ def run_workflow(
     address: str | None = None,
     on_progress: Callable[[Any], None] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
-    """Run (or resume) a workflow; returns the run directory and its results."""
+    """Run (or resume) a workflow; returns the run directory and its results.
+
+    Stages form a DAG through ``from:``. Every stage whose sources are done
+    runs at once, all of them stepping their trials on one shared pool of
+    slots; a finished stage is journalled with its summary and never re-run.
+    """
     import ray
 
-    from orchestrator.artifacts import publish_stage
     from orchestrator.gangs import GangPool
-    from orchestrator.hpo import HpoRunner
     from orchestrator.tracking import Tracker
 
     run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
-    check_supported(workflow)
     started_ray = not ray.is_initialized()
     total = cluster_slots(workflow, slots, address)
     reinstall_handlers()
@@ -129,8 +121,6 @@ def run_workflow(
     )
     pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
                     use_gpu=bool(ray.cluster_resources().get("GPU")))
-    results: dict[str, Any] = {"workflow": workflow.name, "run_dir": str(run_dir),
-                               "slots": total, "stages": []}
     started = time.time()
     try:
         if not events:
@@ -138,36 +128,17 @@ def run_workflow(
                            pid=os.getpid())
         else:
             journal.append("workflow_resumed", slots=total, pid=os.getpid())
-        for name in workflow.order():
-            stage = workflow.stage(name)
-            done = [e for e in events if e["event"] == "stage_finished" and e["stage"] == name]
-            if done:
-                results["stages"].append(done[-1]["summary"])
-                continue
-            assert isinstance(stage, HpoStage)
-            begun = [e for e in events if e["event"] == "stage_started" and e["stage"] == name]
-            if begun:
-                stage_run = begun[0]["run_id"]
-            else:
-                stage_run = tracker.start_run(
-                    name, tags={"nestor.stage": name, "nestor.kind": stage.kind,
-                                "nestor.run_dir": str(run_dir.resolve())}
-                )
-                journal.append("stage_started", stage=name, run_id=stage_run)
-            runner = HpoRunner(
-                workflow, stage, run_dir=run_dir, pool=pool, journal=journal,
-                tracker=tracker, stage_run_id=stage_run, on_progress=on_progress,
-            )
-            runner.restore(events)
-            runner.run()
-            summary = runner.summary()
-            publish_stage(tracker, stage_run, summary, stage, run_dir)
-            tracker.set_tags(stage_run, {"nestor.n_runs": summary["n_runs"],
-                                         "nestor.stop_reason": summary["stop_reason"]})
-            tracker.finish(stage_run, "FINISHED")
-            journal.append("stage_finished", stage=name, summary=summary)
-            results["stages"].append(summary)
-        results["wall_time_s"] = round(time.time() - started, 3)
+        scheduler = StageScheduler(workflow, run_dir=run_dir, pool=pool, journal=journal,
+                                   tracker=tracker, events=events, on_progress=on_progress)
+        summaries = scheduler.run()
+        results: dict[str, Any] = {
+            "workflow": workflow.name, "run_dir": str(run_dir), "slots": total,
+            "stages": [summaries[name] for name in workflow.order()],
+            "n_runs": sum(summaries[name]["n_runs"] for name in summaries),
+            "slot_seconds": round(sum(summaries[n]["slot_seconds"] for n in summaries), 3),
+        }
+        first = next((e["time"] for e in events if e["event"] == "workflow_started"), started)
+        results["wall_time_s"] = round(time.time() - first, 3)
         write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
         journal.append("workflow_finished")
         return run_dir, results
@@ -180,3 +151,114 @@ def run_workflow(
         pool.shutdown()
         if started_ray:
             ray.shutdown()
+
+
+class StageScheduler:
+    """Steps the runners of every ready stage together on the shared pool."""
+
+    def __init__(self, workflow: Workflow, *, run_dir: Path, pool: Any, journal: Journal,
+                 tracker: Any, events: list[dict[str, Any]],
+                 on_progress: Callable[[Any], None] | None) -> None:
+        self.workflow = workflow
+        self.run_dir = run_dir
+        self.pool = pool
+        self.journal = journal
+        self.tracker = tracker
+        self.events = events
+        self.on_progress = on_progress
+        self.summaries: dict[str, dict[str, Any]] = {}
+        for event in events:
+            if event["event"] == "stage_finished":
+                self.summaries[event["stage"]] = event["summary"]
+        self.active: dict[str, Any] = {}
+        self.stage_runs: dict[str, str] = {}
+
+    def run(self) -> dict[str, dict[str, Any]]:
+        import ray
+
+        while True:
+            self._start_ready_stages()
+            if not self.active:
+                return self.summaries
+            for runner in list(self.active.values()):
+                runner.start_what_fits()
+            done = [name for name, runner in self.active.items() if runner.finished]
+            for name in done:
+                self._finish(name)
+            if done:
+                continue  # their dependants may start now
+            refs = [ref for runner in self.active.values() for ref in runner.refs()]
+            if not refs:
+                blocked = ", ".join(f"{n} ({r.shape})" for n, r in self.active.items())
+                raise RunError(
+                    f"stage trials of {blocked} cannot start on {self.pool.slots} slots;"
+                    " lower parallel: or give more slots"
+                )
+            wait = min(runner.wait_s() for runner in self.active.values())
+            ray.wait(refs, num_returns=1, timeout=wait, fetch_local=False)
+            for runner in list(self.active.values()):
+                runner.collect()
+            reason = stop_requested()
+            if reason is not None:
+                for runner in list(self.active.values()):
+                    runner.abandon(reason)
+                raise Interrupted(reason)
+
+    def _start_ready_stages(self) -> None:
+        from orchestrator.stages import RUNNERS, StageError
+
+        for name in self.workflow.order():
+            if name in self.summaries or name in self.active:
+                continue
+            stage = self.workflow.stage(name)
+            if not all(dep in self.summaries for dep in stage.from_):
+                continue
+            begun = [e for e in self.events
+                     if e["event"] == "stage_started" and e["stage"] == name]
+            if begun:
+                stage_run = begun[0]["run_id"]
+            else:
+                stage_run = self.tracker.start_run(
+                    name, tags={"nestor.stage": name, "nestor.kind": stage.kind,
+                                "nestor.from": ",".join(stage.from_),
+                                "nestor.run_dir": str(self.run_dir.resolve())}
+                )
+                self.journal.append("stage_started", stage=name, run_id=stage_run)
+            self.stage_runs[name] = stage_run
+            kwargs: dict[str, Any] = dict(
+                run_dir=self.run_dir.resolve(), pool=self.pool, journal=self.journal,
+                tracker=self.tracker, stage_run_id=stage_run, on_progress=self.on_progress,
+            )
+            if stage.kind != "hpo":
+                kwargs["sources"] = [self.summaries[dep] for dep in stage.from_]
+            try:
+                runner = RUNNERS[stage.kind](self.workflow, stage, **kwargs)
+            except StageError as exc:
+                raise RunError(str(exc)) from None
+            runner.restore(self.events)
+            self.active[name] = runner
+
+    def _finish(self, name: str) -> None:
+        from orchestrator.artifacts import publish_stage
+
+        runner = self.active.pop(name)
+        summary = runner.finalize()
+        stage_run = self.stage_runs[name]
+        publish_stage(self.tracker, stage_run, summary, runner.stage, self.run_dir)
+        self.tracker.log_metrics(stage_run, _headline(summary))
+        self.tracker.set_tags(stage_run, {"nestor.n_runs": summary["n_runs"],
+                                          "nestor.stop_reason": summary["stop_reason"]})
+        self.tracker.finish(stage_run, "FINISHED")
+        self.journal.append("stage_finished", stage=name, summary=summary)
+        self.summaries[name] = summary
+
+
+def _headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """The stage's comparison figures, as metrics of its MLflow run."""
+    metrics: dict[str, Any] = {"n_runs": summary["n_runs"], "slot_seconds":
+                               summary["slot_seconds"]}
+    for section in ("ensemble", "transfer", "train"):
+        for key, value in (summary.get(section) or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                metrics[f"{section}.{key}"] = value
+    return metrics

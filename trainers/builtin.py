@@ -148,7 +148,7 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
         options["dataset"], data_dir=options["data_dir"], split_seed=options["split_seed"],
         val_fraction=options["val_fraction"], test_fraction=options["test_fraction"],
         classes=options["classes"], max_train_samples=options["max_train_samples"],
-        train_plus_val=options["train_data"] == "train+val",
+        train_plus_val=options["train_data"] == "train+val", bootstrap=options["bootstrap"],
     )
     global_batch = options["batch_size"] * (par.dp if options["batch_per_rank"] else 1)
     if global_batch < par.dp:

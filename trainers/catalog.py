@@ -106,6 +106,8 @@ _COMMON_SETTINGS: dict[str, Option] = {
                          ("train", "train+val")),
     "classes": Option(list, None, "keep only these class labels (relabelled 0..k-1 in the"
                       " order given)"),
+    "bootstrap": Option(int, None, "train on a bootstrap resample of the training split drawn"
+                        " with this seed (ensemble members that vary by data)"),
     "fp16_allreduce": Option(bool, False, "compress gradients to fp16 for the allreduce"),
     "batch_per_rank": Option(bool, False, "batch_size is per data-parallel rank (global batch"
                              " = batch_size x data) instead of global"),

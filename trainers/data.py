@@ -64,6 +64,8 @@ class Splits:
     test: Split
     num_classes: int
     name: str
+    mean: float = 0.0  # what raw pixels were normalised with (training split's)
+    std: float = 1.0
 
     @property
     def image_shape(self) -> tuple[int, int, int]:
@@ -217,6 +219,7 @@ def load_splits(
     classes: Sequence[int] | None = None,
     max_train_samples: int | None = None,
     train_plus_val: bool = False,
+    bootstrap: int | None = None,
 ) -> Splits:
     """Train, validation and test splits of a dataset, fixed by ``split_seed``.
 
@@ -225,6 +228,8 @@ def load_splits(
     ``train_plus_val`` trains on the validation images too (a final model
     after tuning); the validation split is still returned, but is then no
     longer held out, so only the test split measures the model.
+    ``bootstrap`` resamples the training split with replacement (same size)
+    from that seed: ensemble members that differ by the data they saw.
     """
     x, y, x_test, y_test = _raw(name, data_dir)
     rng = np.random.default_rng([split_seed, 0x5EED])
@@ -263,6 +268,9 @@ def load_splits(
         train_idx = np.concatenate([train_idx, parts["val"][2]])
     if len(train_idx) == 0:
         raise DatasetError(f"dataset {name}: the training split is empty")
+    if bootstrap is not None:
+        train_idx = np.random.default_rng([bootstrap, 0xB007]).choice(
+            train_idx, size=len(train_idx), replace=True)
     raw_train = train_x[np.sort(train_idx)].astype(np.float32)
     mean, std = float(raw_train.mean()), float(raw_train.std()) or 1.0
 
@@ -276,6 +284,8 @@ def load_splits(
         test=build(*parts["test"]),
         num_classes=num_classes,
         name=name,
+        mean=mean,
+        std=std,
     )
 
 

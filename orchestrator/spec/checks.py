@@ -23,6 +23,7 @@ from .model import (
     ConstantSpec,
     GridSearch,
     HpoStage,
+    TrainStage,
     TransferStage,
     Workflow,
 )
@@ -112,6 +113,8 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
         )
     if isinstance(stage, HpoStage):
         yield from _hpo(workflow, here, stage)
+    if isinstance(stage, TrainStage | TransferStage):
+        yield from _config(workflow, here, stage)
     if isinstance(stage, TransferStage):
         for side in ("source", "target"):
             dataset = getattr(stage, side).dataset
@@ -145,6 +148,27 @@ def _trainer(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
             message = _option_mismatch(option, value)
             if message:
                 yield loc, message
+
+
+def _config(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
+    """A train or transfer stage's fixed hyperparameters, against its (inherited) trainer."""
+    try:
+        trainer = workflow.trainer_of(stage.name)
+    except (KeyError, IndexError, ValueError):
+        return  # a missing or cyclic from: is reported on its own
+    if trainer.name not in TRAINERS:
+        return
+    info = TRAINERS[trainer.name]
+    known = {**info.hyperparameters, **info.settings}
+    for key, value in stage.config.items():
+        option = known.get(key)
+        if option is None:
+            yield (*here, "config", key), (
+                f"{trainer.name} takes no hyperparameter {key!r}{did_you_mean(key, known)}"
+                f" ({allowed(info.hyperparameters)})"
+            )
+        elif (message := _option_mismatch(option, value)) is not None:
+            yield (*here, "config", key), message
 
 
 def _option_mismatch(option: Option, value: Any) -> str | None:

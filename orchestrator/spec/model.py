@@ -445,6 +445,9 @@ class TransferStage(_StageBase):
     )
     freeze: list[str] = Field(default_factory=list, description="layer groups frozen to fine-tune")
     lr_scale: float = Field(0.1, gt=0, le=1, description="fine-tuning lr as a share of the lr")
+    config: dict[str, Scalar] = Field(
+        default_factory=dict, description="hyperparameters; default: the best of the from: stage"
+    )
     scratch_baseline: bool = Field(True, description="also train the target from scratch")
 
     @model_validator(mode="after")

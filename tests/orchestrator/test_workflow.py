@@ -337,13 +337,6 @@ def test_a_killed_rank_fails_the_attempt_and_a_fresh_gang_retries_it(tmp_path: P
     assert len(gangs) == 2 and gangs[0] != gangs[1]  # the retry ran on a fresh gang
 
 
-def test_an_unsupported_stage_is_a_clear_error(tmp_path: Path) -> None:
-    spec = Path(__file__).parents[2] / "configs" / "mnist-combined.yaml"
-    result = nestor("run", str(spec), "--run-dir", str(tmp_path / "run"), env=dict(os.environ))
-    assert result.returncode == 2
-    assert "cannot run" in result.stderr and "Traceback" not in result.stderr
-
-
 def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None:
     spec = tmp_path / "cnn.yaml"
     spec.write_text(textwrap.dedent("""

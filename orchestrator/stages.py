@@ -1,0 +1,326 @@
+"""The stage kinds after a search: ensemble, transfer and train.
+
+Each is a fixed plan of ordinary trials (journalled, retried, tracked, each a
+dp x mp gang like any HPO trial) plus what the stage makes of them once they
+are done: a combined ensemble, a fine-tune against scratch comparison, one
+final model. Their inputs are the summaries of the stages named in ``from:``.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from orchestrator.hpo import HpoRunner, SkipTrial, TrialRecord, TrialRunner
+from orchestrator.journal import write_atomic
+from orchestrator.plan import Plan, PlannedTrial
+from orchestrator.spec import EnsembleStage, TrainStage, TransferStage, Workflow
+
+STRUCTURE_SCALES = (1.0, 0.5, 1.5, 0.75, 1.25)  # widths of members that vary by structure
+MEMBER_SEED = 1000  # members' seeds start here, apart from the search's default seed 0
+GREEDY_CANDIDATES = 10  # source trials considered by greedy member selection
+DEFAULT_LR = 0.05  # the built-in trainers' default, when the config names none
+
+
+class StageError(Exception):
+    """A stage cannot run on what its sources produced; the message says why."""
+
+
+def _objective(sources: list[dict[str, Any]]) -> Any:
+    from search import Objective
+
+    for source in sources:
+        if source.get("objective"):
+            o = source["objective"]
+            return Objective(o["metric"], o["mode"])
+    return Objective("val_accuracy", "max")
+
+
+def _completed(summary: dict[str, Any], objective: Any) -> list[dict[str, Any]]:
+    """A source's completed trials with a value, best first."""
+    done = [t for t in summary.get("trials", [])
+            if t["status"] == "completed" and isinstance(t.get("value"), int | float)]
+    return sorted(done, key=lambda t: objective.sign * t["value"])
+
+
+def _best_config(sources: list[dict[str, Any]]) -> dict[str, Any]:
+    for source in sources:
+        best = source.get("best")
+        if best and best.get("config"):
+            return dict(best["config"])
+    return {}
+
+
+class _PlannedRunner(TrialRunner):
+    def __init__(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
+                 **kwargs: Any) -> None:
+        objective = _objective(sources)
+        self.sources = sources
+        plan = Plan(self.phases(workflow, stage, sources, objective), objective)
+        super().__init__(workflow, stage, searcher=plan, objectives=[objective],
+                         trainer_spec=workflow.trainer_of(stage.name), **kwargs)
+
+    def phases(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
+               objective: Any) -> list[list[PlannedTrial]]:
+        raise NotImplementedError
+
+    def record(self, trial_id: str) -> TrialRecord | None:
+        return self.records.get(trial_id)
+
+    def test_value(self, trial_id: str) -> float | None:
+        record = self.records.get(trial_id)
+        return None if record is None else record.metrics.get("test_accuracy")
+
+    def val_value(self, trial_id: str) -> float | None:
+        record = self.records.get(trial_id)
+        return None if record is None else record.metrics.get("val_accuracy")
+
+
+# --- train ------------------------------------------------------------------------------
+
+
+class TrainRunner(_PlannedRunner):
+    """One training run: the given config, or the best of the from: stage, overridden."""
+
+    def phases(self, workflow: Workflow, stage: TrainStage, sources: list[dict[str, Any]],
+               objective: Any) -> list[list[PlannedTrial]]:
+        return [[PlannedTrial("final", {**_best_config(sources), **stage.config})]]
+
+    def request_extras(self, trial: Any) -> dict[str, Any]:
+        if self.stage.data != "train":
+            return {"settings": {"train_data": self.stage.data}}
+        return {}
+
+    def finalize(self) -> dict[str, Any]:
+        summary = self.summary()
+        record = self.records.get("final")
+        summary["train"] = {
+            "data": self.stage.data,
+            "config": record.config if record else None,
+            "test_value": self.test_value("final"),
+            "val_value": self.val_value("final"),
+            "checkpoint": record.checkpoint if record else None,
+        }
+        return summary
+
+
+# --- transfer ---------------------------------------------------------------------------
+
+
+class TransferRunner(_PlannedRunner):
+    """Pretrain on a source task (or on sub-problems of it), fine-tune on the target;
+    train the target from scratch on the same budget to compare."""
+
+    def phases(self, workflow: Workflow, stage: TransferStage, sources: list[dict[str, Any]],
+               objective: Any) -> list[list[PlannedTrial]]:
+        config = {**_best_config(sources), **stage.config}
+        tuned = dict(config)
+        tuned["lr"] = float(config.get("lr", DEFAULT_LR)) * stage.lr_scale
+        if stage.mode == "finetune":
+            first = [PlannedTrial("pretrain", config, origin="source")]
+            last = PlannedTrial("finetune", tuned, origin="target", parents=("pretrain",))
+        else:
+            groups = stage.groups or []
+            first = [PlannedTrial(f"group-{i}", config, origin="source")
+                     for i in range(len(groups))]
+            last = PlannedTrial("combined", tuned, origin="target",
+                                parents=tuple(t.id for t in first))
+        if stage.scratch_baseline:
+            first.append(PlannedTrial("scratch", config, origin="target"))
+        return [first, [last]]
+
+    def _task(self, task: Any, classes: list[int] | None = None) -> dict[str, Any]:
+        settings: dict[str, Any] = {"dataset": task.dataset}
+        if classes or task.classes:
+            settings["classes"] = list(classes or task.classes)
+        return {**settings, **task.settings}
+
+    def request_extras(self, trial: Any) -> dict[str, Any]:
+        stage: TransferStage = self.stage
+        if trial.id == "pretrain":
+            return {"settings": self._task(stage.source)}
+        if trial.id.startswith("group-"):
+            group = (stage.groups or [])[int(trial.id.split("-")[1])]
+            return {"settings": self._task(stage.source, group)}
+        if trial.id == "scratch":
+            return {"settings": self._task(stage.target)}
+        sources = []
+        for parent in trial.parents:
+            record = self.records.get(parent)
+            if record is None or record.status != "completed" or not record.checkpoint:
+                raise SkipTrial(f"{parent} did not complete, so there is nothing to fine-tune")
+            sources.append(record.checkpoint)
+        if len(sources) == 1:
+            init_from = sources[0]
+        else:
+            from trainers.predict import average_checkpoints
+
+            init_from = average_checkpoints(
+                sources, self.run_dir / "checkpoints" / stage.name / "averaged")
+        return {"settings": self._task(stage.target), "init_from": str(init_from),
+                "init_groups": ("features",), "freeze": tuple(stage.freeze)}
+
+    def finalize(self) -> dict[str, Any]:
+        summary = self.summary()
+        tuned = "finetune" if self.stage.mode == "finetune" else "combined"
+        pretrained = [t for t in self.records if t == "pretrain" or t.startswith("group-")]
+        summary["transfer"] = {
+            "mode": self.stage.mode,
+            "test_value": self.test_value(tuned),
+            "val_value": self.val_value(tuned),
+            "scratch_test_value": self.test_value("scratch"),
+            "scratch_val_value": self.val_value("scratch"),
+            "pretrain_slot_seconds": round(sum(self.records[t].slot_seconds
+                                               for t in pretrained), 3),
+            "curves": {
+                "pretrain": self._curve(pretrained[0]) if pretrained else [],
+                "finetune": self._curve(tuned),
+                "scratch": self._curve("scratch"),
+            },
+        }
+        return summary
+
+    def _curve(self, trial_id: str) -> list[dict[str, Any]]:
+        record = self.records.get(trial_id)
+        if record is None:
+            return []
+        keep = ("epoch", "train_loss", "val_loss", "val_accuracy")
+        return [{k: h[k] for k in keep if k in h} for h in record.history]
+
+
+# --- ensemble ---------------------------------------------------------------------------
+
+
+class EnsembleRunner(_PlannedRunner):
+    """Members chosen from an HPO stage, trained as ordinary trials, then combined."""
+
+    def __init__(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
+                 **kwargs: Any) -> None:
+        trainer = workflow.trainer_of(stage.name)
+        if trainer.name is None:
+            raise StageError(
+                f"ensemble stage {stage.name!r} needs a built-in trainer (see `nestor trainers`):"
+                " members are combined from their predicted class probabilities, which"
+                " function and command trainers do not give"
+            )
+        self.run_dir_for_select = Path(kwargs["run_dir"])
+        super().__init__(workflow, stage, sources, **kwargs)
+
+    def phases(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
+               objective: Any) -> list[list[PlannedTrial]]:
+        candidates = [t for s in sources for t in _completed(s, objective)]
+        candidates.sort(key=lambda t: objective.sign * t["value"])
+        if not candidates:
+            raise StageError(f"ensemble stage {stage.name!r}: its sources"
+                             f" ({', '.join(stage.from_)}) have no completed trial to take"
+                             " members from")
+        if stage.select == "greedy":
+            chosen = self._greedy_select(candidates, stage.members)
+        else:
+            chosen = self._distinct(candidates)[: stage.members]
+        members = []
+        for i in range(stage.members):
+            source = chosen[i % len(chosen)]
+            config = dict(source["config"])
+            if "seed" in stage.vary:
+                config["seed"] = MEMBER_SEED + i
+            if "data" in stage.vary:
+                config["bootstrap"] = MEMBER_SEED + i
+            if "structure" in stage.vary:
+                width = int(config.get("width", 0) or _default(workflow, stage, "width"))
+                config["width"] = max(1, round(width * STRUCTURE_SCALES[i % len(STRUCTURE_SCALES)]))
+            members.append(PlannedTrial(f"member-{i}", config, origin="member",
+                                        parents=(str(source["id"]),)))
+        return [members]
+
+    @staticmethod
+    def _distinct(candidates: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        seen, out = set(), []
+        for t in candidates:
+            key = json.dumps(t["config"], sort_keys=True)
+            if key not in seen:
+                seen.add(key)
+                out.append(t)
+        return out
+
+    def _greedy_select(self, candidates: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
+        """Caruana selection over the source trials' own checkpoints, on validation data."""
+        from orchestrator.combine import greedy_weights
+        from trainers.predict import Predictor
+
+        pool = [t for t in self._distinct(candidates) if t.get("checkpoint")
+                and Path(t["checkpoint"]).is_file()][:GREEDY_CANDIDATES]
+        if len(pool) <= 1:
+            return self._distinct(candidates)[:k]
+        probs, labels = [], None
+        for t in pool:
+            p, labels = Predictor(t["checkpoint"]).split("val")
+            probs.append(p)
+        weights = greedy_weights(np.stack(probs), labels, rounds=k)
+        order = [pool[i] for i in np.argsort(-weights, kind="stable") if weights[i] > 0]
+        rest = [t for t in self._distinct(candidates) if t not in order]
+        return (order + rest)[:k]
+
+    def finalize(self) -> dict[str, Any]:
+        from orchestrator.combine import accuracy, blend, combine_weights
+        from trainers.predict import Predictor
+
+        summary = self.summary()
+        members = [r for r in self.records.values() if r.status == "completed" and r.checkpoint]
+        members.sort(key=lambda r: r.id)
+        if not members:
+            summary["ensemble"] = None
+            summary["stop_reason"] = "no member completed; there is no ensemble"
+            return summary
+        val, test, val_labels, test_labels = [], [], None, None
+        for record in members:
+            predictor = Predictor(record.checkpoint)  # type: ignore[arg-type]
+            p, val_labels = predictor.split("val")
+            val.append(p)
+            p, test_labels = predictor.split("test")
+            test.append(p)
+        val_p, test_p = np.stack(val), np.stack(test)
+        weights = combine_weights(self.stage.combine, val_p, val_labels)
+        member_val = [accuracy(p, val_labels) for p in val_p]
+        member_test = [accuracy(p, test_labels) for p in test_p]
+        best = int(np.argmax(member_val))  # chosen on validation, reported on test
+        ensemble = {
+            "combine": self.stage.combine,
+            "val_value": accuracy(blend(val_p, weights), val_labels),
+            "test_value": accuracy(blend(test_p, weights), test_labels),
+            "best_member_val_value": member_val[best],
+            "best_member_test_value": member_test[best],
+            "mean_member_test_value": float(np.mean(member_test)),
+            "members": [
+                {"id": r.id, "config": r.config, "seed": r.config.get("seed"),
+                 "weight": float(w), "val_value": mv, "test_value": mt,
+                 "checkpoint": str(Path(r.checkpoint).resolve().relative_to(  # type: ignore[arg-type]
+                     self.run_dir.resolve()))}
+                for r, w, mv, mt in zip(members, weights, member_val, member_test, strict=True)
+            ],
+        }
+        write_atomic(ensemble_file(self.run_dir, self.stage.name), json.dumps(ensemble, indent=2))
+        summary["ensemble"] = ensemble
+        return summary
+
+
+def ensemble_file(run_dir: Path, stage: str) -> Path:
+    return run_dir / "ensembles" / stage / "ensemble.json"
+
+
+def _default(workflow: Workflow, stage: Any, key: str) -> Any:
+    from trainers.catalog import resolve_options
+
+    trainer = workflow.trainer_of(stage.name)
+    return resolve_options(trainer.name, dict(trainer.settings), {})[key]
+
+
+RUNNERS: dict[str, type[TrialRunner]] = {
+    "hpo": HpoRunner,
+    "ensemble": EnsembleRunner,
+    "transfer": TransferRunner,
+    "train": TrainRunner,
+}
