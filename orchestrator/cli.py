@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
 EXIT_SPEC_ERROR = 2
+EXIT_DISK_FULL = 75  # EX_TEMPFAIL: try again (nestor resume) once there is space
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -217,6 +218,14 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     except RunError as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
+    except OSError as exc:
+        from orchestrator.journal import disk_full_message
+
+        message = disk_full_message(exc, run_dir)
+        if message is None:
+            raise
+        print_errors(console(stderr=True), [message])
+        sys.exit(EXIT_DISK_FULL)
     except Interrupted as exc:
         stopped_in = exc.run_dir or run_dir
         where = f" {stopped_in}" if stopped_in else ""
@@ -297,6 +306,70 @@ def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     if info["state"] == "interrupted":
         out.print(f"continue with: {interrupted_hint or f'nestor resume {run_dir}'}",
                   soft_wrap=True)
+
+
+@cli.command()
+@click.argument("run_dir", required=False, type=click.Path(path_type=Path))
+@click.option("--tracking-uri", metavar="URI",
+              help="An MLflow store to show instead of RUN_DIR's (e.g. sqlite:///path/mlflow.db).")
+@click.option("--port", type=click.IntRange(min=1, max=65535), default=5000, show_default=True)
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Interface to listen on; 0.0.0.0 lets other machines in.")
+def ui(run_dir: Path | None, tracking_uri: str | None, port: int, host: str) -> None:
+    """Open a run's results in the MLflow UI: one experiment per workflow, a run
+    per stage with its trials nested under it, plots and tables as artifacts.
+
+    Serves RUN_DIR's MLflow store (or --tracking-uri) until Ctrl-C and prints
+    the URL to open. Only this machine can connect unless --host says otherwise.
+    """
+    from orchestrator.ui import UiError, resolve_store, serve
+
+    try:
+        store = resolve_store(run_dir, tracking_uri)
+        sys.exit(serve(store, host, port, echo=lambda line: console().print(line, soft_wrap=True)))
+    except UiError as exc:
+        print_errors(console(stderr=True), [exc])
+        sys.exit(EXIT_SPEC_ERROR)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--stage", metavar="NAME",
+              help="The stage whose model predicts (default: the last ensemble stage, else"
+              " the last stage).")
+@click.option("--input", "input_path", required=True, type=click.Path(path_type=Path),
+              help="Images as .npy (N,H,W or N,H*W) or .csv (one image per row), raw pixels"
+              " (0-255 grey levels for the built-in datasets).")
+@click.option("--output", type=click.Path(path_type=Path),
+              help="Write label and class probabilities as CSV here (default: stdout).")
+def predict(run_dir: Path, stage: str | None, input_path: Path, output: Path | None) -> None:
+    """Predict labels with a finished run's ensemble (or any stage's model).
+
+    An ensemble stage weights its members as it was combined (mean,
+    validation-weighted or greedy); other stages use their one model: the
+    best trial of an hpo stage, a train stage's run, a transfer stage's
+    fine-tuned model. Prints one CSV row per image: label, then the
+    probability of each class.
+    """
+    import csv
+
+    from orchestrator.predict import PredictError, load_predictor, read_inputs
+
+    try:
+        model = load_predictor(run_dir, stage)
+        images = read_inputs(input_path)
+        probs = model.predict_proba(images)
+    except (PredictError, ValueError) as exc:
+        print_errors(console(stderr=True), [exc])
+        sys.exit(EXIT_SPEC_ERROR)
+    handle = output.open("w", newline="") if output else sys.stdout
+    writer = csv.writer(handle)
+    writer.writerow(["label", *[f"p_{label}" for label in model.labels]])
+    for row in probs:
+        writer.writerow([model.labels[row.argmax()], *[f"{p:.6f}" for p in row]])
+    if output:
+        handle.close()
+        console(stderr=True).print(f"{len(probs)} predictions of stage {model.stage} in {output}")
 
 
 @cli.command()

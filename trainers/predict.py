@@ -71,8 +71,9 @@ class Predictor:
         return self._probabilities(part.x), part.y
 
     def raw(self, images: np.ndarray) -> np.ndarray:
-        """Probabilities for raw images (N, H, W), (N, H*W) or (N, 1, H, W), given in the
-        dataset's own pixel scale; they are normalised as the training data was."""
+        """Probabilities for raw images (N, H, W), (N, H*W) or (N, 1, H, W), as the
+        dataset stores them (0-255 grey levels for mnist, mnist5k and digits); they are
+        normalised as the training data was."""
         shape = tuple(self.arch["image_shape"])  # (1, H, W)
         x = np.asarray(images, dtype=np.float32)
         pixels = int(np.prod(shape))
