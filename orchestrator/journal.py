@@ -12,8 +12,10 @@ reopens the file cuts it off first, so every line stays one JSON object.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import shutil
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,48 @@ from typing import Any
 
 class JournalError(RuntimeError):
     """The journal cannot be read as a sequence of events (not just a torn tail)."""
+
+
+class DiskFull(OSError):
+    """The disk holding the run directory is full: the driver must stop, the journal
+    is left whole (a half-written event is cut off), and `nestor resume` goes on
+    once there is space again."""
+
+    def __init__(self, path: Path, needed: int) -> None:
+        self.path = Path(path)
+        self.needed = needed
+        try:
+            self.free = shutil.disk_usage(self.path.parent).free
+        except OSError:
+            self.free = 0
+        super().__init__(errno.ENOSPC, self.message(), str(path))
+
+    def message(self) -> str:
+        return (
+            f"the disk holding {self.path.parent} is full ({self.free} bytes free) and"
+            f" {self.path.name} needs at least {self.needed} more bytes"
+        )
+
+    def __str__(self) -> str:
+        return self.message()
+
+
+def disk_full_message(exc: OSError, run_dir: Path | None) -> str | None:
+    """What to tell the user when the driver stopped on a full disk (None: not that)."""
+    if not _full(exc):
+        return None
+    if not isinstance(exc, DiskFull):
+        exc = DiskFull(Path(exc.filename or run_dir or "."), 0)
+    where = run_dir or next((p for p in exc.path.parents if (p / "spec.yaml").exists()),
+                            exc.path.parent)
+    return (
+        f"{exc}. The driver stopped; finished trials are in the journal. Free some space"
+        f" there, then continue with: nestor resume {where}"
+    )
+
+
+def _full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 def _complete_lines(data: bytes) -> tuple[list[bytes], int]:
@@ -56,10 +100,17 @@ def write_atomic(path: Path, data: str) -> None:
     kill) sees the old content or the new, never a mix."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(path.suffix + ".tmp")
-    with open(tmp, "w") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+    except OSError as exc:
+        if tmp.exists():
+            tmp.unlink()
+        if _full(exc):
+            raise DiskFull(path, len(data.encode())) from None
+        raise
     os.replace(tmp, path)
 
 
@@ -97,10 +148,18 @@ class Journal:
         record = {"seq": self._seq, "time": time.time(), "event": event, **fields}
         line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str) + "\n"
         payload = line.encode("utf-8")
+        start = os.lseek(self._fd, 0, os.SEEK_END)
         written = 0
-        while written < len(payload):
-            written += os.write(self._fd, payload[written:])
-        os.fsync(self._fd)
+        try:
+            while written < len(payload):
+                written += os.write(self._fd, payload[written:])
+            os.fsync(self._fd)
+        except OSError as exc:
+            if written:  # cut the half-written event off: the journal stays whole
+                os.ftruncate(self._fd, start)
+            if _full(exc):
+                raise DiskFull(self.path, len(payload)) from None
+            raise
         self._seq += 1
         return record
 
