@@ -1,55 +1,407 @@
-"""PNG plots of a stage's trials, for the run directory and MLflow."""
+"""PNG plots of a finished stage, for the run directory and MLflow.
+
+Each plot is a pure function of plain data (a stage summary, journal events)
+and a path, so it can be drawn for a stage long finished, or from a test's
+hand-made summary. The numbers behind the pictures (best-so-far curves, the
+Pareto front, slot intervals) are computed by separate functions that tests
+check directly; drawing only lays them out.
+
+Honest by construction: the x axis of a search is *runs* (every attempt that
+trained, failed retries included), not just finished trials, and the slot
+chart shows idle slots as gaps, with the utilization in its title.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+END_EVENTS = ("trial_finished", "trial_attempt_failed", "trial_interrupted")
+STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
+                 "interrupted": "tab:gray", "running": "tab:blue"}
 
-def plot_trials(summary: dict[str, Any], objective: Any, path: Path) -> Path:
-    """The metric of each trial in the order they finished, coloured by
-    generation, with the best-so-far line; failed trials as red crosses."""
+
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    trials = [t for t in summary["trials"] if t["status"] != "running"]
-    sign = -1.0 if objective.mode == "max" else 1.0
-    xs, ys, generations, failed_x = [], [], [], []
-    for index, trial in enumerate(trials, start=1):
-        value = trial["value"]
-        if isinstance(value, list):
-            value = value[0]
-        if trial["status"] == "completed" and value is not None:
-            xs.append(index)
-            ys.append(value)
-            generations.append(trial["generation"])
-        else:
-            failed_x.append(index)
+    return plt
+
+
+def _save(fig: Any, path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path)
+    _pyplot().close(fig)
+    return path
+
+
+def _first(value: Any) -> float | None:
+    """A trial's value for one-objective plots: the first objective of a list."""
+    if isinstance(value, list):
+        value = value[0] if value else None
+    return None if value is None else float(value)
+
+
+def _better(a: float, b: float, mode: str) -> bool:
+    return a > b if mode == "max" else a < b
+
+
+# -- best so far --------------------------------------------------------------------------
+
+
+def best_so_far(events: Iterable[dict[str, Any]], stage: str, mode: str) -> list[tuple[int, float]]:
+    """(runs so far, best value so far) after each run of ``stage`` that changed the best.
+
+    A run is an attempt that ended (finished, failed and retried, or pruned),
+    counted in the order they ended, so the curve charges the search for every
+    training run it paid for.
+    """
+    runs, best, curve = 0, None, []
+    for event in events:
+        if event.get("stage") != stage or event["event"] not in END_EVENTS[:2]:
+            continue
+        runs += 1
+        if event["event"] != "trial_finished" or event.get("status") != "completed":
+            continue
+        value = _first(event.get("value"))
+        if value is not None and (best is None or _better(value, best, mode)):
+            best = value
+            curve.append((runs, best))
+    return curve
+
+
+def best_so_far_from_summary(summary: dict[str, Any], mode: str) -> list[tuple[int, float]]:
+    """The same curve from a summary alone (no journal): trials in their recorded
+    order, each counting its attempts as runs."""
+    runs, best, curve = 0, None, []
+    for trial in summary.get("trials", []):
+        runs += max(int(trial.get("attempts") or 1), 1)
+        value = _first(trial.get("value"))
+        if trial.get("status") == "completed" and value is not None and (
+            best is None or _better(value, best, mode)
+        ):
+            best = value
+            curve.append((runs, best))
+    return curve
+
+
+def plot_best_so_far(curves: dict[str, list[tuple[int, float]]], total_runs: dict[str, int],
+                     metric: str, mode: str, path: Path) -> Path:
+    """One step line per search (label: "stage (algorithm)"), best value against runs."""
+    plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
-    if xs:
-        points = ax.scatter(xs, ys, c=generations, cmap="viridis", s=28, label="trial")
-        if len(set(generations)) > 1:
-            fig.colorbar(points, ax=ax, label="generation", ticks=sorted(set(generations)))
-        best, line = None, []
-        for y in ys:
-            best = y if best is None or sign * y < sign * best else best
-            line.append(best)
-        ax.step(xs, line, where="post", color="black", linewidth=1.5, label="best so far")
-        floor = min(ys) if objective.mode == "max" else max(ys)
-    else:
-        floor = 0.0
-    if failed_x:
-        ax.scatter(failed_x, [floor] * len(failed_x), marker="x", color="red", s=40,
-                   label=f"failed ({len(failed_x)})")
-    ax.set_xlabel("trial (in the order they finished)")
-    ax.set_ylabel(f"{objective.metric} ({objective.mode})")
-    ax.set_title(f"stage {summary['name']}: {len(trials)} trials, {summary['n_runs']} runs")
+    for label, curve in curves.items():
+        if not curve:
+            continue
+        xs = [runs for runs, _ in curve] + [max(total_runs.get(label, 0), curve[-1][0])]
+        ys = [value for _, value in curve] + [curve[-1][1]]
+        ax.step(xs, ys, where="post", linewidth=1.8, label=f"{label}: {curve[-1][1]:.4g}")
+        ax.scatter(xs[:-1], ys[:-1], s=14)
+    if not any(curves.values()):
+        ax.text(0.5, 0.5, "no completed trial", ha="center", va="center",
+                transform=ax.transAxes)
+    ax.set_xlabel("runs (every attempt that trained, failed ones included)")
+    ax.set_ylabel(f"best {metric} so far ({mode})")
+    ax.set_title(f"best {metric} against runs, per search")
     ax.grid(alpha=0.3)
     ax.legend(loc="best", fontsize="small")
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
+
+
+# -- trials by generation -----------------------------------------------------------------
+
+
+def plot_generations(summary: dict[str, Any], metric: str, mode: str, path: Path) -> Path:
+    """Each trial's metric at its generation (box per generation, points jittered);
+    failed trials as red crosses under the lowest point."""
+    import random
+
+    plt = _pyplot()
+    rng = random.Random(0)  # the same jitter every time the plot is drawn
+    by_generation: dict[int, list[float]] = {}
+    failed: list[int] = []
+    for trial in summary.get("trials", []):
+        value = _first(trial.get("value"))
+        generation = int(trial.get("generation") or 0)
+        if trial.get("status") in ("completed", "pruned") and value is not None:
+            by_generation.setdefault(generation, []).append(value)
+        elif trial.get("status") == "failed":
+            failed.append(generation)
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
+    generations = sorted(by_generation)
+    if generations:
+        ax.boxplot([by_generation[g] for g in generations], positions=generations,
+                   widths=0.5, showfliers=False)
+        for generation in generations:
+            values = by_generation[generation]
+            xs = [generation + rng.uniform(-0.18, 0.18) for _ in values]
+            ax.scatter(xs, values, s=22, alpha=0.8, color="tab:blue", zorder=3)
+        low = min(min(v) for v in by_generation.values())
+    else:
+        low = 0.0
+    if failed:
+        ax.scatter(failed, [low] * len(failed), marker="x", color="red", s=40, zorder=4,
+                   label=f"failed ({len(failed)})")
+        ax.legend(loc="best", fontsize="small")
+    ax.set_xticks(sorted(set(generations) | set(failed)) or [0])
+    ax.set_xlabel("generation")
+    ax.set_ylabel(f"{metric} ({mode})")
+    ax.set_title(f"stage {summary['name']}: {metric} of each trial by generation")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+# -- Pareto front -------------------------------------------------------------------------
+
+
+def pareto_front(points: Sequence[Sequence[float]], modes: Sequence[str]) -> list[int]:
+    """Indices of the points no other point dominates (at least as good in every
+    objective and better in one), in input order."""
+    signs = [1.0 if mode == "min" else -1.0 for mode in modes]
+    costs = [[s * v for s, v in zip(signs, point, strict=True)] for point in points]
+    front = []
+    for i, a in enumerate(costs):
+        dominated = any(
+            all(x <= y for x, y in zip(b, a, strict=True)) and b != a
+            for j, b in enumerate(costs) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def plot_pareto(summary: dict[str, Any], objectives: Sequence[Any], path: Path) -> Path:
+    """All completed trials on the first two objectives, the front joined up."""
+    plt = _pyplot()
+    names = [o.metric for o in objectives[:2]]
+    modes = [o.mode for o in objectives[:2]]
+    points, ids = [], []
+    for trial in summary.get("trials", []):
+        value = trial.get("value")
+        if trial.get("status") == "completed" and isinstance(value, list) and len(value) >= 2:
+            points.append((float(value[0]), float(value[1])))
+            ids.append(str(trial["id"]))
+    front = pareto_front(points, modes) if points else []
+    fig, ax = plt.subplots(figsize=(7, 5), dpi=110)
+    if points:
+        ax.scatter([p[0] for p in points], [p[1] for p in points], s=22, color="tab:gray",
+                   label=f"trials ({len(points)})")
+        ordered = sorted((points[i], ids[i]) for i in front)
+        ax.plot([p[0] for p, _ in ordered], [p[1] for p, _ in ordered], "o-",
+                color="tab:red", label=f"Pareto front ({len(front)})")
+        for (x, y), trial_id in ordered:
+            ax.annotate(trial_id, (x, y), textcoords="offset points", xytext=(4, 4),
+                        fontsize="x-small")
+        ax.legend(loc="best", fontsize="small")
+    else:
+        ax.text(0.5, 0.5, "no completed trial with two objectives", ha="center",
+                va="center", transform=ax.transAxes)
+    ax.set_xlabel(f"{names[0]} ({modes[0]})")
+    ax.set_ylabel(f"{names[1]} ({modes[1]})")
+    more = f"; {len(objectives) - 2} more objective(s) not shown" if len(objectives) > 2 else ""
+    ax.set_title(f"stage {summary['name']}: Pareto front{more}")
+    ax.grid(alpha=0.3)
+    return _save(fig, path)
+
+
+# -- slot use -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SlotInterval:
+    """One attempt of one trial on some slots, from its start to its end."""
+
+    slots: tuple[int, ...]
+    start: float
+    end: float
+    trial: str
+    attempt: int
+    status: str
+
+
+def slot_intervals(events: Sequence[dict[str, Any]], stage: str | None = None,
+                   ) -> tuple[list[SlotInterval], int]:
+    """The journal's attempts laid on numbered slots; returns them and the slot count.
+
+    The journal says when each attempt started and ended and how many ranks
+    (dp x mp) it used, not which slots: each start takes the lowest-numbered
+    free ones, which is how a person would draw it. An attempt never ended
+    (the driver was killed) runs to the last event. Slots past the workflow's
+    count appear only when it oversubscribed.
+    """
+    slots = max((int(e.get("slots") or 0) for e in events
+                 if e["event"] in ("workflow_started", "workflow_resumed")), default=0)
+    last = max((e["time"] for e in events), default=0.0)
+    busy: dict[int, tuple[str, int]] = {}  # slot -> (trial, attempt)
+    open_: dict[tuple[str, int], tuple[tuple[int, ...], float, str]] = {}
+    done: list[SlotInterval] = []
+    for event in events:
+        kind = event["event"]
+        if kind == "workflow_resumed":  # a driver restart ended whatever was running
+            _close_all(open_, busy, done, event["time"], "interrupted")
+        elif stage is not None and event.get("stage") != stage:
+            continue
+        elif kind == "trial_started":
+            ranks = _ranks(event.get("shape"))
+            free = [s for s in range(slots + len(busy) + ranks) if s not in busy][:ranks]
+            key = (str(event["trial"]["id"]), int(event.get("attempt", 1)))
+            for slot in free:
+                busy[slot] = key
+            open_[key] = (tuple(free), event["time"], "running")
+        elif kind in END_EVENTS:
+            key = (str(event["trial"]["id"]), int(event.get("attempt", 1)))
+            if key in open_:
+                status = {"trial_attempt_failed": "failed",
+                          "trial_interrupted": "interrupted"}.get(kind, event.get("status"))
+                _close(open_, busy, done, key, event["time"], status or "completed")
+    _close_all(open_, busy, done, last, "running")
+    used = max((s for i in done for s in i.slots), default=-1) + 1
+    return sorted(done, key=lambda i: (i.start, i.slots)), max(slots, used)
+
+
+def _ranks(shape: Any) -> int:
+    try:
+        data, model = str(shape).split("x")
+        return max(int(data) * int(model), 1)
+    except (ValueError, AttributeError):
+        return 1
+
+
+def _close(open_: dict, busy: dict, done: list, key: tuple[str, int], when: float,
+           status: str) -> None:
+    slots, start, _ = open_.pop(key)
+    for slot in slots:
+        busy.pop(slot, None)
+    done.append(SlotInterval(slots, start, when, key[0], key[1], status))
+
+
+def _close_all(open_: dict, busy: dict, done: list, when: float, status: str) -> None:
+    for key in list(open_):
+        _close(open_, busy, done, key, when, status)
+
+
+def utilization(intervals: Sequence[SlotInterval], slots: int) -> float:
+    """Busy slot-seconds over slots x (first start to last end): 1.0 means no idle slot."""
+    if not intervals or slots <= 0:
+        return 0.0
+    span = max(i.end for i in intervals) - min(i.start for i in intervals)
+    busy = sum((i.end - i.start) * len(i.slots) for i in intervals)
+    return busy / (slots * span) if span > 0 else 0.0
+
+
+def plot_slot_use(intervals: Sequence[SlotInterval], slots: int, title: str,
+                  path: Path) -> Path:
+    """A Gantt chart: one row per slot, a bar per attempt, coloured by how it ended.
+    White space in a row is a slot that had nothing to run."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
+
+    origin = min((i.start for i in intervals), default=0.0)
+    fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * max(slots, 1)), dpi=110)
+    for interval in intervals:
+        color = STATUS_COLORS.get(interval.status, "tab:purple")
+        for slot in interval.slots:
+            ax.broken_barh([(interval.start - origin, interval.end - interval.start)],
+                           (slot - 0.4, 0.8), facecolors=color, edgecolors="black",
+                           linewidth=0.5)
+        label = interval.trial if interval.attempt == 1 else f"{interval.trial}#{interval.attempt}"
+        middle = interval.start - origin + (interval.end - interval.start) / 2
+        ax.text(middle, min(interval.slots), label, ha="center", va="center",
+                fontsize="x-small", clip_on=True)
+    ax.set_yticks(range(slots))
+    ax.set_yticklabels([f"slot {s}" for s in range(slots)])
+    ax.set_ylim(slots - 0.5, -0.5)
+    ax.set_xlabel("seconds since the first trial started")
+    used = utilization(intervals, slots)
+    ax.set_title(f"{title}: {len(intervals)} attempts on {slots} slots,"
+                 f" {used:.0%} busy (white = idle slot)")
+    seen = sorted({i.status for i in intervals})
+    ax.legend(handles=[Patch(color=STATUS_COLORS.get(s, "tab:purple"), label=s) for s in seen],
+              loc="upper right", fontsize="x-small")
+    ax.grid(axis="x", alpha=0.3)
+    return _save(fig, path)
+
+
+# -- ensemble and transfer ----------------------------------------------------------------
+
+
+def plot_ensemble(name: str, ensemble: dict[str, Any], path: Path) -> Path:
+    """Each member's accuracy beside the ensemble's (test split where known)."""
+    plt = _pyplot()
+    members = ensemble.get("members", [])
+    use_test = ensemble.get("test_value") is not None
+    key = "test_value" if use_test else "val_value"
+    labels = [f"{m['id']}\nw={m.get('weight', 0):.2g}" for m in members] + ["ensemble"]
+    values = [m.get(key) for m in members] + [ensemble.get(key)]
+    heights = [v if v is not None else 0.0 for v in values]
+    colors = ["tab:blue"] * len(members) + ["tab:red"]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(labels) + 2), 4.5), dpi=110)
+    bars = ax.bar(range(len(labels)), heights, color=colors)
+    for bar, value in zip(bars, values, strict=True):
+        text = "n/a" if value is None else f"{value:.4f}"
+        ax.annotate(text, (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+                    ha="center", va="bottom", fontsize="x-small")
+    mean = ensemble.get("mean_member_test_value") if use_test else None
+    if mean is not None:
+        ax.axhline(mean, color="black", linestyle="--", linewidth=1,
+                   label=f"mean member {mean:.4f}")
+        ax.legend(loc="lower right", fontsize="small")
+    known = [v for v in values if v is not None]
+    if known:
+        spread = max(known) - min(known)
+        ax.set_ylim(max(0.0, min(known) - max(spread, 0.01) * 1.5),
+                    max(known) + max(spread, 0.01) * 0.6)
+    ax.set_xticks(range(len(labels)))
+    ax.set_xticklabels(labels, fontsize="x-small")
+    split = "test" if use_test else "validation"
+    ax.set_ylabel(f"{split} value")
+    ax.set_title(f"stage {name}: {len(members)} members against their ensemble ({split})")
+    ax.grid(axis="y", alpha=0.3)
+    return _save(fig, path)
+
+
+def curve_metric(curves: dict[str, list[dict[str, Any]]]) -> str | None:
+    """The metric to draw: val_accuracy if any curve has it, else the first other number."""
+    keys = [k for points in curves.values() for p in points for k, v in p.items()
+            if k != "epoch" and isinstance(v, int | float) and not isinstance(v, bool)]
+    if "val_accuracy" in keys:
+        return "val_accuracy"
+    return keys[0] if keys else None
+
+
+def plot_transfer(name: str, transfer: dict[str, Any], path: Path) -> Path:
+    """Learning curves: pre-training on the left; fine-tuning against training the
+    same model from scratch on the right, with both test values in the title."""
+    plt = _pyplot()
+    curves = {k: list(v or []) for k, v in (transfer.get("curves") or {}).items()}
+    metric = curve_metric(curves)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.5), dpi=110, sharey=True)
+    styles = {"pretrain": ("tab:gray", left), "finetune": ("tab:red", right),
+              "scratch": ("tab:blue", right)}
+    for label, (color, ax) in styles.items():
+        points = [p for p in curves.get(label, []) if metric and p.get(metric) is not None]
+        if points:
+            xs = [p.get("epoch", i) for i, p in enumerate(points)]
+            ax.plot(xs, [p[metric] for p in points], "o-", color=color, label=label)
+    for ax, what in ((left, "pre-training"), (right, "fine-tune vs scratch")):
+        if ax.lines:
+            ax.legend(loc="lower right", fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "no curve recorded", ha="center", va="center",
+                    transform=ax.transAxes)
+        ax.set_xlabel("epoch")
+        ax.set_title(what)
+        ax.grid(alpha=0.3)
+    left.set_ylabel(metric or "metric")
+    tuned, scratch = transfer.get("test_value"), transfer.get("scratch_test_value")
+    fig.suptitle(f"stage {name}: test {_fmt(tuned)} fine-tuned, {_fmt(scratch)} from scratch")
+    return _save(fig, path)
+
+
+def _fmt(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.4f}"

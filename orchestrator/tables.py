@@ -1,0 +1,159 @@
+"""A stage's summary as tables people read: Markdown (diffs, terminals) and
+HTML (MLflow's artifact view shows it as a page).
+
+Both come from one ``Report`` (headline facts and a detail table), built per
+stage kind, so the two formats cannot disagree.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Report:
+    title: str
+    facts: list[tuple[str, str]] = field(default_factory=list)
+    columns: list[str] = field(default_factory=list)
+    rows: list[list[str]] = field(default_factory=list)
+    caption: str = ""
+
+
+def fmt(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        return f"{value:.4g}" if math.isfinite(value) else str(value)
+    if isinstance(value, list | tuple):
+        return ", ".join(fmt(v) for v in value)
+    return str(value)
+
+
+def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -> Report:
+    """The report for any stage kind; the detail table depends on the kind."""
+    kind = summary.get("kind", "?")
+    report = Report(f"stage {summary.get('name', '?')} ({kind})")
+    best = summary.get("best") or {}
+    for label, key in (("trials", "n_trials"), ("runs (attempts)", "n_runs"),
+                       ("failed", "n_failed"), ("pruned", "n_pruned"),
+                       ("slot-seconds", "slot_seconds"), ("wall time s", "wall_time_s"),
+                       ("time to threshold s", "time_to_threshold_s"),
+                       ("stopped because", "stop_reason")):
+        if key in summary:
+            report.facts.append((label, fmt(summary[key])))
+    if best:
+        report.facts.append(("best trial", fmt(best.get("id"))))
+        report.facts.append(("best value", fmt(best.get("value"))))
+        report.facts.append(("its test value", fmt(best.get("test_value"))))
+        config = ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())
+        report.facts.append(("best config", config or "-"))
+    if kind == "ensemble" and summary.get("ensemble"):
+        _ensemble(report, summary["ensemble"])
+    elif kind == "transfer" and summary.get("transfer"):
+        _transfer(report, summary["transfer"])
+    elif summary.get("trials"):
+        _trials(report, summary["trials"], objectives or [])
+    return report
+
+
+def _trials(report: Report, trials: list[dict[str, Any]], objectives: list[Any]) -> None:
+    """Every trial, best first (completed ones by the first objective), then the rest."""
+    mode = objectives[0].mode if objectives else "max"
+    sign = -1.0 if mode == "max" else 1.0
+
+    def key(trial: dict[str, Any]) -> tuple[int, float]:
+        value = trial.get("value")
+        first = value[0] if isinstance(value, list) and value else value
+        if trial.get("status") == "completed" and isinstance(first, int | float):
+            return (0, sign * first)
+        return (1, 0.0)
+
+    names = sorted({k for t in trials for k in (t.get("config") or {})})
+    metric = ", ".join(o.metric for o in objectives) or "value"
+    report.columns = ["trial", "generation", "deme", "status", metric, "attempts",
+                      "slot-s", *names, "failure"]
+    for trial in sorted(trials, key=key):
+        config = trial.get("config") or {}
+        report.rows.append([
+            fmt(trial.get("id")), fmt(trial.get("generation")), fmt(trial.get("deme")),
+            fmt(trial.get("status")), fmt(trial.get("value")), fmt(trial.get("attempts")),
+            fmt(trial.get("slot_seconds")), *[fmt(config.get(n)) for n in names],
+            fmt(trial.get("reason")),
+        ])
+    report.caption = f"{len(trials)} trials, best first"
+
+
+def _ensemble(report: Report, ensemble: dict[str, Any]) -> None:
+    for label, key in (("ensemble test value", "test_value"),
+                       ("ensemble validation value", "val_value"),
+                       ("best member test value", "best_member_test_value"),
+                       ("mean member test value", "mean_member_test_value")):
+        report.facts.append((label, fmt(ensemble.get(key))))
+    members = ensemble.get("members", [])
+    names = sorted({k for m in members for k in (m.get("config") or {})})
+    report.columns = ["member", "seed", "weight", "validation", "test", *names, "checkpoint"]
+    for member in members:
+        config = member.get("config") or {}
+        report.rows.append([
+            fmt(member.get("id")), fmt(member.get("seed")), fmt(member.get("weight")),
+            fmt(member.get("val_value")), fmt(member.get("test_value")),
+            *[fmt(config.get(n)) for n in names], fmt(member.get("checkpoint")),
+        ])
+    report.caption = f"{len(members)} members"
+
+
+def _transfer(report: Report, transfer: dict[str, Any]) -> None:
+    report.facts.append(("fine-tuned test value", fmt(transfer.get("test_value"))))
+    report.facts.append(("from-scratch test value", fmt(transfer.get("scratch_test_value"))))
+    curves = transfer.get("curves") or {}
+    metrics = sorted({k for points in curves.values() for p in points for k in p
+                      if k != "epoch"})
+    report.columns = ["phase", "epoch", *metrics]
+    for phase, points in curves.items():
+        for point in points or []:
+            report.rows.append([phase, fmt(point.get("epoch")),
+                                *[fmt(point.get(m)) for m in metrics]])
+    report.caption = "learning curves, one row per epoch"
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(report: Report) -> str:
+    lines = [f"# {report.title}", "", "| | |", "|---|---|"]
+    lines += [f"| {_md_cell(k)} | {_md_cell(v)} |" for k, v in report.facts]
+    if report.columns:
+        lines += ["", f"## {report.caption}" if report.caption else "", ""]
+        lines.append("| " + " | ".join(_md_cell(c) for c in report.columns) + " |")
+        lines.append("|" + "---|" * len(report.columns))
+        lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in report.rows]
+    return "\n".join(lines) + "\n"
+
+
+STYLE = """body{font-family:sans-serif;margin:1.5em;color:#222}
+table{border-collapse:collapse;margin:.5em 0 1.5em}
+th,td{border:1px solid #ccc;padding:.25em .6em;text-align:right;font-size:.9em}
+th{background:#f0f0f0}td:first-child,th:first-child{text-align:left}"""
+
+
+def to_html(report: Report) -> str:
+    e = html.escape
+    parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{e(report.title)}"
+             f"</title><style>{STYLE}</style></head><body><h1>{e(report.title)}</h1><table>"]
+    parts += [f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in report.facts]
+    parts.append("</table>")
+    if report.columns:
+        parts.append(f"<h2>{e(report.caption)}</h2><table><tr>")
+        parts += [f"<th>{e(c)}</th>" for c in report.columns]
+        parts.append("</tr>")
+        for row in report.rows:
+            parts.append("<tr>" + "".join(f"<td>{e(c)}</td>" for c in row) + "</tr>")
+        parts.append("</table>")
+    parts.append("</body></html>\n")
+    return "".join(parts)

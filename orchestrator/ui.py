@@ -1,0 +1,192 @@
+"""`nestor ui`: the MLflow UI on a workflow's store.
+
+A run directory keeps its MLflow store (``mlflow.db``) and artifacts
+(``mlartifacts/``) inside it, so pointing MLflow's server at them is all a
+UI needs; this module finds them, checks what would otherwise fail late and
+obscurely (no store, a port in use), starts ``mlflow server`` bound to the
+loopback interface unless told otherwise, and prints the URL once the server
+answers.
+
+    nestor ui runs/quickstart-20261101-120000          # http://127.0.0.1:5000
+    nestor ui --tracking-uri sqlite:///elsewhere/mlflow.db --port 5001
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+STORE_FILE = "mlflow.db"
+ARTIFACTS_DIR = "mlartifacts"
+READY_TIMEOUT_S = 120.0
+
+
+class UiError(Exception):
+    """The UI cannot start; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class Store:
+    """Where the runs are (an MLflow backend URI) and where new artifacts go."""
+
+    backend_uri: str
+    artifacts: Path | None
+    label: str
+
+
+def resolve_store(run_dir: Path | None, tracking_uri: str | None) -> Store:
+    """The store of ``run_dir`` (its mlflow.db, or the spec's tracking.uri), or
+    ``tracking_uri`` as given; raises UiError when there is nothing to show."""
+    artifacts = None
+    if run_dir is not None:
+        if not run_dir.is_dir():
+            raise UiError(f"run directory {run_dir} does not exist")
+        if (run_dir / ARTIFACTS_DIR).is_dir():
+            artifacts = (run_dir / ARTIFACTS_DIR).resolve()
+    if tracking_uri is not None:
+        _check_uri(tracking_uri)
+        return Store(tracking_uri, artifacts, tracking_uri)
+    if run_dir is None:
+        raise UiError("give a run directory (nestor ui RUNDIR) or --tracking-uri URI")
+    store = run_dir / STORE_FILE
+    if store.is_file():
+        return Store(f"sqlite:///{store.resolve()}", artifacts, str(run_dir))
+    spec_uri = _spec_tracking_uri(run_dir)
+    if spec_uri:
+        _check_uri(spec_uri)
+        return Store(spec_uri, artifacts, f"{run_dir} (tracking.uri {spec_uri})")
+    raise UiError(
+        f"{run_dir} has no MLflow store ({STORE_FILE} is missing): is it a run directory"
+        " made by `nestor run`, and has it started? For a store elsewhere, give"
+        " --tracking-uri URI"
+    )
+
+
+def _spec_tracking_uri(run_dir: Path) -> str | None:
+    """A spec that logged to a store outside the run directory names it."""
+    import yaml
+
+    try:
+        spec = yaml.safe_load((run_dir / "spec.yaml").read_text())
+    except (OSError, yaml.YAMLError):
+        return None
+    tracking = spec.get("tracking") if isinstance(spec, dict) else None
+    uri = tracking.get("uri") if isinstance(tracking, dict) else None
+    return str(uri) if uri else None
+
+
+def _check_uri(uri: str) -> None:
+    """A local store must exist: MLflow would silently create an empty one."""
+    for scheme in ("sqlite:///", "file://"):  # sqlite:///rel.db, sqlite:////abs.db
+        if uri.startswith(scheme):
+            path = Path(uri[len(scheme):].split("?")[0])
+            if not path.exists():
+                raise UiError(f"MLflow store {uri} does not exist ({path} is missing)")
+            return
+    if uri.startswith(("http://", "https://")):
+        raise UiError(f"{uri} is already an MLflow server: open it in a browser")
+    if "://" not in uri and not uri.startswith("sqlite:"):
+        raise UiError(
+            f"--tracking-uri must be an MLflow store URI such as sqlite:///path/mlflow.db,"
+            f" file:///path/mlruns or postgresql://..., but got {uri!r}"
+        )
+
+
+def check_port_free(host: str, port: int) -> None:
+    """Fail now, with a clear message, if the server could not bind ``host:port``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server does
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise UiError(
+                    f"port {port} on {host} is taken (another server listens there);"
+                    f" choose another with --port"
+                ) from None
+            if exc.errno == errno.EACCES:
+                raise UiError(f"port {port} on {host} needs privileges; use one above 1023"
+                              ) from None
+            raise UiError(f"cannot listen on {host}:{port}: {exc.strerror}") from None
+
+
+def url_of(host: str, port: int) -> str:
+    """The address a browser on this machine opens (all interfaces: the loopback)."""
+    if host in ("0.0.0.0", "::", ""):
+        host = "127.0.0.1"
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
+def server_argv(store: Store, host: str, port: int) -> list[str]:
+    """``mlflow server`` on the store: one worker (this is one person's view of one
+    workflow), and anything logged through it stored in the run's mlartifacts/."""
+    argv = [sys.executable, "-m", "mlflow", "server",
+            "--backend-store-uri", store.backend_uri,
+            "--host", host, "--port", str(port), "--workers", "1"]
+    if store.artifacts is not None:
+        argv += ["--artifacts-destination", store.artifacts.as_uri()]
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        argv += ["--allowed-hosts", "*"]  # the user chose to expose it; let it answer by name
+    return argv
+
+
+def wait_ready(url: str, process: subprocess.Popen[Any], timeout_s: float) -> None:
+    """Until the server answers /health; UiError if it exits or takes too long."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise UiError(f"mlflow server exited with status {process.returncode}"
+                          " before it answered (its messages are above)")
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(0.3)
+    raise UiError(f"mlflow server did not answer at {url} within {timeout_s:.0f} s")
+
+
+def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> int:
+    """Run the UI until Ctrl-C or SIGTERM; returns the exit status."""
+    check_port_free(host, port)
+    env = dict(os.environ)
+    env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    process = subprocess.Popen(server_argv(store, host, port), env=env)
+    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    url = url_of(host, port)
+    try:
+        wait_ready(url, process, READY_TIMEOUT_S)
+        echo(f"MLflow UI for {store.label}: {url}  (Ctrl-C stops it)")
+        return process.wait()
+    except KeyboardInterrupt:
+        return 0
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        _stop(process)
+
+
+def _raise_interrupt(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt
+
+
+def _stop(process: subprocess.Popen[Any]) -> None:
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
