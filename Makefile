@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test test-fast lint bench
+.PHONY: setup demo test test-fast lint bench bench-quick bench-gpu
 
 setup:
 	@scripts/setup.sh
@@ -29,3 +29,20 @@ bench: setup
 	$(PY) bench/search_bench.py
 	$(PY) bench/trainers_bench.py
 	$(PY) bench/orchestration_bench.py
+	$(PY) -m bench.tables
+	$(PY) -m bench.utilization
+	$(PY) -m bench.report
+
+# The seed's tables, overhead and 2,048-slot utilization at small sizes (under
+# 10 minutes on 2 cores; bench/REPORT.md says which sizes were cut).
+bench-quick: setup
+	$(PY) -m bench.tables --quick
+	$(PY) -m bench.utilization --generations 3 --median 0.5
+	$(PY) bench/orchestration_bench.py --parts overhead --trials 10
+	$(PY) -m bench.report
+
+# The tables on a GPU machine (nvidia-smi must find one), kept apart in
+# bench/results/gpu-tables.json and their own section of bench/REPORT.md.
+bench-gpu: setup
+	$(PY) -m bench.tables --gpu
+	$(PY) -m bench.report

@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # bench.machine, when run as a script
 
 TRIVIAL = '''
 import time
@@ -189,13 +190,18 @@ def main() -> None:
         os.environ["PYTHONPATH"] = f"{workdir}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"
         sys.path.insert(0, str(workdir))
         parts = set(args.parts.split(","))
-        report: dict = {"machine": machine(), "load_average_at_start": os.getloadavg()}
+        from bench import machine as machine_info
+
+        detail = machine_info.describe()
+        report: dict = {"machine": machine(), "load_average_at_start": os.getloadavg(),
+                        "machine_detail": detail}
         if "overhead" in parts:
             report["overhead"] = overhead(args.trials, workdir)
         if "utilization" in parts:
             report["utilization"] = utilization(workdir)
         if "mnist" in parts:
             report["mnist5k"] = mnist(workdir, args.mnist_budget, args.threshold)
+    report["machine_detail"] = machine_info.finish(detail)
     print(f"machine: {report['machine']}; load average at start"
           f" {report['load_average_at_start'][0]:.2f}")
     if "overhead" in report:

@@ -1,0 +1,319 @@
+"""Render bench/REPORT.md and its PNG plots from bench/results/*.json.
+
+Reads what the benchmarks of one ``make bench`` (or ``make bench-quick``)
+wrote: ``tables.json`` (the seed's three tables), ``utilization.json`` (2,048
+logical slots), the newest ``orchestration-*.json`` with the per-trial overhead and,
+where a GPU machine ran them, ``gpu-tables.json``, shown in its own section.
+A missing file becomes a line saying that part was not run.
+
+    .venv/bin/python -m bench.report [--results bench/results] [--out bench/REPORT.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from bench.machine import RESULTS, ROOT
+
+FIGURES = "figures"
+
+SEED_SINGLE = ("the seed: baseline 1,090 s on 1 node; model parallel 1.5x on 4 nodes;"
+               " data parallel 3.5x on 4 nodes")
+SEED_HPO = ("the seed: random search over 5,000 configurations, 0.1 % reached 98.6 %; the GA"
+            " needed 90 runs / 50 generations on 1 node, 1,187 runs / 11 generations on 64")
+SEED_COMBINED = ("the seed's combined table was an estimate, \"calculated by multiplying"
+                 " individual improvements\" (random search 1x ... HPO+DP+MP 56x); here each"
+                 " row is measured, and the product is shown beside it")
+
+
+def _load(results: Path, name: str) -> dict[str, Any] | None:
+    path = results / f"{name}.json"
+    return json.loads(path.read_text()) if path.is_file() else None
+
+
+def _overhead(results: Path) -> dict[str, Any] | None:
+    """The newest orchestration_bench result that has the overhead part."""
+    for path in sorted(results.glob("orchestration*.json"), key=lambda f: f.stat().st_mtime,
+                       reverse=True):
+        data = json.loads(path.read_text())
+        if "overhead" in data:
+            return data
+    return None
+
+
+def _f(value: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
+    return none if value is None else fmt.format(value)
+
+
+def _cell(summary: dict[str, Any], fmt: str = "{:.0f}") -> str:
+    if summary["median"] is None:
+        return f"not reached (0/{summary['seeds']})"
+    text = fmt.format(summary["median"])
+    if summary["seeds"] > 1:
+        text += f" [{fmt.format(summary['low'])}–{fmt.format(summary['high'])}]"
+    if summary["reached"] < summary["seeds"]:
+        text += f", {summary['reached']}/{summary['seeds']} reached"
+    return text
+
+
+def _table(header: list[str], rows: list[list[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return [*lines, ""]
+
+
+def machine_line(m: dict[str, Any] | str | None) -> str:
+    if m is None:
+        return "machine: not recorded"
+    if isinstance(m, str):
+        return f"machine: {m}"
+    start = ", ".join(f"{x:.2f}" for x in m["load_average_at_start"])
+    end = ", ".join(f"{x:.2f}" for x in m.get("load_average_at_end", []))
+    return (f"machine: {m['host']}, {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB,"
+            f" GPU: {m['gpu']}; load average (1, 5, 15 min) {start} at start, {end or '?'}"
+            f" at end ({m['started']} – {m.get('finished', '?')})")
+
+
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+# -- sections ---------------------------------------------------------------------------
+
+
+def single_section(t: dict[str, Any], out: Path, tag: str) -> list[str]:
+    s = t["single"]
+    rows = []
+    for label, r in s["rows"].items():
+        rows.append([label, str(r["ranks"]), _f(r["time_to_target_s"]),
+                     str(r["epochs_to_target"]) if r["time_to_target_s"] else "not reached",
+                     _f(r["speedup"], "{:.2f}x"), _f(r["efficiency"], "{:.0%}"),
+                     f"{r['samples_per_s']:.0f}", f"{r['throughput_efficiency']:.0%}",
+                     _f(r["test_accuracy"], "{:.3f}")])
+    lines = [f"### Single model ({tag})", "",
+             f"Time for the built-in CNN to reach validation accuracy {s['target_val_accuracy']}"
+             f" (training time, sum of epoch times; same global batch at every size), settings"
+             f" `{s['settings']}`, config `{s['config']}`. {SEED_SINGLE}.", ""]
+    lines += _table(["size", "ranks", "time to target s", "epochs", "speed-up",
+                     "efficiency", "samples/s", "throughput efficiency", "test acc."], rows)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3))
+    labels = list(s["rows"])
+    ax.bar(labels, [r["speedup"] or 0 for r in s["rows"].values()], label="measured")
+    ax.plot(labels, [r["ranks"] for r in s["rows"].values()], "k--", marker="o",
+            label="ideal (= ranks)")
+    ax.set_ylabel("speed-up to target vs dp=1")
+    ax.set_title(f"single model ({tag})")
+    ax.legend()
+    fig.tight_layout()
+    name = f"{FIGURES}/{tag}-single.png"
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return [*lines, f"![single-model speed-up]({name})", ""]
+
+
+def hpo_section(t: dict[str, Any], out: Path, tag: str) -> list[str]:
+    c = t["calibration"]
+    lines = [f"### HPO ({tag})", "",
+             f"Threshold: val_accuracy **{c['threshold']}**, the accuracy that only the top"
+             f" {c['top_fraction']:.0%} of {c['configurations']} random configurations reached"
+             f" ({c['reaching']} did; their median was {_f(c['median_val'], '{:.3f}')}, best"
+             f" {_f(c['best_val'], '{:.3f}')}). Each search stops at the threshold or after"
+             f" {t['profile']['budget']} trials; runs and time count every run, failed ones"
+             f" included; {t['hpo_slots']} slots, 1-rank trials; median [min–max] over"
+             f" {t['profile']['seeds']} seeds. {SEED_HPO}.", ""]
+    rows = []
+    for algorithm, r in t.get("hpo", {}).items():
+        rows.append([algorithm, _cell(r["runs"]),
+                     _cell(r["generations"]) if algorithm == "genetic" else "—",
+                     _cell(r["time_s"]),
+                     ", ".join(_f(s["best_val"], "{:.3f}") for s in r["seeds"])])
+    lines += _table(["search", "runs to threshold", "generations", "time to threshold s",
+                     "best val per seed"], rows)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5, 3))
+    values = [v for v in c["run"]["values"] if v is not None]
+    ax.hist(values, bins=20, color="grey")
+    ax.axvline(c["threshold"], color="red", label=f"threshold {c['threshold']:.3f}")
+    ax.set_xlabel("val_accuracy of a random configuration")
+    ax.set_ylabel("configurations")
+    ax.legend()
+    fig.tight_layout()
+    name = f"{FIGURES}/{tag}-calibration.png"
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return [*lines, f"![random configurations and the threshold]({name})", ""]
+
+
+def combined_section(t: dict[str, Any], out: Path, tag: str) -> list[str]:
+    over = " (oversubscribed: more slots than cores)" if t.get("oversubscribed") else ""
+    lines = [f"### Combined ({tag})", "",
+             f"Time to the same threshold on one allocation of {t['slots']} slots{over},"
+             f" {t['profile']['combined_seeds']} seed(s); HPO is {t['combined_algorithm']}."
+             f" Estimate = product of the individual speed-ups: HPO's from the HPO table, dp's"
+             f" and mp's from the single-model table of this run. {SEED_COMBINED}.", ""]
+    rows = []
+    for label, r in t["combined"].items():
+        rows.append([label, _cell(r["time_s"], "{:.1f}"), _cell(r["runs"]),
+                     _f(r["measured_speedup"], "{:.2f}x"),
+                     _f(r["individual_speedup"], "{:.2f}x"),
+                     _f(r["estimated_speedup"], "{:.2f}x")])
+    lines += _table(["configuration", "time to threshold s", "runs", "measured speed-up",
+                     "individual factor", "estimate (product)"], rows)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    labels = [f"row {i + 1}" for i in range(len(rows))]
+    measured = [r["measured_speedup"] or 0 for r in t["combined"].values()]
+    estimate = [r["estimated_speedup"] or 0 for r in t["combined"].values()]
+    xs = range(len(labels))
+    ax.bar([x - 0.2 for x in xs], measured, width=0.4, label="measured")
+    ax.bar([x + 0.2 for x in xs], estimate, width=0.4, label="product estimate")
+    ax.set_xticks(list(xs), labels)
+    ax.set_ylabel("speed-up vs random search")
+    ax.legend()
+    fig.tight_layout()
+    name = f"{FIGURES}/{tag}-combined.png"
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    order = "; ".join(f"{i + 1}. {label}" for i, label in enumerate(t["combined"]))
+    return [*lines, f"Rows: {order}.", "", f"![combined: measured vs estimated]({name})", ""]
+
+
+def tables_sections(t: dict[str, Any], out: Path, tag: str) -> list[str]:
+    lines = [machine_line(t["machine"]), ""]
+    lines += [f"Profile `{t['profile']['name']}`; k = {t['k']}; total wall"
+              f" {t['wall_s']:.0f} s."] + [f"Note: {n}" for n in t["profile"]["notes"]] + [""]
+    if "single" in t:
+        lines += single_section(t, out, tag)
+    if "calibration" in t and "hpo" in t:
+        lines += hpo_section(t, out, tag)
+    if "combined" in t:
+        lines += combined_section(t, out, tag)
+    return lines
+
+
+def overhead_section(o: dict[str, Any]) -> list[str]:
+    ov = o["overhead"]
+    base = ov["per_trial_ms"]["optuna ask/tell loop (no scheduling)"]
+    rows = [[name, f"{ms:.2f}", f"{ms / base:.0f}x"] for name, ms in ov["per_trial_ms"].items()]
+    load = o.get("load_average_at_start")
+    where = machine_line(o.get("machine_detail") or o.get("machine"))
+    if load and "machine_detail" not in o:
+        where += f"; load at start {load[0]:.2f}"
+    return ["## Orchestration overhead", "", where, "",
+            f"{ov['trials']} trivial trials, {ov['note']}.", "",
+            *_table(["system", "ms per trial", "vs Optuna loop"], rows)]
+
+
+def utilization_section(u: dict[str, Any], out: Path) -> list[str]:
+    d = u["durations"]
+    lines = ["## Slot utilization at the seed's scale", "", machine_line(u["machine"]), "",
+             f"Ray started with {u['slots']:,} logical slots (a `slot` resource held by"
+             f" {u['hosts']} async actors, `max_concurrency` {u['slots'] // u['hosts']}); nestor's"
+             f" genetic searcher, population {u['population']:,}, {u['generations']}"
+             f" generations, decides when each trial starts. Trials sleep for lognormal"
+             f" durations (median {d['median_s']} s, sigma {d['sigma']}: mean"
+             f" {d['mean_s']:.2f} s, p99 {d['p99_s']:.1f} s, max {d['max_s']:.1f} s), the"
+             " same sequence for both schedules.", ""]
+    rows = []
+    for schedule, r in u["schedules"].items():
+        rows.append([schedule, f"{r['trials']:,}", f"{r['wall_s']:.1f}",
+                     f"{r['busy_slot_s']:,.0f}", f"{r['available_slot_s']:,.0f}",
+                     f"{r['utilization']:.1%}", f"{r['driver_cpu_s']:.1f}",
+                     f"{r['driver_cpu_ms_per_trial']:.2f}", f"{r['searcher_ask_tell_s']:.2f}"])
+    lines += _table(["schedule", "trials", "wall s", "busy slot-s", "available slot-s",
+                     "utilization", "scheduler CPU s", "CPU ms/trial", "ask/tell s"], rows)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for schedule, r in u["schedules"].items():
+        ax.plot(r["occupancy"]["t"], r["occupancy"]["busy"], label=schedule)
+    ax.axhline(u["slots"], color="k", linestyle=":", label="slots")
+    ax.set_xlabel("seconds")
+    ax.set_ylabel("busy slots")
+    ax.legend()
+    fig.tight_layout()
+    name = f"{FIGURES}/utilization.png"
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return [*lines, f"![busy slots over time]({name})", ""]
+
+
+def headline(t: dict[str, Any] | None, u: dict[str, Any] | None,
+             o: dict[str, Any] | None) -> list[str]:
+    lines = ["## Headline figures", ""]
+    if t and "single" in t:
+        for label, r in t["single"]["rows"].items():
+            if label != "dp=1":
+                lines.append(f"- single model, {label}: {_f(r['speedup'], '{:.2f}x')} to"
+                             f" {t['single']['target_val_accuracy']} val accuracy"
+                             f" (efficiency {_f(r['efficiency'], '{:.0%}')})")
+    if t and "hpo" in t:
+        cells = ", ".join(f"{a} {_cell(r['runs'])} runs / {_cell(r['time_s'])} s"
+                          for a, r in t["hpo"].items())
+        lines.append(f"- HPO to val accuracy {t['calibration']['threshold']}: {cells}")
+    if t and "combined" in t:
+        rows = list(t["combined"].values())
+        last = rows[-1]
+        lines.append(f"- combined, HPO+DP+MP vs random search: measured"
+                     f" {_f(last['measured_speedup'], '{:.2f}x')}, product estimate"
+                     f" {_f(last['estimated_speedup'], '{:.2f}x')}")
+    if u:
+        g, a = u["schedules"]["generational"], u["schedules"]["async"]
+        lines.append(f"- {u['slots']:,} slots: utilization generational {g['utilization']:.1%},"
+                     f" async {a['utilization']:.1%}; scheduler CPU"
+                     f" {g['driver_cpu_ms_per_trial']:.2f} / {a['driver_cpu_ms_per_trial']:.2f}"
+                     " ms per trial")
+    if o:
+        ms = o["overhead"]["per_trial_ms"]
+        lines.append("- per-trial overhead: " + ", ".join(f"{k} {v:.1f} ms" for k, v in
+                                                          ms.items()))
+    return [*lines, ""]
+
+
+def render(results: Path, out_md: Path) -> Path:
+    out = out_md.parent
+    (out / FIGURES).mkdir(parents=True, exist_ok=True)
+    t, g = _load(results, "tables"), _load(results, "gpu-tables")
+    u, o = _load(results, "utilization"), _overhead(results)
+    lines = ["# nestor benchmarks", "",
+             "Generated by `make bench` / `make bench-quick` (`python -m bench.report`) from"
+             " `bench/results/*.json`. Every figure is compared only with figures measured in"
+             " the same run on the same machine, stated beside each section. On a shared"
+             " machine the load average says how much to trust a figure.", ""]
+    lines += headline(t, u, o)
+    lines += ["## The seed's three tables (CPU)", ""]
+    lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
+                                                       ""]
+    lines += ["## The seed's three tables (GPU)", ""]
+    if g:
+        lines += tables_sections(g, out, "gpu")
+    else:
+        lines += ["Not run here: this machine has no GPU (nvidia-smi found none). On a machine"
+                  " with one, `make bench-gpu` runs the same tables with Horovod built with"
+                  " NCCL and writes `bench/results/gpu-tables.json`, kept apart from the CPU"
+                  " results.", ""]
+    lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
+    lines += utilization_section(u, out) if u else ["## Slot utilization", "", "Not run.", ""]
+    out_md.write_text("\n".join(lines))
+    return out_md
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--results", type=Path, default=RESULTS)
+    p.add_argument("--out", type=Path, default=ROOT / "bench" / "REPORT.md")
+    args = p.parse_args(argv)
+    print(f"written: {render(args.results, args.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
