@@ -26,14 +26,18 @@ class SlurmError(RuntimeError):
     """A Slurm command is missing or failed; the message says which and why."""
 
 
-def slurm(argv: list[str], *, stdin: str | None = None, timeout: float = 60) -> str:
-    """Run one Slurm client command and return its stdout; SlurmError if it fails."""
-    if shutil.which(argv[0]) is None:
+def require(tool: str) -> None:
+    if shutil.which(tool) is None:
         raise SlurmError(
-            f"{argv[0]} is not on PATH: nestor submit and status need Slurm's client"
+            f"{tool} is not on PATH: nestor submit and status need Slurm's client"
             " commands (Debian: apt-get install slurm-client); a one-machine Slurm for"
             " trying nestor: slurm/local-slurm.sh start"
         )
+
+
+def slurm(argv: list[str], *, stdin: str | None = None, timeout: float = 60) -> str:
+    """Run one Slurm client command and return its stdout; SlurmError if it fails."""
+    require(argv[0])
     try:
         done = subprocess.run(argv, input=stdin, capture_output=True, text=True,
                               timeout=timeout, check=False)
@@ -52,6 +56,7 @@ def is_job_id(text: str) -> bool:
 def submit(opts: SubmitOptions) -> str:
     """Submit the job; returns its id. The run directory must exist first:
     Slurm opens the job's output file there when the job starts."""
+    require("sbatch")
     opts.run_dir.mkdir(parents=True, exist_ok=True)
     out = slurm(sbatch_argv(opts), stdin=render_script(opts))
     job_id = out.strip().split(";")[0]
