@@ -11,12 +11,22 @@ of another shape is shut down to make room.
 A gang whose rank died, or that ran past a trial's timeout, is discarded
 (its actors killed, its placement group removed) rather than reused, so the
 next trial gets fresh processes.
+
+Hangs are caught twice. A rank that stops answering (SIGSTOP, a dead NFS
+mount) leaves the trial past its timeout: the gang is killed. A collective
+that some rank never joins is also caught by Horovod itself: its ranks run
+with ``HOROVOD_STALL_CHECK_TIME_SECONDS`` (warn) and
+``HOROVOD_STALL_SHUTDOWN_TIME_SECONDS`` (shut Horovod down) set, so the
+waiting ranks fail with an error instead of waiting for the trial timeout, and
+a gang in which any rank's Horovod failed is discarded too: its ranks no
+longer agree on what is initialised.
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +54,31 @@ class Shape:
 
     def __str__(self) -> str:
         return f"{self.data}x{self.model}"
+
+
+# Horovod's stall checks for gang ranks (seconds); the driver's environment, or
+# the pool's ``env``, may set others. Horovod's own defaults are 60 s and never.
+# The shutdown is generous: a rank may legitimately work alone (rank 0 testing
+# a model) while the others wait in a collective.
+STALL_ENV = {
+    "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
+    "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300",
+}
+# Rank failures after which the gang's Horovod state is not to be trusted.
+HOROVOD_BROKE = ("HorovodInternalError", "Horovod has been shut down")
+
+
+def stall_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """The ranks' environment: ``env`` over this process's settings over STALL_ENV."""
+    merged = {key: os.environ.get(key, value) for key, value in STALL_ENV.items()}
+    merged.update(env or {})
+    return merged
+
+
+def horovod_broke(result: Any) -> bool:
+    """Did this rank's trial fail inside Horovod (a stall shutdown, a lost peer)?"""
+    text = f"{getattr(result, 'reason', '') or ''}\n{getattr(result, 'details', '') or ''}"
+    return getattr(result, "status", None) == "failed" and any(w in text for w in HOROVOD_BROKE)
 
 
 class GangFailure(RuntimeError):
@@ -90,7 +125,11 @@ class Gang:
         try:
             for ref in ready:
                 ray.get(ref)
-            return ray.get(self.pending, timeout=timeout_s)
+            results = ray.get(self.pending, timeout=timeout_s)
+            if any(horovod_broke(r) for r in results):
+                self.broken = True  # the trial's failure is reported; the gang is not reused
+                log.warning("gang %s: Horovod failed in a rank; the gang will be rebuilt", self.id)
+            return results
         except GetTimeoutError:
             self.broken = True
             raise GangTimeout(f"gang {self.id} ran past its {timeout_s:g} s deadline") from None
@@ -153,7 +192,7 @@ class GangPool:
         self.oversubscribe = oversubscribe
         self.use_gpu = use_gpu
         self.rendezvous_timeout_s = rendezvous_timeout_s
-        self.env = dict(env or {})
+        self.env = stall_env(env)
         self._factory = executor_factory or self._start_executor
         self._gangs: list[Gang] = []
         self._ids = itertools.count(1)
@@ -248,5 +287,5 @@ class GangPool:
             gpus_per_worker=1 if self.use_gpu else None,
             use_current_placement_group=False,
         )
-        executor.start(extra_env_vars=self.env or None)
+        executor.start(extra_env_vars=self.env)
         return executor
