@@ -10,7 +10,7 @@ in the same places:
     summary.md, summary.html      the stage's table (run dir: reports/<stage>/)
     best_checkpoint/              the best trial's checkpoint
 
-A plot that cannot be drawn is logged as a warning and skipped: a finished
+A plot or table that cannot be made is logged as a warning and skipped: a finished
 stage's results matter more than its pictures.
 """
 
@@ -86,7 +86,10 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
         if path is not None:
             tracker.log_artifact(run_id, path, "plots")
             written.append(path)
-    written += _tables(tracker, run_id, summary, objectives, run_dir / "reports" / name)
+    try:
+        written += _tables(tracker, run_id, summary, objectives, run_dir / "reports" / name)
+    except Exception as exc:
+        log.warning("stage %s: could not write its summary table: %s", name, exc)
     _best_checkpoint(tracker, run_id, summary, run_dir)
     tracker.log_metrics(run_id, headline_metrics(summary))
     return written
