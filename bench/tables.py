@@ -57,6 +57,7 @@ class Profile:
     epochs: int  # per HPO trial
     single_epochs: int  # most epochs the single-model runs get to reach the target
     single_target: float  # the fixed validation accuracy of the single-model table
+    repeats: int  # interleaved runs of each single-model size; the fastest counts
     calibration: int  # random configurations that set the threshold
     top_fraction: float
     seeds: int
@@ -69,19 +70,20 @@ class Profile:
 
 FULL = Profile(
     name="full", settings={"dataset": "mnist5k"}, fixed={}, epochs=2, single_epochs=6,
-    single_target=0.95,
+    single_target=0.95, repeats=2,
     calibration=300, top_fraction=0.01, seeds=5, budget=200, population=10, combined_seeds=3,
 )
 QUICK = Profile(
     name="quick",
     settings={"dataset": "mnist5k", "max_train_samples": 1000},
     fixed={"channels": 8, "width": 128},
-    epochs=1, single_epochs=4, single_target=0.85, calibration=20, top_fraction=0.1,
+    epochs=1, single_epochs=5, single_target=0.7, repeats=1, calibration=20, top_fraction=0.1,
     seeds=2, budget=12, population=4, combined_seeds=1,
     notes=["quick profile: 1,000 training images, a small CNN (8 channels, 128 units), 1 epoch"
            " per HPO trial; the threshold is the top 10 % of 20 random configurations (not"
            " 1 % of hundreds); 2 seeds of HPO and 1 of the combined table, 12 trials at most"
-           " per search. Use `make bench` for the full sizes."],
+           " per search; single-model runs to 0.7 validation accuracy, once per size"
+           " (the full profile takes the best of 2). Use `make bench` for the full sizes."],
 )
 
 
@@ -107,29 +109,47 @@ def time_to_accuracy(history: list[dict[str, Any]], target: float) -> tuple[floa
     return None, len(history)
 
 
+def _faster(row: dict[str, Any], than: dict[str, Any]) -> bool:
+    """The best of repeats: a shared machine's other load only ever slows a run."""
+    a, b = row["time_to_target_s"], than["time_to_target_s"]
+    if a is not None and b is not None:
+        return a < b
+    if a is not None or b is not None:
+        return a is not None
+    return row["samples_per_s"] > than["samples_per_s"]
+
+
 def single_model(profile: Profile, k: int, timeout: float) -> dict[str, Any]:
     from bench.trainers_bench import run_trial
 
     settings = {**profile.settings, "epochs": profile.single_epochs}
     config = {"lr": 0.05, "batch_size": 64, **profile.fixed}
     rows: dict[str, Any] = {}
-    for label, dp, mp in (("dp=1", 1, 1), (f"dp={k}", k, 1), (f"mp={k}", 1, k)):
-        tick = time.perf_counter()
-        result = run_trial(dp * mp, dp, mp, settings, config, timeout)
-        wall = time.perf_counter() - tick
-        history = result["history"]
-        seconds, epochs = time_to_accuracy(history, profile.single_target)
-        steady = history[1:] or history
-        rows[label] = {
-            "dp": dp, "mp": mp, "ranks": dp * mp,
-            "time_to_target_s": seconds, "epochs_to_target": epochs,
-            "samples_per_s": sum(r["samples_per_second"] for r in steady) / len(steady),
-            "final_val_accuracy": history[-1]["val_accuracy"],
-            "test_accuracy": result["metrics"].get("test_accuracy"),
-            "process_wall_s": wall,
-        }
-        print(f"  single {label}: to {profile.single_target} in {seconds} s"
-              f" ({epochs} epochs), {rows[label]['samples_per_s']:.0f} samples/s", flush=True)
+    sizes = (("dp=1", 1, 1), (f"dp={k}", k, 1), (f"mp={k}", 1, k))
+    for _ in range(profile.repeats):  # interleaved, so a burst of load hits every size alike
+        for label, dp, mp in sizes:
+            tick = time.perf_counter()
+            result = run_trial(dp * mp, dp, mp, settings, config, timeout)
+            wall = time.perf_counter() - tick
+            history = result["history"]
+            seconds, epochs = time_to_accuracy(history, profile.single_target)
+            steady = history[1:] or history
+            row = {
+                "dp": dp, "mp": mp, "ranks": dp * mp,
+                "time_to_target_s": seconds, "epochs_to_target": epochs,
+                "samples_per_s": sum(r["samples_per_second"] for r in steady) / len(steady),
+                "final_val_accuracy": history[-1]["val_accuracy"],
+                "test_accuracy": result["metrics"].get("test_accuracy"),
+                "process_wall_s": wall,
+            }
+            print(f"  single {label}: to {profile.single_target} in {seconds} s"
+                  f" ({epochs} epochs), {row['samples_per_s']:.0f} samples/s", flush=True)
+            kept = rows.get(label)
+            if kept is None or _faster(row, kept):
+                rows[label] = row | {"all_times_to_target_s": [
+                    *(kept or {}).get("all_times_to_target_s", []), seconds]}
+            else:
+                kept["all_times_to_target_s"].append(seconds)
     base = rows["dp=1"]
     for row in rows.values():
         if base["time_to_target_s"] and row["time_to_target_s"]:
@@ -265,9 +285,13 @@ def combined_estimate(tables: dict[str, Any], algorithm: str) -> None:
     the product of HPO's (table 2), dp's and mp's (table 1) individual speed-ups."""
     rows = list(tables["combined"].values())
     base = rows[0]["time_s"]["median"]
+    bound = base is None  # random search never got there: its wall time is a lower bound
+    if bound:
+        base = min(r["wall_s"] for r in rows[0]["seeds"])
     for row in rows:
         t = row["time_s"]["median"]
         row["measured_speedup"] = stats.speedup(base, t) if base and t else None
+        row["speedup_is_lower_bound"] = bound and row is not rows[0]
     factors: list[float | None] = [1.0, None, None, None]
     hpo_table = tables.get("hpo", {})
     if hpo_table:
