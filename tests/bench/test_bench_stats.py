@@ -94,3 +94,41 @@ def test_seed_summary_leaves_out_seeds_that_never_reached():
     assert (summary.reached, summary.seeds, summary.median) == (3, 4, 18)
     assert summary.cell() == "18 [12–30], 3/4 reached"
     assert stats.summarize_seeds([None, math.nan]).cell() == "not reached (0/2)"
+
+
+def test_time_to_accuracy_sums_epochs_until_the_target():
+    from bench.tables import time_to_accuracy
+
+    history = [{"epoch": 1, "epoch_time": 2.0, "val_accuracy": 0.6},
+               {"epoch": 2, "epoch_time": 1.5, "val_accuracy": 0.8},
+               {"epoch": 3, "epoch_time": 1.5, "val_accuracy": 0.9}]
+    assert time_to_accuracy(history, 0.8) == (3.5, 2)
+    assert time_to_accuracy(history, 0.95) == (None, 3)
+
+
+def test_combined_rows_get_measured_speedups_and_the_product_estimate():
+    from bench.tables import combined_estimate, default_k
+
+    assert [default_k(c) for c in (1, 2, 6, 16)] == [2, 2, 4, 8]
+
+    def row(seconds, wall=100.0):
+        return {"time_s": {"median": seconds}, "seeds": [{"wall_s": wall}]}
+
+    tables = {
+        "k": 2,
+        "hpo": {"random": {"time_s": {"median": 80.0}},
+                "bayesian": {"time_s": {"median": 20.0}}},
+        "single": {"rows": {"dp=2": {"speedup": 1.5}, "mp=2": {"speedup": 0.5}}},
+        "combined": {"r": row(60.0), "h": row(30.0), "d": row(20.0), "m": row(40.0)},
+    }
+    combined_estimate(tables, "bayesian")
+    rows = list(tables["combined"].values())
+    assert [r["measured_speedup"] for r in rows] == pytest.approx([1.0, 2.0, 3.0, 1.5])
+    assert [r["estimated_speedup"] for r in rows] == pytest.approx([1.0, 4.0, 6.0, 3.0])
+    assert not any(r["speedup_is_lower_bound"] for r in rows)
+    # Random search never reached the threshold: its wall time bounds the speed-ups.
+    tables["combined"]["r"] = row(None, wall=90.0)
+    combined_estimate(tables, "bayesian")
+    rows = list(tables["combined"].values())
+    assert rows[1]["measured_speedup"] == pytest.approx(3.0)
+    assert rows[1]["speedup_is_lower_bound"]
