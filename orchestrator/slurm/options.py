@@ -87,10 +87,13 @@ class SubmitOptions:
                 raise SubmitError(f"{option} must be at least 1, but got {value}")
         if self.time is not None:
             limit = time_seconds(self.time)
-            if limit <= self.warn_s:
+            # Slurm may send the --signal warning up to 60 s early, and the job
+            # needs a minute or two to start Ray and the driver before it.
+            if limit < self.warn_s + 180:
                 raise SubmitError(
-                    f"--time must leave room for the {self.warn_s} s stop warning, but got"
-                    f" {self.time!r} ({limit} s)"
+                    f"--time must leave room for the {self.warn_s} s stop warning (at least"
+                    f" --warn + 180 s: Slurm may warn 60 s early, and start-up takes time),"
+                    f" but got {self.time!r} ({limit} s)"
                 )
         _name("--partition", self.partition)
         _name("--account", self.account)

@@ -71,6 +71,7 @@ def sbatch_argv(opts: SubmitOptions) -> list[str]:
         "sbatch", "--parsable",
         # %% is Slurm's escape for a literal % in an output file name
         f"--output={str(opts.run_dir).replace('%', '%%')}/{OUTPUT_NAME}",
+        "--open-mode=append",  # a requeued job adds to its output, keeping the first part
         f"--comment=nestor run_dir={opts.run_dir}",
         *opts.sbatch_args,
     ]
