@@ -142,7 +142,8 @@ def single_model(profile: Profile, k: int, timeout: float) -> dict[str, Any]:
                 "test_accuracy": result["metrics"].get("test_accuracy"),
                 "process_wall_s": wall,
             }
-            print(f"  single {label}: to {profile.single_target} in {seconds} s"
+            shown = "never" if seconds is None else f"{seconds:.1f} s"
+            print(f"  single {label}: to {profile.single_target} in {shown}"
                   f" ({epochs} epochs), {row['samples_per_s']:.0f} samples/s", flush=True)
             kept = rows.get(label)
             if kept is None or _faster(row, kept):
@@ -221,8 +222,9 @@ def run_stage(workdir: Path, name: str, *, search: str, profile: Profile, slots:
         "best_test": stage["best"]["test_value"] if stage["best"] else None,
         "values": values, "stop_reason": stage["stop_reason"],
     }
-    shown = out["time_to_threshold_s"]
-    print(f"  {name}: {out['runs']} runs, best {out['best_val']}, to threshold {shown} s,"
+    reach = out["time_to_threshold_s"]
+    shown = "never" if reach is None else f"{reach:.1f} s"
+    print(f"  {name}: {out['runs']} runs, best {out['best_val']}, to threshold {shown},"
           f" wall {out['wall_s']:.0f} s", flush=True)
     return out
 
