@@ -55,6 +55,7 @@ MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 OUTBOX_FILE = "tracking-outbox.jsonl"
 CURSOR_FILE = "tracking-outbox.sent"
 KEYS_FILE = "tracking-keys.json"
+JOURNAL_FILE = "journal.jsonl"  # orchestrator.workflow's; read here to close runs left open
 KEY_TAG = "nestor.key"
 PENDING = "pending-"
 RETRY_MIN_S, RETRY_MAX_S = 0.5, 5.0
@@ -116,6 +117,7 @@ class Tracker:
         else:
             with contextlib.suppress(Exception):  # a server that is down is found later
                 self._resolve_experiment()
+                self.reconcile()
         _open_trackers.add(self)
 
     # -- the public surface (unchanged for callers) ---------------------------------
@@ -211,6 +213,54 @@ class Tracker:
                         " sent when this run is resumed (nestor resume %s)", left, self.uri,
                         self.run_dir / OUTBOX_FILE, self.run_dir)
         return left
+
+    def reconcile(self) -> int:
+        """Finish the MLflow runs of trials the journal says are finished.
+
+        The driver journals a trial's end before it tells MLflow (the journal
+        is the truth), so a driver killed in between leaves that trial's run
+        RUNNING without its final metrics; a resume never runs the trial again.
+        This closes such runs from the journal's events: metrics not logged
+        yet, the nestor.status tags and the terminal state. Returns how many
+        runs it closed. Runs only when the server answers (else: next time).
+        """
+        events = read_events(self.run_dir / JOURNAL_FILE)
+        ends: dict[str, dict[str, Any]] = {}
+        run_of: dict[tuple[str, str], str] = {}
+        for event in events:
+            kind = event.get("event")
+            if kind == "trial_started":
+                run_of[(event["stage"], event["trial"]["id"])] = event["run_id"]
+            elif kind == "trial_finished":
+                run = run_of.get((event["stage"], event["trial"]["id"]))
+                if run is not None:
+                    ends[run] = event
+        if not ends:
+            return 0
+        open_runs = self.client.search_runs(
+            [self._resolve_experiment()], filter_string="attributes.status = 'RUNNING'",
+            max_results=5000)
+        real = {run: self.run_id(run) for run in ends}
+        by_id = {r.info.run_id: r for r in open_runs}
+        closed = 0
+        for run, event in ends.items():
+            found = by_id.get(real[run] or "")
+            if found is None:
+                continue
+            status = event.get("status", "failed")
+            metrics = {k: v for k, v in (event.get("metrics") or {}).items()
+                       if k not in found.data.metrics}
+            self.log_metrics(run, metrics, step=0)
+            tags = {"nestor.status": status, "nestor.attempts": event.get("attempt", 1)}
+            if event.get("reason"):
+                tags["nestor.failure"] = event["reason"]
+            self.set_tags(run, tags)
+            self.finish(run, {"completed": "FINISHED", "pruned": "KILLED"}.get(status, "FAILED"))
+            closed += 1
+        if closed:
+            log.warning("closed %d MLflow runs of trials finished before the driver stopped",
+                        closed)
+        return closed
 
     # -- direct or buffered -------------------------------------------------------------
 

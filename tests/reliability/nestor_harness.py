@@ -153,7 +153,8 @@ def mlflow_trial_runs(uri: str, experiment: str) -> list[Any]:
     return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
 
 
-def agree(run_dir: Path, uri: str, experiment: str, env: dict[str, str]) -> dict[str, Any]:
+def agree(run_dir: Path, uri: str, experiment: str, env: dict[str, str],
+          metric: str = "result") -> dict[str, Any]:
     """Journal, `nestor results --format json` and MLflow, trial by trial.
 
     Returns figures; raises AssertionError naming the first trial they disagree on.
@@ -181,7 +182,7 @@ def agree(run_dir: Path, uri: str, experiment: str, env: dict[str, str]) -> dict
         expected = {"completed": "FINISHED", "pruned": "KILLED"}.get(event["status"], "FAILED")
         assert run.info.status == expected, trial_id
         if event["status"] == "completed":
-            assert run.data.metrics["result"] == event["value"], trial_id
+            assert run.data.metrics[metric] == event["value"], trial_id
         else:
             assert event["reason"] and run.data.tags.get("nestor.failure"), trial_id
     return {"trials": len(journal), "mlflow_runs": len(runs)}
