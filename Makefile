@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test test-fast lint bench bench-quick bench-gpu
+.PHONY: setup demo test test-fast lint bench soak bench-quick bench-gpu
 
 setup:
 	@scripts/setup.sh
@@ -46,3 +46,8 @@ bench-quick: setup
 bench-gpu: setup
 	$(PY) -m bench.tables --gpu
 	$(PY) -m bench.report
+
+# The full kill soak: 200 trials of 2-rank Horovod jobs, a rank SIGKILLed every
+# few seconds, the driver SIGKILLed 3 times and resumed (make test runs 40 / 1).
+soak: setup
+	NESTOR_SOAK_TRIALS=200 NESTOR_SOAK_DRIVER_KILLS=3 NESTOR_SOAK_RANK_KILL_S=10 $(PY) -m pytest tests/soak -s -q
