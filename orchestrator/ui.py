@@ -21,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -159,6 +160,23 @@ def wait_ready(url: str, process: subprocess.Popen[Any], timeout_s: float) -> No
     raise UiError(f"mlflow server did not answer at {url} within {timeout_s:.0f} s")
 
 
+def experiment_links(url: str) -> list[tuple[str, str]]:
+    """Each experiment with runs, linked straight to its runs table: MLflow's UI
+    opens on its GenAI views otherwise, where a workflow's runs do not show."""
+    import json
+
+    query = urllib.parse.urlencode({"max_results": 100, "order_by": "creation_time DESC"})
+    try:
+        with urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/search?{query}",
+                                    timeout=10) as reply:
+            experiments = json.load(reply).get("experiments", [])
+    except (urllib.error.URLError, OSError, ValueError):
+        return []
+    return [(e["name"], f"{url}/#/experiments/{e['experiment_id']}/runs"
+             "?workflowType=machine_learning")
+            for e in experiments if e.get("name") != "Default"]
+
+
 def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> int:
     """Run the UI until Ctrl-C or SIGTERM; returns the exit status."""
     check_port_free(host, port)
@@ -170,6 +188,8 @@ def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> in
     try:
         wait_ready(url, process, READY_TIMEOUT_S)
         echo(f"MLflow UI for {store.label}: {url}  (Ctrl-C stops it)")
+        for name, link in experiment_links(url):
+            echo(f"  experiment {name}: {link}")
         return process.wait()
     except KeyboardInterrupt:
         return 0
