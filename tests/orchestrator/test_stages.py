@@ -216,3 +216,39 @@ def test_a_workflow_killed_between_stages_does_not_rerun_a_finished_stage(tmp_pa
     # one ran in the search, then as the train stage (once more if the kill caught it).
     assert len([r for r in runs if r != best_line]) == 7
     assert runs.count(best_line) in (2, 3) and runs[-1] == best_line
+
+
+HIERARCHICAL = """
+name: hier
+resources: {slots: 2}
+stages:
+  - name: split
+    kind: transfer
+    trainer: {name: mlp, settings: {dataset: digits, epochs: 2}}
+    mode: hierarchical
+    groups: [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
+    source: {dataset: digits}
+    target: {dataset: digits, settings: {max_train_samples: 200}}
+"""
+
+
+def test_hierarchical_transfer_trains_sub_models_then_fine_tunes_their_average(
+        tmp_path: Path) -> None:
+    (tmp_path / "spec.yaml").write_text(HIERARCHICAL)
+    run_dir = tmp_path / "run"
+    result = nestor("run", str(tmp_path / "spec.yaml"), "--run-dir", str(run_dir),
+                    env=dict(os.environ))
+    assert result.returncode == 0, result.stderr
+    log = events(run_dir)
+    started = {e["trial"]["id"]: e for e in log if e["event"] == "trial_started"}
+    done = {e["trial"]["id"]: e for e in log if e["event"] == "trial_finished"}
+    assert set(done) == {"group-0", "group-1", "scratch", "combined"}
+    assert all(e["status"] == "completed" for e in done.values())
+    # The combined model starts only after both sub-models finished.
+    assert started["combined"]["time"] > max(done["group-0"]["time"], done["group-1"]["time"])
+    assert started["combined"]["trial"]["parents"] == ["group-0", "group-1"]
+    averaged = list((run_dir / "checkpoints" / "split" / "averaged").glob("epoch-*.pt"))
+    assert len(averaged) == 1
+    transfer = stage(run_dir, "split")["transfer"]
+    assert transfer["mode"] == "hierarchical" and 0 < transfer["test_value"] <= 1
+    assert transfer["scratch_test_value"] is not None
