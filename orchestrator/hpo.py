@@ -231,27 +231,35 @@ class TrialRunner:
             return POLL_S * 4
         return max(0.05, min(POLL_S, min(deadlines) - time.monotonic()))
 
-    def start_what_fits(self) -> None:
-        """Start queued and newly asked trials while the pool has room for one."""
+    def start_what_fits(self, limit: int | None = None) -> int:
+        """Start queued and newly asked trials while the pool has room, at most
+        ``limit`` of them; returns how many started."""
         self.exhausted = False
-        while True:
+        started = 0
+        while limit is None or started < limit:
             if not self.queue:
                 if self.searcher.done():
                     self.exhausted = True
-                    return
+                    break
                 if not self.pool.fits(self.shape):
-                    return
+                    break
                 asked = self.searcher.ask(1)
                 if not asked:
                     # A generational barrier while trials run; else nothing is left.
                     self.exhausted = not self.running
-                    return
+                    break
                 self._save_state()
                 self.queue.extend((trial, 1) for trial in asked)
             if not self.pool.fits(self.shape):
-                return
+                break
             trial, number = self.queue.pop(0)
             self._start(trial, number)
+            started += 1
+        return started
+
+    @property
+    def busy_ranks(self) -> int:
+        return len(self.running) * self.shape.ranks
 
     def request_extras(self, trial: Any) -> dict[str, Any]:
         """Per-trial additions to the request: ``settings`` to merge over the

@@ -148,6 +148,7 @@ def run_workflow(
         raise
     finally:
         journal.close()
+        tracker.close()  # sends what an MLflow outage left buffered, within a bounded wait
         pool.shutdown()
         if started_ray:
             ray.shutdown()
@@ -180,8 +181,7 @@ class StageScheduler:
             self._start_ready_stages()
             if not self.active:
                 return self.summaries
-            for runner in list(self.active.values()):
-                runner.start_what_fits()
+            self._share_free_slots()
             done = [name for name, runner in self.active.items() if runner.finished]
             for name in done:
                 self._finish(name)
@@ -203,6 +203,17 @@ class StageScheduler:
                 for runner in list(self.active.values()):
                     runner.abandon(reason)
                 raise Interrupted(reason)
+
+    def _share_free_slots(self) -> None:
+        """Hand free slots out one trial at a time, to the stage using fewest ranks,
+        so that stages running side by side share the allocation instead of the
+        first one taking it all. Ends with a pass in which every runner was asked."""
+        while True:
+            for runner in sorted(self.active.values(), key=lambda r: r.busy_ranks):
+                if runner.start_what_fits(limit=1):
+                    break
+            else:
+                return
 
     def _start_ready_stages(self) -> None:
         from orchestrator.stages import RUNNERS, StageError
