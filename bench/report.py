@@ -104,6 +104,10 @@ def single_section(t: dict[str, Any], out: Path, tag: str) -> list[str]:
              f" `{s['settings']}`, config `{s['config']}`. {SEED_SINGLE}.", ""]
     lines += _table(["size", "ranks", "time to target s", "epochs", "speed-up",
                      "efficiency", "samples/s", "throughput efficiency", "test acc."], rows)
+    if any((r["efficiency"] or 0) > 1.05 for r in s["rows"].values()):
+        lines += ["Efficiency above 100 % cannot come from the ranks: the dp=1 run was slowed"
+                  " by other load on the machine (see the load average), so these speed-ups"
+                  " are noise, not a result.", ""]
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3))
     labels = list(s["rows"])
@@ -234,6 +238,12 @@ def utilization_section(u: dict[str, Any], out: Path) -> list[str]:
                      f"{r['driver_cpu_ms_per_trial']:.2f}", f"{r['searcher_ask_tell_s']:.2f}"])
     lines += _table(["schedule", "trials", "wall s", "busy slot-s", "available slot-s",
                      "utilization", "scheduler CPU s", "CPU ms/trial", "ask/tell s"], rows)
+    peak = {k: max(r["occupancy"]["busy"]) for k, r in u["schedules"].items()}
+    lines += ["Peak busy slots: " + ", ".join(f"{k} {v:,}" for k, v in peak.items())
+              + f" of {u['slots']:,}. Where the peak stays well below the slots, trials end"
+              " before the driver and Ray have dispatched the rest: the scheduler's dispatch"
+              " rate (and the searcher's ask/tell time), not the schedule, bounds utilization"
+              " at these durations; longer trials (`--median`) move the bound.", ""]
     plt = _plt()
     fig, ax = plt.subplots(figsize=(6, 3))
     for schedule, r in u["schedules"].items():
