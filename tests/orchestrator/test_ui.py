@@ -112,3 +112,28 @@ def test_urls_a_browser_here_can_open() -> None:
     assert url_of("127.0.0.1", 5000) == "http://127.0.0.1:5000"
     assert url_of("0.0.0.0", 5000) == "http://127.0.0.1:5000"
     assert url_of("::1", 8080) == "http://[::1]:8080"
+
+
+def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from orchestrator.tracking import Tracker
+    from orchestrator.ui import relocate_artifacts
+
+    before = tmp_path / "on the cluster"
+    tracker = Tracker(before, "moved")
+    run_id = tracker.start_run("stage")
+    table = before / "summary.md"
+    table.write_text("# stage\n")
+    tracker.log_artifact(run_id, table)
+    if hasattr(tracker, "close"):
+        tracker.close()
+    after = tmp_path / "on my laptop"
+    before.rename(after)
+    db, artifacts = after / "mlflow.db", after / "mlartifacts"
+    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
+    assert client.list_artifacts(run_id) == []  # what the UI would show
+    assert relocate_artifacts(db, artifacts) == [str(before / "mlartifacts")]
+    assert [a.path for a in client.list_artifacts(run_id)] == ["summary.md"]
+    assert client.get_run(run_id).info.artifact_uri.startswith(artifacts.as_uri())
+    assert relocate_artifacts(db, artifacts) == []  # once is enough
