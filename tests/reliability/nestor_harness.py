@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 import uuid
 from pathlib import Path
 from typing import Any
@@ -140,6 +141,36 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class MlflowServer:
+    """`mlflow server` on a SQLite file, in its own session, started and stopped by a test."""
+
+    def __init__(self, store: Path) -> None:
+        self.store, self.port = store, free_port()
+        self.uri = f"http://127.0.0.1:{self.port}"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        mlflow = str(Path(sys.executable).parent / "mlflow")
+        self.proc = subprocess.Popen(
+            [mlflow, "server", "--backend-store-uri", f"sqlite:///{self.store}",
+             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline:
+            try:
+                with urllib.request.urlopen(f"{self.uri}/health", timeout=2):
+                    return
+            except OSError:
+                time.sleep(0.5)
+        raise AssertionError("mlflow server did not start in 240 s")
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: server and workers
+            self.proc.wait(timeout=30)
+            self.proc = None
 
 
 def mlflow_trial_runs(uri: str, experiment: str) -> list[Any]:

@@ -7,51 +7,18 @@ even when the outbox is replayed again.
 
 from __future__ import annotations
 
-import os
-import signal
 import subprocess
 import sys
 import textwrap
 import time
-import urllib.request
 from pathlib import Path
 
 import pytest
-from nestor_harness import free_port
+from nestor_harness import MlflowServer
 
 from orchestrator.tracking import CURSOR_FILE, OUTBOX_FILE, Tracker
 
 pytestmark = pytest.mark.slow
-
-
-class Server:
-    """`mlflow server` on a SQLite file, started and stopped by this test only."""
-
-    def __init__(self, store: Path) -> None:
-        self.store, self.port = store, free_port()
-        self.uri = f"http://127.0.0.1:{self.port}"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self) -> None:
-        mlflow = str(Path(sys.executable).parent / "mlflow")
-        self.proc = subprocess.Popen(
-            [mlflow, "server", "--backend-store-uri", f"sqlite:///{self.store}",
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            try:
-                with urllib.request.urlopen(f"{self.uri}/health", timeout=2):
-                    return
-            except OSError:
-                time.sleep(0.5)
-        raise AssertionError("mlflow server did not start in 240 s")
-
-    def stop(self) -> None:
-        if self.proc is not None:
-            os.killpg(self.proc.pid, signal.SIGKILL)  # its own session: server and workers
-            self.proc.wait(timeout=30)
-            self.proc = None
 
 
 CRASHING_DRIVER = """
@@ -72,7 +39,7 @@ os._exit(9)  # as SIGKILL: no atexit, no flush
 
 
 def test_an_outage_is_buffered_durably_and_sent_once(tmp_path: Path) -> None:
-    server = Server(tmp_path / "server.db")
+    server = MlflowServer(tmp_path / "server.db")
     run_dir = tmp_path / "run"
     try:
         server.start()

@@ -1,0 +1,265 @@
+"""Two workflows at once on one machine, sharing one MLflow server and one Ray cluster.
+
+One Ray head (4 CPUs, token auth on, as a Slurm job runs it) and one `mlflow
+server` are started here; two `nestor run --address` drivers join them at the
+same time, each capped at ``resources.slots: 2``. Both must finish, neither
+may see the other's trials (journal, MLflow, trainer runs), the trainers'
+own log (written outside nestor) must show the two sweeps running at once and
+never more than 2 trials of one workflow at a time, and the cluster must get
+every slot back.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import shutil
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from nestor_harness import (
+    NESTOR,
+    TAG_VAR,
+    MlflowServer,
+    agree,
+    events,
+    free_port,
+    kill_tagged,
+    mlflow_trial_runs,
+    tagged_env,
+    tagged_pids,
+    wait_for_no_tagged,
+)
+
+pytestmark = pytest.mark.slow
+
+WORKFLOWS = {"alpha": 11, "beta": 12}  # name -> search seed, so their configs differ
+BUDGET = 8
+SLOTS = 2
+CLUSTER_CPUS = 2 * SLOTS
+SLEEP_S = 1.0
+
+# The workflow and the log come as leading arguments (fixed in each spec), not
+# through the environment: trainers run in the Ray head's workers, whose
+# environment is the head's, not the driver's.
+FIT = """
+import os, sys, time
+workflow, log, sleep = sys.argv[1], sys.argv[2], float(sys.argv[3])
+args = dict(a.lstrip("-").split("=", 1) for a in sys.argv[4:])
+x, y = float(args["x"]), float(args["y"])
+def note(phase):
+    with open(log, "a") as out:  # one short O_APPEND write per line: never interleaved
+        out.write(f"{workflow} {os.environ['NESTOR_TRIAL_ID']} {os.getpid()} {phase}"
+                  f" {time.time()!r} {x!r} {y!r}\\n")
+note("start")
+time.sleep(sleep)
+print(f"FoM: {(x - 0.3) ** 2 + (y + 0.1) ** 2}", flush=True)
+note("done")
+"""
+
+# Asked of the shared cluster from a third, short-lived driver once both are gone.
+CLUSTER_STATE = """
+import json, ray
+ray.init(address=__import__("sys").argv[1], log_to_driver=False, configure_logging=False)
+groups = ray.util.placement_group_table().values()
+print(json.dumps({"cpu": ray.available_resources().get("CPU", 0),
+                  "total": ray.cluster_resources().get("CPU", 0),
+                  "groups": sorted(g["state"] for g in groups)}))
+"""
+
+
+def spec(fit: Path, log: Path, name: str, seed: int, uri: str) -> str:
+    command = [sys.executable, str(fit), name, str(log), str(SLEEP_S)]
+    return textwrap.dedent(f"""\
+        name: {name}
+        resources: {{slots: {SLOTS}}}
+        tracking: {{uri: "{uri}", experiment: exp-{name}}}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {{command: {command!r}}}
+            search: {{algorithm: random, budget: {BUDGET}, seed: {seed}}}
+            space:
+              x: {{type: float, low: -1, high: 1}}
+              y: {{type: float, low: -1, high: 1}}
+            objective: {{metric: result, mode: min}}
+            trial: {{retries: 0}}
+        """)
+
+
+class RayHead:
+    """A Ray head started with `ray start`; ended by killing its tagged processes
+    (never `ray stop`, which would end every Ray on this host)."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        # Short: Ray's unix sockets live under it and must stay under ~107 characters.
+        self.temp = Path(tempfile.mkdtemp(prefix="n2w-", dir="/tmp"))
+        self.env, self.port = env, free_port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ray = str(Path(sys.executable).parent / "ray")
+        argv = [ray, "start", "--head", "--port", str(self.port),
+                "--node-ip-address", "127.0.0.1", "--num-cpus", str(CLUSTER_CPUS),
+                "--temp-dir", str(self.temp), "--include-dashboard", "false",
+                "--disable-usage-stats", "--dashboard-agent-listen-port", str(free_port()),
+                "--ray-client-server-port", str(free_port()),
+                "--min-worker-port", "0", "--max-worker-port", "0"]
+        started = subprocess.run(argv, env=self.env, capture_output=True, text=True,
+                                 timeout=240, check=False)
+        assert started.returncode == 0, started.stdout + started.stderr
+
+    def stop(self) -> dict[int, str]:
+        """Kill the head's daemons; returns whatever of this test is still alive."""
+        kill_tagged(self.env[TAG_VAR])
+        left = wait_for_no_tagged(self.env[TAG_VAR], timeout=30)
+        shutil.rmtree(self.temp, ignore_errors=True)
+        return left
+
+
+def intervals(log: Path) -> dict[str, list[tuple[float, float, str]]]:
+    """workflow -> [(start, end, trial)] from the trainers' own lines."""
+    began: dict[tuple[str, str], float] = {}
+    spans: dict[str, list[tuple[float, float, str]]] = {}
+    for line in log.read_text().splitlines():
+        workflow, trial, _pid, phase, when, *_ = line.split()
+        if phase == "start":
+            began[workflow, trial] = float(when)
+        else:
+            spans.setdefault(workflow, []).append((began.pop((workflow, trial)), float(when),
+                                                   trial))
+    assert not began, f"trainers that started and never finished: {sorted(began)}"
+    return spans
+
+
+def most_at_once(spans: list[tuple[float, float, str]]) -> int:
+    edges = sorted([(s, 1) for s, _, _ in spans] + [(e, -1) for _, e, _ in spans])
+    running = peak = 0
+    for _, step in edges:  # at a tie an end sorts first: back-to-back is not overlap
+        running += step
+        peak = max(peak, running)
+    return peak
+
+
+def overlap_s(a: list[tuple[float, float, str]], b: list[tuple[float, float, str]]) -> float:
+    """Seconds during which at least one trial of each was running."""
+    def cover(spans: list[tuple[float, float, str]]) -> list[tuple[float, float]]:
+        merged: list[list[float]] = []
+        for start, end, _ in sorted(spans):
+            if merged and start <= merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], end)
+            else:
+                merged.append([start, end])
+        return [(s, e) for s, e in merged]
+
+    return sum(max(0.0, min(e1, e2) - max(s1, s2))
+               for s1, e1 in cover(a) for s2, e2 in cover(b))
+
+
+def test_two_workflows_share_one_cluster_and_one_tracking_server(tmp_path: Path) -> None:
+    began = time.monotonic()
+    env = tagged_env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                     RAY_USAGE_STATS_ENABLED="0")
+    tag = env[TAG_VAR]
+    fit, log = tmp_path / "fit.py", tmp_path / "trainers.log"
+    fit.write_text(FIT)
+    server = MlflowServer(tmp_path / "mlflow.db")
+    head = RayHead(env)
+    drivers: dict[str, subprocess.Popen] = {}
+    try:
+        server.start()
+        head.start()
+        for name, seed in WORKFLOWS.items():
+            (tmp_path / f"{name}.yaml").write_text(spec(fit, log, name, seed, server.uri))
+            drivers[name] = subprocess.Popen(
+                [NESTOR, "run", str(tmp_path / f"{name}.yaml"), "--run-dir",
+                 str(tmp_path / name), "--address", head.address],
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+        outputs = {name: proc.communicate(timeout=300) for name, proc in drivers.items()}
+        swept = time.monotonic() - began
+        for name, proc in drivers.items():
+            assert proc.returncode == 0, f"{name}: {outputs[name][1][-3000:]}"
+
+        spans = intervals(log)
+        assert sorted(spans) == sorted(WORKFLOWS)
+        planned = {str(n) for n in range(BUDGET)}
+        for name in WORKFLOWS:
+            run_dir = tmp_path / name
+            journal = events(run_dir)
+            started = next(e for e in journal if e["event"] == "workflow_started")
+            assert (started["workflow"], started["slots"]) == (name, SLOTS)
+            done = {e["trial"]["id"]: e for e in journal if e["event"] == "trial_finished"}
+            assert set(done) == planned, f"{name} journalled trials {sorted(done)}"
+            assert all(e["status"] == "completed" for e in done.values())
+            configs = {t: (e["trial"]["config"]["x"], e["trial"]["config"]["y"])
+                       for t, e in done.items()}
+            # The trainers that ran for this workflow are exactly its journalled trials.
+            ran = {f"tune-{t}": (x, y) for t, (x, y) in configs.items()}
+            seen = {}
+            for line in log.read_text().splitlines():
+                workflow, trial, _pid, phase, _when, x, y = line.split()
+                if workflow == name and phase == "done":
+                    assert trial not in seen, f"{name} ran {trial} twice"
+                    seen[trial] = (float(x), float(y))
+            assert seen == ran, f"{name}: trainers ran {seen}, journal has {ran}"
+
+            # MLflow: its experiment holds its own trial runs, under its own stage run.
+            figures = agree(run_dir, server.uri, f"exp-{name}", env)
+            assert figures["trials"] == BUDGET
+            stage_run = next(e["run_id"] for e in journal if e["event"] == "stage_started")
+            for run in mlflow_trial_runs(server.uri, f"exp-{name}"):
+                trial = run.data.tags["nestor.trial"]
+                assert run.data.tags["mlflow.parentRunId"] == stage_run, trial
+                assert (float(run.data.params["x"]), float(run.data.params["y"])) == \
+                    configs[trial], f"{name} run of trial {trial} has another's params"
+
+        alpha, beta = (spans[name] for name in WORKFLOWS)
+        peaks = {name: most_at_once(spans[name]) for name in WORKFLOWS}
+        together = overlap_s(alpha, beta)
+        assert peaks == {name: SLOTS for name in WORKFLOWS}, peaks  # used, never exceeded
+        assert most_at_once(alpha + beta) <= CLUSTER_CPUS
+        assert together > SLEEP_S, f"the workflows overlapped for only {together:.2f} s"
+
+        # Nothing left behind: no trainer or worker of theirs, every slot back.
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            leftovers = {pid: cmd for pid, cmd in tagged_pids(tag).items() if ours(cmd)}
+            if not leftovers:
+                break
+            time.sleep(1)
+        assert not leftovers, leftovers
+        state = subprocess.run([sys.executable, "-c", CLUSTER_STATE, head.address], env=env,
+                               capture_output=True, text=True, timeout=120, check=False)
+        assert state.returncode == 0, state.stderr[-3000:]
+        cluster = json.loads(state.stdout.strip().splitlines()[-1])
+        assert cluster["cpu"] == cluster["total"] == CLUSTER_CPUS, cluster
+        assert set(cluster["groups"]) <= {"REMOVED"}, cluster
+        print(f"\ntwo workflows: {BUDGET} trials each on {SLOTS} of {CLUSTER_CPUS} shared"
+              f" slots, both done {swept:.1f} s after start (servers included); at once for"
+              f" {together:.1f} s; peak trials at once {peaks}; trainer spans"
+              f" {_span(alpha)} / {_span(beta)}")
+    finally:
+        for proc in drivers.values():
+            if proc.poll() is None:
+                proc.kill()
+        server.stop()
+        left = head.stop()
+    assert not left, f"processes of this test still alive after teardown: {left}"
+
+
+def ours(cmd: str) -> bool:
+    """A driver's, a worker's or a trainer's process (not the head's own daemons,
+    whose arguments may name the worker script)."""
+    program = cmd.split()[:2]
+    return cmd.startswith("ray::") or any(
+        word.endswith(("/fit.py", "/default_worker.py", "/nestor")) for word in program)
+
+
+def _span(spans: list[tuple[float, float, Any]]) -> str:
+    return f"{max(e for _, e, _ in spans) - min(s for s, _, _ in spans):.1f} s"
