@@ -25,7 +25,7 @@ def test_every_config_validates(path: Path) -> None:
 
 
 def test_issue_example_means_what_it_says() -> None:
-    workflow = load_spec(Path(__file__).parents[2] / "configs" / "mnist-combined.yaml")
+    workflow = load_spec(Path(__file__).parents[2] / "configs" / "mnist-combined-full.yaml")
     assert workflow.name == "mnist-combined"
     assert workflow.tracking.experiment == "mnist-combined" and workflow.tracking.uri is None
     assert workflow.resources.slots == 2
@@ -54,7 +54,7 @@ def test_issue_example_means_what_it_says() -> None:
 
 
 def test_validate_prints_the_plan() -> None:
-    path = Path(__file__).parents[2] / "configs" / "mnist-combined.yaml"
+    path = Path(__file__).parents[2] / "configs" / "mnist-combined-full.yaml"
     result = CliRunner().invoke(cli, ["validate", str(path)])
     assert result.exit_code == 0
     rows = {line.split()[1]: line.split() for line in result.output.splitlines()
