@@ -155,7 +155,9 @@ class MlflowServer:
         mlflow = str(Path(sys.executable).parent / "mlflow")
         self.proc = subprocess.Popen(
             [mlflow, "server", "--backend-store-uri", f"sqlite:///{self.store}",
-             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1"],
+             "--host", "127.0.0.1", "--port", str(self.port), "--workers", "1",
+             # else ./mlartifacts in the caller's directory (the repository)
+             "--artifacts-destination", str(self.store.parent / "mlartifacts")],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:

@@ -175,6 +175,7 @@ def test_two_workflows_share_one_cluster_and_one_tracking_server(tmp_path: Path)
     try:
         server.start()
         head.start()
+        daemons = set(tagged_pids(tag))  # the head's own: they stay until the teardown
         for name, seed in WORKFLOWS.items():
             (tmp_path / f"{name}.yaml").write_text(spec(fit, log, name, seed, server.uri))
             drivers[name] = subprocess.Popen(
@@ -229,7 +230,8 @@ def test_two_workflows_share_one_cluster_and_one_tracking_server(tmp_path: Path)
         # Nothing left behind: no trainer or worker of theirs, every slot back.
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            leftovers = {pid: cmd for pid, cmd in tagged_pids(tag).items() if ours(cmd)}
+            leftovers = {pid: cmd for pid, cmd in tagged_pids(tag).items()
+                         if pid not in daemons and ours(cmd)}
             if not leftovers:
                 break
             time.sleep(1)
@@ -257,7 +259,9 @@ def ours(cmd: str) -> bool:
     """A driver's, a worker's or a trainer's process (not the head's own daemons,
     whose arguments may name the worker script)."""
     program = cmd.split()[:2]
-    return cmd.startswith("ray::") or any(
+    if cmd.startswith("ray::"):  # a worker's title; the head's agents retitle themselves too
+        return not program[0].endswith("Agent")
+    return any(
         word.endswith(("/fit.py", "/default_worker.py", "/nestor")) for word in program)
 
 
