@@ -159,10 +159,10 @@ def _other_hpo_stages(run_dir: Path, events: list[dict[str, Any]], name: str, me
 def _slot_use(events: list[dict[str, Any]], name: str, path: Path) -> Path | None:
     from orchestrator.plots import plot_slot_use, slot_intervals
 
-    intervals, slots = slot_intervals(events, name)
-    if not intervals:
+    intervals, slots = slot_intervals(events)  # every stage's: they share the slots
+    if not any(i.stage == name for i in intervals):
         return None
-    return plot_slot_use(intervals, slots, f"stage {name}", path)
+    return plot_slot_use(intervals, slots, f"stage {name}", path, stage=name)
 
 
 def _tables(tracker: Tracker, run_id: str, summary: dict[str, Any], objectives: list[Any],

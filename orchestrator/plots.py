@@ -35,7 +35,7 @@ def _pyplot() -> Any:
 def _save(fig: Any, path: Path) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # keeps a legend placed outside the axes
     _pyplot().close(fig)
     return path
 
@@ -222,46 +222,50 @@ class SlotInterval:
     trial: str
     attempt: int
     status: str
+    stage: str = ""
 
 
 def slot_intervals(events: Sequence[dict[str, Any]], stage: str | None = None,
                    ) -> tuple[list[SlotInterval], int]:
-    """The journal's attempts laid on numbered slots; returns them and the slot count.
+    """The journal's attempts laid on numbered slots; returns those of ``stage``
+    (all if None) and the slot count.
 
-    The journal says when each attempt started and ended and how many ranks
-    (dp x mp) it used, not which slots: each start takes the lowest-numbered
-    free ones, which is how a person would draw it. An attempt never ended
-    (the driver was killed) runs to the last event. Slots past the workflow's
-    count appear only when it oversubscribed.
+    Every stage's attempts take slots, so all are laid out (stages of a DAG run
+    at once) before the result is filtered. The journal says when each attempt
+    started and ended and how many ranks (dp x mp) it used, not which slots:
+    each start takes the lowest-numbered free ones, as a person would draw it.
+    An attempt never ended (the driver was killed) runs to the last event.
+    Slots past the workflow's count appear only when it oversubscribed.
     """
     slots = max((int(e.get("slots") or 0) for e in events
                  if e["event"] in ("workflow_started", "workflow_resumed")), default=0)
     last = max((e["time"] for e in events), default=0.0)
     busy: dict[int, tuple[str, int]] = {}  # slot -> (trial, attempt)
-    open_: dict[tuple[str, int], tuple[tuple[int, ...], float, str]] = {}
+    open_: dict[tuple[str, str, int], tuple[tuple[int, ...], float, str]] = {}
     done: list[SlotInterval] = []
     for event in events:
         kind = event["event"]
         if kind == "workflow_resumed":  # a driver restart ended whatever was running
             _close_all(open_, busy, done, event["time"], "interrupted")
-        elif stage is not None and event.get("stage") != stage:
-            continue
         elif kind == "trial_started":
             ranks = _ranks(event.get("shape"))
             free = [s for s in range(slots + len(busy) + ranks) if s not in busy][:ranks]
-            key = (str(event["trial"]["id"]), int(event.get("attempt", 1)))
+            key = (str(event.get("stage", "")), str(event["trial"]["id"]),
+                   int(event.get("attempt", 1)))
             for slot in free:
                 busy[slot] = key
             open_[key] = (tuple(free), event["time"], "running")
         elif kind in END_EVENTS:
-            key = (str(event["trial"]["id"]), int(event.get("attempt", 1)))
+            key = (str(event.get("stage", "")), str(event["trial"]["id"]),
+                   int(event.get("attempt", 1)))
             if key in open_:
                 status = {"trial_attempt_failed": "failed",
                           "trial_interrupted": "interrupted"}.get(kind, event.get("status"))
                 _close(open_, busy, done, key, event["time"], status or "completed")
     _close_all(open_, busy, done, last, "running")
     used = max((s for i in done for s in i.slots), default=-1) + 1
-    return sorted(done, key=lambda i: (i.start, i.slots)), max(slots, used)
+    mine = [i for i in done if stage is None or i.stage == stage]
+    return sorted(mine, key=lambda i: (i.start, i.slots)), max(slots, used)
 
 
 def _ranks(shape: Any) -> int:
@@ -272,12 +276,12 @@ def _ranks(shape: Any) -> int:
         return 1
 
 
-def _close(open_: dict, busy: dict, done: list, key: tuple[str, int], when: float,
+def _close(open_: dict, busy: dict, done: list, key: tuple[str, str, int], when: float,
            status: str) -> None:
     slots, start, _ = open_.pop(key)
     for slot in slots:
         busy.pop(slot, None)
-    done.append(SlotInterval(slots, start, when, key[0], key[1], status))
+    done.append(SlotInterval(slots, start, when, key[1], key[2], status, key[0]))
 
 
 def _close_all(open_: dict, busy: dict, done: list, when: float, status: str) -> None:
@@ -285,44 +289,56 @@ def _close_all(open_: dict, busy: dict, done: list, when: float, status: str) ->
         _close(open_, busy, done, key, when, status)
 
 
-def utilization(intervals: Sequence[SlotInterval], slots: int) -> float:
-    """Busy slot-seconds over slots x (first start to last end): 1.0 means no idle slot."""
+def utilization(intervals: Sequence[SlotInterval], slots: int,
+                window: tuple[float, float] | None = None) -> float:
+    """Busy slot-seconds over slots x time, in ``window`` (default: first start to
+    last end): 1.0 means no idle slot."""
     if not intervals or slots <= 0:
         return 0.0
-    span = max(i.end for i in intervals) - min(i.start for i in intervals)
-    busy = sum((i.end - i.start) * len(i.slots) for i in intervals)
-    return busy / (slots * span) if span > 0 else 0.0
+    low, high = window or (min(i.start for i in intervals), max(i.end for i in intervals))
+    busy = sum(max(0.0, min(i.end, high) - max(i.start, low)) * len(i.slots)
+               for i in intervals)
+    return busy / (slots * (high - low)) if high > low else 0.0
 
 
 def plot_slot_use(intervals: Sequence[SlotInterval], slots: int, title: str,
-                  path: Path) -> Path:
+                  path: Path, stage: str | None = None) -> Path:
     """A Gantt chart: one row per slot, a bar per attempt, coloured by how it ended.
-    White space in a row is a slot that had nothing to run."""
+    White space in a row is a slot that had nothing to run. With ``stage``, the
+    chart spans that stage's time and other stages' attempts are drawn in grey."""
     plt = _pyplot()
     from matplotlib.patches import Patch
 
-    origin = min((i.start for i in intervals), default=0.0)
+    mine = [i for i in intervals if stage is None or i.stage == stage]
+    low = min((i.start for i in mine), default=0.0)
+    high = max((i.end for i in mine), default=0.0)
+    shown = [i for i in intervals if i.end > low and i.start < high] if stage else mine
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * max(slots, 1)), dpi=110)
-    for interval in intervals:
-        color = STATUS_COLORS.get(interval.status, "tab:purple")
+    for interval in shown:
+        ours = stage is None or interval.stage == stage
+        color = STATUS_COLORS.get(interval.status, "tab:purple") if ours else "lightgray"
+        start, end = max(interval.start, low), min(interval.end, high)
         for slot in interval.slots:
-            ax.broken_barh([(interval.start - origin, interval.end - interval.start)],
-                           (slot - 0.4, 0.8), facecolors=color, edgecolors="black",
-                           linewidth=0.5)
+            ax.broken_barh([(start - low, end - start)], (slot - 0.4, 0.8),
+                           facecolors=color, edgecolors="black", linewidth=0.5)
         label = interval.trial if interval.attempt == 1 else f"{interval.trial}#{interval.attempt}"
-        middle = interval.start - origin + (interval.end - interval.start) / 2
-        ax.text(middle, min(interval.slots), label, ha="center", va="center",
-                fontsize="x-small", clip_on=True)
+        if not ours:
+            label = f"{interval.stage}/{label}"
+        ax.text((start + end) / 2 - low, min(interval.slots), label, ha="center",
+                va="center", fontsize="x-small", clip_on=True)
     ax.set_yticks(range(slots))
     ax.set_yticklabels([f"slot {s}" for s in range(slots)])
     ax.set_ylim(slots - 0.5, -0.5)
-    ax.set_xlabel("seconds since the first trial started")
-    used = utilization(intervals, slots)
-    ax.set_title(f"{title}: {len(intervals)} attempts on {slots} slots,"
+    ax.set_xlim(0, max(high - low, 1e-3))
+    ax.set_xlabel("seconds since the stage's first trial started")
+    used = utilization(shown, slots, (low, high))
+    ax.set_title(f"{title}: {len(mine)} attempts on {slots} slots,"
                  f" {used:.0%} busy (white = idle slot)")
-    seen = sorted({i.status for i in intervals})
-    ax.legend(handles=[Patch(color=STATUS_COLORS.get(s, "tab:purple"), label=s) for s in seen],
-              loc="upper right", fontsize="x-small")
+    handles = [Patch(color=STATUS_COLORS.get(s, "tab:purple"), label=s)
+               for s in sorted({i.status for i in mine})]
+    if len(shown) > len(mine):
+        handles.append(Patch(color="lightgray", label="other stages"))
+    ax.legend(handles=handles, loc="upper left", bbox_to_anchor=(1.01, 1.0), fontsize="x-small")
     ax.grid(axis="x", alpha=0.3)
     return _save(fig, path)
 

@@ -121,15 +121,21 @@ def test_slot_intervals_lay_attempts_on_free_slots_and_show_idle_time() -> None:
     assert plots.utilization(intervals, slots) == pytest.approx(busy / (4 * 40))
 
 
-def test_slot_intervals_grow_rows_when_oversubscribed_and_ignore_other_stages() -> None:
+def test_slot_intervals_share_slots_between_stages_and_grow_when_oversubscribed() -> None:
     events = [
-        {"event": "workflow_started", "time": 0.0, "slots": 1},
-        started(0, "a"), started(0, "b"), started(1, "z", stage="other"),
-        finished(5, "a", 1.0), finished(6, "b", 1.0),
+        {"event": "workflow_started", "time": 0.0, "slots": 2},
+        started(0, "z", stage="other"), started(0, "a"), started(1, "b"),
+        finished(5, "a", 1.0), finished(6, "b", 1.0), finished(7, "z", 0.0, stage="other"),
     ]
     intervals, slots = plots.slot_intervals(events, "tune")
-    assert slots == 2
-    assert [(i.trial, i.slots) for i in intervals] == [("a", (0,)), ("b", (1,))]
+    assert slots == 3  # three at once on two slots: the third row shows the oversubscription
+    assert [(i.trial, i.slots, i.stage) for i in intervals] == [("a", (1,), "tune"),
+                                                                ("b", (2,), "tune")]
+    everything, _ = plots.slot_intervals(events)
+    assert {(i.stage, i.trial): i.slots for i in everything} == {
+        ("other", "z"): (0,), ("tune", "a"): (1,), ("tune", "b"): (2,)}
+    # The stage's window (0 to 6 s) had z on slot 0 too: 5 + 5 + 6 of 3 x 6 slot-seconds.
+    assert plots.utilization(everything, 3, (0.0, 6.0)) == pytest.approx(16 / 18)
 
 
 def test_slot_use_plot_is_drawn(tmp_path: Path) -> None:
@@ -137,8 +143,10 @@ def test_slot_use_plot_is_drawn(tmp_path: Path) -> None:
     for n in range(6):
         events += [started(n * 2, str(n)), finished(n * 2 + 3, str(n), 1.0,
                                                      status=["completed", "failed"][n % 2])]
-    intervals, slots = plots.slot_intervals(events, "tune")
-    path = plots.plot_slot_use(intervals, slots, "stage tune", tmp_path / "slots.png")
+    events += [started(1, "x", stage="other"), finished(4, "x", 1.0, stage="other")]
+    intervals, slots = plots.slot_intervals(events)
+    path = plots.plot_slot_use(intervals, slots, "stage tune", tmp_path / "slots.png",
+                               stage="tune")
     picture(path)
 
 

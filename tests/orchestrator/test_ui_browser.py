@@ -249,3 +249,39 @@ def _rows(driver: Any) -> dict[str, dict[str, Any]]:
     """)
     # The run-name cell also holds the run's colour code ("#04867d\ncoarse").
     return {row["Run Name"].splitlines()[-1]: row for row in table if row.get("Run Name")}
+
+
+def test_a_stage_run_shows_its_plots_and_summary_table(ui_server, browser,
+                                                        finished_run) -> None:
+    from mlflow.tracking import MlflowClient
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions as ec
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    url, _ = ui_server
+    wait = WebDriverWait(browser, WAIT_S)
+    client = MlflowClient(tracking_uri=f"sqlite:///{finished_run / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("uitest")
+    (stage,) = client.search_runs([experiment.experiment_id], "tags.`nestor.stage` = 'coarse'"
+                                  " and tags.`nestor.kind` = 'hpo'")
+    try:
+        browser.get(f"{url}/#/experiments/{experiment.experiment_id}/runs/"
+                    f"{stage.info.run_id}/artifacts")
+        for name in ("summary.html", "summary.md"):
+            wait.until(ec.presence_of_element_located(
+                (By.XPATH, f"//*[normalize-space(text())='{name}']")))
+        wait.until(ec.element_to_be_clickable(
+            (By.XPATH, "//*[normalize-space(text())='plots']"))).click()
+        for name in ("coarse.png", "coarse-generations.png"):
+            wait.until(ec.presence_of_element_located(
+                (By.XPATH, f"//*[normalize-space(text())='{name}']")))
+        wait.until(ec.element_to_be_clickable(
+            (By.XPATH, "//*[normalize-space(text())='coarse-slots.png']"))).click()
+        # The preview: the PNG itself, fetched from the run directory and drawn.
+        image = wait.until(lambda driver: next(
+            (img for img in driver.find_elements(By.XPATH, "//img[starts-with(@src, 'blob:')]")
+             if img.is_displayed() and img.get_property("naturalWidth") > 500), None))
+        assert image.get_property("naturalHeight") > 150
+    finally:
+        shot = screenshot(browser, "ui-artifacts.png")
+    assert shot.stat().st_size > 20_000
