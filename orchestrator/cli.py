@@ -99,9 +99,9 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 
     Results go to a self-contained run directory: the spec, an fsynced journal
     of every trial event, searcher state, checkpoints, logs, plots,
-    results.json and the MLflow store (`mlflow ui --backend-store-uri
-    sqlite:///RUNDIR/mlflow.db`). If the driver is killed, `nestor resume
-    RUNDIR` finishes the workflow without re-running finished trials.
+    results.json and the MLflow store (`nestor ui RUNDIR` shows it). If the
+    driver is killed, `nestor resume RUNDIR` finishes the workflow without
+    re-running finished trials.
     """
     _run(spec, run_dir, resume, slots, address)
 
