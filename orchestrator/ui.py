@@ -217,7 +217,8 @@ def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> in
                  f" are now read from {store.artifacts}")
     env = dict(os.environ)
     env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
-    process = subprocess.Popen(server_argv(store, host, port), env=env)
+    # Its own process group: stopping it stops its uvicorn workers and job runner too.
+    process = subprocess.Popen(server_argv(store, host, port), env=env, start_new_session=True)
     previous = signal.signal(signal.SIGTERM, _raise_interrupt)
     url = url_of(host, port)
     try:
@@ -238,10 +239,22 @@ def _raise_interrupt(signum: int, frame: object) -> None:
 
 
 def _stop(process: subprocess.Popen[Any]) -> None:
-    if process.poll() is None:
-        process.terminate()
+    """SIGTERM to the server's process group, SIGKILL if it lingers."""
+    for signum, wait_s in ((signal.SIGTERM, 15.0), (signal.SIGKILL, 5.0)):
         try:
-            process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            os.killpg(process.pid, signum)
+        except ProcessLookupError:
+            return  # the whole group is gone
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and _group_alive(process.pid):
+            process.poll()  # reap the leader so the group can empty
+            time.sleep(0.1)
+    process.poll()
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True

@@ -110,12 +110,20 @@ def ui_server(finished_run: Path) -> Iterator[tuple[str, list[str]]]:
             time.sleep(0.2)  # the experiment links follow the URL line
         yield url, lines
     finally:
-        process.send_signal(signal.SIGINT)
+        server = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True,
+                                text=True, check=False).stdout.split()
+        process.send_signal(signal.SIGINT)  # Ctrl-C: nestor ui stops its server
         try:
-            process.wait(timeout=30)
+            process.wait(timeout=60)
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+            pytest.fail("nestor ui did not stop within 60 s of SIGINT")
+        assert server, "nestor ui had no server process"
+        for pid in server:  # the server's whole process group went with it
+            leftover = subprocess.run(["pgrep", "-g", pid], capture_output=True, text=True,
+                                      check=False).stdout.split()
+            assert not leftover, f"mlflow server processes left running: {leftover}"
 
 
 @pytest.fixture(scope="module")
