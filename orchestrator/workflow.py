@@ -87,6 +87,19 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
         raise RunError(
             f"the workflow asks for {wanted} slots but the Ray cluster has {available}"
         )
+    if address is not None and not workflow.resources.oversubscribe:
+        # A shared cluster: other drivers may hold slots. Refuse now, clearly, rather
+        # than wait in placement-group creation until Horovod times out.
+        free = ray.available_resources()
+        idle = int(free.get("GPU", 0)) if resources.get("GPU") else int(free.get("CPU", 0))
+        if wanted is None:
+            wanted = idle  # what the cluster has free now
+        if wanted > idle or wanted < 1:
+            raise RunError(
+                f"the workflow asks for {wanted} slots but only {idle} of the Ray"
+                f" cluster's {available} are free (other workflows hold the rest); lower"
+                " resources.slots or --slots, or wait for them"
+            )
     return wanted or available
 
 

@@ -97,7 +97,8 @@ class RayHead:
     """A Ray head started with `ray start`; ended by killing its tagged processes
     (never `ray stop`, which would end every Ray on this host)."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], cpus: int = CLUSTER_CPUS) -> None:
+        self.cpus = cpus
         # Short: Ray's unix sockets live under it and must stay under ~107 characters.
         self.temp = Path(tempfile.mkdtemp(prefix="n2w-", dir="/tmp"))
         self.env, self.port = env, free_port()
@@ -106,7 +107,7 @@ class RayHead:
     def start(self) -> None:
         ray = str(Path(sys.executable).parent / "ray")
         argv = [ray, "start", "--head", "--port", str(self.port),
-                "--node-ip-address", "127.0.0.1", "--num-cpus", str(CLUSTER_CPUS),
+                "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus),
                 "--temp-dir", str(self.temp), "--include-dashboard", "false",
                 "--disable-usage-stats", "--dashboard-agent-listen-port", str(free_port()),
                 "--ray-client-server-port", str(free_port()),
@@ -267,3 +268,58 @@ def ours(cmd: str) -> bool:
 
 def _span(spans: list[tuple[float, float, Any]]) -> str:
     return f"{max(e for _, e, _ in spans) - min(s for s, _, _ in spans):.1f} s"
+
+
+# Holds every CPU of the cluster, as another user's job would, until killed.
+HOLDER = """
+import sys, time, ray
+ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
+@ray.remote(num_cpus=int(sys.argv[2]))
+class Holder:
+    def ping(self):
+        return True
+holder = Holder.remote()
+ray.get(holder.ping.remote())
+print("holding", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_workflow_asking_for_slots_another_holds_is_refused_clearly(tmp_path: Path) -> None:
+    env = tagged_env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                     RAY_USAGE_STATS_ENABLED="0")
+    fit, log = tmp_path / "fit.py", tmp_path / "trainers.log"
+    fit.write_text(FIT)
+    head = RayHead(env, cpus=SLOTS)
+    holder = None
+    try:
+        head.start()
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, head.address, str(SLOTS)],
+                                  stdout=subprocess.PIPE, text=True, env=env)
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        (tmp_path / "busy.yaml").write_text(spec(fit, log, "busy", 1, uri))
+        refused = subprocess.run(
+            [NESTOR, "run", str(tmp_path / "busy.yaml"), "--run-dir", str(tmp_path / "busy"),
+             "--address", head.address], capture_output=True, text=True, env=env, timeout=300,
+            check=False)
+        assert refused.returncode == 2, refused.stderr[-3000:]
+        assert f"only 0 of the Ray cluster's {SLOTS} are free" in refused.stderr
+        assert "Traceback" not in refused.stderr and not log.exists()  # nothing ran
+        holder.kill()
+        holder.wait(timeout=30)
+        time.sleep(2)  # the cluster frees the holder's CPUs
+        text = spec(fit, log, "free", 2, uri).replace(f"resources: {{slots: {SLOTS}}}\n", "")
+        (tmp_path / "free.yaml").write_text(text)
+        ran = subprocess.run(
+            [NESTOR, "run", str(tmp_path / "free.yaml"), "--run-dir", str(tmp_path / "free"),
+             "--address", head.address], capture_output=True, text=True, env=env, timeout=300,
+            check=False)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        started = next(e for e in events(tmp_path / "free") if e["event"] == "workflow_started")
+        assert started["slots"] == SLOTS  # no slots asked: what the cluster had free
+    finally:
+        if holder is not None and holder.poll() is None:
+            holder.kill()
+        left = head.stop()
+    assert not left, f"processes of this test still alive after teardown: {left}"
