@@ -111,7 +111,13 @@ def test_the_driver_stops_clearly_and_resume_finishes_once_space_is_back(
         result = nestor("resume", str(run_dir), env=env)
         assert result.returncode == 0, result.stderr
         after = finished(run_dir)
-        assert len(after) == 30 and all(e["status"] == "completed" for e in after.values())
+        assert len(after) == 30
+        # A trial whose own files hit the full disk before the journal did fails with
+        # that reason recorded (its retry too, while the disk stays full); none is lost.
+        odd = {t: e.get("reason") for t, e in after.items() if e["status"] != "completed"}
+        assert all("No space left" in (r or "") or "is full" in (r or "")
+                   for r in odd.values()), odd
+        assert len(odd) <= 2, odd
         for trial_id, event in before.items():
             assert after[trial_id]["value"] == event["value"]
         figures = reruns(log, run_dir)
