@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.hpo import HpoRunner, SkipTrial, TrialRecord, TrialRunner
+from orchestrator.hpo import HpoRunner, SkipTrial, TrialRunner
 from orchestrator.journal import write_atomic
 from orchestrator.plan import Plan, PlannedTrial
 from orchestrator.spec import EnsembleStage, TrainStage, TransferStage, Workflow
@@ -66,9 +66,6 @@ class _PlannedRunner(TrialRunner):
     def phases(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
         raise NotImplementedError
-
-    def record(self, trial_id: str) -> TrialRecord | None:
-        return self.records.get(trial_id)
 
     def test_value(self, trial_id: str) -> float | None:
         record = self.records.get(trial_id)
@@ -206,7 +203,6 @@ class EnsembleRunner(_PlannedRunner):
                 " members are combined from their predicted class probabilities, which"
                 " function and command trainers do not give"
             )
-        self.run_dir_for_select = Path(kwargs["run_dir"])
         super().__init__(workflow, stage, sources, **kwargs)
 
     def phases(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],

@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from trainers import checkpoint as ckpt
 from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
 from trainers.catalog import resolve_options
-from trainers.data import epoch_batches, load_splits, shard_slice, steps_per_epoch
+from trainers.data import epoch_batches, shard_slice, splits_of, steps_per_epoch
 from trainers.models import build_model, freeze_groups, make_arch
 from trainers.parallel import Parallel, allreduce_sum, broadcast_flag
 
@@ -144,12 +144,7 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
     options = resolve_options(trainer, request.settings, request.config)
     _set_threads(par)
     device = device_for(par)
-    splits = load_splits(
-        options["dataset"], data_dir=options["data_dir"], split_seed=options["split_seed"],
-        val_fraction=options["val_fraction"], test_fraction=options["test_fraction"],
-        classes=options["classes"], max_train_samples=options["max_train_samples"],
-        train_plus_val=options["train_data"] == "train+val", bootstrap=options["bootstrap"],
-    )
+    splits = splits_of(options)
     global_batch = options["batch_size"] * (par.dp if options["batch_per_rank"] else 1)
     if global_batch < par.dp:
         raise TrialFailed(

@@ -28,9 +28,10 @@ import gzip
 import importlib.util
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -286,6 +287,20 @@ def load_splits(
         name=name,
         mean=mean,
         std=std,
+    )
+
+
+def splits_of(options: Mapping[str, Any]) -> Splits:
+    """The splits a built-in trainer's resolved options describe: the ones a trial
+    trains on, and the ones its checkpoint is evaluated on later (options saved
+    before a setting existed take that setting's default)."""
+    return load_splits(
+        options["dataset"], data_dir=options.get("data_dir"),
+        split_seed=options.get("split_seed", 0), val_fraction=options.get("val_fraction", 0.1),
+        test_fraction=options.get("test_fraction", 0.1), classes=options.get("classes"),
+        max_train_samples=options.get("max_train_samples"),
+        train_plus_val=options.get("train_data") == "train+val",
+        bootstrap=options.get("bootstrap"),
     )
 
 

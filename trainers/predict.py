@@ -19,7 +19,6 @@ EVAL_CHUNK = 1024
 
 
 def _splits(options: Mapping[str, Any]) -> Any:
-
     key = tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in options.items()
                        if k in _SPLIT_KEYS))
     return _cached_splits(key)
@@ -31,17 +30,9 @@ _SPLIT_KEYS = ("dataset", "data_dir", "split_seed", "val_fraction", "test_fracti
 
 @lru_cache(maxsize=8)
 def _cached_splits(key: tuple[tuple[str, Any], ...]) -> Any:
-    from trainers.data import load_splits
+    from trainers.data import splits_of
 
-    options = {k: list(v) if isinstance(v, tuple) else v for k, v in key}
-    return load_splits(
-        options["dataset"], data_dir=options.get("data_dir"),
-        split_seed=options.get("split_seed", 0), val_fraction=options.get("val_fraction", 0.1),
-        test_fraction=options.get("test_fraction", 0.1), classes=options.get("classes"),
-        max_train_samples=options.get("max_train_samples"),
-        train_plus_val=options.get("train_data") == "train+val",
-        bootstrap=options.get("bootstrap"),
-    )
+    return splits_of({k: list(v) if isinstance(v, tuple) else v for k, v in key})
 
 
 class Predictor:
