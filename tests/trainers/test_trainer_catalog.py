@@ -17,7 +17,7 @@ PACKAGE = Path(trainers.__file__).resolve().parent
 def _used_option_names() -> set[str]:
     """Every ``options["name"]`` / ``options.get("name")`` the training code reads."""
     used: set[str] = set()
-    for module in ("builtin.py", "models.py"):
+    for module in ("builtin.py", "models.py", "data.py"):
         text = (PACKAGE / module).read_text()
         used |= set(re.findall(r'options\["(\w+)"\]', text))
         used |= set(re.findall(r'options\.get\("(\w+)"', text))
