@@ -79,12 +79,16 @@ def _check_run(spec: Path | None, resume: Path | None, run_dir: Path | None) -> 
 @click.option("--boot-timeout", "boot_timeout_s", type=click.IntRange(min=5), default=180,
               show_default=True, metavar="SECONDS",
               help="How long every node's Ray may take to join before the job gives up.")
+@click.option("--template", type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              metavar="PATH", help="Your site's sbatch template instead of nestor's"
+              " slurm/nestor.sbatch.tmpl (same $names; `--dry-run` shows the result).")
 @click.option("--dry-run", is_flag=True,
               help="Print the sbatch command and script; submit nothing.")
 def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str | None,
            account: str | None, cpus_per_node: int | None, gpus_per_node: int | None,
            sbatch_args: tuple[str, ...], run_dir: Path | None, resume: Path | None,
-           requeue: bool, warn_s: int, boot_timeout_s: int, dry_run: bool) -> None:
+           requeue: bool, warn_s: int, boot_timeout_s: int, template: Path | None,
+           dry_run: bool) -> None:
     """Submit a workflow as a Slurm batch job: Ray across the job's nodes, nestor on top.
 
     \b
@@ -116,13 +120,15 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
             sbatch_args=tuple(sbatch_args), job_name=f"nestor-{name}"[:64], requeue=requeue,
             warn_s=warn_s, boot_timeout_s=boot_timeout_s,
             python=sys.executable, nestor=str(bin_dir / "nestor"),
+            template=template.resolve() if template else None,
         )
+        script = render_script(opts)
     except SubmitError as exc:
         _fail([exc])
     out = console()
     if dry_run:
         click.echo(f"# {shlex.join(sbatch_argv(opts))} <<'EOF'")
-        click.echo(render_script(opts), nl=False)
+        click.echo(script, nl=False)
         click.echo("# EOF (dry run: nothing submitted)")
         return
     try:

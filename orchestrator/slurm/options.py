@@ -77,6 +77,7 @@ class SubmitOptions:
     grace_s: int = 20
     python: str = ""
     nestor: str = ""
+    template: Path | None = None
 
     def __post_init__(self) -> None:
         if self.nodes < 1:
@@ -95,6 +96,8 @@ class SubmitOptions:
                     f" --warn + 180 s: Slurm may warn 60 s early, and start-up takes time),"
                     f" but got {self.time!r} ({limit} s)"
                 )
+        if self.template is not None and not self.template.is_file():
+            raise SubmitError(f"--template {self.template} is not a file")
         _name("--partition", self.partition)
         _name("--account", self.account)
         _name("the job name", self.job_name)

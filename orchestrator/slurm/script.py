@@ -13,13 +13,20 @@ True
 from __future__ import annotations
 
 import shlex
+import sys
 from pathlib import Path
 from string import Template
 
 import orchestrator
-from orchestrator.slurm.options import SubmitOptions
+from orchestrator.slurm.options import SubmitError, SubmitOptions
 
-TEMPLATE = Path(orchestrator.__file__).resolve().parents[1] / "slurm" / "nestor.sbatch.tmpl"
+TEMPLATE_NAME = "nestor.sbatch.tmpl"
+# A checkout keeps the template in slurm/; a wheel installs the same file under
+# PREFIX/share/nestor/slurm/ (pyproject's data-files), since slurm/ is not a package.
+TEMPLATE_DIRS = (
+    Path(orchestrator.__file__).resolve().parents[1] / "slurm",
+    Path(sys.prefix) / "share" / "nestor" / "slurm",
+)
 OUTPUT_NAME = "slurm-%j.out"
 
 
@@ -42,8 +49,20 @@ def _directives(opts: SubmitOptions) -> list[str]:
     return [f"#SBATCH {line}" for line in lines]
 
 
-def render_script(opts: SubmitOptions, template: Path = TEMPLATE) -> str:
-    """The batch script for ``opts``, from the template in ``slurm/``."""
+def default_template(dirs: tuple[Path, ...] = TEMPLATE_DIRS) -> Path:
+    """The shipped template: the checkout's ``slurm/`` first, then the installed copy."""
+    for folder in dirs:
+        if (folder / TEMPLATE_NAME).is_file():
+            return folder / TEMPLATE_NAME
+    looked = ", ".join(str(folder) for folder in dirs)
+    raise SubmitError(f"no {TEMPLATE_NAME} in {looked}; pass --template PATH")
+
+
+def render_script(opts: SubmitOptions) -> str:
+    """The batch script for ``opts``, from ``--template`` or the one in ``slurm/``.
+
+    A site's own template may use any of the ``$name`` values below and must
+    use no other, so a typo fails here rather than in the job."""
     q = shlex.quote
     values = {
         "job_name": opts.job_name,
@@ -59,7 +78,16 @@ def render_script(opts: SubmitOptions, template: Path = TEMPLATE) -> str:
         "grace_s": str(opts.grace_s),
         "requeue": "1" if opts.requeue else "0",
     }
-    return Template(template.read_text()).substitute(values)
+    template = opts.template or default_template()
+    try:
+        return Template(template.read_text()).substitute(values)
+    except KeyError as exc:
+        raise SubmitError(
+            f"{template} uses ${exc.args[0]}, which nestor does not fill;"
+            f" allowed: {', '.join('$' + name for name in sorted(values))}"
+        ) from None
+    except ValueError as exc:  # a lone $ or ${ without a name
+        raise SubmitError(f"{template}: {exc} (write $$ for a literal $)") from None
 
 
 def sbatch_argv(opts: SubmitOptions) -> list[str]:

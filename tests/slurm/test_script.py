@@ -143,3 +143,48 @@ def test_dry_run_prints_the_script_and_needs_no_sbatch(tmp_path: Path) -> None:
     assert "#SBATCH --nodes=2\n" in result.stdout and "#SBATCH --time=10:00\n" in result.stdout
     assert f"spec={spec}\n" in result.stdout and "nothing submitted" in result.stdout
     assert not (tmp_path / "r").exists()
+
+
+def test_a_site_template_is_used_and_a_wrong_name_in_it_is_refused(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC)
+    site = tmp_path / "site.tmpl"
+    site.write_text("#!/bin/bash\n#SBATCH --nodes=$nodes\nmodule load site-python # $$HOME\n"
+                    "exec $nestor $mode $spec --run-dir $run_dir\n")
+    env = _no_slurm_env(tmp_path)
+
+    def dry_run(template: Path) -> subprocess.CompletedProcess:
+        return subprocess.run([NESTOR, "submit", str(spec), "--nodes", "3", "--template",
+                               str(template), "--run-dir", str(tmp_path / "r"), "--dry-run"],
+                              capture_output=True, text=True, env=env, check=False)
+
+    ok = dry_run(site)
+    assert ok.returncode == 0, ok.stderr
+    assert "#SBATCH --nodes=3\nmodule load site-python # $HOME\n" in ok.stdout
+    assert f"exec {NESTOR} run {spec} --run-dir" in ok.stdout
+    site.write_text("#SBATCH --nodes=$node_count\n")
+    typo = dry_run(site)
+    assert typo.returncode == 2 and "Traceback" not in typo.stderr
+    assert "uses $node_count, which nestor does not fill" in typo.stderr
+    assert "$nodes" in typo.stderr  # what is allowed
+
+
+def test_the_template_is_found_outside_a_checkout_and_ships_in_the_wheel(
+        tmp_path: Path) -> None:
+    from orchestrator.slurm.script import TEMPLATE_DIRS, TEMPLATE_NAME, default_template
+
+    installed = tmp_path / "share" / "nestor" / "slurm"
+    installed.mkdir(parents=True)
+    (installed / TEMPLATE_NAME).write_text("x")
+    assert default_template((tmp_path / "no-checkout", installed)) == installed / TEMPLATE_NAME
+    with pytest.raises(SubmitError, match="pass --template"):
+        default_template((tmp_path / "no-checkout",))
+    root = TEMPLATE_DIRS[0].parent
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation",
+                    "-q", "-w", str(tmp_path / "dist"), str(root)],
+                   check=True, capture_output=True, cwd=tmp_path)
+    import zipfile
+
+    (wheel,) = (tmp_path / "dist").glob("nestor-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    assert any(n.endswith(f".data/data/share/nestor/slurm/{TEMPLATE_NAME}") for n in names)
