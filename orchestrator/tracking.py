@@ -66,6 +66,39 @@ def default_tracking_uri(run_dir: Path) -> str:
     return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
 
 
+def relocate_artifacts(run_dir: Path) -> str | None:
+    """Point the run directory's own store at its own ``mlartifacts/`` again.
+
+    MLflow keeps absolute artifact URIs in the store, and has no call to change
+    an experiment's. A run directory copied from scratch to project storage,
+    or mounted elsewhere on the Slurm nodes, would then have ``nestor resume``
+    write plots and checkpoints back under the old path, and ``nestor ui`` show
+    none. Only the store nestor made (``mlflow.db`` beside ``mlartifacts/``) is
+    touched. Returns the old location when something moved."""
+    db = run_dir / "mlflow.db"
+    if not db.is_file():
+        return None
+    import sqlite3
+
+    here = (run_dir / "mlartifacts").resolve().as_uri()
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn, conn:
+        rows = conn.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
+        moved = [(eid, old) for eid, old in rows
+                 if old and old.startswith("file://") and old.endswith("/mlartifacts")
+                 and old != here]
+        for eid, old in moved:
+            conn.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
+                         (here, eid))
+            conn.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?)"
+                         " WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
+                         (here, len(old) + 1, eid, len(old), old))
+    if moved:
+        log.info("run directory moved from %s: MLflow artifacts now under %s",
+                 moved[0][1], here)
+        return moved[0][1]
+    return None
+
+
 def _param_value(value: Any) -> str:
     text = str(value)
     return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
@@ -95,6 +128,8 @@ class Tracker:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.uri = uri or default_tracking_uri(self.run_dir)
+        if self.uri == default_tracking_uri(self.run_dir):
+            relocate_artifacts(self.run_dir)
         self.experiment = experiment
         self.client = MlflowClient(tracking_uri=self.uri)
         self._experiment_id: str | None = None

@@ -63,6 +63,9 @@ def resolve_store(run_dir: Path | None, tracking_uri: str | None) -> Store:
         raise UiError("give a run directory (nestor ui RUNDIR) or --tracking-uri URI")
     store = run_dir / STORE_FILE
     if store.is_file():
+        from orchestrator.tracking import relocate_artifacts
+
+        relocate_artifacts(run_dir)  # a moved run directory shows its own artifacts
         return Store(f"sqlite:///{store.resolve()}", artifacts, str(run_dir), store)
     spec_uri = _spec_tracking_uri(run_dir)
     if spec_uri:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from orchestrator.tracking import Tracker
@@ -32,3 +34,38 @@ def test_nested_runs_with_params_metrics_and_tags(tmp_path: Path) -> None:
     history = again.client.get_metric_history(trial, "val_accuracy")
     assert [(m.step, m.value) for m in history] == [(0, 0.5), (1, 0.7)]
     assert (tmp_path / "mlflow.db").exists()
+
+
+def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> None:
+    from orchestrator.ui import resolve_store
+
+    first = tmp_path / "scratch" / "run"
+    tracker = Tracker(first, "demo")
+    stage = tracker.start_run("tune")
+    note = tmp_path / "note.txt"
+    note.write_text("before")
+    tracker.log_artifact(stage, note)
+    tracker.finish(stage, "FINISHED")
+    tracker.close()
+    moved = tmp_path / "project" / "run"
+    moved.parent.mkdir()
+    first.rename(moved)
+
+    note.write_text("after")
+    # What `nestor resume` does, in a process of its own as resume is (MLflow
+    # caches a run's artifact location per process).
+    subprocess.run([sys.executable, "-c", (
+        "import sys; from pathlib import Path; from orchestrator.tracking import Tracker\n"
+        "t = Tracker(Path(sys.argv[1]), 'demo')\n"
+        "t.log_artifact(sys.argv[2], Path(sys.argv[3]), folder='later'); t.close()"),
+        str(moved), stage, str(note)], check=True, cwd=Path(__file__).parents[2])
+    again = Tracker(moved, "demo")
+    run = again.client.get_run(stage)
+    assert run.info.artifact_uri == (moved / "mlartifacts").resolve().as_uri() + (
+        f"/{stage}/artifacts")
+    assert (moved / "mlartifacts" / stage / "artifacts" / "later" / "note.txt").read_text() == (
+        "after")
+    assert not first.exists()  # nothing written back under the old path
+    listed = {f.path for f in again.client.list_artifacts(stage)}
+    assert listed == {"note.txt", "later"}
+    assert resolve_store(moved, None).own_db == moved / "mlflow.db"
