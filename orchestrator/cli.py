@@ -9,7 +9,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,6 +18,7 @@ from orchestrator import __version__
 if TYPE_CHECKING:
     from rich.console import Console
 
+EXIT_NO_RESULT = 1  # the run ended, but a stage has not one completed trial
 EXIT_SPEC_ERROR = 2
 EXIT_DISK_FULL = 75  # EX_TEMPFAIL: try again (nestor resume) once there is space
 
@@ -235,6 +236,25 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
         sys.exit(exit_code(exc.reason))
     render_results(out, results)
     out.print(f"run directory: {run_dir}")
+    empty = stages_without_result(results, run_dir)
+    if empty:
+        print_errors(console(stderr=True), empty)
+        sys.exit(EXIT_NO_RESULT)
+
+
+def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
+    """One line per stage whose every trial failed: a script, or a Slurm job's
+    state, must not read such a run as a success."""
+    lines = []
+    for stage in results["stages"]:
+        trials = stage.get("trials") or []
+        if trials and all(t.get("status") == "failed" for t in trials):
+            reason = next((t["reason"] for t in trials if t.get("reason")), "no reason recorded")
+            lines.append(
+                f"stage {stage['name']}: all {len(trials)} trials failed; the first said:"
+                f" {reason} (`nestor results {run_dir}` lists every trial)"
+            )
+    return lines
 
 
 @cli.command()

@@ -60,6 +60,20 @@ def prepare_run_dir(spec_path: Path, run_dir: Path | None, resume: bool) -> tupl
     return run_dir, workflow
 
 
+def joining_runtime_env(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """What a driver joining a cluster started elsewhere (``--address``) hands its ranks.
+
+    Workers there have the cluster's environment, not this driver's. The spec's
+    import check looked on the driver's PYTHONPATH, so the ranks get it too (made
+    absolute: they run in another directory), ahead of the cluster's own."""
+    environ = os.environ if environ is None else environ
+    entries = [str(Path(entry).resolve())
+               for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if not entries:
+        return None
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join([*entries, "${PYTHONPATH}"])}}
+
+
 def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) -> int:
     """Slots to use: the spec's, else --slots, else the Ray cluster's CPUs (GPUs if any)."""
     import ray
@@ -80,7 +94,8 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
             configure_logging=False,
         )
     elif not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, configure_logging=False)
+        ray.init(address=address, log_to_driver=False, configure_logging=False,
+                 runtime_env=joining_runtime_env())
     resources = ray.cluster_resources()
     available = int(resources.get("GPU", 0)) or int(resources.get("CPU", 0))
     if wanted is not None and wanted > available and not workflow.resources.oversubscribe:

@@ -112,3 +112,19 @@ def test_a_command_sweep_passes_dashed_names_literally(tmp_path: Path) -> None:
     best = stage["best"]
     assert best["value"] == min(t["value"] for t in stage["trials"])
     assert (tmp_path / "run" / "spec.yaml").read_text().startswith("# written by `nestor sweep`")
+
+
+@pytest.mark.slow
+def test_a_sweep_whose_every_trial_fails_exits_non_zero_and_says_why(tmp_path: Path) -> None:
+    fit = tmp_path / "broken.py"
+    fit.write_text("import sys\nsys.exit('no licence for the solver')\n")
+    result = subprocess.run(
+        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=a=float:-1:1",
+         "--budget", "2", "--parallel", "1", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, check=False, timeout=300,
+    )
+    assert result.returncode == 1, result.stderr
+    assert "stage sweep: all 2 trials failed; the first said:" in result.stderr
+    assert "no licence for the solver" in result.stderr and "Traceback" not in result.stderr
+    data = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert data["stages"][0]["n_failed"] == 2  # the run is still recorded in full

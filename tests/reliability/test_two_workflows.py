@@ -323,3 +323,48 @@ def test_a_workflow_asking_for_slots_another_holds_is_refused_clearly(tmp_path: 
             holder.kill()
         left = head.stop()
     assert not left, f"processes of this test still alive after teardown: {left}"
+
+
+TRAINER_MODULE = """
+import os
+def train(config, ctx):
+    return {"result": (config["x"] - 0.3) ** 2, "pid": os.getpid()}
+"""
+
+
+def test_a_function_trainer_on_the_drivers_pythonpath_runs_on_a_shared_cluster(
+        tmp_path: Path) -> None:
+    """The head was started without the folder that holds the trainer's module;
+    the spec's import check passes on the driver, so the ranks must import it too."""
+    env = tagged_env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                     RAY_USAGE_STATS_ENABLED="0")
+    env.pop("PYTHONPATH", None)
+    head = RayHead(env, cpus=1)
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "my_site_trainer.py").write_text(TRAINER_MODULE)
+    (tmp_path / "fn.yaml").write_text(textwrap.dedent("""\
+        name: fn
+        resources: {slots: 1}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "my_site_trainer:train"}
+            search: {algorithm: random, budget: 2, seed: 3}
+            space: {x: {type: float, low: -1, high: 1}}
+            objective: {metric: result, mode: min}
+            trial: {retries: 0}
+        """))
+    try:
+        head.start()
+        driver_env = dict(env, PYTHONPATH="code")  # relative, as people write it
+        ran = subprocess.run(
+            [NESTOR, "run", "fn.yaml", "--run-dir", str(tmp_path / "fn"), "--address",
+             head.address], capture_output=True, text=True, env=driver_env, timeout=300,
+            cwd=tmp_path, check=False)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        done = [e for e in events(tmp_path / "fn") if e["event"] == "trial_finished"]
+        assert len(done) == 2 and all(e["status"] == "completed" for e in done), done
+    finally:
+        left = head.stop()
+    assert not left, f"processes of this test still alive after teardown: {left}"
