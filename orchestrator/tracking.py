@@ -66,37 +66,42 @@ def default_tracking_uri(run_dir: Path) -> str:
     return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
 
 
-def relocate_artifacts(run_dir: Path) -> str | None:
+def relocate_artifacts(run_dir: Path) -> list[str]:
     """Point the run directory's own store at its own ``mlartifacts/`` again.
 
-    MLflow keeps absolute artifact URIs in the store, and has no call to change
-    an experiment's. A run directory copied from scratch to project storage,
-    or mounted elsewhere on the Slurm nodes, would then have ``nestor resume``
-    write plots and checkpoints back under the old path, and ``nestor ui`` show
-    none. Only the store nestor made (``mlflow.db`` beside ``mlartifacts/``) is
-    touched. Returns the old location when something moved."""
+    MLflow records artifact locations as absolute URIs and has no call to change
+    an experiment's. A run directory moved or copied (scratch to project
+    storage, the cluster to a laptop) would otherwise have ``nestor resume``
+    write plots and checkpoints under the old path, and ``nestor ui`` show
+    "No Artifacts Recorded". Only the store nestor made (``mlflow.db`` beside
+    ``mlartifacts/``) is touched. Returns the old locations rewritten.
+    """
     db = run_dir / "mlflow.db"
     if not db.is_file():
-        return None
+        return []
     import sqlite3
+    import urllib.parse
 
     here = (run_dir / "mlartifacts").resolve().as_uri()
-    with contextlib.closing(sqlite3.connect(db, timeout=30)) as conn, conn:
-        rows = conn.execute("SELECT experiment_id, artifact_location FROM experiments").fetchall()
-        moved = [(eid, old) for eid, old in rows
-                 if old and old.startswith("file://") and old.endswith("/mlartifacts")
-                 and old != here]
-        for eid, old in moved:
-            conn.execute("UPDATE experiments SET artifact_location = ? WHERE experiment_id = ?",
-                         (here, eid))
-            conn.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?)"
-                         " WHERE experiment_id = ? AND substr(artifact_uri, 1, ?) = ?",
-                         (here, len(old) + 1, eid, len(old), old))
-    if moved:
-        log.info("run directory moved from %s: MLflow artifacts now under %s",
-                 moved[0][1], here)
-        return moved[0][1]
-    return None
+    moved = []
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as connection, connection:
+        for (location,) in connection.execute(
+                "SELECT artifact_location FROM experiments").fetchall():
+            if not location or location == here or not location.startswith("file://"):
+                continue
+            old = Path(urllib.parse.unquote(urllib.parse.urlparse(location).path))
+            if old.name != "mlartifacts":
+                continue
+            connection.execute("UPDATE experiments SET artifact_location = ?"
+                               " WHERE artifact_location = ?", (here, location))
+            connection.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?)"
+                               " WHERE substr(artifact_uri, 1, ?) = ?",
+                               (here, len(location) + 1, len(location) + 1, location + "/"))
+            moved.append(str(old))
+    for old in moved:
+        log.info("run directory moved: MLflow artifacts recorded under %s now go to %s",
+                 old, here)
+    return moved
 
 
 def _param_value(value: Any) -> str:

@@ -63,9 +63,6 @@ def resolve_store(run_dir: Path | None, tracking_uri: str | None) -> Store:
         raise UiError("give a run directory (nestor ui RUNDIR) or --tracking-uri URI")
     store = run_dir / STORE_FILE
     if store.is_file():
-        from orchestrator.tracking import relocate_artifacts
-
-        relocate_artifacts(run_dir)  # a moved run directory shows its own artifacts
         return Store(f"sqlite:///{store.resolve()}", artifacts, str(run_dir), store)
     spec_uri = _spec_tracking_uri(run_dir)
     if spec_uri:
@@ -181,43 +178,15 @@ def experiment_links(url: str) -> list[tuple[str, str]]:
             for e in experiments if e.get("name") != "Default"]
 
 
-def relocate_artifacts(db: Path, artifacts: Path) -> list[str]:
-    """Point a moved run directory's MLflow store at its own mlartifacts/.
-
-    MLflow records artifact locations as absolute paths, so a run directory
-    copied off the cluster (or renamed) would show every run with "No
-    Artifacts Recorded". Where a recorded ``.../mlartifacts`` location no longer
-    exists, it is rewritten to this directory's; returns the old locations.
-    """
-    import sqlite3
-    from contextlib import closing
-
-    here = artifacts.resolve().as_uri()
-    moved = []
-    with closing(sqlite3.connect(db)) as connection, connection:
-        for (location,) in connection.execute(
-                "SELECT artifact_location FROM experiments").fetchall():
-            if not location or location == here or not location.startswith("file://"):
-                continue
-            old = Path(urllib.parse.unquote(urllib.parse.urlparse(location).path))
-            if old.name != artifacts.name or old.exists():
-                continue
-            connection.execute("UPDATE experiments SET artifact_location = ?"
-                               " WHERE artifact_location = ?", (here, location))
-            connection.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?)"
-                               " WHERE substr(artifact_uri, 1, ?) = ?",
-                               (here, len(location) + 1, len(location) + 1, location + "/"))
-            moved.append(str(old))
-    return moved
-
-
 def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> int:
     """Run the UI until Ctrl-C or SIGTERM; returns the exit status."""
     check_port_free(host, port)
-    if store.own_db is not None and store.artifacts is not None:
-        for old in relocate_artifacts(store.own_db, store.artifacts):
+    if store.own_db is not None:
+        from orchestrator.tracking import relocate_artifacts
+
+        for old in relocate_artifacts(store.own_db.parent):
             echo(f"the run directory was moved: its artifacts, recorded at {old},"
-                 f" are now read from {store.artifacts}")
+                 f" are now read from {store.own_db.parent / 'mlartifacts'}")
     env = dict(os.environ)
     env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     # Its own process group: stopping it stops its uvicorn workers and job runner too.

@@ -37,8 +37,6 @@ def test_nested_runs_with_params_metrics_and_tags(tmp_path: Path) -> None:
 
 
 def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> None:
-    from orchestrator.ui import resolve_store
-
     first = tmp_path / "scratch" / "run"
     tracker = Tracker(first, "demo")
     stage = tracker.start_run("tune")
@@ -68,4 +66,3 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
     assert not first.exists()  # nothing written back under the old path
     listed = {f.path for f in again.client.list_artifacts(stage)}
     assert listed == {"note.txt", "later"}
-    assert resolve_store(moved, None).own_db == moved / "mlflow.db"

@@ -117,8 +117,7 @@ def test_urls_a_browser_here_can_open() -> None:
 def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.tracking import Tracker
-    from orchestrator.ui import relocate_artifacts
+    from orchestrator.tracking import Tracker, relocate_artifacts
 
     before = tmp_path / "on the cluster"
     tracker = Tracker(before, "moved")
@@ -133,7 +132,7 @@ def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path) -> None
     db, artifacts = after / "mlflow.db", after / "mlartifacts"
     client = MlflowClient(tracking_uri=f"sqlite:///{db}")
     assert client.list_artifacts(run_id) == []  # what the UI would show
-    assert relocate_artifacts(db, artifacts) == [str(before / "mlartifacts")]
+    assert relocate_artifacts(after) == [str(before / "mlartifacts")]
     assert [a.path for a in client.list_artifacts(run_id)] == ["summary.md"]
     assert client.get_run(run_id).info.artifact_uri.startswith(artifacts.as_uri())
-    assert relocate_artifacts(db, artifacts) == []  # once is enough
+    assert relocate_artifacts(after) == []  # once is enough
