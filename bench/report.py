@@ -59,6 +59,18 @@ def _cell(summary: dict[str, Any], fmt: str = "{:.0f}") -> str:
     return text
 
 
+def _hpo_headline(algorithm: str, row: dict[str, Any]) -> str:
+    """``genetic 3 runs / 3 s (1/2 seeds reached)``: the median of the seeds that
+    reached the threshold, and how many did, said once."""
+    runs, time_s = row["runs"], row["time_s"]
+    if runs["median"] is None:
+        return f"{algorithm} not reached (0/{runs['seeds']} seeds)"
+    text = f"{algorithm} {runs['median']:.0f} runs / {time_s['median']:.0f} s"
+    if runs["reached"] < runs["seeds"]:
+        text += f" ({runs['reached']}/{runs['seeds']} seeds reached)"
+    return text
+
+
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
@@ -269,8 +281,7 @@ def headline(t: dict[str, Any] | None, u: dict[str, Any] | None,
                              f" {t['single']['target_val_accuracy']} val accuracy"
                              f" (efficiency {_f(r['efficiency'], '{:.0%}')})")
     if t and "hpo" in t:
-        cells = ", ".join(f"{a} {_cell(r['runs'])} runs / {_cell(r['time_s'])} s"
-                          for a, r in t["hpo"].items())
+        cells = ", ".join(_hpo_headline(a, r) for a, r in t["hpo"].items())
         lines.append(f"- HPO to val accuracy {t['calibration']['threshold']}: {cells}")
     if t and "combined" in t:
         rows = list(t["combined"].values())
