@@ -24,6 +24,7 @@ longer agree on what is initialised.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import os
@@ -87,6 +88,12 @@ class GangFailure(RuntimeError):
 
 class GangTimeout(GangFailure):
     """The function ran past its deadline; the gang was killed."""
+
+
+class GangStartError(RuntimeError):
+    """Ray could not place or start the ranks (a placement group never ready, a
+    worker lost while starting): the trial's attempt fails and is retried, the
+    driver goes on."""
 
 
 @dataclass
@@ -183,6 +190,7 @@ class GangPool:
         oversubscribe: bool = False,
         use_gpu: bool = False,
         rendezvous_timeout_s: int = 60,
+        placement_timeout_s: int = 100,
         env: dict[str, str] | None = None,
         executor_factory: Callable[[Shape], Any] | None = None,
     ) -> None:
@@ -192,6 +200,7 @@ class GangPool:
         self.oversubscribe = oversubscribe
         self.use_gpu = use_gpu
         self.rendezvous_timeout_s = rendezvous_timeout_s
+        self.placement_timeout_s = placement_timeout_s
         self.env = stall_env(env)
         self._factory = executor_factory or self._start_executor
         self._gangs: list[Gang] = []
@@ -246,7 +255,11 @@ class GangPool:
                 break
             self.discard(gang)
         start = time.monotonic()
-        executor = self._factory(shape)
+        try:
+            executor = self._factory(shape)
+        except Exception as exc:
+            raise GangStartError(
+                f"could not start a {shape} gang: {_first_line(exc)}") from exc
         gang = Gang(next(self._ids), shape, executor, started_s=time.monotonic(), busy=True)
         self._gangs.append(gang)
         self.started += 1
@@ -276,9 +289,13 @@ class GangPool:
         self.shutdown()
 
     def _start_executor(self, shape: Shape) -> Any:
+        import ray
         from horovod.ray import RayExecutor
 
-        settings = RayExecutor.create_settings(timeout_s=self.rendezvous_timeout_s)
+        settings = RayExecutor.create_settings(
+            timeout_s=self.rendezvous_timeout_s,
+            placement_group_timeout_s=self.placement_timeout_s)
+        groups_before = set(ray.util.placement_group_table())
         executor = RayExecutor(
             settings,
             num_workers=shape.ranks,
@@ -287,5 +304,30 @@ class GangPool:
             gpus_per_worker=1 if self.use_gpu else None,
             use_current_placement_group=False,
         )
-        executor.start(extra_env_vars=self.env)
+        try:
+            executor.start(extra_env_vars=self.env)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                executor.shutdown()
+            _remove_pending_groups(groups_before)
+            raise
         return executor
+
+
+def _remove_pending_groups(before: set[str]) -> None:
+    """Remove this driver's placement groups made since ``before`` and never placed.
+
+    Horovod's RayExecutor leaves the group it was waiting for when placement
+    times out; still pending, it would take slots the moment they free up and
+    hold them for the rest of the run. A group's id ends with its job's id."""
+    import ray
+    from ray._raylet import PlacementGroupID
+    from ray.util.placement_group import PlacementGroup, remove_placement_group
+
+    job = ray.get_runtime_context().get_job_id()
+    for group_id, info in ray.util.placement_group_table().items():
+        if group_id in before or not group_id.endswith(job) or info["state"] != "PENDING":
+            continue
+        with contextlib.suppress(Exception):
+            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
+            log.info("removed placement group %s that never got its slots", group_id)

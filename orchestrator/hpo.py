@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.gangs import Gang, GangFailure, GangPool, Shape
+from orchestrator.gangs import Gang, GangFailure, GangPool, GangStartError, Shape
 from orchestrator.journal import Journal, write_atomic
 from orchestrator.spec import HpoStage, Workflow
 from orchestrator.stopping import Interrupted, stop_requested
@@ -144,6 +144,7 @@ class TrialRunner:
                 record.run_id = event["run_id"]
             elif kind in ("trial_finished", "trial_attempt_failed"):
                 record = self._record(event["trial"])
+                record.attempts = max(record.attempts, event.get("attempt", 0))
                 record.slot_seconds += event.get("slot_seconds", 0.0)
                 if kind == "trial_finished":
                     record.status = event["status"]
@@ -319,8 +320,14 @@ class TrialRunner:
             ray.get(self.stopper.start.remote(trial.id))
             hooks = {"report": ReportTo(self.stopper, trial.id),
                      "should_stop": AskToStop(self.stopper, trial.id)}
-        gang = self.pool.acquire(self.shape)
-        attempt = Attempt(trial, number, run_id, gang, started=time.monotonic())
+        started = time.monotonic()
+        try:
+            gang = self.pool.acquire(self.shape)
+        except GangStartError as exc:  # recorded and retried like any failed attempt
+            self._finish_attempt(Attempt(trial, number, run_id, None, started=started),
+                                 {"status": "failed", "reason": str(exc)})
+            return
+        attempt = Attempt(trial, number, run_id, gang, started=started)
         if self.stage.trial.timeout:
             attempt.deadline = attempt.started + self.stage.trial.timeout
         attempt.refs = gang.submit(run_trial, request, **hooks)

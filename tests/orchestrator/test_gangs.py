@@ -121,3 +121,25 @@ def test_a_trial_past_its_deadline_kills_the_gang(pool: GangPool) -> None:
 def test_shape_checks_its_sizes(data: object, model: object) -> None:
     with pytest.raises(ValueError, match="must be a positive integer"):
         Shape(data=data, model=model)  # type: ignore[arg-type]
+
+
+def test_a_gang_ray_cannot_place_is_an_error_that_leaves_nothing_behind(
+        ray_local: object) -> None:
+    """Three ranks on a 2-CPU Ray (what another driver holding slots looks like):
+    Horovod's placement wait times out for real; the pool says so with its own
+    error, keeps no gang, and removes the group Horovod leaves pending."""
+    import ray
+
+    from orchestrator.gangs import GangStartError
+
+    with GangPool(slots=3, oversubscribe=True, placement_timeout_s=2) as pool:
+        before = set(ray.util.placement_group_table())
+        with pytest.raises(GangStartError, match=r"could not start a 3x1 gang: Placement group"):
+            pool.acquire(Shape(data=3))
+        assert pool.gangs == () and pool.used_slots == 0
+        left = {pid: info["state"] for pid, info in ray.util.placement_group_table().items()
+                if pid not in before and info["state"] != "REMOVED"}
+        assert left == {}
+        gang = pool.acquire(Shape(data=2))  # both CPUs are still free for a gang that fits
+        gang.submit(allreduce_rank, 1.0)
+        assert [r[:3] for r in gang.collect(timeout_s=120)] == [(0, 2, 3.0), (1, 2, 3.0)]
