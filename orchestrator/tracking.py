@@ -52,6 +52,8 @@ from orchestrator.journal import Journal, read_events, write_atomic
 log = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
+STORE_FILE = "mlflow.db"  # a run directory's own MLflow store, unless the spec names one
+ARTIFACTS_DIR = "mlartifacts"  # beside it, where that store keeps artifacts
 OUTBOX_FILE = "tracking-outbox.jsonl"
 CURSOR_FILE = "tracking-outbox.sent"
 KEYS_FILE = "tracking-keys.json"
@@ -63,7 +65,7 @@ CLOSE_WAIT_S = float(os.environ.get("NESTOR_TRACKING_CLOSE_WAIT_S", "20"))
 
 
 def default_tracking_uri(run_dir: Path) -> str:
-    return f"sqlite:///{(run_dir / 'mlflow.db').resolve()}"
+    return f"sqlite:///{(run_dir / STORE_FILE).resolve()}"
 
 
 def relocate_artifacts(run_dir: Path) -> list[str]:
@@ -76,13 +78,13 @@ def relocate_artifacts(run_dir: Path) -> list[str]:
     "No Artifacts Recorded". Only the store nestor made (``mlflow.db`` beside
     ``mlartifacts/``) is touched. Returns the old locations rewritten.
     """
-    db = run_dir / "mlflow.db"
+    db = run_dir / STORE_FILE
     if not db.is_file():
         return []
     import sqlite3
     import urllib.parse
 
-    here = (run_dir / "mlartifacts").resolve().as_uri()
+    here = (run_dir / ARTIFACTS_DIR).resolve().as_uri()
     moved = []
     with contextlib.closing(sqlite3.connect(db, timeout=30)) as connection, connection:
         for (location,) in connection.execute(
@@ -90,7 +92,7 @@ def relocate_artifacts(run_dir: Path) -> list[str]:
             if not location or location == here or not location.startswith("file://"):
                 continue
             old = Path(urllib.parse.unquote(urllib.parse.urlparse(location).path))
-            if old.name != "mlartifacts":
+            if old.name != ARTIFACTS_DIR:
                 continue
             connection.execute("UPDATE experiments SET artifact_location = ?"
                                " WHERE artifact_location = ?", (here, location))
@@ -133,7 +135,8 @@ class Tracker:
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.uri = uri or default_tracking_uri(self.run_dir)
-        if self.uri == default_tracking_uri(self.run_dir):
+        self.own_store = self.uri == default_tracking_uri(self.run_dir)
+        if self.own_store:
             relocate_artifacts(self.run_dir)
         self.experiment = experiment
         self.client = MlflowClient(tracking_uri=self.uri)
@@ -334,8 +337,8 @@ class Tracker:
                 self._experiment_id = existing.experiment_id
             else:
                 artifacts = None
-                if self.uri == default_tracking_uri(self.run_dir):  # artifacts beside the store
-                    artifacts = (self.run_dir / "mlartifacts").resolve().as_uri()
+                if self.own_store:  # artifacts beside the store
+                    artifacts = (self.run_dir / ARTIFACTS_DIR).resolve().as_uri()
                 self._experiment_id = self.client.create_experiment(
                     self.experiment, artifact_location=artifacts)
         return self._experiment_id

@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-STORE_FILE = "mlflow.db"
-ARTIFACTS_DIR = "mlartifacts"
+from orchestrator.tracking import ARTIFACTS_DIR, STORE_FILE, relocate_artifacts
+
 READY_TIMEOUT_S = 120.0
 
 
@@ -182,11 +182,9 @@ def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> in
     """Run the UI until Ctrl-C or SIGTERM; returns the exit status."""
     check_port_free(host, port)
     if store.own_db is not None:
-        from orchestrator.tracking import relocate_artifacts
-
         for old in relocate_artifacts(store.own_db.parent):
             echo(f"the run directory was moved: its artifacts, recorded at {old},"
-                 f" are now read from {store.own_db.parent / 'mlartifacts'}")
+                 f" are now read from {store.own_db.parent / ARTIFACTS_DIR}")
     env = dict(os.environ)
     env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     # Its own process group: stopping it stops its uvicorn workers and job runner too.
