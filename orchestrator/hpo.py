@@ -28,7 +28,7 @@ from orchestrator.gangs import Gang, GangFailure, GangPool, GangStartError, Shap
 from orchestrator.journal import Journal, write_atomic
 from orchestrator.spec import HpoStage, Workflow
 from orchestrator.stopping import Interrupted, stop_requested
-from orchestrator.tracking import Tracker
+from orchestrator.tracking import Tracker, derived_key
 
 log = logging.getLogger(__name__)
 
@@ -128,6 +128,7 @@ class TrialRunner:
         self.threshold_at: float | None = None
         self.exhausted = False  # the source has nothing more to give
         self.stopper: Any = None
+        self.resumed = False
 
     # -- resume -----------------------------------------------------------------------
 
@@ -136,6 +137,7 @@ class TrialRunner:
         if self.state_path.exists():
             self.searcher.restore(json.loads(self.state_path.read_text()))
         mine = [e for e in events if e.get("stage") == self.stage.name]
+        self.resumed = bool(mine)  # an earlier driver may have left unjournalled runs
         for event in mine:
             kind = event["event"]
             if kind == "trial_started":
@@ -296,6 +298,7 @@ class TrialRunner:
                     "nestor.mp": self.shape.model,
                     "nestor.status": "running",
                 },
+                key=derived_key(self.stage_run_id, trial.id), adopt=self.resumed,
             )
             record.run_id = run_id
         trial_dir = f"{self.stage.name}/{trial.id}"

@@ -124,6 +124,11 @@ def _permanent(exc: BaseException) -> bool:
     return 400 <= status < 500 and status != 429
 
 
+def derived_key(*parts: str) -> str:
+    """A run key that is the same each time it is derived from the same parts."""
+    return PENDING + uuid.uuid5(uuid.NAMESPACE_URL, "/".join(parts)).hex
+
+
 class Tracker:
     """Creates and fills MLflow runs for a workflow's stages and trials."""
 
@@ -177,12 +182,21 @@ class Tracker:
         parent: str | None = None,
         tags: Mapping[str, Any] | None = None,
         params: Mapping[str, Any] | None = None,
+        key: str | None = None,
+        adopt: bool = False,
     ) -> str:
-        """Create a run (nested under ``parent`` if given); returns its id or local key."""
+        """Create a run (nested under ``parent`` if given); returns its id or local key.
+
+        A driver journals a run's id only after creating it, so a driver killed
+        in between leaves a run the journal never names. Giving a ``key`` that
+        the next driver derives again (see ``derived_key``) with ``adopt=True``
+        makes that driver take the earlier run over instead of adding a twin.
+        """
         all_tags = {k: _param_value(v) for k, v in (tags or {}).items()}
-        key = PENDING + uuid.uuid4().hex
+        key = key or PENDING + uuid.uuid4().hex
         op = {"name": name, "key": key, "parent": parent, "tags": all_tags,
-              "params": {str(k): _param_value(v) for k, v in (params or {}).items()}}
+              "params": {str(k): _param_value(v) for k, v in (params or {}).items()},
+              "adopt": adopt}
         run_id = self._submit("start_run", op)
         return run_id if isinstance(run_id, str) else key
 
@@ -378,7 +392,7 @@ class Tracker:
             if parent is not None:
                 tags["mlflow.parentRunId"] = parent
             experiment = self._resolve_experiment()
-            found = replay and self.client.search_runs(
+            found = (replay or args.get("adopt")) and self.client.search_runs(
                 [experiment], filter_string=f"tags.`{KEY_TAG}` = '{key}'", max_results=1)
             run_id = found[0].info.run_id if found else self.client.create_run(
                 experiment, run_name=args["name"], tags=tags).info.run_id

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
@@ -19,6 +20,7 @@ from typing import Any
 from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
 from orchestrator.stopping import Interrupted, reinstall_handlers, stop_requested
+from orchestrator.tracking import derived_key
 
 SPEC_FILE = "spec.yaml"
 JOURNAL_FILE = "journal.jsonl"
@@ -151,13 +153,18 @@ def run_workflow(
                     use_gpu=bool(ray.cluster_resources().get("GPU")))
     started = time.time()
     try:
+        # Names this run's MLflow runs for good, so a resumed driver finds the ones
+        # its predecessor created but did not live to journal.
+        run_key = next((e.get("run_key") for e in events if e["event"] == "workflow_started"),
+                       None) or uuid.uuid4().hex
         if not events:
             journal.append("workflow_started", workflow=workflow.name, slots=total,
-                           pid=os.getpid())
+                           pid=os.getpid(), run_key=run_key)
         else:
             journal.append("workflow_resumed", slots=total, pid=os.getpid())
         scheduler = StageScheduler(workflow, run_dir=run_dir, pool=pool, journal=journal,
-                                   tracker=tracker, events=events, on_progress=on_progress)
+                                   tracker=tracker, events=events, on_progress=on_progress,
+                                   run_key=run_key)
         summaries = scheduler.run()
         results: dict[str, Any] = {
             "workflow": workflow.name, "run_dir": str(run_dir), "slots": total,
@@ -187,8 +194,9 @@ class StageScheduler:
 
     def __init__(self, workflow: Workflow, *, run_dir: Path, pool: Any, journal: Journal,
                  tracker: Any, events: list[dict[str, Any]],
-                 on_progress: Callable[[Any], None] | None) -> None:
+                 on_progress: Callable[[Any], None] | None, run_key: str = "") -> None:
         self.workflow = workflow
+        self.run_key = run_key or uuid.uuid4().hex
         self.run_dir = run_dir
         self.pool = pool
         self.journal = journal
@@ -260,7 +268,8 @@ class StageScheduler:
                 stage_run = self.tracker.start_run(
                     name, tags={"nestor.stage": name, "nestor.kind": stage.kind,
                                 "nestor.from": ",".join(stage.from_),
-                                "nestor.run_dir": str(self.run_dir.resolve())}
+                                "nestor.run_dir": str(self.run_dir.resolve())},
+                    key=derived_key(self.run_key, name), adopt=bool(self.events),
                 )
                 self.journal.append("stage_started", stage=name, run_id=stage_run)
             self.stage_runs[name] = stage_run

@@ -214,6 +214,44 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(sweep) -> Non
                                    if e["event"] == "trial_started"}) == 16
 
 
+DIES_AFTER_CREATING_A_RUN = """
+import os, signal, sys
+from orchestrator import cli, gangs
+acquire, calls = gangs.GangPool.acquire, []
+def dying_acquire(self, shape):
+    calls.append(shape)
+    if len(calls) == int(os.environ["DIE_AT"]):  # its MLflow run exists, unjournalled
+        os.killpg(0, signal.SIGKILL)
+    return acquire(self, shape)
+gangs.GangPool.acquire = dying_acquire
+sys.argv = ["nestor", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_a_driver_killed_before_journalling_a_new_run_does_not_leave_a_twin(sweep) -> None:
+    # The window the random kill above can hit: a trial's MLflow run is created,
+    # then its gang starts (seconds, when a new gang is needed), and only then is
+    # the trial journalled with the run's id.
+    spec, run_dir, env = sweep(population=2, generations=2)
+    driver = subprocess.run([sys.executable, "-c", DIES_AFTER_CREATING_A_RUN, "run",
+                             str(spec), "--run-dir", str(run_dir)],
+                            env=dict(env, DIE_AT="3"), capture_output=True, text=True,
+                            start_new_session=True, timeout=240, check=False)
+    assert driver.returncode == -signal.SIGKILL, driver.stderr
+    started = {e["trial"]["id"] for e in events(run_dir) if e["event"] == "trial_started"}
+    assert len(started) == 2  # the third trial's run was created, never journalled
+    assert len([r for r in mlflow_runs(run_dir) if "mlflow.parentRunId" in r.data.tags]) == 3
+
+    result = nestor("resume", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    ids = {e["trial"]["id"] for e in events(run_dir) if e["event"] == "trial_started"}
+    trial_runs = [r for r in mlflow_runs(run_dir) if "mlflow.parentRunId" in r.data.tags]
+    assert len(ids) == len(trial_runs) == 4
+    assert {r.data.tags["nestor.trial"] for r in trial_runs} == ids
+    assert all(r.info.status == "FINISHED" for r in trial_runs)  # the early one adopted too
+
+
 def test_sigterm_stops_the_driver_cleanly_and_resume_finishes(sweep) -> None:
     spec, run_dir, env = sweep(population=4, generations=3)
     env["FIT_SLEEP"] = "0.5"

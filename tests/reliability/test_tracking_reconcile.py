@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from orchestrator.journal import Journal
-from orchestrator.tracking import Tracker
+from orchestrator.tracking import Tracker, derived_key
 
 
 def test_runs_of_journalled_trials_are_closed_on_resume(tmp_path: Path) -> None:
@@ -36,4 +36,21 @@ def test_runs_of_journalled_trials_are_closed_on_resume(tmp_path: Path) -> None:
     assert second.info.status == "FAILED" and second.data.tags["nestor.failure"] == "rank died"
     assert third.info.status == "RUNNING"  # still to run: the resume runs it
     assert resumed.reconcile() == 0  # nothing left to close
+    resumed.close()
+
+
+def test_a_run_created_but_never_recorded_is_adopted_by_its_derived_key(tmp_path: Path) -> None:
+    key = derived_key("run-key", "tune", "3")
+    assert key == derived_key("run-key", "tune", "3") != derived_key("run-key", "tune", "4")
+    tracker = Tracker(tmp_path, "adopt")
+    first = tracker.start_run("tune/3", params={"x": 0.1}, key=key)
+    tracker.close()
+    (tmp_path / "tracking-keys.json").unlink()  # killed before the id was written anywhere
+
+    resumed = Tracker(tmp_path, "adopt")
+    assert resumed.start_run("tune/3", params={"x": 0.1}, key=key, adopt=True) == first
+    fresh = resumed.start_run("tune/4", key=derived_key("run-key", "tune", "4"), adopt=True)
+    assert fresh != first
+    runs = resumed.client.search_runs([resumed.experiment_id])
+    assert sorted(r.info.run_id for r in runs) == sorted([first, fresh])
     resumed.close()
