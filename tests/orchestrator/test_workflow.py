@@ -252,6 +252,41 @@ def test_a_driver_killed_before_journalling_a_new_run_does_not_leave_a_twin(swee
     assert all(r.info.status == "FINISHED" for r in trial_runs)  # the early one adopted too
 
 
+PLACEMENT_TIMES_OUT_ONCE = """
+import sys
+from orchestrator import cli, gangs
+start, calls = gangs.GangPool._start_executor, []
+def start_once_failing(self, shape):
+    calls.append(shape)
+    if len(calls) == 1:  # what Horovod raises when Ray cannot place the gang in time
+        raise TimeoutError("Placement group creation timed out. Make sure your cluster"
+                           " either has enough resources or use an autoscaling cluster.")
+    return start(self, shape)
+gangs.GangPool._start_executor = start_once_failing
+sys.argv = ["nestor", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_a_gang_that_cannot_be_placed_fails_one_attempt_which_is_retried(sweep) -> None:
+    # The pool's side of a real placement timeout is tested in test_gangs; here the
+    # driver meets one (raised where Horovod raises it) in a whole run.
+    spec, run_dir, env = sweep(population=2, generations=2)
+    driver = subprocess.run([sys.executable, "-c", PLACEMENT_TIMES_OUT_ONCE, "run",
+                             str(spec), "--run-dir", str(run_dir)], env=env,
+                            capture_output=True, text=True, timeout=240, check=False)
+    assert driver.returncode == 0, driver.stderr
+    assert "Traceback" not in driver.stderr
+    (failed,) = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]
+    assert failed["reason"].startswith("could not start a 1x1 gang: Placement group creation")
+    done = finished(run_dir)
+    assert len(done) == 4 and all(e["status"] == "completed" for e in done.values())
+    assert done[failed["trial"]["id"]]["attempt"] == 2
+    (run,) = [r for r in mlflow_runs(run_dir)
+              if r.data.tags.get("nestor.trial") == failed["trial"]["id"]]
+    assert run.info.status == "FINISHED" and run.data.tags["nestor.attempts"] == "2"
+
+
 def test_sigterm_stops_the_driver_cleanly_and_resume_finishes(sweep) -> None:
     spec, run_dir, env = sweep(population=4, generations=3)
     env["FIT_SLEEP"] = "0.5"
