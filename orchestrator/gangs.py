@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 log = logging.getLogger(__name__)
+# How long Horovod waits for Ray to place a new gang's ranks before the attempt fails.
+PLACEMENT_TIMEOUT_S = int(os.environ.get("NESTOR_PLACEMENT_TIMEOUT_S", "100"))
 
 
 @dataclass(frozen=True, order=True)
@@ -190,9 +192,10 @@ class GangPool:
         oversubscribe: bool = False,
         use_gpu: bool = False,
         rendezvous_timeout_s: int = 60,
-        placement_timeout_s: int = 100,
+        placement_timeout_s: int = PLACEMENT_TIMEOUT_S,
         env: dict[str, str] | None = None,
         executor_factory: Callable[[Shape], Any] | None = None,
+        shared: bool = False,
     ) -> None:
         if slots < 1:
             raise ValueError(f"slots must be at least 1, but got {slots}")
@@ -201,6 +204,10 @@ class GangPool:
         self.use_gpu = use_gpu
         self.rendezvous_timeout_s = rendezvous_timeout_s
         self.placement_timeout_s = placement_timeout_s
+        # On a cluster other drivers use, this pool's own count is not enough: a new
+        # gang also needs the cluster's free slots, or Horovod waits for them until
+        # its placement timeout.
+        self.shared = shared
         self.env = stall_env(env)
         self._factory = executor_factory or self._start_executor
         self._gangs: list[Gang] = []
@@ -227,7 +234,24 @@ class GangPool:
             return True
         if self.oversubscribe:
             return True
-        return self.busy_slots + shape.ranks <= self.slots
+        return self.busy_slots + shape.ranks <= self.slots and not self.cluster_shortfall(shape)
+
+    def cluster_shortfall(self, shape: Shape) -> int:
+        """Slots a new gang of ``shape`` lacks because other drivers hold them (0 when
+        the cluster is this pool's alone). Idle gangs of this pool count as free:
+        ``acquire`` shuts them down to make room."""
+        free = self._cluster_free()
+        if free is None:
+            return 0
+        idle = sum(g.shape.ranks for g in self._gangs if not g.busy)
+        return max(0, shape.ranks - free - idle)
+
+    def _cluster_free(self) -> int | None:
+        if not self.shared:
+            return None
+        import ray
+
+        return int(ray.available_resources().get("GPU" if self.use_gpu else "CPU", 0))
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -249,10 +273,15 @@ class GangPool:
             raise RuntimeError(
                 f"no room for a {shape} gang: {self.busy_slots} of {self.slots} slots are busy"
             )
-        # Make room: shut down idle gangs of other shapes, oldest first.
+        # Make room: shut down idle gangs of other shapes, oldest first, until both
+        # this pool and (when shared) the cluster have the slots.
+        free, freed = self._cluster_free(), 0
         for gang in sorted((g for g in self._gangs if not g.busy), key=lambda g: g.started_s):
-            if self.oversubscribe or self.used_slots + shape.ranks <= self.slots:
+            room_here = self.used_slots + shape.ranks <= self.slots
+            room_there = free is None or free + freed >= shape.ranks
+            if self.oversubscribe or (room_here and room_there):
                 break
+            freed += gang.shape.ranks
             self.discard(gang)
         start = time.monotonic()
         try:

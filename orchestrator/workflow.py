@@ -9,6 +9,7 @@ but the directory.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 import uuid
@@ -21,6 +22,9 @@ from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
 from orchestrator.stopping import Interrupted, reinstall_handlers, stop_requested
 from orchestrator.tracking import derived_key
+
+log = logging.getLogger(__name__)
+CLUSTER_POLL_S = 1.0  # how often a driver waiting on a shared cluster looks again
 
 SPEC_FILE = "spec.yaml"
 JOURNAL_FILE = "journal.jsonl"
@@ -150,7 +154,7 @@ def run_workflow(
         run_dir, workflow.tracking.experiment or workflow.name, workflow.tracking.uri
     )
     pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
-                    use_gpu=bool(ray.cluster_resources().get("GPU")))
+                    use_gpu=bool(ray.cluster_resources().get("GPU")), shared=address is not None)
     started = time.time()
     try:
         # Names this run's MLflow runs for good, so a resumed driver finds the ones
@@ -209,6 +213,7 @@ class StageScheduler:
                 self.summaries[event["stage"]] = event["summary"]
         self.active: dict[str, Any] = {}
         self.stage_runs: dict[str, str] = {}
+        self._waiting_since = 0.0  # when nothing could start for want of cluster slots
 
     def run(self) -> dict[str, dict[str, Any]]:
         import ray
@@ -224,21 +229,37 @@ class StageScheduler:
             if done:
                 continue  # their dependants may start now
             refs = [ref for runner in self.active.values() for ref in runner.refs()]
-            if not refs:
+            if refs:
+                self._waiting_since = 0.0
+                wait = min(runner.wait_s() for runner in self.active.values())
+                ray.wait(refs, num_returns=1, timeout=wait, fetch_local=False)
+                for runner in list(self.active.values()):
+                    runner.collect()
+            elif not self._wait_for_shared_cluster():
                 blocked = ", ".join(f"{n} ({r.shape})" for n, r in self.active.items())
                 raise RunError(
                     f"stage trials of {blocked} cannot start on {self.pool.slots} slots;"
                     " lower parallel: or give more slots"
                 )
-            wait = min(runner.wait_s() for runner in self.active.values())
-            ray.wait(refs, num_returns=1, timeout=wait, fetch_local=False)
-            for runner in list(self.active.values()):
-                runner.collect()
             reason = stop_requested()
             if reason is not None:
                 for runner in list(self.active.values()):
                     runner.abandon(reason)
                 raise Interrupted(reason)
+
+    def _wait_for_shared_cluster(self) -> bool:
+        """Wait a moment when nothing runs only because other drivers on a shared
+        cluster hold the slots; True if that is the case (it clears when they end)."""
+        short = {name: self.pool.cluster_shortfall(runner.shape)
+                 for name, runner in self.active.items()}
+        if not all(short.values()):
+            return False
+        if not self._waiting_since:
+            self._waiting_since = time.monotonic()
+            log.warning("waiting for slots on the shared Ray cluster: other workflows hold"
+                        " them (%s short)", ", ".join(f"{n}: {k}" for n, k in short.items()))
+        time.sleep(CLUSTER_POLL_S)
+        return True
 
     def _share_free_slots(self) -> None:
         """Hand free slots out one trial at a time, to the stage using fewest ranks,

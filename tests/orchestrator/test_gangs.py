@@ -143,3 +143,34 @@ def test_a_gang_ray_cannot_place_is_an_error_that_leaves_nothing_behind(
         gang = pool.acquire(Shape(data=2))  # both CPUs are still free for a gang that fits
         gang.submit(allreduce_rank, 1.0)
         assert [r[:3] for r in gang.collect(timeout_s=120)] == [(0, 2, 3.0), (1, 2, 3.0)]
+
+
+def test_on_a_shared_cluster_a_pool_counts_the_slots_others_hold(ray_local: object) -> None:
+    """Another driver's actor holds a CPU this pool's own count thinks it has: the
+    pool says a 2-rank gang does not fit (instead of letting Horovod wait for it
+    until the placement timeout); once the CPU is back, it shuts its idle gang
+    down to make room even though its own count did not need that."""
+    import ray
+
+    @ray.remote(num_cpus=1)
+    class OtherDriversTrial:
+        def ping(self) -> bool:
+            return True
+
+    with GangPool(slots=3, shared=True, placement_timeout_s=5) as pool:
+        idle = pool.acquire(Shape(data=1))
+        idle.submit(allreduce_rank, 1.0)
+        idle.collect(timeout_s=120)
+        pool.release(idle)
+        other = OtherDriversTrial.remote()
+        ray.get(other.ping.remote())
+        assert pool.cluster_shortfall(Shape(data=2)) == 1 and not pool.fits(Shape(data=2))
+        assert pool.fits(Shape(data=1))  # the idle gang of that shape is reused
+        ray.kill(other)
+        deadline = time.monotonic() + 30
+        while not pool.fits(Shape(data=2)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gang = pool.acquire(Shape(data=2))
+        gang.submit(allreduce_rank, 1.0)
+        assert [r[:3] for r in gang.collect(timeout_s=120)] == [(0, 2, 3.0), (1, 2, 3.0)]
+        assert idle not in pool.gangs and pool.started == 2

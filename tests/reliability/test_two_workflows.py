@@ -368,3 +368,55 @@ def test_a_function_trainer_on_the_drivers_pythonpath_runs_on_a_shared_cluster(
     finally:
         left = head.stop()
     assert not left, f"processes of this test still alive after teardown: {left}"
+
+
+# `nestor run`, with one moment added: right after the driver's free-slot check has
+# passed, another driver takes every slot for HOLD_S seconds. This is the window two
+# drivers starting together can both pass the check in, made certain.
+TAKEN_AFTER_THE_CHECK = """
+import subprocess, sys
+from orchestrator import cli, workflow
+check, holder = workflow.cluster_slots, []
+def check_then_lose_the_slots(*args, **kwargs):
+    slots = check(*args, **kwargs)
+    holder.append(subprocess.Popen(
+        [sys.executable, "-c", HOLDER.replace("600", HOLD_S), ADDRESS, str(slots)],
+        stdout=subprocess.PIPE, text=True))
+    assert holder[0].stdout.readline().strip() == "holding"
+    return slots
+workflow.cluster_slots = check_then_lose_the_slots
+sys.argv = ["nestor", *sys.argv[1:]]
+cli.main()
+"""
+
+
+def test_a_driver_whose_slots_another_takes_waits_for_them_instead_of_failing_trials(
+        tmp_path: Path) -> None:
+    env = tagged_env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                     RAY_USAGE_STATS_ENABLED="0", NESTOR_PLACEMENT_TIMEOUT_S="3")
+    fit, log = tmp_path / "fit.py", tmp_path / "trainers.log"
+    fit.write_text(FIT)
+    head = RayHead(env, cpus=SLOTS)
+    hold_s = 12  # four times the placement timeout: without waiting, every start fails
+    try:
+        head.start()
+        uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+        (tmp_path / "late.yaml").write_text(spec(fit, log, "late", 3, uri))
+        wrapper = (f"HOLDER = {HOLDER!r}\nHOLD_S = {str(hold_s)!r}\n"
+                   f"ADDRESS = {head.address!r}\n{TAKEN_AFTER_THE_CHECK}")
+        began = time.time()
+        ran = subprocess.run(
+            [sys.executable, "-c", wrapper, "run", str(tmp_path / "late.yaml"), "--run-dir",
+             str(tmp_path / "late"), "--address", head.address], capture_output=True,
+            text=True, env=env, timeout=300, check=False)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        assert "waiting for slots on the shared Ray cluster" in ran.stderr
+        journal = events(tmp_path / "late")
+        assert not [e for e in journal if e["event"] == "trial_attempt_failed"]
+        done = [e for e in journal if e["event"] == "trial_finished"]
+        assert len(done) == BUDGET and all(e["status"] == "completed" for e in done)
+        first = min(float(line.split()[4]) for line in log.read_text().splitlines())
+        assert first >= began + hold_s  # no trainer ran while the other driver held the slots
+    finally:
+        left = head.stop()
+    assert not left, f"processes of this test still alive after teardown: {left}"
