@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -18,3 +21,18 @@ def ray_local() -> Iterator[object]:
              configure_logging=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture
+def nestor_with_fault() -> Callable[..., subprocess.CompletedProcess]:
+    """``nestor ARGS`` in a process where ``fault`` (Python source, run first) has
+    replaced some function: how a test puts a kill or a race exactly where it wants
+    one, instead of hoping a timed signal lands there."""
+
+    def run(fault: str, *args: str, **options: Any) -> subprocess.CompletedProcess:
+        script = (f"{fault}\nimport sys\nfrom orchestrator import cli\n"
+                  "sys.argv = ['nestor', *sys.argv[1:]]\ncli.main()\n")
+        return subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
+                              text=True, check=False, **options)
+
+    return run

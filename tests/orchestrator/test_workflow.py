@@ -214,30 +214,37 @@ def test_a_killed_driver_resumes_without_rerunning_finished_trials(sweep) -> Non
                                    if e["event"] == "trial_started"}) == 16
 
 
-DIES_AFTER_CREATING_A_RUN = """
-import os, signal, sys
-from orchestrator import cli, gangs
-acquire, calls = gangs.GangPool.acquire, []
-def dying_acquire(self, shape):
-    calls.append(shape)
-    if len(calls) == int(os.environ["DIE_AT"]):  # its MLflow run exists, unjournalled
-        os.killpg(0, signal.SIGKILL)
-    return acquire(self, shape)
-gangs.GangPool.acquire = dying_acquire
-sys.argv = ["nestor", *sys.argv[1:]]
-cli.main()
-"""
+def fault_on_call(target: str, number: int, action: str) -> str:
+    """Source for nestor_with_fault: the ``number``-th call of ``module:Owner.name``
+    runs ``action`` (one statement) first."""
+    module, attribute = target.split(":")
+    owner, name = attribute.rsplit(".", 1)
+    return textwrap.dedent(f"""\
+        import importlib, os, signal
+        owner = importlib.import_module({module!r}).{owner}
+        real, calls = owner.{name}, []
+        def faulty(*args, **kwargs):
+            calls.append(1)
+            if len(calls) == {number}:
+                {action}
+            return real(*args, **kwargs)
+        owner.{name} = faulty
+        """)
 
 
-def test_a_driver_killed_before_journalling_a_new_run_does_not_leave_a_twin(sweep) -> None:
+# Its MLflow run exists, the trial is not journalled yet.
+DIES_AFTER_CREATING_A_RUN = fault_on_call("orchestrator.gangs:GangPool.acquire", 3,
+                                          "os.killpg(0, signal.SIGKILL)")
+
+
+def test_a_driver_killed_before_journalling_a_new_run_does_not_leave_a_twin(
+        sweep, nestor_with_fault) -> None:
     # The window the random kill above can hit: a trial's MLflow run is created,
     # then its gang starts (seconds, when a new gang is needed), and only then is
     # the trial journalled with the run's id.
     spec, run_dir, env = sweep(population=2, generations=2)
-    driver = subprocess.run([sys.executable, "-c", DIES_AFTER_CREATING_A_RUN, "run",
-                             str(spec), "--run-dir", str(run_dir)],
-                            env=dict(env, DIE_AT="3"), capture_output=True, text=True,
-                            start_new_session=True, timeout=240, check=False)
+    driver = nestor_with_fault(DIES_AFTER_CREATING_A_RUN, "run", str(spec), "--run-dir",
+                               str(run_dir), env=env, start_new_session=True, timeout=240)
     assert driver.returncode == -signal.SIGKILL, driver.stderr
     started = {e["trial"]["id"] for e in events(run_dir) if e["event"] == "trial_started"}
     assert len(started) == 2  # the third trial's run was created, never journalled
@@ -252,29 +259,20 @@ def test_a_driver_killed_before_journalling_a_new_run_does_not_leave_a_twin(swee
     assert all(r.info.status == "FINISHED" for r in trial_runs)  # the early one adopted too
 
 
-PLACEMENT_TIMES_OUT_ONCE = """
-import sys
-from orchestrator import cli, gangs
-start, calls = gangs.GangPool._start_executor, []
-def start_once_failing(self, shape):
-    calls.append(shape)
-    if len(calls) == 1:  # what Horovod raises when Ray cannot place the gang in time
-        raise TimeoutError("Placement group creation timed out. Make sure your cluster"
-                           " either has enough resources or use an autoscaling cluster.")
-    return start(self, shape)
-gangs.GangPool._start_executor = start_once_failing
-sys.argv = ["nestor", *sys.argv[1:]]
-cli.main()
-"""
+# What Horovod raises when Ray cannot place the gang in time.
+PLACEMENT_TIMES_OUT_ONCE = fault_on_call(
+    "orchestrator.gangs:GangPool._start_executor", 1,
+    "raise TimeoutError('Placement group creation timed out. Make sure your cluster"
+    " either has enough resources or use an autoscaling cluster.')")
 
 
-def test_a_gang_that_cannot_be_placed_fails_one_attempt_which_is_retried(sweep) -> None:
+def test_a_gang_that_cannot_be_placed_fails_one_attempt_which_is_retried(
+        sweep, nestor_with_fault) -> None:
     # The pool's side of a real placement timeout is tested in test_gangs; here the
     # driver meets one (raised where Horovod raises it) in a whole run.
     spec, run_dir, env = sweep(population=2, generations=2)
-    driver = subprocess.run([sys.executable, "-c", PLACEMENT_TIMES_OUT_ONCE, "run",
-                             str(spec), "--run-dir", str(run_dir)], env=env,
-                            capture_output=True, text=True, timeout=240, check=False)
+    driver = nestor_with_fault(PLACEMENT_TIMES_OUT_ONCE, "run", str(spec), "--run-dir",
+                               str(run_dir), env=env, timeout=240)
     assert driver.returncode == 0, driver.stderr
     assert "Traceback" not in driver.stderr
     (failed,) = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]

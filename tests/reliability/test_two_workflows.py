@@ -375,7 +375,7 @@ def test_a_function_trainer_on_the_drivers_pythonpath_runs_on_a_shared_cluster(
 # drivers starting together can both pass the check in, made certain.
 TAKEN_AFTER_THE_CHECK = """
 import subprocess, sys
-from orchestrator import cli, workflow
+from orchestrator import workflow
 check, holder = workflow.cluster_slots, []
 def check_then_lose_the_slots(*args, **kwargs):
     slots = check(*args, **kwargs)
@@ -385,13 +385,11 @@ def check_then_lose_the_slots(*args, **kwargs):
     assert holder[0].stdout.readline().strip() == "holding"
     return slots
 workflow.cluster_slots = check_then_lose_the_slots
-sys.argv = ["nestor", *sys.argv[1:]]
-cli.main()
 """
 
 
 def test_a_driver_whose_slots_another_takes_waits_for_them_instead_of_failing_trials(
-        tmp_path: Path) -> None:
+        tmp_path: Path, nestor_with_fault) -> None:
     env = tagged_env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
                      RAY_USAGE_STATS_ENABLED="0", NESTOR_PLACEMENT_TIMEOUT_S="3")
     fit, log = tmp_path / "fit.py", tmp_path / "trainers.log"
@@ -405,10 +403,9 @@ def test_a_driver_whose_slots_another_takes_waits_for_them_instead_of_failing_tr
         wrapper = (f"HOLDER = {HOLDER!r}\nHOLD_S = {str(hold_s)!r}\n"
                    f"ADDRESS = {head.address!r}\n{TAKEN_AFTER_THE_CHECK}")
         began = time.time()
-        ran = subprocess.run(
-            [sys.executable, "-c", wrapper, "run", str(tmp_path / "late.yaml"), "--run-dir",
-             str(tmp_path / "late"), "--address", head.address], capture_output=True,
-            text=True, env=env, timeout=300, check=False)
+        ran = nestor_with_fault(wrapper, "run", str(tmp_path / "late.yaml"), "--run-dir",
+                                str(tmp_path / "late"), "--address", head.address, env=env,
+                                timeout=300)
         assert ran.returncode == 0, ran.stderr[-3000:]
         assert "waiting for slots on the shared Ray cluster" in ran.stderr
         journal = events(tmp_path / "late")
