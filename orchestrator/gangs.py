@@ -232,9 +232,11 @@ class GangPool:
         """Could a trial of this shape start now (reusing or evicting idle gangs)?"""
         if any(not g.busy and not g.broken and g.shape == shape for g in self._gangs):
             return True
-        if self.oversubscribe:
-            return True
-        return self.busy_slots + shape.ranks <= self.slots and not self.cluster_shortfall(shape)
+        return self._room(shape) and not self.cluster_shortfall(shape)
+
+    def _room(self, shape: Shape) -> bool:
+        """By this pool's own count (what other drivers hold can change under it)."""
+        return self.oversubscribe or self.busy_slots + shape.ranks <= self.slots
 
     def cluster_shortfall(self, shape: Shape) -> int:
         """Slots a new gang of ``shape`` lacks because other drivers hold them (0 when
@@ -246,12 +248,22 @@ class GangPool:
         idle = sum(g.shape.ranks for g in self._gangs if not g.busy)
         return max(0, shape.ranks - free - idle)
 
+    def cluster_size(self) -> int:
+        """The slots the whole Ray cluster has now (nodes may have left it)."""
+        import ray
+
+        return int(ray.cluster_resources().get(self._slot_resource, 0))
+
     def _cluster_free(self) -> int | None:
         if not self.shared:
             return None
         import ray
 
-        return int(ray.available_resources().get("GPU" if self.use_gpu else "CPU", 0))
+        return int(ray.available_resources().get(self._slot_resource, 0))
+
+    @property
+    def _slot_resource(self) -> str:
+        return "GPU" if self.use_gpu else "CPU"
 
     # -- life cycle -------------------------------------------------------------------
 
@@ -269,7 +281,7 @@ class GangPool:
             if not gang.busy and not gang.broken and gang.shape == shape:
                 gang.busy = True
                 return gang
-        if not self.fits(shape):
+        if not self._room(shape):
             raise RuntimeError(
                 f"no room for a {shape} gang: {self.busy_slots} of {self.slots} slots are busy"
             )

@@ -25,6 +25,7 @@ from orchestrator.tracking import derived_key
 
 log = logging.getLogger(__name__)
 CLUSTER_POLL_S = 1.0  # how often a driver waiting on a shared cluster looks again
+CLUSTER_SAY_S = 60.0  # and how often it says it is still waiting
 
 SPEC_FILE = "spec.yaml"
 JOURNAL_FILE = "journal.jsonl"
@@ -214,6 +215,7 @@ class StageScheduler:
         self.active: dict[str, Any] = {}
         self.stage_runs: dict[str, str] = {}
         self._waiting_since = 0.0  # when nothing could start for want of cluster slots
+        self._last_said = 0.0
 
     def run(self) -> dict[str, dict[str, Any]]:
         import ray
@@ -254,10 +256,16 @@ class StageScheduler:
                  for name, runner in self.active.items()}
         if not all(short.values()):
             return False
-        if not self._waiting_since:
-            self._waiting_since = time.monotonic()
-            log.warning("waiting for slots on the shared Ray cluster: other workflows hold"
-                        " them (%s short)", ", ".join(f"{n}: {k}" for n, k in short.items()))
+        size = self.pool.cluster_size()
+        if any(runner.shape.ranks > size for runner in self.active.values()):
+            return False  # the cluster itself shrank (a node left): waiting cannot help
+        now = time.monotonic()
+        if not self._waiting_since or now - self._last_said >= CLUSTER_SAY_S:
+            self._waiting_since = self._waiting_since or now
+            self._last_said = now
+            log.warning("waiting %.0f s so far for slots on the shared Ray cluster: other"
+                        " workflows hold them (%s short)", now - self._waiting_since,
+                        ", ".join(f"{n}: {k}" for n, k in short.items()))
         time.sleep(CLUSTER_POLL_S)
         return True
 

@@ -407,7 +407,7 @@ def test_a_driver_whose_slots_another_takes_waits_for_them_instead_of_failing_tr
                                 str(tmp_path / "late"), "--address", head.address, env=env,
                                 timeout=300)
         assert ran.returncode == 0, ran.stderr[-3000:]
-        assert "waiting for slots on the shared Ray cluster" in ran.stderr
+        assert "so far for slots on the shared Ray cluster" in ran.stderr
         journal = events(tmp_path / "late")
         assert not [e for e in journal if e["event"] == "trial_attempt_failed"]
         done = [e for e in journal if e["event"] == "trial_finished"]
