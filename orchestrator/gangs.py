@@ -38,6 +38,21 @@ log = logging.getLogger(__name__)
 PLACEMENT_TIMEOUT_S = int(os.environ.get("NESTOR_PLACEMENT_TIMEOUT_S", "100"))
 
 
+def slot_resource() -> str:
+    """What one slot is on the connected Ray cluster: a GPU where it has any, else a CPU."""
+    import ray
+
+    return "GPU" if ray.cluster_resources().get("GPU") else "CPU"
+
+
+def cluster_slot_counts(resource: str) -> tuple[int, int]:
+    """The connected Ray cluster's ``resource`` slots now: (all, free)."""
+    import ray
+
+    return (int(ray.cluster_resources().get(resource, 0)),
+            int(ray.available_resources().get(resource, 0)))
+
+
 @dataclass(frozen=True, order=True)
 class Shape:
     """The ranks of one trial: data-parallel x model-parallel."""
@@ -250,16 +265,12 @@ class GangPool:
 
     def cluster_size(self) -> int:
         """The slots the whole Ray cluster has now (nodes may have left it)."""
-        import ray
-
-        return int(ray.cluster_resources().get(self._slot_resource, 0))
+        return cluster_slot_counts(self._slot_resource)[0]
 
     def _cluster_free(self) -> int | None:
         if not self.shared:
             return None
-        import ray
-
-        return int(ray.available_resources().get(self._slot_resource, 0))
+        return cluster_slot_counts(self._slot_resource)[1]
 
     @property
     def _slot_resource(self) -> str:

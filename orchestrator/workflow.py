@@ -18,6 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.gangs import GangPool, cluster_slot_counts, slot_resource
 from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
 from orchestrator.stopping import Interrupted, reinstall_handlers, stop_requested
@@ -103,8 +104,7 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
     elif not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, configure_logging=False,
                  runtime_env=joining_runtime_env())
-    resources = ray.cluster_resources()
-    available = int(resources.get("GPU", 0)) or int(resources.get("CPU", 0))
+    available, idle = cluster_slot_counts(slot_resource())
     if wanted is not None and wanted > available and not workflow.resources.oversubscribe:
         raise RunError(
             f"the workflow asks for {wanted} slots but the Ray cluster has {available}"
@@ -112,8 +112,6 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
     if address is not None and not workflow.resources.oversubscribe:
         # A shared cluster: other drivers may hold slots. Refuse now, clearly, rather
         # than wait in placement-group creation until Horovod times out.
-        free = ray.available_resources()
-        idle = int(free.get("GPU", 0)) if resources.get("GPU") else int(free.get("CPU", 0))
         if wanted is None:
             wanted = idle  # what the cluster has free now
         if wanted > idle or wanted < 1:
@@ -142,7 +140,6 @@ def run_workflow(
     """
     import ray
 
-    from orchestrator.gangs import GangPool
     from orchestrator.tracking import Tracker
 
     run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
@@ -155,7 +152,7 @@ def run_workflow(
         run_dir, workflow.tracking.experiment or workflow.name, workflow.tracking.uri
     )
     pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
-                    use_gpu=bool(ray.cluster_resources().get("GPU")), shared=address is not None)
+                    use_gpu=slot_resource() == "GPU", shared=address is not None)
     started = time.time()
     try:
         # Names this run's MLflow runs for good, so a resumed driver finds the ones
@@ -199,9 +196,9 @@ class StageScheduler:
 
     def __init__(self, workflow: Workflow, *, run_dir: Path, pool: Any, journal: Journal,
                  tracker: Any, events: list[dict[str, Any]],
-                 on_progress: Callable[[Any], None] | None, run_key: str = "") -> None:
+                 on_progress: Callable[[Any], None] | None, run_key: str) -> None:
         self.workflow = workflow
-        self.run_key = run_key or uuid.uuid4().hex
+        self.run_key = run_key
         self.run_dir = run_dir
         self.pool = pool
         self.journal = journal
