@@ -28,6 +28,7 @@ import contextlib
 import itertools
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -125,6 +126,9 @@ class Gang:
     busy: bool = False
     broken: bool = False
     pending: list[Any] = field(default_factory=list)
+    killed: bool = False
+    _kill_lock: threading.Lock = field(default_factory=threading.Lock, repr=False,
+                                       compare=False)
 
     def submit(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> list[Any]:
         """Start ``fn(*args, **kwargs)`` on every rank; returns one ObjectRef per rank."""
@@ -173,17 +177,25 @@ class Gang:
         return self.executor.run(os.getpid)
 
     def kill(self) -> None:
+        """Kill the ranks and remove the placement group; safe to call again, from
+        any thread (a cancel and the attempt's own end may both do it)."""
         import ray
 
-        for worker in getattr(self.executor.adapter, "workers", []):
+        with self._kill_lock:
+            if self.executor is None or self.killed:  # never started, or done already
+                return
+            self.killed = True
+            adapter = getattr(self.executor, "adapter", None)
+            for worker in getattr(adapter, "workers", None) or []:
+                try:
+                    ray.kill(worker, no_restart=True)
+                except Exception:  # already dead; nothing else to clean
+                    log.debug("rank of gang %s already gone", self.id)
             try:
-                ray.kill(worker, no_restart=True)
-            except Exception:  # already dead; nothing else to clean
-                log.debug("rank of gang %s already gone", self.id)
-        try:
-            self.executor.shutdown()
-        except Exception:
-            log.debug("shutdown of gang %s raised; its placement group may be gone", self.id)
+                self.executor.shutdown()
+            except Exception:
+                log.debug("shutdown of gang %s raised; its placement group may be gone",
+                          self.id)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -227,6 +239,9 @@ class GangPool:
         self._factory = executor_factory or self._start_executor
         self._gangs: list[Gang] = []
         self._ids = itertools.count(1)
+        # Held around every change to the gangs; a backend that starts gangs in
+        # threads holds it too while it books, releases and counts.
+        self.lock = threading.RLock()
         self.started = 0  # gangs started over the pool's life, for reports and tests
 
     # -- accounting -------------------------------------------------------------------
@@ -279,11 +294,25 @@ class GangPool:
     # -- life cycle -------------------------------------------------------------------
 
     def acquire(self, shape: Shape) -> Gang:
-        """A warm idle gang of ``shape``, or a new one if the slots allow.
+        """A warm idle gang of ``shape``, or a new one if the slots allow, started.
 
         Raises RuntimeError when the busy gangs leave too few slots; callers
-        check ``fits`` first.
+        check ``fits`` first. The scheduler uses ``reserve`` and ``start``
+        instead, so that a slow start-up runs off its loop.
         """
+        gang, evicted = self.reserve(shape)
+        for old in evicted:
+            old.kill()
+        if gang.executor is None:
+            self.start(gang)
+        return gang
+
+    def reserve(self, shape: Shape) -> tuple[Gang, list[Gang]]:
+        """Book a gang of ``shape`` at once: a warm idle one, or the slots for a new
+        one (``executor`` None until ``start``). Returns it and the idle gangs of
+        other shapes evicted to make room; the caller kills those (slowly, off
+        the scheduling loop). Cheap: no Ray call but, on a shared cluster, one
+        look at its free slots."""
         if shape.ranks > self.slots and not self.oversubscribe:
             raise ValueError(
                 f"a trial of {shape} needs {shape.ranks} slots but the pool has {self.slots}"
@@ -291,32 +320,44 @@ class GangPool:
         for gang in self._gangs:
             if not gang.busy and not gang.broken and gang.shape == shape:
                 gang.busy = True
-                return gang
+                return gang, []
         if not self._room(shape):
             raise RuntimeError(
                 f"no room for a {shape} gang: {self.busy_slots} of {self.slots} slots are busy"
             )
-        # Make room: shut down idle gangs of other shapes, oldest first, until both
+        # Make room: evict idle gangs of other shapes, oldest first, until both
         # this pool and (when shared) the cluster have the slots.
-        free, freed = self._cluster_free(), 0
+        free, freed, evicted = self._cluster_free(), 0, []
         for gang in sorted((g for g in self._gangs if not g.busy), key=lambda g: g.started_s):
             room_here = self.used_slots + shape.ranks <= self.slots
             room_there = free is None or free + freed >= shape.ranks
             if self.oversubscribe or (room_here and room_there):
                 break
             freed += gang.shape.ranks
-            self.discard(gang)
+            self._gangs.remove(gang)
+            evicted.append(gang)
+        gang = Gang(next(self._ids), shape, None, started_s=time.monotonic(), busy=True)
+        self._gangs.append(gang)
+        return gang, evicted
+
+    def start(self, gang: Gang) -> None:
+        """Start a reserved gang's ranks (seconds: placement, rendezvous, imports).
+
+        Safe to call from a thread other than the one that reserved the gang.
+        A gang that cannot start leaves the pool and raises GangStartError."""
         start = time.monotonic()
         try:
-            executor = self._factory(shape)
+            executor = self._factory(gang.shape)
         except Exception as exc:
+            self.forget(gang)
             raise GangStartError(
-                f"could not start a {shape} gang: {_first_line(exc)}") from exc
-        gang = Gang(next(self._ids), shape, executor, started_s=time.monotonic(), busy=True)
-        self._gangs.append(gang)
-        self.started += 1
-        log.info("started gang %s (%s) in %.2f s", gang.id, shape, time.monotonic() - start)
-        return gang
+                f"could not start a {gang.shape} gang: {_first_line(exc)}") from exc
+        with self.lock:
+            gang.executor = executor
+            gang.started_s = time.monotonic()
+            self.started += 1
+        log.info("started gang %s (%s) in %.2f s", gang.id, gang.shape,
+                 time.monotonic() - start)
 
     def release(self, gang: Gang) -> None:
         """Return a gang after a trial: kept warm if healthy, discarded if broken."""
@@ -326,9 +367,14 @@ class GangPool:
 
     def discard(self, gang: Gang) -> None:
         """Kill a gang's ranks and free its slots."""
-        if gang in self._gangs:
-            self._gangs.remove(gang)
+        self.forget(gang)
         gang.kill()
+
+    def forget(self, gang: Gang) -> None:
+        """Free a gang's slots without killing it (the caller kills it, or it is dead)."""
+        with self.lock:
+            if gang in self._gangs:
+                self._gangs.remove(gang)
 
     def shutdown(self) -> None:
         for gang in list(self._gangs):

@@ -1,11 +1,12 @@
-"""Run one HPO stage: ask the searcher, run trials on gangs, tell the results.
+"""Run one stage's trials: ask the searcher, launch attempts, tell the results.
 
-The loop keeps every slot busy: whenever a trial ends it tells the searcher
-and asks again, so the asynchronous (steady-state) schedule never waits for a
-straggler, while the generational schedule waits because its searcher hands
-out nothing until the generation is complete. Each trial event is journalled
-before it counts, and the searcher's state is saved atomically after every
-tell, so a killed driver resumes without re-running a finished trial.
+The workflow's loop keeps every slot busy: whenever a trial ends it tells the
+searcher and asks again, so the asynchronous (steady-state) schedule never
+waits for a straggler, while the generational schedule waits because its
+searcher hands out nothing until the generation is complete. Attempts run on
+a :class:`~orchestrator.backends.Backend` (real Ray gangs, or a simulated
+cluster) and come back as events; each trial event is journalled before it
+counts, so a killed driver resumes without re-running a finished trial.
 
 Faults: a trial that fails (an exception, a NaN or missing metric, a dead
 rank, its timeout) is retried up to ``trial.retries`` times, on a fresh gang
@@ -24,28 +25,32 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.gangs import Gang, GangFailure, GangPool, GangStartError, Shape
+from orchestrator.backends import Backend, Ended, Event, Launch, Started
+from orchestrator.gangs import Shape
 from orchestrator.journal import Journal, write_atomic
 from orchestrator.spec import HpoStage, Workflow
-from orchestrator.stopping import Interrupted, stop_requested
 from orchestrator.tracking import Tracker, derived_key
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.5  # longest wait between checks of deadlines
+# Searcher log entries between two snapshots of a searcher's whole state: the
+# journal holds every entry, a snapshot only shortens the replay on resume.
+SNAPSHOT_EVERY = 500
 
 
 @dataclass
 class Attempt:
-    """One run of one trial on one gang."""
+    """One run of one trial on one gang, from launch to its Ended event."""
 
     trial: Any  # search.Trial
     number: int
     run_id: str
-    gang: Gang | None = None
-    refs: list[Any] = field(default_factory=list)
-    started: float = 0.0
+    key: str
+    launched: float  # backend clock
+    started: float | None = None  # once its gang runs it (None while the gang starts)
+    startup_s: float = 0.0
     deadline: float | None = None
+    cancelled: str | None = None  # why the driver killed it (a timeout)
 
 
 @dataclass
@@ -62,7 +67,8 @@ class TrialRecord:
     metrics: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
     attempts: int = 0
-    slot_seconds: float = 0.0
+    slot_seconds: float = 0.0  # the trial's own ranks' busy time
+    startup_slot_seconds: float = 0.0  # slot time spent starting gangs for it
     finished_at: float | None = None
     run_id: str | None = None  # its MLflow run, kept across attempts and resumes
     checkpoint: str | None = None
@@ -90,7 +96,7 @@ class TrialRunner:
         stage: Any,
         *,
         run_dir: Path,
-        pool: GangPool,
+        backend: Backend,
         journal: Journal,
         tracker: Tracker,
         stage_run_id: str,
@@ -104,7 +110,7 @@ class TrialRunner:
         self.workflow = workflow
         self.stage = stage
         self.run_dir = run_dir
-        self.pool = pool
+        self.backend = backend
         self.journal = journal
         self.tracker = tracker
         self.stage_run_id = stage_run_id
@@ -122,21 +128,23 @@ class TrialRunner:
         )
         self.state_path = run_dir / "searcher" / f"{stage.name}.json"
         self.records: dict[str, TrialRecord] = {}
-        self.running: dict[str, Attempt] = {}
+        self.running: dict[str, Attempt] = {}  # by trial id
+        self.keys: dict[str, str] = {}  # attempt key -> trial id
         self.queue: list[tuple[Any, int]] = []  # (trial, attempt number) to start
         self.started_at = time.time()
         self.threshold_at: float | None = None
         self.exhausted = False  # the source has nothing more to give
         self.stopper: Any = None
         self.resumed = False
+        self._logged = 0  # searcher log entries journalled so far
+        self._snapshot_at = 0  # ... and covered by the snapshot in state_path
 
     # -- resume -----------------------------------------------------------------------
 
     def restore(self, events: list[dict[str, Any]]) -> None:
-        """Rebuild from the saved searcher state and the journal of this stage."""
-        if self.state_path.exists():
-            self.searcher.restore(json.loads(self.state_path.read_text()))
+        """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = [e for e in events if e.get("stage") == self.stage.name]
+        self._restore_searcher(mine)
         self.resumed = bool(mine)  # an earlier driver may have left unjournalled runs
         for event in mine:
             kind = event["event"]
@@ -148,6 +156,7 @@ class TrialRunner:
                 record = self._record(event["trial"])
                 record.attempts = max(record.attempts, event.get("attempt", 0))
                 record.slot_seconds += event.get("slot_seconds", 0.0)
+                record.startup_slot_seconds += event.get("startup_slot_seconds", 0.0)
                 if kind == "trial_finished":
                     record.status = event["status"]
                     record.value = event.get("value")
@@ -165,10 +174,46 @@ class TrialRunner:
         for record in self.records.values():
             if record.status != "running" and record.id in pending:
                 self._tell(pending.pop(record.id), record)
-        # Trials that were running when the driver died run again, as new attempts.
-        for trial in self.searcher.pending:
+        # Trials that were running when the driver died: a result their rank 0 wrote
+        # meanwhile is adopted; the others run again, as new attempts.
+        ended = {(e["trial"]["id"], e.get("attempt")) for e in mine
+                 if e["event"] in ("trial_finished", "trial_attempt_failed")}
+        for trial in list(self.searcher.pending):
+            if self._adopt(trial, ended):
+                continue
             record = self.records.get(trial.id)
             self.queue.append((trial, (record.attempts if record else 0) + 1))
+
+    def _result_path(self, trial_id: str, number: int) -> Path:
+        return self.run_dir / "attempts" / self.stage.name / trial_id / f"{number}.json"
+
+    def _adopt(self, trial: Any, ended: set[tuple[str, Any]]) -> bool:
+        """Take over an attempt whose result landed while no driver listened.
+
+        Its rank 0 wrote the result before returning it, so training that
+        finished is never run again, however the driver was killed."""
+        from trainers import TrialResult
+
+        folder = self.run_dir / "attempts" / self.stage.name / trial.id
+        landed = sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()) \
+            if folder.is_dir() else []
+        unheard = [n for n in landed if (trial.id, n) not in ended]
+        if not unheard:
+            return False
+        number = unheard[-1]
+        result = TrialResult.from_dict(json.loads(self._result_path(trial.id, number).read_text()))
+        record = self._record(trial.to_dict())
+        record.attempts = max(record.attempts, number)
+        run_id = self._ensure_run(trial, record)
+        now = self.backend.now()
+        key = f"{self.stage.name}/{trial.id}#{number}"
+        wall = float(result.metrics.get("wall_time") or 0.0)
+        attempt = Attempt(trial, number, run_id, key, launched=now - wall, started=now - wall)
+        event = Ended(key, now, result)
+        log.info("trial %s: adopting the result of attempt %d, which landed while the"
+                 " driver was down", trial.id, number)
+        self._finish_attempt(attempt, self._outcome(attempt, event), event, adopted=True)
+        return True
 
     def _record(self, trial: dict[str, Any]) -> TrialRecord:
         if trial["id"] not in self.records:
@@ -178,61 +223,59 @@ class TrialRunner:
             )
         return self.records[trial["id"]]
 
-    # -- the loop ---------------------------------------------------------------------
-
-    def run(self) -> None:
-        """Run this stage alone to its end (the workflow steps runners together)."""
-        import ray
-
-        while True:
-            self.start_what_fits()
-            if self.finished:
-                break
-            if not self.running:
-                raise RuntimeError(
-                    f"a trial of {self.shape} cannot start on {self.pool.slots} slots"
-                )
-            ray.wait(self.refs(), num_returns=1, timeout=self.wait_s(), fetch_local=False)
-            self.collect()
-            reason = stop_requested()
-            if reason is not None:
-                self.interrupt(reason)
-        self._save_state()
+    # -- the loop (the workflow's StageScheduler drives it) ---------------------------
 
     @property
     def finished(self) -> bool:
         return self.exhausted and not self.running and not self.queue
 
-    def refs(self) -> list[Any]:
-        return [ref for attempt in self.running.values() for ref in attempt.refs]
+    def owns(self, key: str) -> bool:
+        return key in self.keys
 
-    def collect(self) -> None:
-        self._collect_finished()
+    def on_event(self, event: Event) -> None:
+        """A backend event about one of this stage's attempts."""
+        trial_id = self.keys[event.key]
+        attempt = self.running[trial_id]
+        if isinstance(event, Started):
+            attempt.started, attempt.startup_s = event.at, event.startup_s
+            if self.stage.trial.timeout:
+                attempt.deadline = event.at + self.stage.trial.timeout
+            self.journal.append(
+                "trial_started", stage=self.stage.name, trial=attempt.trial.to_dict(),
+                attempt=attempt.number, run_id=attempt.run_id, gang=event.gang,
+                shape=str(self.shape), startup_s=round(event.startup_s, 3),
+            )
+        elif isinstance(event, Ended):
+            del self.running[trial_id]
+            del self.keys[event.key]
+            self._finish_attempt(attempt, self._outcome(attempt, event), event)
         if self.on_progress:
             self.on_progress(self)
 
-    def interrupt(self, reason: str) -> None:
-        """Abandon the running trials and raise Interrupted."""
-        self.abandon(reason)
-        raise Interrupted(reason)
+    def next_deadline(self) -> float | None:
+        deadlines = [a.deadline for a in self.running.values()
+                     if a.deadline is not None and a.cancelled is None]
+        return min(deadlines, default=None)
+
+    def check_deadlines(self) -> None:
+        """Kill the attempts past their timeout; their Ended events follow."""
+        now = self.backend.now()
+        for attempt in self.running.values():
+            if attempt.cancelled is None and attempt.deadline is not None \
+                    and now >= attempt.deadline:
+                attempt.cancelled = f"timeout after {self.stage.trial.timeout:g} s"
+                self.backend.cancel(attempt.key)
 
     def abandon(self, reason: str) -> None:
         """Kill the running gangs, journalled; their trials run again on resume."""
         for attempt in self.running.values():
-            if attempt.gang is not None:
-                attempt.gang.broken = True
-                self.pool.release(attempt.gang)
+            self.backend.cancel(attempt.key)
             self.journal.append("trial_interrupted", stage=self.stage.name,
                                 trial=attempt.trial.to_dict(), attempt=attempt.number,
                                 reason=reason)
         self.running.clear()
-        self._save_state()
-
-    def wait_s(self) -> float:
-        deadlines = [a.deadline for a in self.running.values() if a.deadline is not None]
-        if not deadlines:
-            return POLL_S * 4
-        return max(0.05, min(POLL_S, min(deadlines) - time.monotonic()))
+        self.keys.clear()
+        self._journal_search()
 
     def start_what_fits(self, limit: int | None = None) -> int:
         """Start queued and newly asked trials while the pool has room, at most
@@ -244,16 +287,16 @@ class TrialRunner:
                 if self.searcher.done():
                     self.exhausted = True
                     break
-                if not self.pool.fits(self.shape):
+                if not self.backend.fits(self.shape):
                     break
                 asked = self.searcher.ask(1)
                 if not asked:
                     # A generational barrier while trials run; else nothing is left.
                     self.exhausted = not self.running
                     break
-                self._save_state()
+                self._journal_search()
                 self.queue.extend((trial, 1) for trial in asked)
-            if not self.pool.fits(self.shape):
+            if not self.backend.fits(self.shape):
                 break
             trial, number = self.queue.pop(0)
             self._start(trial, number)
@@ -271,7 +314,7 @@ class TrialRunner:
         return {}
 
     def _start(self, trial: Any, number: int) -> None:
-        from trainers import TrialRequest, run_trial
+        from trainers import TrialRequest
 
         record = self._record(trial.to_dict())
         record.attempts = number
@@ -282,9 +325,40 @@ class TrialRunner:
             self._skip(trial, record, str(exc))
             return
         settings = {**self.settings, **extras.pop("settings", {})}
-        run_id = record.run_id
-        if run_id is None:
-            run_id = self.tracker.start_run(
+        run_id = self._ensure_run(trial, record)
+        trial_dir = f"{self.stage.name}/{trial.id}"
+        request = TrialRequest(
+            trial_id=f"{self.stage.name}-{trial.id}",
+            trainer=self.trainer,
+            settings=settings,
+            config=dict(trial.config),
+            data_parallel=self.shape.data,
+            model_parallel=self.shape.model,
+            checkpoint_dir=str(self.run_dir / "checkpoints" / trial_dir),
+            log_dir=str(self.run_dir / "logs" / trial_dir),
+            timeout=self.stage.trial.timeout,
+            result_path=str(self._result_path(trial.id, number)),
+            **extras,
+        )
+        hooks: dict[str, Any] = {}
+        if self.stopper is not None:
+            import ray
+
+            from orchestrator.pruning import AskToStop, ReportTo
+
+            ray.get(self.stopper.start.remote(trial.id))
+            hooks = {"report": ReportTo(self.stopper, trial.id),
+                     "should_stop": AskToStop(self.stopper, trial.id)}
+        key = f"{self.stage.name}/{trial.id}#{number}"
+        attempt = Attempt(trial, number, run_id, key, launched=self.backend.now())
+        self.running[trial.id] = attempt
+        self.keys[key] = trial.id
+        self.backend.launch(Launch(key, self.shape, request, hooks))
+
+    def _ensure_run(self, trial: Any, record: TrialRecord) -> str:
+        """The trial's MLflow run, created on its first attempt."""
+        if record.run_id is None:
+            record.run_id = self.tracker.start_run(
                 f"{self.stage.name}/{trial.id}",
                 parent=self.stage_run_id,
                 params=trial.config,
@@ -300,45 +374,7 @@ class TrialRunner:
                 },
                 key=derived_key(self.stage_run_id, trial.id), adopt=self.resumed,
             )
-            record.run_id = run_id
-        trial_dir = f"{self.stage.name}/{trial.id}"
-        request = TrialRequest(
-            trial_id=f"{self.stage.name}-{trial.id}",
-            trainer=self.trainer,
-            settings=settings,
-            config=dict(trial.config),
-            data_parallel=self.shape.data,
-            model_parallel=self.shape.model,
-            checkpoint_dir=str(self.run_dir / "checkpoints" / trial_dir),
-            log_dir=str(self.run_dir / "logs" / trial_dir),
-            timeout=self.stage.trial.timeout,
-            **extras,
-        )
-        hooks: dict[str, Any] = {}
-        if self.stopper is not None:
-            import ray
-
-            from orchestrator.pruning import AskToStop, ReportTo
-
-            ray.get(self.stopper.start.remote(trial.id))
-            hooks = {"report": ReportTo(self.stopper, trial.id),
-                     "should_stop": AskToStop(self.stopper, trial.id)}
-        started = time.monotonic()
-        try:
-            gang = self.pool.acquire(self.shape)
-        except GangStartError as exc:  # recorded and retried like any failed attempt
-            self._finish_attempt(Attempt(trial, number, run_id, None, started=started),
-                                 {"status": "failed", "reason": str(exc)})
-            return
-        attempt = Attempt(trial, number, run_id, gang, started=started)
-        if self.stage.trial.timeout:
-            attempt.deadline = attempt.started + self.stage.trial.timeout
-        attempt.refs = gang.submit(run_trial, request, **hooks)
-        self.running[trial.id] = attempt
-        self.journal.append(
-            "trial_started", stage=self.stage.name, trial=trial.to_dict(), attempt=number,
-            run_id=run_id, gang=gang.id, shape=str(self.shape),
-        )
+        return record.run_id
 
     def _skip(self, trial: Any, record: TrialRecord, reason: str) -> None:
         record.status, record.reason, record.finished_at = "failed", reason, time.time()
@@ -349,32 +385,13 @@ class TrialRunner:
         )
         self._tell(trial, record)
 
-    def _collect_finished(self) -> None:
-        import ray
-
-        now = time.monotonic()
-        for trial_id, attempt in list(self.running.items()):
-            ready, _ = ray.wait(attempt.refs, num_returns=len(attempt.refs), timeout=0)
-            timed_out = attempt.deadline is not None and now >= attempt.deadline
-            errored = any(_raises(ref) for ref in ready)
-            if len(ready) < len(attempt.refs) and not timed_out and not errored:
-                continue
-            del self.running[trial_id]
-            outcome = self._outcome(attempt, timed_out)
-            self.pool.release(attempt.gang)
-            self._finish_attempt(attempt, outcome)
-
-    def _outcome(self, attempt: Attempt, timed_out: bool) -> dict[str, Any]:
+    def _outcome(self, attempt: Attempt, ended: Ended) -> dict[str, Any]:
         """The attempt's result as {status, value, metrics, reason, history}."""
-        assert attempt.gang is not None
-        if timed_out:
-            attempt.gang.broken = True
-            return {"status": "failed", "reason": f"timeout after {self.stage.trial.timeout:g} s"}
-        try:
-            results = attempt.gang.collect(timeout_s=60)
-        except GangFailure as exc:
-            return {"status": "failed", "reason": str(exc)}
-        result = results[0]
+        if attempt.cancelled is not None:
+            return {"status": "failed", "reason": attempt.cancelled}
+        if ended.result is None:
+            return {"status": "failed", "reason": ended.failure or "the gang failed"}
+        result = ended.result
         files = {"logs": dict(result.logs), "checkpoint": result.checkpoint}
         if not result.ok:
             return {"status": "failed", "reason": result.reason or "the trainer failed",
@@ -400,12 +417,20 @@ class TrialRunner:
             **files,
         }
 
-    def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any]) -> None:
+    def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any],
+                        ended: Ended, adopted: bool = False) -> None:
         trial = attempt.trial
         record = self.records[trial.id]
-        seconds = time.monotonic() - attempt.started
-        slot_seconds = seconds * self.shape.ranks
+        # Busy slot time is the trial's own, from its ranks starting to its end; the
+        # time spent starting a new gang (or failing to) is counted apart.
+        if attempt.started is not None:
+            slot_seconds = (ended.at - attempt.started) * self.shape.ranks
+            startup_slot_seconds = attempt.startup_s * self.shape.ranks
+        else:
+            slot_seconds = 0.0
+            startup_slot_seconds = (ended.at - attempt.launched) * self.shape.ranks
         record.slot_seconds += slot_seconds
+        record.startup_slot_seconds += startup_slot_seconds
         for step, metrics in enumerate(outcome.get("history", [])):
             self.tracker.log_metrics(attempt.run_id, metrics, step=step)
         folder = f"logs/attempt-{attempt.number}"
@@ -417,6 +442,7 @@ class TrialRunner:
             self.journal.append(
                 "trial_attempt_failed", stage=self.stage.name, trial=trial.to_dict(),
                 attempt=attempt.number, reason=outcome["reason"], slot_seconds=slot_seconds,
+                startup_slot_seconds=startup_slot_seconds, **({"adopted": True} if adopted else {}),
             )
             log.warning("trial %s attempt %d failed (%s); retrying", trial.id, attempt.number,
                         outcome["reason"])
@@ -437,7 +463,9 @@ class TrialRunner:
             "trial_finished", stage=self.stage.name, trial=trial.to_dict(),
             attempt=attempt.number, status=record.status, value=record.value,
             metrics=record.metrics, reason=record.reason, slot_seconds=slot_seconds,
+            startup_slot_seconds=startup_slot_seconds,
             checkpoint=record.checkpoint, history=record.history,
+            **({"adopted": True} if adopted else {}),
         )
         final_step = len(outcome.get("history", []))
         self.tracker.log_metrics(attempt.run_id, record.metrics, step=final_step)
@@ -460,7 +488,7 @@ class TrialRunner:
                 self.journal.append("threshold_reached", stage=self.stage.name, trial=trial.id)
         else:
             self.searcher.tell(trial.id, Failure(record.reason or "failed"))
-        self._save_state()
+        self._journal_search()
 
     def _reached(self, value: Any) -> bool:
         objective = self.objectives[0]
@@ -469,8 +497,48 @@ class TrialRunner:
         first = value[0] if isinstance(value, list) else value
         return objective.reached(first)
 
-    def _save_state(self) -> None:
-        write_atomic(self.state_path, json.dumps(self.searcher.state()))
+    def _journal_search(self) -> None:
+        """Journal what the searcher logged since last time; snapshot its whole state
+        every SNAPSHOT_EVERY entries, so that resume replays a short tail."""
+        log_since = getattr(self.searcher, "log_since", None)
+        if log_since is None:  # a fixed plan: its whole state is a few trials
+            write_atomic(self.state_path, json.dumps(self.searcher.state()))
+            return
+        entries = log_since(self._logged)
+        if not entries:
+            return
+        self.journal.append("search", stage=self.stage.name, start=self._logged,
+                            entries=entries)
+        self._logged += len(entries)
+        if self._logged - self._snapshot_at >= SNAPSHOT_EVERY:
+            write_atomic(self.state_path, json.dumps({"covers": self._logged,
+                                                      "state": self.searcher.state()}))
+            self._snapshot_at = self._logged
+
+    def _restore_searcher(self, mine: list[dict[str, Any]]) -> None:
+        """The searcher as the last snapshot and the journalled entries after it left it."""
+        saved = json.loads(self.state_path.read_text()) if self.state_path.exists() else None
+        if not hasattr(self.searcher, "log_since"):
+            if saved is not None:
+                self.searcher.restore(saved)
+            return
+        if saved is None:
+            state, covers = self.searcher.state(), 0
+        elif "covers" in saved:
+            state, covers = saved["state"], saved["covers"]
+        else:  # a run directory from before the journal held the searcher's log
+            state, covers = saved, len(saved.get("events", []))
+        log_entries = list(state.get("events", []))[:covers]
+        for event in mine:
+            if event["event"] != "search":
+                continue
+            for index, entry in enumerate(event["entries"], start=event["start"]):
+                if index == len(log_entries):
+                    log_entries.append(entry)
+        if log_entries:
+            self.searcher.restore({**state, "events": log_entries})
+        self._logged = len(log_entries)
+        self._snapshot_at = covers
 
     # -- reporting --------------------------------------------------------------------
 
@@ -500,6 +568,7 @@ class TrialRunner:
                     "checkpoint": r.checkpoint,
                     "generation": r.generation, "deme": r.deme, "parents": r.parents,
                     "attempts": r.attempts, "slot_seconds": round(r.slot_seconds, 3),
+                    "startup_slot_seconds": round(r.startup_slot_seconds, 3),
                     "reason": r.reason, "metrics": r.metrics,
                 }
                 for r in self.records.values()
@@ -509,6 +578,8 @@ class TrialRunner:
             "n_failed": sum(1 for r in finished if r.status == "failed"),
             "n_pruned": sum(1 for r in finished if r.status == "pruned"),
             "slot_seconds": round(sum(r.slot_seconds for r in self.records.values()), 3),
+            "startup_slot_seconds": round(sum(r.startup_slot_seconds
+                                              for r in self.records.values()), 3),
             "wall_time_s": round(time.time() - self.started_at, 3),
             "time_to_threshold_s": None if self.threshold_at is None
             else round(self.threshold_at - self.started_at, 3),
@@ -530,15 +601,3 @@ class HpoRunner(TrialRunner):
         super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
                          trainer_spec=stage.trainer, **kwargs)
         self.stopper = start_early_stopper(stage.early_stopping, objectives[0])
-
-
-def _raises(ref: Any) -> bool:
-    import ray
-
-    try:
-        ray.get(ref, timeout=0)
-    except ray.exceptions.GetTimeoutError:
-        return False
-    except Exception:
-        return True
-    return False

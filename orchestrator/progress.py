@@ -38,11 +38,11 @@ class StageProgress:
         failed = sum(1 for r in records if r.status == "failed")
         best = runner.searcher.best()
         best_text = "-" if best is None else f"{best.value:.4g}"
-        busy = runner.pool.busy_slots
+        busy = runner.backend.busy_slots
         generation = max((r.generation for r in records), default=0)
         self.progress.update(
             self.tasks[name],
             completed=done,
             detail=f"gen {generation}  best {best_text}  running {len(runner.running)}"
-            f"  failed {failed}  slots {busy}/{runner.pool.slots}",
+            f"  failed {failed}  slots {busy}/{runner.backend.slots}",
         )

@@ -10,11 +10,14 @@ raises :class:`Interrupted`. Everything finished is already journalled, so
 
 from __future__ import annotations
 
+import contextlib
 import signal
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 _requested: str | None = None
 _installed = False
+_wakers: list[Callable[[], None]] = []  # called on a request: must be signal-safe
 
 
 class Interrupted(Exception):
@@ -30,6 +33,20 @@ def request_stop(reason: str) -> None:
     global _requested
     if _requested is None:
         _requested = reason
+    for wake in list(_wakers):
+        wake()
+
+
+@contextlib.contextmanager
+def on_stop_request(wake: Callable[[], None]) -> Iterator[None]:
+    """Call ``wake`` when a stop is requested, while in this block: how a loop
+    blocked on its next event hears of a signal at once. ``wake`` runs inside
+    the signal handler, so it must be safe there (``queue.SimpleQueue.put`` is)."""
+    _wakers.append(wake)
+    try:
+        yield
+    finally:
+        _wakers.remove(wake)
 
 
 def stop_requested() -> str | None:

@@ -18,10 +18,11 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from orchestrator.backends import Backend, RayBackend
 from orchestrator.gangs import GangPool, cluster_slot_counts, slot_resource
 from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
-from orchestrator.stopping import Interrupted, reinstall_handlers, stop_requested
+from orchestrator.stopping import Interrupted, on_stop_request, reinstall_handlers, stop_requested
 from orchestrator.tracking import derived_key
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,7 @@ def run_workflow(
     )
     pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
                     use_gpu=slot_resource() == "GPU", shared=address is not None)
+    backend = RayBackend(pool)
     started = time.time()
     try:
         # Names this run's MLflow runs for good, so a resumed driver finds the ones
@@ -164,7 +166,7 @@ def run_workflow(
                            pid=os.getpid(), run_key=run_key)
         else:
             journal.append("workflow_resumed", slots=total, pid=os.getpid())
-        scheduler = StageScheduler(workflow, run_dir=run_dir, pool=pool, journal=journal,
+        scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
                                    tracker=tracker, events=events, on_progress=on_progress,
                                    run_key=run_key)
         summaries = scheduler.run()
@@ -186,21 +188,25 @@ def run_workflow(
     finally:
         journal.close()
         tracker.close()  # sends what an MLflow outage left buffered, within a bounded wait
-        pool.shutdown()
+        backend.shutdown()
         if started_ray:
             ray.shutdown()
 
 
 class StageScheduler:
-    """Steps the runners of every ready stage together on the shared pool."""
+    """Steps the runners of every ready stage together on one backend.
 
-    def __init__(self, workflow: Workflow, *, run_dir: Path, pool: Any, journal: Journal,
-                 tracker: Any, events: list[dict[str, Any]],
+    The loop blocks in ``backend.wait`` until an attempt starts or ends, the
+    next trial deadline passes, or a stop is requested: it never polls.
+    """
+
+    def __init__(self, workflow: Workflow, *, run_dir: Path, backend: Backend,
+                 journal: Journal, tracker: Any, events: list[dict[str, Any]],
                  on_progress: Callable[[Any], None] | None, run_key: str) -> None:
         self.workflow = workflow
         self.run_key = run_key
         self.run_dir = run_dir
-        self.pool = pool
+        self.backend = backend
         self.journal = journal
         self.tracker = tracker
         self.events = events
@@ -215,8 +221,10 @@ class StageScheduler:
         self._last_said = 0.0
 
     def run(self) -> dict[str, dict[str, Any]]:
-        import ray
+        with on_stop_request(self.backend.wake):
+            return self._loop()
 
+    def _loop(self) -> dict[str, dict[str, Any]]:
         while True:
             self._start_ready_stages()
             if not self.active:
@@ -227,17 +235,13 @@ class StageScheduler:
                 self._finish(name)
             if done:
                 continue  # their dependants may start now
-            refs = [ref for runner in self.active.values() for ref in runner.refs()]
-            if refs:
+            if any(runner.running for runner in self.active.values()):
                 self._waiting_since = 0.0
-                wait = min(runner.wait_s() for runner in self.active.values())
-                ray.wait(refs, num_returns=1, timeout=wait, fetch_local=False)
-                for runner in list(self.active.values()):
-                    runner.collect()
+                self._dispatch(self.backend.wait(self._until_next_deadline()))
             elif not self._wait_for_shared_cluster():
                 blocked = ", ".join(f"{n} ({r.shape})" for n, r in self.active.items())
                 raise RunError(
-                    f"stage trials of {blocked} cannot start on {self.pool.slots} slots;"
+                    f"stage trials of {blocked} cannot start on {self.backend.slots} slots;"
                     " lower parallel: or give more slots"
                 )
             reason = stop_requested()
@@ -246,14 +250,31 @@ class StageScheduler:
                     runner.abandon(reason)
                 raise Interrupted(reason)
 
+    def _until_next_deadline(self) -> float | None:
+        deadlines = [d for r in self.active.values() if (d := r.next_deadline()) is not None]
+        if not deadlines:
+            return None
+        return max(0.0, min(deadlines) - self.backend.now())
+
+    def _dispatch(self, events: list[Any]) -> None:
+        for event in events:
+            for runner in self.active.values():
+                if runner.owns(event.key):
+                    runner.on_event(event)
+                    break
+            else:
+                log.debug("event for an attempt no stage holds: %s", event)
+        for runner in self.active.values():
+            runner.check_deadlines()
+
     def _wait_for_shared_cluster(self) -> bool:
         """Wait a moment when nothing runs only because other drivers on a shared
         cluster hold the slots; True if that is the case (it clears when they end)."""
-        short = {name: self.pool.cluster_shortfall(runner.shape)
+        short = {name: self.backend.cluster_shortfall(runner.shape)
                  for name, runner in self.active.items()}
         if not all(short.values()):
             return False
-        size = self.pool.cluster_size()
+        size = self.backend.cluster_size()
         if any(runner.shape.ranks > size for runner in self.active.values()):
             return False  # the cluster itself shrank (a node left): waiting cannot help
         now = time.monotonic()
@@ -300,7 +321,7 @@ class StageScheduler:
                 self.journal.append("stage_started", stage=name, run_id=stage_run)
             self.stage_runs[name] = stage_run
             kwargs: dict[str, Any] = dict(
-                run_dir=self.run_dir.resolve(), pool=self.pool, journal=self.journal,
+                run_dir=self.run_dir.resolve(), backend=self.backend, journal=self.journal,
                 tracker=self.tracker, stage_run_id=stage_run, on_progress=self.on_progress,
             )
             if stage.kind != "hpo":

@@ -477,6 +477,14 @@ class Searcher(abc.ABC):
 
     # --- state ------------------------------------------------------------------------
 
+    def log_since(self, start: int) -> list[dict[str, Any]]:
+        """The entries of the state's ``events`` log from index ``start`` on (JSON data).
+
+        A driver journals these as they come and snapshots the whole
+        :meth:`state` only now and then, instead of rewriting a state that
+        grows with every call after every call."""
+        return json.loads(json.dumps(self._book.events[start:], allow_nan=False))
+
     def state(self) -> dict[str, Any]:
         """JSON-serialisable data from which :meth:`restore` rebuilds this search.
 

@@ -29,33 +29,43 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     its answer is broadcast so all ranks stop together.
 
     Command trainers run once, as a subprocess of the calling process (no gang).
-    Every rank returns a result; rank 0's carries the metrics. Failures (bad
+    Every rank returns a result; rank 0's carries the metrics, and is first
+    written to ``request.result_path`` when one is given. Failures (bad
     options, missing data, a crashing user function, a diverging loss) come
     back as ``status="failed"`` with a one-line ``reason`` and the traceback
     in ``details``.
     """
     started = time.perf_counter()
+    rank = 0
     try:
         if request.trainer.kind == "command":
             from trainers.command import run_command
 
-            return run_command(request, report, should_stop)
-        from trainers.parallel import setup
+            result = run_command(request, report, should_stop)
+        else:
+            from trainers.parallel import setup
 
-        par = setup(request.data_parallel, request.model_parallel)
-        if request.trainer.kind == "builtin":
-            from trainers.builtin import run_builtin
+            par = setup(request.data_parallel, request.model_parallel)
+            rank = par.rank
+            if request.trainer.kind == "builtin":
+                from trainers.builtin import run_builtin
 
-            return run_builtin(request, par, report, should_stop)
-        from trainers.function import run_function
+                result = run_builtin(request, par, report, should_stop)
+            else:
+                from trainers.function import run_function
 
-        return run_function(request, par, report, should_stop)
+                result = run_function(request, par, report, should_stop)
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if type(exc).__name__ not in ("TrialFailed", "ValueError", "DatasetError"):
             reason = f"{type(exc).__name__}: {reason}"
-        return TrialResult(
+        result = TrialResult(
             trial_id=request.trial_id, status="failed", reason=reason,
             metrics={"wall_time": time.perf_counter() - started},
             details=traceback.format_exc(),
         )
+    if request.result_path and rank == 0:
+        from trainers.durable import write_json_durably
+
+        write_json_durably(request.result_path, result.to_dict())
+    return result

@@ -150,6 +150,9 @@ class TrialRequest:
     ``log_dir``: where a command trainer's stdout and stderr are kept.
     ``workdir``: a command trainer's working directory (default: current).
     ``timeout``: seconds before a command trainer is killed.
+    ``result_path``: where rank 0 writes the trial's result (durably) before
+    returning it, so a driver killed before it heard the result adopts it on
+    resume instead of training again.
     """
 
     trial_id: str
@@ -165,6 +168,7 @@ class TrialRequest:
     log_dir: str | None = None
     workdir: str | None = None
     timeout: float | None = None
+    result_path: str | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.trainer, TrainerRef):
@@ -239,3 +243,8 @@ class TrialResult:
             "logs": dict(self.logs),
             "details": self.details,
         }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TrialResult:
+        """The inverse of ``to_dict`` (a result read back from ``result_path``)."""
+        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})

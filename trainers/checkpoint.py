@@ -24,10 +24,11 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from trainers.durable import replace_durably
 
 FORMAT = "nestor.trainers/1"
 _NAME = re.compile(r"^epoch-(\d{5,})\.pt$")
@@ -67,26 +68,8 @@ def save_checkpoint(directory: str | os.PathLike[str], payload: Mapping[str, Any
     import torch
 
     directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    final = checkpoint_path(directory, int(payload["epoch"]))
-    fd, tmp = tempfile.mkstemp(prefix=f".{final.name}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            torch.save({"format": FORMAT, **payload}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, final)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    try:
-        dir_fd = os.open(directory, os.O_RDONLY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError:  # pragma: no cover - some file systems refuse directory fsync
-        pass
+    final = replace_durably(checkpoint_path(directory, int(payload["epoch"])),
+                            lambda handle: torch.save({"format": FORMAT, **payload}, handle))
     older = sorted((int(m.group(1)), p) for p in directory.iterdir()
                    if (m := _NAME.match(p.name)) and p != final)
     for _, path in older[: max(0, len(older) - (keep - 1))]:

@@ -233,7 +233,7 @@ def fault_on_call(target: str, number: int, action: str) -> str:
 
 
 # Its MLflow run exists, the trial is not journalled yet.
-DIES_AFTER_CREATING_A_RUN = fault_on_call("orchestrator.gangs:GangPool.acquire", 3,
+DIES_AFTER_CREATING_A_RUN = fault_on_call("orchestrator.gangs:GangPool.reserve", 3,
                                           "os.killpg(0, signal.SIGKILL)")
 
 
@@ -257,6 +257,38 @@ def test_a_driver_killed_before_journalling_a_new_run_does_not_leave_a_twin(
     assert len(ids) == len(trial_runs) == 4
     assert {r.data.tags["nestor.trial"] for r in trial_runs} == ids
     assert all(r.info.status == "FINISHED" for r in trial_runs)  # the early one adopted too
+
+
+# The trial's program has ended and its rank 0 has written the result; the driver
+# has heard of it but not journalled it yet.
+DIES_BEFORE_JOURNALLING_A_RESULT = fault_on_call("orchestrator.hpo:TrialRunner._finish_attempt",
+                                                 3, "os.killpg(0, signal.SIGKILL)")
+
+
+def test_a_result_that_landed_while_the_driver_was_down_is_adopted_not_rerun(
+        sweep, nestor_with_fault) -> None:
+    # The kill window a random SIGKILL hits now and then (2 of 6 trials re-ran in one
+    # check of the engine before): training done, result not journalled.
+    spec, run_dir, env = sweep(population=2, generations=2)
+    driver = nestor_with_fault(DIES_BEFORE_JOURNALLING_A_RESULT, "run", str(spec),
+                               "--run-dir", str(run_dir), env=env, start_new_session=True,
+                               timeout=240)
+    assert driver.returncode == -signal.SIGKILL, driver.stderr
+    assert len(finished(run_dir)) == 2
+
+    result = nestor("resume", str(run_dir), env=env)
+    assert result.returncode == 0, result.stderr
+    after = finished(run_dir)
+    assert len(after) == 4 and all(e["status"] == "completed" for e in after.values())
+    adopted = [e for e in after.values() if e.get("adopted")]
+    assert adopted, "no result was adopted: the trial whose end the driver missed re-ran"
+    runs = [tuple(line.split()) for line in (run_dir.parent / "invocations.log").read_text()
+            .splitlines()]
+    for event in adopted:  # from outside: its program ran once, before the kill
+        config = event["trial"]["config"]
+        assert runs.count((repr(config["x"]), repr(config["y"]))) == 1, runs
+    trial_runs = [r for r in mlflow_runs(run_dir) if "mlflow.parentRunId" in r.data.tags]
+    assert len(trial_runs) == 4 and all(r.info.status == "FINISHED" for r in trial_runs)
 
 
 # What Horovod raises when Ray cannot place the gang in time.

@@ -1,0 +1,121 @@
+"""What the scheduler needs from a cluster, and the events a cluster sends back.
+
+The scheduler (``orchestrator.hpo``, ``orchestrator.workflow``) decides which
+trial runs next; a Backend runs it and reports what happened as events. Two
+implementations share this surface, as submitit's local and Slurm executors
+share one API: :class:`~orchestrator.backends.RayBackend` starts Horovod
+gangs on a real Ray cluster, and
+:class:`~orchestrator.backends.SimulatedBackend` plays a cluster of any size
+on a virtual clock, so the very same scheduler code is measured at 2,048
+slots and tested in milliseconds.
+
+Every call the scheduler makes is cheap and returns at once: starting a
+gang, waiting on ranks and killing them happen off the scheduling loop, and
+their outcomes arrive through :meth:`Backend.wait`, which blocks until the
+next event or deadline. The loop never polls.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.gangs import Shape
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One attempt of one trial, to run on a gang of ``shape``.
+
+    ``key`` names the attempt in every event about it (unique in a run);
+    ``request`` is the ``trainers.TrialRequest`` each rank gets; ``hooks``
+    are the ``report``/``should_stop`` callables rank 0 is given.
+    """
+
+    key: str
+    shape: Shape
+    request: Any
+    hooks: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Started:
+    """The attempt's gang is up and its ranks are running the trial.
+
+    ``startup_s`` is the time spent starting a new gang for it (0 for a warm
+    one): slot time, but not the trial's own.
+    """
+
+    key: str
+    gang: int
+    at: float
+    startup_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Ended:
+    """The attempt is over; its gang is back in the pool, or gone.
+
+    ``result`` is the trial's ``TrialResult``: rank 0's, or the first failing
+    rank's when another rank failed first. ``failure`` says why there is no
+    result (a rank died, the gang could not start, it was cancelled).
+    ``started`` is False when the gang never started (then no Started came).
+    """
+
+    key: str
+    at: float
+    result: Any = None
+    failure: str | None = None
+    started: bool = True
+
+
+Event = Started | Ended
+
+
+class Backend(abc.ABC):
+    """Runs attempts on gangs of ranks within ``slots``, reporting by events."""
+
+    slots: int
+
+    @abc.abstractmethod
+    def now(self) -> float:
+        """The backend's clock (monotonic seconds; virtual in a simulation)."""
+
+    @abc.abstractmethod
+    def fits(self, shape: Shape) -> bool:
+        """Could an attempt of ``shape`` be launched now?"""
+
+    @abc.abstractmethod
+    def launch(self, launch: Launch) -> None:
+        """Start an attempt; returns at once (``fits`` was checked)."""
+
+    @abc.abstractmethod
+    def cancel(self, key: str) -> None:
+        """Kill an attempt's gang; its Ended event follows."""
+
+    @abc.abstractmethod
+    def wait(self, timeout: float | None) -> list[Event]:
+        """Block until at least one event, ``timeout`` seconds of the backend's
+        clock, or :meth:`wake`; return the events that arrived, oldest first."""
+
+    @abc.abstractmethod
+    def wake(self) -> None:
+        """Make a blocked :meth:`wait` return (safe from a signal handler)."""
+
+    @property
+    @abc.abstractmethod
+    def busy_slots(self) -> int:
+        """Slots held by running attempts."""
+
+    def cluster_shortfall(self, shape: Shape) -> int:
+        """Slots a new gang lacks because others on a shared cluster hold them."""
+        return 0
+
+    def cluster_size(self) -> int:
+        """Slots the whole cluster has now (nodes may have left it)."""
+        return self.slots
+
+    @abc.abstractmethod
+    def shutdown(self) -> None:
+        """Kill every gang and free its slots."""
