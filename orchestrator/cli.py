@@ -7,20 +7,20 @@ need them, so `nestor --help` and `nestor validate` answer at once.
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import click
 
 from orchestrator import __version__
-
-if TYPE_CHECKING:
-    from rich.console import Console
-
-EXIT_NO_RESULT = 1  # the run ended, but a stage has not one completed trial
-EXIT_SPEC_ERROR = 2
-EXIT_DISK_FULL = 75  # EX_TEMPFAIL: try again (nestor resume) once there is space
+from orchestrator.console import (
+    EXIT_DISK_FULL,
+    EXIT_NO_RESULT,
+    EXIT_SPEC_ERROR,
+    console,
+    print_errors,
+    run_status,
+)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -303,31 +303,6 @@ def status(target: str) -> None:
     run_status(Path(target))
 
 
-def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
-    from rich.table import Table
-
-    from orchestrator.status import workflow_status
-
-    try:
-        info = workflow_status(run_dir)
-    except FileNotFoundError as exc:
-        console(stderr=True).print(f"[bold red]error[/]: {exc}")
-        sys.exit(EXIT_SPEC_ERROR)
-    out = console()
-    driver = f", driver pid {info['driver_pid']}" if info["driver_pid"] else ""
-    out.print(f"{run_dir}: {info['state']}{driver}; last event {info['last_event_age_s']} s ago")
-    table = Table(box=None, header_style="bold")
-    for column in ("stage", "state", "completed", "failed", "running"):
-        table.add_column(column)
-    for stage in info["stages"]:
-        table.add_row(stage["name"], stage["state"], str(stage["completed"]),
-                      str(stage["failed"]), str(stage["running"]))
-    out.print(table)
-    if info["state"] == "interrupted":
-        out.print(f"continue with: {interrupted_hint or f'nestor resume {run_dir}'}",
-                  soft_wrap=True)
-
-
 @cli.command()
 @click.argument("run_dir", required=False, type=click.Path(path_type=Path))
 @click.option("--tracking-uri", metavar="URI",
@@ -413,20 +388,6 @@ def _slurm_commands() -> None:
 
 
 _slurm_commands()
-
-
-def console(stderr: bool = False) -> Console:
-    """A rich console; 120 columns when not a terminal, so logs keep tables whole."""
-    from rich.console import Console
-
-    stream = sys.stderr if stderr else sys.stdout
-    width = None if stream.isatty() else 120
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
-
-
-def print_errors(err: Console, problems: Sequence[object]) -> None:
-    for problem in problems:
-        err.print(f"[bold red]error[/]: {problem}", soft_wrap=True)
 
 
 def main() -> None:

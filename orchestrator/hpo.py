@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
 from orchestrator.gangs import Shape
+from orchestrator.heartbeat import BEAT_EVERY_S
 from orchestrator.journal import Journal, write_atomic
 from orchestrator.spec import HpoStage, Workflow
 from orchestrator.tracking import Tracker, derived_key
@@ -50,7 +51,8 @@ class Attempt:
     started: float | None = None  # once its gang runs it (None while the gang starts)
     startup_s: float = 0.0
     deadline: float | None = None
-    cancelled: str | None = None  # why the driver killed it (a timeout)
+    progress_due: float | None = None  # when to ask whether it still makes progress
+    cancelled: str | None = None  # why the driver killed it (a timeout, no progress)
 
 
 @dataclass
@@ -178,8 +180,10 @@ class TrialRunner:
         # meanwhile is adopted; the others run again, as new attempts.
         ended = {(e["trial"]["id"], e.get("attempt")) for e in mine
                  if e["event"] in ("trial_finished", "trial_attempt_failed")}
+        begun = {(e["trial"]["id"], e.get("attempt")) for e in mine
+                 if e["event"] == "trial_started"}
         for trial in list(self.searcher.pending):
-            if self._adopt(trial, ended):
+            if self._adopt(trial, ended, begun):
                 continue
             record = self.records.get(trial.id)
             self.queue.append((trial, (record.attempts if record else 0) + 1))
@@ -187,14 +191,15 @@ class TrialRunner:
     def _result_path(self, trial_id: str, number: int) -> Path:
         return self.run_dir / "attempts" / self.stage.name / trial_id / f"{number}.json"
 
-    def _adopt(self, trial: Any, ended: set[tuple[str, Any]]) -> bool:
+    def _adopt(self, trial: Any, ended: set[tuple[str, Any]],
+               begun: set[tuple[str, Any]]) -> bool:
         """Take over an attempt whose result landed while no driver listened.
 
         Its rank 0 wrote the result before returning it, so training that
         finished is never run again, however the driver was killed."""
         from trainers import TrialResult
 
-        folder = self.run_dir / "attempts" / self.stage.name / trial.id
+        folder = self._result_path(trial.id, 0).parent
         landed = sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit()) \
             if folder.is_dir() else []
         unheard = [n for n in landed if (trial.id, n) not in ended]
@@ -212,6 +217,11 @@ class TrialRunner:
         event = Ended(key, now, result)
         log.info("trial %s: adopting the result of attempt %d, which landed while the"
                  " driver was down", trial.id, number)
+        if (trial.id, number) not in begun:  # killed before it journalled the start
+            self.journal.append(
+                "trial_started", stage=self.stage.name, trial=trial.to_dict(), attempt=number,
+                run_id=run_id, gang=None, shape=str(self.shape), startup_s=0.0, adopted=True,
+            )
         self._finish_attempt(attempt, self._outcome(attempt, event), event, adopted=True)
         return True
 
@@ -240,6 +250,8 @@ class TrialRunner:
             attempt.started, attempt.startup_s = event.at, event.startup_s
             if self.stage.trial.timeout:
                 attempt.deadline = event.at + self.stage.trial.timeout
+            if self.stage.trial.progress_timeout:
+                attempt.progress_due = event.at + self.stage.trial.progress_timeout
             self.journal.append(
                 "trial_started", stage=self.stage.name, trial=attempt.trial.to_dict(),
                 attempt=attempt.number, run_id=attempt.run_id, gang=event.gang,
@@ -253,18 +265,36 @@ class TrialRunner:
             self.on_progress(self)
 
     def next_deadline(self) -> float | None:
-        deadlines = [a.deadline for a in self.running.values()
-                     if a.deadline is not None and a.cancelled is None]
+        deadlines = [d for a in self.running.values() if a.cancelled is None
+                     for d in (a.deadline, a.progress_due) if d is not None]
         return min(deadlines, default=None)
 
     def check_deadlines(self) -> None:
-        """Kill the attempts past their timeout; their Ended events follow."""
+        """Kill the attempts past their timeout, or silent past their progress
+        timeout; their Ended events follow."""
         now = self.backend.now()
-        for attempt in self.running.values():
-            if attempt.cancelled is None and attempt.deadline is not None \
-                    and now >= attempt.deadline:
-                attempt.cancelled = f"timeout after {self.stage.trial.timeout:g} s"
-                self.backend.cancel(attempt.key)
+        live = [a for a in self.running.values() if a.cancelled is None]
+        for attempt in live:
+            if attempt.deadline is not None and now >= attempt.deadline:
+                self._cancel(attempt, f"timeout after {self.stage.trial.timeout:g} s")
+        due = [a for a in live if a.cancelled is None and a.progress_due is not None
+               and now >= a.progress_due]
+        if not due:
+            return
+        limit = self.stage.trial.progress_timeout
+        ages = self.backend.progress_ages([a.key for a in due])
+        for attempt in due:
+            age = ages.get(attempt.key)
+            last = attempt.started if age is None else max(attempt.started or now, now - age)
+            if now - last >= limit:
+                self._cancel(attempt, f"no progress for {now - last:.0f} s"
+                             f" (trial.progress_timeout {limit:g} s): hung")
+            else:
+                attempt.progress_due = last + limit
+
+    def _cancel(self, attempt: Attempt, reason: str) -> None:
+        attempt.cancelled = reason
+        self.backend.cancel(attempt.key)
 
     def abandon(self, reason: str) -> None:
         """Kill the running gangs, journalled; their trials run again on resume."""
@@ -353,7 +383,9 @@ class TrialRunner:
         attempt = Attempt(trial, number, run_id, key, launched=self.backend.now())
         self.running[trial.id] = attempt
         self.keys[key] = trial.id
-        self.backend.launch(Launch(key, self.shape, request, hooks))
+        # Beats often enough that a healthy trial is never taken for a hung one.
+        beat_every_s = min(BEAT_EVERY_S, (self.stage.trial.progress_timeout or 60.0) / 4)
+        self.backend.launch(Launch(key, self.shape, request, hooks, beat_every_s))
 
     def _ensure_run(self, trial: Any, record: TrialRecord) -> str:
         """The trial's MLflow run, created on its first attempt."""

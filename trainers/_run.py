@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 import traceback
 
-from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 
 
 def run_trial(request: TrialRequest, *, report: Report | None = None,
-              should_stop: ShouldStop | None = None) -> TrialResult:
+              should_stop: ShouldStop | None = None,
+              heartbeat: Heartbeat | None = None) -> TrialResult:
     """Run one trial in this process and return how it ended; never raises for the trial's faults.
 
     Built-in and function trainers: call it in **every rank** of a Horovod
@@ -26,7 +27,9 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     ``report(metrics, step)`` is called on rank 0 after each epoch; pass
     the orchestrator's callback (it must be picklable for Ray, e.g. an actor
     handle's method). ``should_stop()`` is asked on rank 0 after each epoch;
-    its answer is broadcast so all ranks stop together.
+    its answer is broadcast so all ranks stop together. ``heartbeat()`` is
+    called on rank 0 as training makes progress (each batch; each output line
+    of a command), so that a hung trial is found without a trial timeout.
 
     Command trainers run once, as a subprocess of the calling process (no gang).
     Every rank returns a result; rank 0's carries the metrics, and is first
@@ -41,7 +44,7 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
         if request.trainer.kind == "command":
             from trainers.command import run_command
 
-            result = run_command(request, report, should_stop)
+            result = run_command(request, report, should_stop, heartbeat)
         else:
             from trainers.parallel import setup
 
@@ -50,11 +53,11 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
             if request.trainer.kind == "builtin":
                 from trainers.builtin import run_builtin
 
-                result = run_builtin(request, par, report, should_stop)
+                result = run_builtin(request, par, report, should_stop, heartbeat)
             else:
                 from trainers.function import run_function
 
-                result = run_function(request, par, report, should_stop)
+                result = run_function(request, par, report, should_stop, heartbeat)
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if type(exc).__name__ not in ("TrialFailed", "ValueError", "DatasetError"):

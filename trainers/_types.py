@@ -21,6 +21,9 @@ DEFAULT_FLAG_PREFIX = "--"
 
 Report = Callable[[dict[str, float], int], None]
 ShouldStop = Callable[[], bool]
+# Called by rank 0 as it makes progress (cheap: it throttles itself); a driver that
+# hears none for a while kills the trial as hung.
+Heartbeat = Callable[[], None]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from trainers import checkpoint as ckpt
-from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.catalog import resolve_options
 from trainers.data import epoch_batches, shard_slice, splits_of, steps_per_epoch
 from trainers.models import build_model, freeze_groups, make_arch
@@ -137,7 +137,8 @@ def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, par: Paralle
 
 
 def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
-                should_stop: ShouldStop | None) -> TrialResult:
+                should_stop: ShouldStop | None,
+                heartbeat: Heartbeat | None = None) -> TrialResult:
     """Train one trial of a built-in trainer in this rank; see trainers.run_trial."""
     started = time.perf_counter()
     trainer = request.trainer.name or ""
@@ -225,6 +226,8 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
             optimizer.zero_grad()
             (batch_loss * (par.dp / batch_size)).backward()
             optimizer.step()
+            if heartbeat is not None and par.is_root:
+                heartbeat()
             loss_sum += float(batch_loss.detach())
             count += len(idx)
             samples += batch_size

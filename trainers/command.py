@@ -36,7 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 
 LOG_LIMIT = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024
@@ -174,7 +174,7 @@ def _parse(value: str) -> float | str:
 
 
 def run_command(request: TrialRequest, report: Report | None = None,
-                should_stop: ShouldStop | None = None, *,
+                should_stop: ShouldStop | None = None, heartbeat: Heartbeat | None = None, *,
                 log_limit: int = LOG_LIMIT) -> TrialResult:
     """Run a command trainer once and read its result; never raises for the command's faults."""
     started = time.perf_counter()
@@ -238,9 +238,13 @@ def run_command(request: TrialRequest, report: Report | None = None,
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr))
     }
     ended_by: str | None = None
+    output = 0
     try:
         while proc.poll() is None:
             flush_reports()
+            if heartbeat is not None and streams["stdout"].total + streams["stderr"].total > output:
+                output = streams["stdout"].total + streams["stderr"].total
+                heartbeat()  # a command makes progress as it writes output
             if request.timeout is not None and time.perf_counter() - started > request.timeout:
                 ended_by = "timeout"
                 break

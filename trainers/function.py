@@ -26,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers._types import Report, ShouldStop, TrialRequest, TrialResult
+from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.parallel import Parallel, broadcast_flag
 
 
@@ -61,6 +61,7 @@ class TrialContext:
     log_dir: str | None
     _report: Report | None = None
     _should_stop: ShouldStop | None = None
+    _heartbeat: Heartbeat | None = None
     history: list[dict[str, float]] = field(default_factory=list)
     _stopped: bool = False
 
@@ -107,9 +108,18 @@ class TrialContext:
     def report(self, metrics: dict[str, float], step: int) -> None:
         """Record per-epoch metrics; rank 0 passes them on to the orchestrator."""
         clean = {str(k): float(v) for k, v in metrics.items()}
+        self.heartbeat()
         self.history.append({"step": float(step), **clean})
         if self.par.is_root and self._report is not None:
             self._report(clean, int(step))
+
+    def heartbeat(self) -> None:
+        """Tell the orchestrator this trial is making progress (``report`` does too).
+
+        A trial that neither reports nor beats for ``trial.progress_timeout``
+        seconds is killed as hung; call it in long stretches between reports."""
+        if self.par.is_root and self._heartbeat is not None:
+            self._heartbeat()
 
     def should_stop(self) -> bool:
         """Whether the orchestrator wants this trial stopped (rank 0 decides).
@@ -124,12 +134,13 @@ class TrialContext:
 
 
 def run_function(request: TrialRequest, par: Parallel, report: Report | None,
-                 should_stop: ShouldStop | None) -> TrialResult:
+                 should_stop: ShouldStop | None,
+                 heartbeat: Heartbeat | None = None) -> TrialResult:
     """Call the user's function in this rank; its return value becomes the metrics."""
     started = time.perf_counter()
     fn = resolve_function(request.trainer.function or "")
     ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
-                       request.log_dir, report, should_stop)
+                       request.log_dir, report, should_stop, _heartbeat=heartbeat)
     config = {**request.settings, **request.config}
     returned = fn(config, ctx)
     if returned is None:

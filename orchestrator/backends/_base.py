@@ -30,13 +30,15 @@ class Launch:
 
     ``key`` names the attempt in every event about it (unique in a run);
     ``request`` is the ``trainers.TrialRequest`` each rank gets; ``hooks``
-    are the ``report``/``should_stop`` callables rank 0 is given.
+    are the ``report``/``should_stop`` callables rank 0 is given;
+    ``beat_every_s`` how often rank 0 may tell it still makes progress.
     """
 
     key: str
     shape: Shape
     request: Any
     hooks: dict[str, Any] = field(default_factory=dict)
+    beat_every_s: float = 5.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +109,13 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     def busy_slots(self) -> int:
         """Slots held by running attempts."""
+
+    def progress_ages(self, keys: list[str]) -> dict[str, float | None]:
+        """Seconds since each running attempt last showed progress (None: never).
+
+        Asked only when an attempt's progress deadline comes. A backend that
+        cannot tell says every attempt progresses."""
+        return dict.fromkeys(keys, 0.0)
 
     def cluster_shortfall(self, shape: Shape) -> int:
         """Slots a new gang lacks because others on a shared cluster hold them."""

@@ -15,6 +15,7 @@ left to the pool to rebuild. A rank that died (its actor gone) does the same.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import queue
 import threading
@@ -46,6 +47,7 @@ class RayBackend(Backend):
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()  # put is signal-safe
         self._gangs: dict[str, Gang] = {}  # running attempt -> its gang
         self._cancelled: set[str] = set()
+        self._board: Any = None  # the ProgressBoard actor, made with the first launch
 
     def now(self) -> float:
         return time.monotonic()
@@ -65,6 +67,13 @@ class RayBackend(Backend):
         return self.pool.cluster_size()
 
     def launch(self, launch: Launch) -> None:
+        from orchestrator.heartbeat import Beat, start_progress_board
+
+        if self._board is None:
+            self._board = start_progress_board()
+        launch = dataclasses.replace(
+            launch, hooks={**launch.hooks,
+                           "heartbeat": Beat(self._board, launch.key, launch.beat_every_s)})
         with self.pool.lock:
             gang, evicted = self.pool.reserve(launch.shape)
             self._gangs[launch.key] = gang
@@ -93,6 +102,13 @@ class RayBackend(Backend):
             except queue.Empty:
                 break
         return [event for event in arrived if event is not _WAKE]
+
+    def progress_ages(self, keys: list[str]) -> dict[str, float | None]:
+        import ray
+
+        if self._board is None or not keys:
+            return dict.fromkeys(keys)
+        return ray.get(self._board.ages.remote(keys))
 
     def wake(self) -> None:
         self._events.put(_WAKE)
@@ -199,6 +215,8 @@ class RayBackend(Backend):
             if kill is not None:
                 kill.kill()
         finally:
+            if self._board is not None:
+                self._board.forget.remote(key)
             self._events.put(event)
 
 

@@ -337,9 +337,18 @@ class Objective(Strict):
         return data
 
 
+# A trial silent this long is hung: generous, since a batch, an evaluation or a
+# command's quiet stretch may take minutes on a real model.
+PROGRESS_TIMEOUT_S = 1800.0
+
+
 class TrialPolicy(Strict):
     timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
     retries: int = Field(1, ge=0, description="re-runs of a failed trial, from its checkpoint")
+    progress_timeout: float | None = Field(
+        PROGRESS_TIMEOUT_S, gt=0,
+        description="seconds without progress from rank 0 (a batch, a report, a line of"
+        " output) before a trial is killed as hung; null: never")
 
 
 class EarlyStopping(Strict):

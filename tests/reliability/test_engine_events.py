@@ -8,6 +8,9 @@ CPU time read from /proc, the processes left.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import subprocess
 import textwrap
 import time
@@ -36,6 +39,18 @@ def train(config, ctx):
     note(config, ctx, "pid")
     if mode == "fails-alone" and ctx.rank == 1:
         raise RuntimeError("rank 1 fails on purpose")
+    if mode == "stops":  # the test SIGSTOPs rank 1 in the first attempt's pause
+        first = not os.path.exists(os.path.join(os.environ["FIT_DIR"], "stops-ran"))
+        ctx.hvd.allreduce(torch.tensor([0.0]), op=ctx.hvd.Sum)  # both have seen `first`
+        if ctx.rank == 0:
+            open(os.path.join(os.environ["FIT_DIR"], "stops-ran"), "w").close()
+        for step in range(4):
+            ctx.report({"val_accuracy": 0.1 * step}, step)
+            if first and step == 1:
+                note(config, ctx, "paused")
+                time.sleep(3)
+            ctx.hvd.allreduce(torch.tensor([1.0]), op=ctx.hvd.Sum)
+        return {"val_accuracy": 0.5}
     if mode == "uneven":  # rank 1 is done at once, rank 0 works on alone
         if ctx.rank == 0:
             note(config, ctx, "waiting")
@@ -47,7 +62,7 @@ def train(config, ctx):
 """
 
 
-def write_spec(tmp_path: Path, modes: list[str]) -> Path:
+def write_spec(tmp_path: Path, modes: list[str], trial: str = "{retries: 0}") -> Path:
     (tmp_path / "engine_trainer.py").write_text(TRAINER)
     spec = tmp_path / "engine.yaml"
     spec.write_text(textwrap.dedent(f"""
@@ -60,7 +75,7 @@ def write_spec(tmp_path: Path, modes: list[str]) -> Path:
             parallel: {{data: 2}}
             search: {{algorithm: grid}}
             space: {{mode: {{type: categorical, values: {modes}}}}}
-            trial: {{retries: 0}}
+            trial: {trial}
         """))
     return spec
 
@@ -100,6 +115,44 @@ def test_a_rank_that_fails_alone_ends_its_trial_at_once_and_its_gang_is_rebuilt(
         print(f"\nfails alone: ended after {failed['slot_seconds'] / 2:.1f} s;"
               f" whole run {took:.0f} s")
     finally:
+        kill_tagged(env["NESTOR_TEST_TAG"])
+
+
+def test_a_stopped_rank_is_caught_by_the_progress_timeout_without_a_trial_timeout(
+        tmp_path: Path) -> None:
+    # SIGSTOP rank 1 (a dead NFS mount, a swapped-out node): rank 0 waits in its
+    # allreduce for ever. No trial.timeout is set; progress_timeout is.
+    spec = write_spec(tmp_path, ["stops"], "{retries: 1, progress_timeout: 12}")
+    env = tagged_env(tmp_path, PYTHONPATH=str(tmp_path), FIT_DIR=str(tmp_path))
+    run_dir = tmp_path / "run"
+    stopped = None
+    try:
+        driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir)],
+                                  env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+                                  text=True)
+        paused = tmp_path / "stops-rank1.paused"
+        deadline = time.monotonic() + 300
+        while driver.poll() is None and time.monotonic() < deadline:
+            if stopped is None and paused.exists() and paused.read_text():
+                stopped = int(paused.read_text())
+                os.kill(stopped, signal.SIGSTOP)
+            time.sleep(0.1)
+        _, stderr = driver.communicate(timeout=30)
+        assert driver.returncode == 0, stderr
+        assert stopped is not None, "the trial never paused"
+        (failed,) = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]
+        assert "no progress for" in failed["reason"] and "hung" in failed["reason"], failed
+        assert failed["slot_seconds"] / 2 < 60, failed
+        assert finished(run_dir)["0"]["status"] == "completed"
+        assert not psutil.pid_exists(stopped) or \
+            psutil.Process(stopped).status() == psutil.STATUS_ZOMBIE  # killed, not left
+        assert wait_for_no_tagged(env["NESTOR_TEST_TAG"]) == {}
+        print(f"\nstopped rank: caught after {failed['slot_seconds'] / 2:.1f} s"
+              f" ({failed['reason']!r})")
+    finally:
+        if stopped is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(stopped, signal.SIGCONT)
         kill_tagged(env["NESTOR_TEST_TAG"])
 
 

@@ -1,0 +1,59 @@
+"""What every `nestor` command prints with, and the exit statuses they share.
+
+Apart from ``orchestrator.cli`` so that command groups defined elsewhere
+(``orchestrator.slurm.command``) use them without importing the CLI that
+registers them: the imports run one way.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+EXIT_NO_RESULT = 1  # the run ended, but a stage has not one completed trial
+EXIT_SPEC_ERROR = 2
+EXIT_DISK_FULL = 75  # EX_TEMPFAIL: try again (nestor resume) once there is space
+
+
+def console(stderr: bool = False) -> Console:
+    """A rich console; 120 columns when not a terminal, so logs keep tables whole."""
+    from rich.console import Console
+
+    stream = sys.stderr if stderr else sys.stdout
+    width = None if stream.isatty() else 120
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+
+
+def print_errors(err: Console, problems: Sequence[object]) -> None:
+    for problem in problems:
+        err.print(f"[bold red]error[/]: {problem}", soft_wrap=True)
+
+
+def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
+    from rich.table import Table
+
+    from orchestrator.status import workflow_status
+
+    try:
+        info = workflow_status(run_dir)
+    except FileNotFoundError as exc:
+        console(stderr=True).print(f"[bold red]error[/]: {exc}")
+        sys.exit(EXIT_SPEC_ERROR)
+    out = console()
+    driver = f", driver pid {info['driver_pid']}" if info["driver_pid"] else ""
+    out.print(f"{run_dir}: {info['state']}{driver}; last event {info['last_event_age_s']} s ago")
+    table = Table(box=None, header_style="bold")
+    for column in ("stage", "state", "completed", "failed", "running"):
+        table.add_column(column)
+    for stage in info["stages"]:
+        table.add_row(stage["name"], stage["state"], str(stage["completed"]),
+                      str(stage["failed"]), str(stage["running"]))
+    out.print(table)
+    if info["state"] == "interrupted":
+        out.print(f"continue with: {interrupted_hint or f'nestor resume {run_dir}'}",
+                  soft_wrap=True)
