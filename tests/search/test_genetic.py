@@ -56,6 +56,25 @@ def test_generational_barrier_and_lineage() -> None:
         assert trial.origin in ("mutation", "crossover", "crossover+mutation")
 
 
+def test_polling_at_the_barrier_adds_no_events() -> None:
+    """A straggler holds the barrier while the driver asks every half second:
+    those empty asks are not journalled, and the state still replays."""
+    searcher = GeneticSearch(LINE, MIN, population=4, generations=2, seed=1)
+    first = searcher.ask(4)
+    for trial in first[:-1]:
+        searcher.tell(trial.id, square(trial.config))
+    events = len(searcher.state()["events"])
+    for _ in range(1000):
+        assert searcher.ask(2) == []
+    assert len(searcher.state()["events"]) == events
+    searcher.tell(first[-1].id, square(first[-1].config))
+    second = searcher.ask(4)
+    assert len(second) == 4
+    resumed = GeneticSearch(LINE, MIN, population=4, generations=2, seed=1)
+    resumed.restore(searcher.state())
+    assert resumed.pending == second
+
+
 def test_async_breeds_as_soon_as_a_result_comes_back() -> None:
     searcher = GeneticSearch(LINE, MIN, population=6, generations=3, seed=1, schedule="async")
     first = searcher.ask(10)

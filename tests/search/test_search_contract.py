@@ -112,6 +112,22 @@ def _continue(searcher: Searcher, running: list, told: int) -> list:
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_an_empty_ask_leaves_no_trace(name: str) -> None:
+    """A driver polls ask() whenever a slot is free; asks that return nothing
+    (barrier, budget spent, search over) must not grow the state it journals."""
+    searcher = build(name, seed=2)
+    drive(searcher)
+    assert searcher.done()
+    before = searcher.state()
+    for _ in range(50):
+        assert searcher.ask(3) == []
+    assert searcher.state() == before
+    resumed = build(name, seed=2)
+    resumed.restore(before)
+    assert resumed.state() == before
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_restore_refuses_other_settings(name: str) -> None:
     searcher = build(name, seed=1)
     drive(searcher, steps=3)
