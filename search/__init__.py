@@ -17,6 +17,9 @@ Optuna is imported only when a Bayesian search is built.
 
 from __future__ import annotations
 
+import difflib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
 from search._base import (
@@ -42,14 +45,43 @@ ALGORITHMS: dict[str, type[Searcher]] = {
 }
 
 
+def settings_of(algorithm: str) -> list[str]:
+    """The keyword settings ``make_searcher(algorithm, ...)`` accepts, in signature order."""
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, but got {algorithm!r}")
+    parameters = inspect.signature(ALGORITHMS[algorithm].__init__).parameters.values()
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
+    """Refuse settings the algorithm does not have, naming the ones it does.
+
+    Without this a misspelt setting (``populaton=8``) surfaces as Python's bare
+    ``TypeError: __init__() got an unexpected keyword argument``, which names
+    neither the search nor what it would have accepted.
+    """
+    allowed = settings_of(algorithm)
+    unknown = [name for name in settings if name not in allowed]
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, allowed, n=1)
+            if close:
+                hints.append(f"{name!r}: did you mean {close[0]!r}?")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        raise ValueError(
+            f"{algorithm} search settings must be among {', '.join(allowed)},"
+            f" but got {', '.join(repr(n) for n in unknown)}{hint}"
+        )
+
+
 def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **settings: Any) -> Searcher:
     """Build a searcher by name with the spec's settings as keyword arguments.
 
     ``make_searcher(spec.search.algorithm, space, objectives,
     **spec.search.model_dump(exclude={"algorithm"}))``
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, but got {algorithm!r}")
+    check_settings(algorithm, settings)
     return ALGORITHMS[algorithm](space, objectives, **settings)
 
 
@@ -65,6 +97,8 @@ __all__ = [
     "Searcher",
     "Trial",
     "as_objectives",
+    "check_settings",
     "make_searcher",
     "observations_from_state",
+    "settings_of",
 ]

@@ -242,6 +242,15 @@ def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
     assert searcher.planned == spec.planned_trials(MIXED)
 
 
+@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid"])
+def test_an_unknown_setting_is_named_with_the_allowed_ones(algorithm: str) -> None:
+    message = f"{algorithm} search settings must be among seed, budget"
+    with pytest.raises(ValueError, match=message) as info:
+        make_searcher(algorithm, MIXED, MIN, budget=4, sede=1)
+    assert "but got 'sede'" in str(info.value)
+    assert "did you mean 'seed'?" in str(info.value)
+
+
 def test_make_searcher_names_the_algorithms() -> None:
     with pytest.raises(ValueError, match="algorithm must be one of genetic, bayesian, random"):
         make_searcher("annealing", MIXED, MIN)
