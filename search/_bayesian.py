@@ -45,9 +45,9 @@ def _quiet(optuna: Any) -> Iterator[None]:
 class BayesianSearch(Searcher):
     """Model-based search with one of Optuna's samplers.
 
-    ``sampler``: "tpe" (default; multivariate TPE, constant liar for
-    parallel asks), "gp" (Gaussian process, log EI) or "cmaes" (one objective
-    only). The first ``startup_trials`` trials are random draws.
+    ``sampler``: "tpe" (default; multivariate TPE, for one objective and
+    several alike, constant liar for parallel asks), "gp" (Gaussian process,
+    log EI) or "cmaes" (one objective only). The first ``startup_trials`` trials are random draws.
     Failed trials are told to Optuna as failed: the model ignores them, and
     a region that keeps failing is not preferred.
     Warm start hands all of a previous run's observations to the model.
@@ -121,8 +121,13 @@ class BayesianSearch(Searcher):
         samplers = self._optuna.samplers
         seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1)[0])
         if self.sampler == "tpe":
+            # multivariate=True said outright: Optuna's default (None) is
+            # multivariate for one objective but independent for several.
             return samplers.TPESampler(
-                seed=seed, n_startup_trials=self.startup_trials, constant_liar=True
+                seed=seed,
+                n_startup_trials=self.startup_trials,
+                multivariate=True,
+                constant_liar=True,
             )
         if self.sampler == "gp":
             return samplers.GPSampler(

@@ -6,6 +6,7 @@ import itertools
 import json
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from _search_helpers import MIN, MIXED, drive, loss
@@ -94,6 +95,33 @@ def test_warm_start_gives_the_model_all_observations() -> None:
     assert all(t.origin == "model" for t in trials)  # 11 successes >= 10 startup trials
     assert len(searcher.study.trials) == 14
     assert searcher.best() is None  # warm-start results are not this search's
+
+
+@pytest.mark.parametrize("objectives", [1, 2])
+def test_tpe_models_the_parameters_jointly(objectives: int, monkeypatch: Any) -> None:
+    """Multivariate TPE proposes all parameters together (sample_relative); Optuna
+    would fall back to one parameter at a time (sample_independent) for several
+    objectives unless told multivariate=True."""
+    import optuna
+
+    calls: list[int] = []
+    original = optuna.samplers.TPESampler.sample_independent
+
+    def counting(self: Any, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+        calls.append(trial.number)
+        return original(self, study, trial, name, distribution)
+
+    monkeypatch.setattr(optuna.samplers.TPESampler, "sample_independent", counting)
+    metrics = [Objective("a", "min"), Objective("b", "min")][:objectives]
+    searcher = BayesianSearch(BRANIN.space, metrics, seed=0, budget=12, startup_trials=4)
+    drive(
+        searcher,
+        lambda c: {"a": BRANIN(c), "b": (c["x1"] - 2) ** 2 + c["x2"]},
+        parallel=1,
+    )
+    model = [int(o.trial.id) for o in searcher.observations if o.trial.origin == "model"]
+    assert len(model) == 8
+    assert not set(calls) & set(model)
 
 
 def test_settings_are_checked() -> None:
