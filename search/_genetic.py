@@ -4,9 +4,10 @@ The genome is explicit: one float gene per searched parameter, in the space
 the parameter varies in (log of the value for ``log`` parameters, the index of
 the value for categoricals). Numbers cross over with DEAP's blend or bounded
 simulated-binary crossover and mutate with its Gaussian mutation (sigma a
-share of the gene's range); categoricals cross over uniformly and mutate by
-redrawing another value; integers are rounded after every change and a
-mutation moves them by at least one step.
+share of the gene's range, adapted by the one-fifth success rule);
+categoricals cross over uniformly and mutate by redrawing another value;
+integers are rounded after every change and a mutation moves them by at
+least one step.
 
 Randomness: DEAP's operators call the *module* ``random``. Seeding that global
 would make two searchers in one process (or a test running beside the
@@ -147,6 +148,10 @@ class GeneticSearch(Searcher):
       deme's current members whenever a slot is free and inserts each result
       as it arrives, dropping the deme's worst (steady state), so no slot
       idles behind a straggler. A "generation" is then that many results.
+    - Mutation is DEAP's Gaussian mutation with a step of ``sigma`` times each
+      gene's range. ``sigma_rule="one_fifth"`` (default) adapts that step once
+      per generation by Rechenberg's one-fifth success rule and moves every
+      number; ``"fixed"`` keeps it and moves one gene in len (the old search).
     - Stops after the planned trials, after ``patience`` generations without a
       better best (without a new Pareto-front member for several objectives),
       on an objective's threshold, or when a whole generation failed.
@@ -182,6 +187,7 @@ class GeneticSearch(Searcher):
         elitism: int = 1,
         patience: int | None = None,
         sigma: float = 0.1,
+        sigma_rule: Literal["one_fifth", "fixed"] = "one_fifth",
         alpha: float = 0.5,
         eta: float = 10.0,
     ) -> None:
@@ -200,6 +206,7 @@ class GeneticSearch(Searcher):
         _check_choice("mode", mode, ("generational", "mu_plus_lambda"))
         _check_choice("schedule", schedule, ("generational", "async"))
         _check_choice("crossover", crossover, ("blend", "sbx"))
+        _check_choice("sigma_rule", sigma_rule, ("one_fifth", "fixed"))
         for name, rate in (("mutation_rate", mutation_rate), ("crossover_rate", crossover_rate)):
             if not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, but got {rate!r}")
@@ -228,7 +235,7 @@ class GeneticSearch(Searcher):
             migration_size=migration_size, mutation_rate=mutation_rate,
             crossover_rate=crossover_rate, crossover=crossover,
             tournament_size=tournament_size, elitism=elitism, patience=patience,
-            sigma=sigma, alpha=alpha, eta=eta,
+            sigma=sigma, sigma_rule=sigma_rule, alpha=alpha, eta=eta,
         )  # fmt: skip
         self.population, self.generations, self.mode = population, generations, mode
         self.offspring = offspring if offspring is not None else population
@@ -238,6 +245,10 @@ class GeneticSearch(Searcher):
         self.crossover, self.tournament_size = crossover, tournament_size
         self.elitism, self.patience = elitism, patience
         self.sigma, self.alpha, self.eta = float(sigma), float(alpha), float(eta)
+        self.sigma_rule = sigma_rule
+        self._step_scale = 1.0  # the one-fifth rule's factor on sigma
+        self._mutated = 0  # mutated children told since the last adaptation...
+        self._successes = 0  # ...and how many of them beat their parents
 
         self._rng = random.Random(seed)
         self._genes = [_Gene.of(p) for p in space.searched]
@@ -276,6 +287,11 @@ class GeneticSearch(Searcher):
         else:
             planned = self.population * self.generations
         return min(planned, self.budget) if self.budget is not None else planned
+
+    @property
+    def mutation_step(self) -> float:
+        """The Gaussian mutation's sigma now, as a share of each gene's range."""
+        return self.sigma * self._step_scale
 
     @property
     def generation(self) -> int:
@@ -335,21 +351,31 @@ class GeneticSearch(Searcher):
         a.origin = b.origin = "crossover"
 
     def _mutate(self, ind: _Individual) -> None:
-        """Mutate each gene with probability 1/len, at least one gene."""
+        """Mutate genes drawn with probability 1/len each (at least one).
+
+        Under the one-fifth rule every number also takes a Gaussian step (the
+        rule adapts one step for a move in all directions, as in the (1+1)
+        evolution strategy it comes from); the drawn genes are the ones that
+        must change: an integer among them moves at least one step, and a
+        categorical among them is redrawn. With a fixed step only the drawn
+        genes move, as before.
+        """
         rng = self._rng
-        chosen = [i for i in range(len(ind)) if rng.random() < 1.0 / len(ind)]
-        if not chosen:
-            chosen = [rng.randrange(len(ind))]
-        numeric = [i for i in chosen if not self._genes[i].categorical]
+        drawn = [i for i in range(len(ind)) if rng.random() < 1.0 / len(ind)]
+        if not drawn:
+            drawn = [rng.randrange(len(ind))]
+        moving = range(len(ind)) if self.sigma_rule == "one_fifth" else drawn
+        numeric = [i for i in moving if not self._genes[i].categorical]
         if numeric:
             before = [ind[i] for i in numeric]
             moved = list(before)
-            sigmas = [self.sigma * (self._genes[i].high - self._genes[i].low) for i in numeric]
+            step = self.mutation_step
+            sigmas = [step * (self._genes[i].high - self._genes[i].low) for i in numeric]
             with _using(rng):
                 tools.mutGaussian(moved, 0.0, sigmas, 1.0)
             for old, new, i in zip(before, moved, numeric, strict=True):
-                ind[i] = self._step(self._genes[i], old, new)
-        for i in chosen:
+                ind[i] = self._step(self._genes[i], old, new, must_change=i in drawn)
+        for i in drawn:
             gene = self._genes[i]
             if gene.categorical:
                 count = round(gene.high) + 1
@@ -359,11 +385,16 @@ class GeneticSearch(Searcher):
         ind.origin = "crossover+mutation" if ind.origin.startswith("crossover") else "mutation"
 
     @staticmethod
-    def _step(gene: _Gene, old: float, new: float) -> float:
-        """The mutated gene; an integer moves at least one step (towards the draw)."""
+    def _step(gene: _Gene, old: float, new: float, must_change: bool = True) -> float:
+        """The mutated gene; an integer that must change moves at least one step
+        (towards the draw)."""
         moved = gene.snap(new)
         param = gene.param
-        if isinstance(param, IntParam) and gene.decode(moved) == gene.decode(old):
+        if (
+            must_change
+            and isinstance(param, IntParam)
+            and gene.decode(moved) == gene.decode(old)
+        ):
             value = gene.decode(old)
             step = 1 if new >= old else -1
             if not param.low <= value + step <= param.high:  # type: ignore[operator]
@@ -489,6 +520,7 @@ class GeneticSearch(Searcher):
         else:
             ind.fitness.values = observation.values
             self._failures_in_row = 0
+        self._count_success(ind, observation)
         if self.schedule == "generational":
             if not self._queue and not any(i.trial_id in self._book.pending for i in self._batch):
                 self._end_generation()
@@ -506,7 +538,52 @@ class GeneticSearch(Searcher):
             done = 1 + (self._results - self.population) // self._generation_size
             if self.demes > 1 and done % self.migration_interval == 0:
                 self._migrate()
+            self._adapt_step()
             self._check_progress()
+
+    def _count_success(self, ind: _Individual, observation: Observation) -> None:
+        """Score a mutated child for the one-fifth rule: did it beat its deme?
+
+        A success is a child better than the best member of its deme (with
+        several objectives: dominated by none of them), as in the (1+1)
+        evolution strategy the rule comes from, where the parent is the best so
+        far. Measured against "better than its own parents" (easy while the
+        parents are poor, so the step kept growing): the deme's best made the
+        step shrink as the search closed in. A failed trial is a miss.
+        """
+        if "mutation" not in ind.origin:
+            return
+        members = [p for p in self._parents[ind.deme] if p.fitness.valid]
+        if not members:
+            return
+        self._mutated += 1
+        if observation.values is None:
+            return
+        if self.multi_objective:
+            success = not any(p.fitness.dominates(ind.fitness) for p in members)
+        else:
+            success = ind.fitness > max(p.fitness for p in members)
+        self._successes += success
+
+    def _adapt_step(self) -> None:
+        """Rechenberg's one-fifth success rule, once per generation (of results).
+
+        A fixed step (a share of each range) cannot refine near an optimum: the
+        search keeps jumping over it. The rule widens the step while more than
+        a fifth of mutated children beat their deme's best (the search is far
+        from an optimum and bigger steps pay) and narrows it while fewer do, in
+        the smooth form sigma *= exp((rate - 1/5) / (1 - 1/5)) (Kern et al. 2004).
+        The factor is a function of the results told, in order, so a restored
+        search replays it exactly.
+        The step stays between 1e-4 and 1 of the range: wider jumps are random
+        search, narrower ones cannot be told apart by a trainer's noise.
+        """
+        if self.sigma_rule != "one_fifth" or not self._mutated:
+            return
+        rate = self._successes / self._mutated
+        scale = self._step_scale * math.exp((rate - 0.2) / 0.8)
+        self._step_scale = min(max(scale, 1e-4 / self.sigma), 1.0 / self.sigma)
+        self._mutated = self._successes = 0
 
     def _insert(self, ind: _Individual) -> None:
         """Steady state: a result joins its deme and the deme's worst leaves.
@@ -548,6 +625,7 @@ class GeneticSearch(Searcher):
                 self._parents[deme] = self._with_elites(children, deme)
         self._batch = []
         self._generation += 1
+        self._adapt_step()
         if self.demes > 1 and self._generation % self.migration_interval == 0:
             self._migrate()
         self._check_progress()
