@@ -12,7 +12,7 @@ from orchestrator.spec.model import GeneticSearch
 def _search_label(stage: HpoStage) -> str:
     search = stage.search
     if isinstance(search, GeneticSearch):
-        size = f"{search.population}x{search.generations}"
+        size = f"{search.population}x{search.planned_generations()}"
         demes = f", {search.demes} demes" if search.demes > 1 else ""
         return f"genetic {search.schedule} {size}{demes}"
     if search.algorithm == "bayesian":

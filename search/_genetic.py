@@ -119,6 +119,48 @@ class _Individual(list):
     failed: bool
 
 
+def plan_generations(
+    population: int,
+    generations: int | None,
+    budget: int | None,
+    mode: str = "generational",
+    offspring: int | None = None,
+) -> int:
+    """How many generations a genetic search runs, its budget taken into account.
+
+    Without ``generations`` the search plans as many as its ``budget`` needs
+    (10 without a budget either), so ``budget: 200`` runs 200 trials rather than
+    the 160 of the default 10 generations of 16. With both, a budget that the
+    generations cannot reach is an error that says what would fit: capping it
+    silently ran fewer trials than asked for. (A budget below them still cuts
+    the last generation short, as "most trials to run" says.)
+
+    >>> plan_generations(16, None, 200), plan_generations(16, 10, 100)
+    (13, 10)
+    """
+    size = (offspring or population) if mode == "mu_plus_lambda" else population
+
+    def trials(n: int) -> int:
+        return population + size * (n - 1)
+
+    if generations is None:
+        if budget is None:
+            return 10
+        return 1 + max(0, -(-(budget - population) // size))
+    if budget is not None and budget > trials(generations):
+        needed = plan_generations(population, None, budget, mode, offspring)
+        shape = (
+            f"population {population} + offspring {size} x {generations - 1} later generations"
+            if mode == "mu_plus_lambda"
+            else f"population {population} x {generations} generations"
+        )
+        raise ValueError(
+            f"budget must be at most {trials(generations)} ({shape}), but got {budget}:"
+            f" set generations to {needed}, or leave generations out to plan them from the budget"
+        )
+    return generations
+
+
 def _split(total: int, parts: int) -> list[int]:
     """``total`` shared as evenly as possible, the first parts taking the remainder."""
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
@@ -142,7 +184,9 @@ class GeneticSearch(Searcher):
       A child identical to its parent would spend a trial on a known result,
       so it is mutated; every generation therefore runs exactly its size in
       trials: population × generations, or population + offspring ×
-      (generations − 1), capped by ``budget``.
+      (generations − 1). Leave ``generations`` out to plan as many as
+      ``budget`` needs (10 without a budget); a ``budget`` that the given
+      generations cannot reach is an error (see :func:`plan_generations`).
     - ``schedule="generational"`` waits for the whole generation (``ask``
       returns [] at the barrier); ``schedule="async"`` breeds a child from the
       deme's current members whenever a slot is free and inserts each result
@@ -173,7 +217,7 @@ class GeneticSearch(Searcher):
         seed: int = 0,
         budget: int | None = None,
         population: int = 16,
-        generations: int = 10,
+        generations: int | None = None,
         mode: Literal["generational", "mu_plus_lambda"] = "generational",
         offspring: int | None = None,
         schedule: Literal["generational", "async"] = "generational",
@@ -193,7 +237,8 @@ class GeneticSearch(Searcher):
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
         _check_int("population", population, 2)
-        _check_int("generations", generations, 1)
+        if generations is not None:
+            _check_int("generations", generations, 1)
         _check_int("demes", demes, 1)
         _check_int("migration_interval", migration_interval, 1)
         _check_int("migration_size", migration_size, 1)
@@ -237,8 +282,9 @@ class GeneticSearch(Searcher):
             tournament_size=tournament_size, elitism=elitism, patience=patience,
             sigma=sigma, sigma_rule=sigma_rule, alpha=alpha, eta=eta,
         )  # fmt: skip
-        self.population, self.generations, self.mode = population, generations, mode
         self.offspring = offspring if offspring is not None else population
+        self.population, self.mode = population, mode
+        self.generations = plan_generations(population, generations, budget, mode, offspring)
         self.schedule, self.demes = schedule, demes
         self.migration_interval, self.migration_size = migration_interval, migration_size
         self.mutation_rate, self.crossover_rate = float(mutation_rate), float(crossover_rate)

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from search._genetic import plan_generations
 from search.space import (
     CategoricalParam,
     ConstantParam,
@@ -214,7 +215,9 @@ class _SearchBase(Strict):
 class GeneticSearch(_SearchBase):
     algorithm: Literal["genetic"]
     population: int = Field(16, ge=2, description="individuals per generation (all demes)")
-    generations: PositiveInt = Field(10, description="generations to breed")
+    generations: PositiveInt | None = Field(
+        None, description="generations to breed; default: as many as budget needs (10 without)"
+    )
     mode: Literal["generational", "mu_plus_lambda"] = "generational"
     offspring: PositiveInt | None = Field(
         None, description="mu_plus_lambda: children per generation (lambda); default: population"
@@ -232,6 +235,9 @@ class GeneticSearch(_SearchBase):
     elitism: int = Field(1, ge=0, description="best individuals kept unchanged (hall of fame)")
     patience: PositiveInt | None = Field(
         None, description="stop after this many generations without improvement"
+    )
+    sigma_rule: Literal["one_fifth", "fixed"] = Field(
+        "one_fifth", description="mutation step: adapted by the one-fifth success rule, or fixed"
     )
 
     @model_validator(mode="after")
@@ -251,15 +257,21 @@ class GeneticSearch(_SearchBase):
                 f"elitism must be less than population ({self.population}),"
                 f" but got {self.elitism}"
             )
+        self.planned_generations()  # a budget the generations cannot reach is an error
         return self
 
+    def planned_generations(self) -> int:
+        """``generations``, or as many as ``budget`` needs when it is left out."""
+        return plan_generations(
+            self.population, self.generations, self.budget, self.mode, self.offspring
+        )
+
     def planned_trials(self, space: SearchSpace) -> int:
+        generations = self.planned_generations()
         if self.mode == "mu_plus_lambda":
-            planned = self.population + (self.offspring or self.population) * (
-                self.generations - 1
-            )
+            planned = self.population + (self.offspring or self.population) * (generations - 1)
         else:
-            planned = self.population * self.generations
+            planned = self.population * generations
         return min(planned, self.budget) if self.budget else planned
 
 

@@ -27,6 +27,9 @@ def square(config: dict) -> float:
         ({}, 160),
         ({"population": 8, "generations": 5}, 40),
         ({"population": 8, "generations": 5, "budget": 30}, 30),
+        ({"budget": 200}, 200),  # 13 generations planned for it, not 10 capped at 160
+        ({"population": 8, "budget": 30}, 30),
+        ({"population": 8, "mode": "mu_plus_lambda", "offspring": 4, "budget": 30}, 30),
         ({"population": 8, "generations": 5, "mode": "mu_plus_lambda"}, 40),
         ({"population": 8, "generations": 5, "mode": "mu_plus_lambda", "offspring": 4}, 24),
     ],
@@ -246,6 +249,23 @@ def test_the_one_fifth_rule_shrinks_the_step_near_an_optimum() -> None:
     drive(fixed, square, parallel=8)
     assert fixed.mutation_step == 0.1
     assert searcher.best().value < fixed.best().value
+
+
+def test_a_budget_the_generations_cannot_reach_says_what_would_fit() -> None:
+    from pydantic import ValidationError
+
+    from orchestrator.spec.model import GeneticSearch as Spec
+
+    message = (
+        r"budget must be at most 160 \(population 16 x 10 generations\), but got 200:"
+        r" set generations to 13, or leave generations out"
+    )
+    with pytest.raises(ValueError, match=message):
+        GeneticSearch(LINE, MIN, generations=10, budget=200)
+    with pytest.raises(ValidationError, match=message):
+        Spec(algorithm="genetic", generations=10, budget=200)
+    planned = GeneticSearch(LINE, MIN, budget=200)
+    assert planned.generations == 13 and planned.planned == 200
 
 
 @pytest.mark.parametrize(
