@@ -22,6 +22,7 @@ import inspect
 from collections.abc import Mapping
 from typing import Any
 
+from search._auto import AutoChoice, choose_search
 from search._base import (
     Failure,
     Objective,
@@ -45,10 +46,16 @@ ALGORITHMS: dict[str, type[Searcher]] = {
 }
 
 
+AUTO_SETTINGS = ("seed", "budget", "parallel")
+
+
 def settings_of(algorithm: str) -> list[str]:
     """The keyword settings ``make_searcher(algorithm, ...)`` accepts, in signature order."""
+    if algorithm == "auto":
+        return list(AUTO_SETTINGS)
     if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, but got {algorithm!r}")
+        names = ", ".join([*ALGORITHMS, "auto"])
+        raise ValueError(f"algorithm must be one of {names}, but got {algorithm!r}")
     parameters = inspect.signature(ALGORITHMS[algorithm].__init__).parameters.values()
     return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
 
@@ -80,13 +87,29 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
 
     ``make_searcher(spec.search.algorithm, space, objectives,
     **spec.search.model_dump(exclude={"algorithm"}))``
+
+    ``"auto"`` takes ``seed``, ``budget`` and ``parallel`` (trials pending at
+    once; default 1), builds what :func:`choose_search` picks and keeps the
+    choice, with its reason, in the searcher's ``auto_choice``. The state is
+    the chosen searcher's, and the same arguments choose the same again, so
+    an auto search restores like any other.
     """
     check_settings(algorithm, settings)
-    return ALGORITHMS[algorithm](space, objectives, **settings)
+    if algorithm != "auto":
+        return ALGORITHMS[algorithm](space, objectives, **settings)
+    parallel = settings.get("parallel")
+    parallel = 1 if parallel is None else parallel  # the spec's default is None
+    choice = choose_search(space, objectives, budget=settings.get("budget"), parallel=parallel)
+    searcher = ALGORITHMS[choice.algorithm](
+        space, objectives, seed=settings.get("seed", 0), **choice.settings
+    )
+    searcher.auto_choice = choice
+    return searcher
 
 
 __all__ = [
     "ALGORITHMS",
+    "AutoChoice",
     "BayesianSearch",
     "Failure",
     "GeneticSearch",
@@ -98,6 +121,7 @@ __all__ = [
     "Trial",
     "as_objectives",
     "check_settings",
+    "choose_search",
     "make_searcher",
     "observations_from_state",
     "settings_of",

@@ -304,6 +304,7 @@ class Searcher(abc.ABC):
     """
 
     algorithm: ClassVar[str] = ""
+    auto_choice: Any = None  # the AutoChoice that picked this search (make_searcher("auto"))
 
     def __init__(
         self,

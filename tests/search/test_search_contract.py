@@ -226,7 +226,7 @@ def test_grid_cannot_be_warm_started() -> None:
         build("grid").warm_start([])
 
 
-@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid"])
+@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid", "auto"])
 def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
     from orchestrator.spec import model
 
@@ -235,10 +235,12 @@ def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
         "bayesian": model.BayesianSearch,
         "random": model.RandomSearch,
         "grid": model.GridSearch,
+        "auto": model.AutoSearch,
     }[algorithm]
     spec = spec_class(algorithm=algorithm, budget=8)
     searcher = make_searcher(algorithm, MIXED, MIN, **spec.model_dump(exclude={"algorithm"}))
-    assert searcher.algorithm == algorithm
+    picked = searcher.auto_choice.algorithm if searcher.auto_choice else algorithm
+    assert searcher.algorithm == picked
     assert searcher.planned == spec.planned_trials(MIXED)
 
 
