@@ -14,6 +14,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from search._auto import AutoChoice, choose_search
 from search._genetic import plan_generations
 from search.space import (
     CategoricalParam,
@@ -325,10 +326,38 @@ class GridSearch(_SearchBase):
         return min(total, self.budget) if self.budget else total
 
 
+class AutoSearch(_SearchBase):
+    """Let nestor pick the search from the space, the budget and the parallelism.
+
+    The pick is a pure function of these (``search.choose_search``), so
+    ``nestor validate`` shows it and a resumed run makes it again.
+    """
+
+    algorithm: Literal["auto"]
+    budget: PositiveInt | None = 20
+    parallel: PositiveInt | None = Field(
+        None,
+        description="trials pending at once that the choice plans for; default 1"
+        " (nestor sweep sets it from --parallel or --slots)",
+    )
+
+    def choose(self, space: SearchSpace, objectives: Any) -> AutoChoice:
+        return choose_search(space, objectives, budget=self.budget, parallel=self.parallel or 1)
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        # The objectives change which model is picked, never how many trials it
+        # plans (the budget, or every combination for grid, chosen before them).
+        choice = self.choose(space, [("objective", "min")])
+        if choice.algorithm == "grid":
+            return GridSearch(algorithm="grid", budget=self.budget).planned_trials(space)
+        return self.budget or 20
+
+
 Search = Annotated[
-    GeneticSearch | BayesianSearch | RandomSearch | GridSearch, Field(discriminator="algorithm")
+    GeneticSearch | BayesianSearch | RandomSearch | GridSearch | AutoSearch,
+    Field(discriminator="algorithm"),
 ]
-ALGORITHMS = ("genetic", "bayesian", "random", "grid")
+ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto")
 
 
 class Objective(Strict):
@@ -414,6 +443,12 @@ class HpoStage(_StageBase):
 
     def planned_trials(self) -> int:
         return self.search.planned_trials(self.search_space())
+
+    def auto_choice(self) -> AutoChoice | None:
+        """What ``algorithm: auto`` picks for this stage (None for a named algorithm)."""
+        if not isinstance(self.search, AutoSearch):
+            return None
+        return self.search.choose(self.search_space(), [o.model_dump() for o in self.objectives])
 
 
 class EnsembleStage(_StageBase):
