@@ -118,8 +118,16 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               " --param=-a=float:-1:1 passes -a=VALUE.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
-@click.option("--algo", "algorithm", type=click.Choice(["genetic", "bayesian", "random", "grid"]),
-              default="genetic", show_default=True)
+@click.option("--algo", "algorithm",
+              type=click.Choice(["genetic", "bayesian", "random", "grid", "auto"]),
+              default="genetic", show_default=True,
+              help="auto picks one from the space, the budget and the trials at once"
+              " (`nestor validate` on the saved spec says what and why).")
+@click.option("--sampler", type=click.Choice(["tpe", "gp", "cmaes"]),
+              help="Bayesian: Optuna's sampler (default tpe).")
+@click.option("--schedule", type=click.Choice(["generational", "async"]),
+              help="Genetic: wait for each generation, or breed as each result returns.")
+@click.option("--demes", type=click.IntRange(min=1), help="Genetic: islands, with migration.")
 @click.option("--budget", type=click.IntRange(min=1), help="Most trials to run.")
 @click.option("--population", type=click.IntRange(min=2),
               help="Genetic: individuals per generation.")
@@ -140,7 +148,8 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               help="Where results go (default: runs/sweep-TIMESTAMP).")
 @_run_options
 def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
-          settings: tuple[str, ...], algorithm: str, budget: int | None,
+          settings: tuple[str, ...], algorithm: str, sampler: str | None,
+          schedule: str | None, demes: int | None, budget: int | None,
           population: int | None, generations: int | None, metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
@@ -166,6 +175,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             algorithm=algorithm, budget=budget, population=population,
             generations=generations, metric=metric, mode=mode, fom_pattern=fom_pattern,
             dp=dp, mp=mp, parallel=parallel, slots=slots, seed=seed,
+            sampler=sampler, schedule=schedule, demes=demes,
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

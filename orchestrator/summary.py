@@ -10,9 +10,12 @@ from orchestrator.spec.model import GeneticSearch
 
 
 def _search_label(stage: HpoStage) -> str:
+    choice = stage.auto_choice()
+    if choice is not None:
+        return f"auto: {choice.label()}"
     search = stage.search
     if isinstance(search, GeneticSearch):
-        size = f"{search.population}x{search.generations}"
+        size = f"{search.population}x{search.planned_generations()}"
         demes = f", {search.demes} demes" if search.demes > 1 else ""
         return f"genetic {search.schedule} {size}{demes}"
     if search.algorithm == "bayesian":
@@ -57,6 +60,20 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             str(at_once) if at_once else "[red]0: too few slots[/]",
         )
     console.print(table)
+    for name in workflow.order():
+        stage = workflow.stage(name)
+        choice = stage.auto_choice() if isinstance(stage, HpoStage) else None
+        if choice is None:
+            continue
+        console.print(f"  {name}: auto picked {choice.describe()}", soft_wrap=True)
+        planned_for = stage.search.parallel or 1  # type: ignore[union-attr]
+        at_once = concurrent_trials(total, workflow.parallel_of(name).ranks)
+        if stage.search.parallel is None and at_once > planned_for:  # type: ignore[union-attr]
+            console.print(
+                f"    (planned for {planned_for} trial at once; this plan runs {at_once}:"
+                f" set search.parallel: {at_once} to plan for them)",
+                soft_wrap=True,
+            )
 
 
 def render_catalog(console: Console) -> None:

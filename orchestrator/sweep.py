@@ -84,8 +84,18 @@ def build_spec(
     slots: int | None,
     seed: int,
     name: str = "sweep",
+    sampler: str | None = None,
+    schedule: str | None = None,
+    demes: int | None = None,
 ) -> dict[str, Any]:
-    """The workflow spec (as data) that these sweep flags describe."""
+    """The workflow spec (as data) that these sweep flags describe.
+
+    Algorithm options must belong to the algorithm asked for (``--sampler``
+    to bayesian; ``--population``, ``--generations``, ``--schedule`` and
+    ``--demes`` to genetic): silently dropping one would run another search
+    than the one the command line reads as. ``--algo auto`` plans for the
+    trials ``--parallel`` (or ``--slots`` / ranks per trial) runs at once.
+    """
     if (trainer is None) == (command is None):
         raise ValueError("give exactly one of --trainer NAME or --cmd COMMAND")
     if not params:
@@ -106,13 +116,27 @@ def build_spec(
     search: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
     if budget is not None:
         search["budget"] = budget
-    if algorithm == "genetic":
-        if population is not None:
-            search["population"] = population
-        if generations is not None:
-            search["generations"] = generations
-    elif population is not None or generations is not None:
-        raise ValueError(f"--population and --generations apply to --algo genetic, not {algorithm}")
+    options: dict[str, tuple[str, Any]] = {
+        "sampler": ("bayesian", sampler),
+        "population": ("genetic", population),
+        "generations": ("genetic", generations),
+        "schedule": ("genetic", schedule),
+        "demes": ("genetic", demes),
+    }
+    misplaced = [
+        f"--{k}" for k, (owner, v) in options.items() if v is not None and owner != algorithm
+    ]
+    if misplaced:
+        owners = sorted({options[m[2:]][0] for m in misplaced})
+        verb = "applies" if len(misplaced) == 1 else "apply"
+        raise ValueError(
+            f"{' and '.join(misplaced)} {verb} to --algo {' or '.join(owners)}, not {algorithm}"
+        )
+    search.update({k: v for k, (_, v) in options.items() if v is not None})
+    if algorithm == "auto":
+        at_once = parallel if parallel is not None else slots // (dp * mp) if slots else None
+        if at_once:
+            search["parallel"] = at_once
     resources: dict[str, Any] = {}
     if slots is not None:
         resources["slots"] = slots

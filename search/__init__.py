@@ -17,8 +17,12 @@ Optuna is imported only when a Bayesian search is built.
 
 from __future__ import annotations
 
+import difflib
+import inspect
+from collections.abc import Mapping
 from typing import Any
 
+from search._auto import AutoChoice, choose_search
 from search._base import (
     Failure,
     Objective,
@@ -42,19 +46,70 @@ ALGORITHMS: dict[str, type[Searcher]] = {
 }
 
 
+AUTO_SETTINGS = ("seed", "budget", "parallel")
+
+
+def settings_of(algorithm: str) -> list[str]:
+    """The keyword settings ``make_searcher(algorithm, ...)`` accepts, in signature order."""
+    if algorithm == "auto":
+        return list(AUTO_SETTINGS)
+    if algorithm not in ALGORITHMS:
+        names = ", ".join([*ALGORITHMS, "auto"])
+        raise ValueError(f"algorithm must be one of {names}, but got {algorithm!r}")
+    parameters = inspect.signature(ALGORITHMS[algorithm].__init__).parameters.values()
+    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+
+
+def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
+    """Refuse settings the algorithm does not have, naming the ones it does.
+
+    Without this a misspelt setting (``populaton=8``) surfaces as Python's bare
+    ``TypeError: __init__() got an unexpected keyword argument``, which names
+    neither the search nor what it would have accepted.
+    """
+    allowed = settings_of(algorithm)
+    unknown = [name for name in settings if name not in allowed]
+    if unknown:
+        hints = []
+        for name in unknown:
+            close = difflib.get_close_matches(name, allowed, n=1)
+            if close:
+                hints.append(f"{name!r}: did you mean {close[0]!r}?")
+        hint = f" ({'; '.join(hints)})" if hints else ""
+        raise ValueError(
+            f"{algorithm} search settings must be among {', '.join(allowed)},"
+            f" but got {', '.join(repr(n) for n in unknown)}{hint}"
+        )
+
+
 def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **settings: Any) -> Searcher:
     """Build a searcher by name with the spec's settings as keyword arguments.
 
     ``make_searcher(spec.search.algorithm, space, objectives,
     **spec.search.model_dump(exclude={"algorithm"}))``
+
+    ``"auto"`` takes ``seed``, ``budget`` and ``parallel`` (trials pending at
+    once; default 1), builds what :func:`choose_search` picks and keeps the
+    choice, with its reason, in the searcher's ``auto_choice``. The state is
+    the chosen searcher's, and the same arguments choose the same again, so
+    an auto search restores like any other.
     """
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm must be one of {', '.join(ALGORITHMS)}, but got {algorithm!r}")
-    return ALGORITHMS[algorithm](space, objectives, **settings)
+    check_settings(algorithm, settings)
+    if algorithm != "auto":
+        return ALGORITHMS[algorithm](space, objectives, **settings)
+    parallel = settings.get("parallel")
+    parallel = 1 if parallel is None else parallel  # the spec's default is None
+    choice = choose_search(space, objectives, budget=settings.get("budget"), parallel=parallel)
+    searcher = ALGORITHMS[choice.algorithm](
+        space, objectives, seed=settings.get("seed", 0), **choice.settings
+    )
+    searcher.auto_choice = choice
+    return searcher
 
 
 __all__ = [
     "ALGORITHMS",
+    "AutoChoice",
     "BayesianSearch",
     "Failure",
     "GeneticSearch",
@@ -65,6 +120,9 @@ __all__ = [
     "Searcher",
     "Trial",
     "as_objectives",
+    "check_settings",
+    "choose_search",
     "make_searcher",
     "observations_from_state",
+    "settings_of",
 ]

@@ -304,6 +304,7 @@ class Searcher(abc.ABC):
     """
 
     algorithm: ClassVar[str] = ""
+    auto_choice: Any = None  # the AutoChoice that picked this search (make_searcher("auto"))
 
     def __init__(
         self,
@@ -337,7 +338,12 @@ class Searcher(abc.ABC):
 
     @abc.abstractmethod
     def _ask(self, n: int) -> list[Trial]:
-        """Up to ``n`` new trials (n >= 1 and within the budget), made with _new_trial."""
+        """Up to ``n`` new trials (n >= 1 and within the budget), made with _new_trial.
+
+        An ask that returns no trials must leave the search as it was (no RNG
+        draw, no bookkeeping): such asks are not journalled, so replay never
+        repeats them.
+        """
 
     @abc.abstractmethod
     def _tell(self, trial: Trial, observation: Observation) -> None:
@@ -383,6 +389,10 @@ class Searcher(abc.ABC):
             raise ValueError(f"n must be a positive integer, but got {n!r}")
         room = self.planned - self.n_asked
         trials = [] if self._stop_reason is not None or room <= 0 else self._ask(min(n, room))
+        if not trials:
+            # Nothing changed (see _ask), so nothing to replay: a driver that polls a
+            # search waiting at a generation barrier must not grow its journal.
+            return trials
         event = {"event": "ask", "n": n, "trials": [t.to_dict() for t in trials]}
         event.update(self._event_extra(trials))
         self._book.events.append(event)
@@ -494,7 +504,9 @@ class Searcher(abc.ABC):
         [Trial.to_dict()...]}`` (Bayesian adds ``notes``, the sampler's per-trial
         records), ``{"event": "tell", "id", "result": {"values": [...]} or
         {"failure": reason}}`` and ``{"event": "warm_start", "observations"}``.
-        It grows by one small entry per call; :func:`observations_from_state`
+        It grows by one small entry per tell and per ask that returned trials
+        (an empty ask, e.g. at a generation barrier, changes nothing and is not
+        recorded); :func:`observations_from_state`
         reads the results out of it without rebuilding the search.
         """
         return json.loads(

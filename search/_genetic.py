@@ -4,9 +4,10 @@ The genome is explicit: one float gene per searched parameter, in the space
 the parameter varies in (log of the value for ``log`` parameters, the index of
 the value for categoricals). Numbers cross over with DEAP's blend or bounded
 simulated-binary crossover and mutate with its Gaussian mutation (sigma a
-share of the gene's range); categoricals cross over uniformly and mutate by
-redrawing another value; integers are rounded after every change and a
-mutation moves them by at least one step.
+share of the gene's range, adapted by the one-fifth success rule);
+categoricals cross over uniformly and mutate by redrawing another value;
+integers are rounded after every change and a mutation moves them by at
+least one step.
 
 Randomness: DEAP's operators call the *module* ``random``. Seeding that global
 would make two searchers in one process (or a test running beside the
@@ -118,6 +119,48 @@ class _Individual(list):
     failed: bool
 
 
+def plan_generations(
+    population: int,
+    generations: int | None,
+    budget: int | None,
+    mode: str = "generational",
+    offspring: int | None = None,
+) -> int:
+    """How many generations a genetic search runs, its budget taken into account.
+
+    Without ``generations`` the search plans as many as its ``budget`` needs
+    (10 without a budget either), so ``budget: 200`` runs 200 trials rather than
+    the 160 of the default 10 generations of 16. With both, a budget that the
+    generations cannot reach is an error that says what would fit: capping it
+    silently ran fewer trials than asked for. (A budget below them still cuts
+    the last generation short, as "most trials to run" says.)
+
+    >>> plan_generations(16, None, 200), plan_generations(16, 10, 100)
+    (13, 10)
+    """
+    size = (offspring or population) if mode == "mu_plus_lambda" else population
+
+    def trials(n: int) -> int:
+        return population + size * (n - 1)
+
+    if generations is None:
+        if budget is None:
+            return 10
+        return 1 + max(0, -(-(budget - population) // size))
+    if budget is not None and budget > trials(generations):
+        needed = plan_generations(population, None, budget, mode, offspring)
+        shape = (
+            f"population {population} + offspring {size} x {generations - 1} later generations"
+            if mode == "mu_plus_lambda"
+            else f"population {population} x {generations} generations"
+        )
+        raise ValueError(
+            f"budget must be at most {trials(generations)} ({shape}), but got {budget}:"
+            f" set generations to {needed}, or leave generations out to plan them from the budget"
+        )
+    return generations
+
+
 def _split(total: int, parts: int) -> list[int]:
     """``total`` shared as evenly as possible, the first parts taking the remainder."""
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
@@ -141,12 +184,18 @@ class GeneticSearch(Searcher):
       A child identical to its parent would spend a trial on a known result,
       so it is mutated; every generation therefore runs exactly its size in
       trials: population × generations, or population + offspring ×
-      (generations − 1), capped by ``budget``.
+      (generations − 1). Leave ``generations`` out to plan as many as
+      ``budget`` needs (10 without a budget); a ``budget`` that the given
+      generations cannot reach is an error (see :func:`plan_generations`).
     - ``schedule="generational"`` waits for the whole generation (``ask``
       returns [] at the barrier); ``schedule="async"`` breeds a child from the
       deme's current members whenever a slot is free and inserts each result
       as it arrives, dropping the deme's worst (steady state), so no slot
       idles behind a straggler. A "generation" is then that many results.
+    - Mutation is DEAP's Gaussian mutation with a step of ``sigma`` times each
+      gene's range. ``sigma_rule="one_fifth"`` (default) adapts that step once
+      per generation by Rechenberg's one-fifth success rule and moves every
+      number; ``"fixed"`` keeps it and moves one gene in len (the old search).
     - Stops after the planned trials, after ``patience`` generations without a
       better best (without a new Pareto-front member for several objectives),
       on an objective's threshold, or when a whole generation failed.
@@ -168,7 +217,7 @@ class GeneticSearch(Searcher):
         seed: int = 0,
         budget: int | None = None,
         population: int = 16,
-        generations: int = 10,
+        generations: int | None = None,
         mode: Literal["generational", "mu_plus_lambda"] = "generational",
         offspring: int | None = None,
         schedule: Literal["generational", "async"] = "generational",
@@ -182,12 +231,14 @@ class GeneticSearch(Searcher):
         elitism: int = 1,
         patience: int | None = None,
         sigma: float = 0.1,
+        sigma_rule: Literal["one_fifth", "fixed"] = "one_fifth",
         alpha: float = 0.5,
         eta: float = 10.0,
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
         _check_int("population", population, 2)
-        _check_int("generations", generations, 1)
+        if generations is not None:
+            _check_int("generations", generations, 1)
         _check_int("demes", demes, 1)
         _check_int("migration_interval", migration_interval, 1)
         _check_int("migration_size", migration_size, 1)
@@ -200,6 +251,7 @@ class GeneticSearch(Searcher):
         _check_choice("mode", mode, ("generational", "mu_plus_lambda"))
         _check_choice("schedule", schedule, ("generational", "async"))
         _check_choice("crossover", crossover, ("blend", "sbx"))
+        _check_choice("sigma_rule", sigma_rule, ("one_fifth", "fixed"))
         for name, rate in (("mutation_rate", mutation_rate), ("crossover_rate", crossover_rate)):
             if not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
                 raise ValueError(f"{name} must be between 0 and 1, but got {rate!r}")
@@ -228,16 +280,21 @@ class GeneticSearch(Searcher):
             migration_size=migration_size, mutation_rate=mutation_rate,
             crossover_rate=crossover_rate, crossover=crossover,
             tournament_size=tournament_size, elitism=elitism, patience=patience,
-            sigma=sigma, alpha=alpha, eta=eta,
+            sigma=sigma, sigma_rule=sigma_rule, alpha=alpha, eta=eta,
         )  # fmt: skip
-        self.population, self.generations, self.mode = population, generations, mode
         self.offspring = offspring if offspring is not None else population
+        self.population, self.mode = population, mode
+        self.generations = plan_generations(population, generations, budget, mode, offspring)
         self.schedule, self.demes = schedule, demes
         self.migration_interval, self.migration_size = migration_interval, migration_size
         self.mutation_rate, self.crossover_rate = float(mutation_rate), float(crossover_rate)
         self.crossover, self.tournament_size = crossover, tournament_size
         self.elitism, self.patience = elitism, patience
         self.sigma, self.alpha, self.eta = float(sigma), float(alpha), float(eta)
+        self.sigma_rule = sigma_rule
+        self._step_scale = 1.0  # the one-fifth rule's factor on sigma
+        self._mutated = 0  # mutated children told since the last adaptation...
+        self._successes = 0  # ...and how many of them beat their parents
 
         self._rng = random.Random(seed)
         self._genes = [_Gene.of(p) for p in space.searched]
@@ -276,6 +333,11 @@ class GeneticSearch(Searcher):
         else:
             planned = self.population * self.generations
         return min(planned, self.budget) if self.budget is not None else planned
+
+    @property
+    def mutation_step(self) -> float:
+        """The Gaussian mutation's sigma now, as a share of each gene's range."""
+        return self.sigma * self._step_scale
 
     @property
     def generation(self) -> int:
@@ -335,21 +397,31 @@ class GeneticSearch(Searcher):
         a.origin = b.origin = "crossover"
 
     def _mutate(self, ind: _Individual) -> None:
-        """Mutate each gene with probability 1/len, at least one gene."""
+        """Mutate genes drawn with probability 1/len each (at least one).
+
+        Under the one-fifth rule every number also takes a Gaussian step (the
+        rule adapts one step for a move in all directions, as in the (1+1)
+        evolution strategy it comes from); the drawn genes are the ones that
+        must change: an integer among them moves at least one step, and a
+        categorical among them is redrawn. With a fixed step only the drawn
+        genes move, as before.
+        """
         rng = self._rng
-        chosen = [i for i in range(len(ind)) if rng.random() < 1.0 / len(ind)]
-        if not chosen:
-            chosen = [rng.randrange(len(ind))]
-        numeric = [i for i in chosen if not self._genes[i].categorical]
+        drawn = [i for i in range(len(ind)) if rng.random() < 1.0 / len(ind)]
+        if not drawn:
+            drawn = [rng.randrange(len(ind))]
+        moving = range(len(ind)) if self.sigma_rule == "one_fifth" else drawn
+        numeric = [i for i in moving if not self._genes[i].categorical]
         if numeric:
             before = [ind[i] for i in numeric]
             moved = list(before)
-            sigmas = [self.sigma * (self._genes[i].high - self._genes[i].low) for i in numeric]
+            step = self.mutation_step
+            sigmas = [step * (self._genes[i].high - self._genes[i].low) for i in numeric]
             with _using(rng):
                 tools.mutGaussian(moved, 0.0, sigmas, 1.0)
             for old, new, i in zip(before, moved, numeric, strict=True):
-                ind[i] = self._step(self._genes[i], old, new)
-        for i in chosen:
+                ind[i] = self._step(self._genes[i], old, new, must_change=i in drawn)
+        for i in drawn:
             gene = self._genes[i]
             if gene.categorical:
                 count = round(gene.high) + 1
@@ -359,11 +431,16 @@ class GeneticSearch(Searcher):
         ind.origin = "crossover+mutation" if ind.origin.startswith("crossover") else "mutation"
 
     @staticmethod
-    def _step(gene: _Gene, old: float, new: float) -> float:
-        """The mutated gene; an integer moves at least one step (towards the draw)."""
+    def _step(gene: _Gene, old: float, new: float, must_change: bool = True) -> float:
+        """The mutated gene; an integer that must change moves at least one step
+        (towards the draw)."""
         moved = gene.snap(new)
         param = gene.param
-        if isinstance(param, IntParam) and gene.decode(moved) == gene.decode(old):
+        if (
+            must_change
+            and isinstance(param, IntParam)
+            and gene.decode(moved) == gene.decode(old)
+        ):
             value = gene.decode(old)
             step = 1 if new >= old else -1
             if not param.low <= value + step <= param.high:  # type: ignore[operator]
@@ -489,6 +566,7 @@ class GeneticSearch(Searcher):
         else:
             ind.fitness.values = observation.values
             self._failures_in_row = 0
+        self._count_success(ind, observation)
         if self.schedule == "generational":
             if not self._queue and not any(i.trial_id in self._book.pending for i in self._batch):
                 self._end_generation()
@@ -506,7 +584,52 @@ class GeneticSearch(Searcher):
             done = 1 + (self._results - self.population) // self._generation_size
             if self.demes > 1 and done % self.migration_interval == 0:
                 self._migrate()
+            self._adapt_step()
             self._check_progress()
+
+    def _count_success(self, ind: _Individual, observation: Observation) -> None:
+        """Score a mutated child for the one-fifth rule: did it beat its deme?
+
+        A success is a child better than the best member of its deme (with
+        several objectives: dominated by none of them), as in the (1+1)
+        evolution strategy the rule comes from, where the parent is the best so
+        far. Measured against "better than its own parents" (easy while the
+        parents are poor, so the step kept growing): the deme's best made the
+        step shrink as the search closed in. A failed trial is a miss.
+        """
+        if "mutation" not in ind.origin:
+            return
+        members = [p for p in self._parents[ind.deme] if p.fitness.valid]
+        if not members:
+            return
+        self._mutated += 1
+        if observation.values is None:
+            return
+        if self.multi_objective:
+            success = not any(p.fitness.dominates(ind.fitness) for p in members)
+        else:
+            success = ind.fitness > max(p.fitness for p in members)
+        self._successes += success
+
+    def _adapt_step(self) -> None:
+        """Rechenberg's one-fifth success rule, once per generation (of results).
+
+        A fixed step (a share of each range) cannot refine near an optimum: the
+        search keeps jumping over it. The rule widens the step while more than
+        a fifth of mutated children beat their deme's best (the search is far
+        from an optimum and bigger steps pay) and narrows it while fewer do, in
+        the smooth form sigma *= exp((rate - 1/5) / (1 - 1/5)) (Kern et al. 2004).
+        The factor is a function of the results told, in order, so a restored
+        search replays it exactly.
+        The step stays between 1e-4 and 1 of the range: wider jumps are random
+        search, narrower ones cannot be told apart by a trainer's noise.
+        """
+        if self.sigma_rule != "one_fifth" or not self._mutated:
+            return
+        rate = self._successes / self._mutated
+        scale = self._step_scale * math.exp((rate - 0.2) / 0.8)
+        self._step_scale = min(max(scale, 1e-4 / self.sigma), 1.0 / self.sigma)
+        self._mutated = self._successes = 0
 
     def _insert(self, ind: _Individual) -> None:
         """Steady state: a result joins its deme and the deme's worst leaves.
@@ -548,6 +671,7 @@ class GeneticSearch(Searcher):
                 self._parents[deme] = self._with_elites(children, deme)
         self._batch = []
         self._generation += 1
+        self._adapt_step()
         if self.demes > 1 and self._generation % self.migration_interval == 0:
             self._migrate()
         self._check_progress()

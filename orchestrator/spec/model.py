@@ -14,6 +14,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from search._auto import AutoChoice, choose_search
+from search._genetic import plan_generations
 from search.space import (
     CategoricalParam,
     ConstantParam,
@@ -214,7 +216,9 @@ class _SearchBase(Strict):
 class GeneticSearch(_SearchBase):
     algorithm: Literal["genetic"]
     population: int = Field(16, ge=2, description="individuals per generation (all demes)")
-    generations: PositiveInt = Field(10, description="generations to breed")
+    generations: PositiveInt | None = Field(
+        None, description="generations to breed; default: as many as budget needs (10 without)"
+    )
     mode: Literal["generational", "mu_plus_lambda"] = "generational"
     offspring: PositiveInt | None = Field(
         None, description="mu_plus_lambda: children per generation (lambda); default: population"
@@ -232,6 +236,9 @@ class GeneticSearch(_SearchBase):
     elitism: int = Field(1, ge=0, description="best individuals kept unchanged (hall of fame)")
     patience: PositiveInt | None = Field(
         None, description="stop after this many generations without improvement"
+    )
+    sigma_rule: Literal["one_fifth", "fixed"] = Field(
+        "one_fifth", description="mutation step: adapted by the one-fifth success rule, or fixed"
     )
 
     @model_validator(mode="after")
@@ -251,15 +258,21 @@ class GeneticSearch(_SearchBase):
                 f"elitism must be less than population ({self.population}),"
                 f" but got {self.elitism}"
             )
+        self.planned_generations()  # a budget the generations cannot reach is an error
         return self
 
+    def planned_generations(self) -> int:
+        """``generations``, or as many as ``budget`` needs when it is left out."""
+        return plan_generations(
+            self.population, self.generations, self.budget, self.mode, self.offspring
+        )
+
     def planned_trials(self, space: SearchSpace) -> int:
+        generations = self.planned_generations()
         if self.mode == "mu_plus_lambda":
-            planned = self.population + (self.offspring or self.population) * (
-                self.generations - 1
-            )
+            planned = self.population + (self.offspring or self.population) * (generations - 1)
         else:
-            planned = self.population * self.generations
+            planned = self.population * generations
         return min(planned, self.budget) if self.budget else planned
 
 
@@ -313,10 +326,38 @@ class GridSearch(_SearchBase):
         return min(total, self.budget) if self.budget else total
 
 
+class AutoSearch(_SearchBase):
+    """Let nestor pick the search from the space, the budget and the parallelism.
+
+    The pick is a pure function of these (``search.choose_search``), so
+    ``nestor validate`` shows it and a resumed run makes it again.
+    """
+
+    algorithm: Literal["auto"]
+    budget: PositiveInt | None = 20
+    parallel: PositiveInt | None = Field(
+        None,
+        description="trials pending at once that the choice plans for; default 1"
+        " (nestor sweep sets it from --parallel or --slots)",
+    )
+
+    def choose(self, space: SearchSpace, objectives: Any) -> AutoChoice:
+        return choose_search(space, objectives, budget=self.budget, parallel=self.parallel or 1)
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        # The objectives change which model is picked, never how many trials it
+        # plans (the budget, or every combination for grid, chosen before them).
+        choice = self.choose(space, [("objective", "min")])
+        if choice.algorithm == "grid":
+            return GridSearch(algorithm="grid", budget=self.budget).planned_trials(space)
+        return self.budget or 20
+
+
 Search = Annotated[
-    GeneticSearch | BayesianSearch | RandomSearch | GridSearch, Field(discriminator="algorithm")
+    GeneticSearch | BayesianSearch | RandomSearch | GridSearch | AutoSearch,
+    Field(discriminator="algorithm"),
 ]
-ALGORITHMS = ("genetic", "bayesian", "random", "grid")
+ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto")
 
 
 class Objective(Strict):
@@ -411,6 +452,12 @@ class HpoStage(_StageBase):
 
     def planned_trials(self) -> int:
         return self.search.planned_trials(self.search_space())
+
+    def auto_choice(self) -> AutoChoice | None:
+        """What ``algorithm: auto`` picks for this stage (None for a named algorithm)."""
+        if not isinstance(self.search, AutoSearch):
+            return None
+        return self.search.choose(self.search_space(), [o.model_dump() for o in self.objectives])
 
 
 class EnsembleStage(_StageBase):

@@ -75,6 +75,38 @@ def test_conflicting_flags_are_refused() -> None:
         sweep_spec(algorithm="random")
 
 
+def test_sampler_schedule_and_demes_reach_the_search() -> None:
+    stage = load_spec_text(spec_yaml(sweep_spec(
+        algorithm="bayesian", population=None, generations=None, sampler="cmaes",
+    ))).stage("sweep")
+    assert (stage.search.algorithm, stage.search.sampler) == ("bayesian", "cmaes")
+    stage = load_spec_text(spec_yaml(sweep_spec(schedule="async", demes=2, population=8)))
+    search = stage.stage("sweep").search
+    assert (search.schedule, search.demes, search.population) == ("async", 2, 8)
+
+
+def test_algorithm_options_must_belong_to_the_algorithm() -> None:
+    with pytest.raises(ValueError, match="--sampler applies to --algo bayesian, not genetic"):
+        sweep_spec(sampler="gp")
+    message = "--schedule and --demes apply to --algo genetic, not auto"
+    with pytest.raises(ValueError, match=message):
+        sweep_spec(algorithm="auto", population=None, generations=None, schedule="async", demes=2)
+
+
+def test_auto_plans_for_the_trials_the_sweep_runs_at_once() -> None:
+    auto = dict(algorithm="auto", population=None, generations=None, budget=130,
+                trainer=None, command="python3 fit.py", settings=[],
+                params=[f"c{i}=float:-1:1" for i in range(7)])
+    stage = load_spec_text(spec_yaml(sweep_spec(**auto, parallel=2))).stage("sweep")
+    assert stage.search.parallel == 2
+    assert stage.auto_choice().label() == "genetic async 10"
+    stage = load_spec_text(spec_yaml(sweep_spec(**auto, slots=64))).stage("sweep")
+    assert stage.search.parallel == 32  # 64 slots, 2 ranks a trial
+    assert stage.auto_choice().label() == "genetic async 32, 2 demes"
+    stage = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")
+    assert stage.search.parallel is None
+
+
 def test_cli_errors_exit_2_without_traceback() -> None:
     result = subprocess.run([NESTOR, "sweep", "--trainer", "cnn", "--param", "lr=float:1:0"],
                             capture_output=True, text=True, check=False, timeout=60)
@@ -112,6 +144,27 @@ def test_a_command_sweep_passes_dashed_names_literally(tmp_path: Path) -> None:
     best = stage["best"]
     assert best["value"] == min(t["value"] for t in stage["trials"])
     assert (tmp_path / "run" / "spec.yaml").read_text().startswith("# written by `nestor sweep`")
+
+
+@pytest.mark.slow
+def test_an_auto_sweep_runs_what_it_picked(tmp_path: Path) -> None:
+    fit = tmp_path / "fit.py"
+    fit.write_text(FIT)
+    env = dict(os.environ, FIT_LOG=str(tmp_path / "argv.log"))
+    result = subprocess.run(
+        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=-a=float:-1:1",
+         "--algo", "auto", "--budget", "12", "--parallel", "2",
+         "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, check=False, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    spec = (tmp_path / "run" / "spec.yaml").read_text()
+    assert "algorithm: auto" in spec and "parallel: 2" in spec
+    stage = json.loads((tmp_path / "run" / "results.json").read_text())["stages"][0]
+    assert stage["n_trials"] == 12
+    validate = subprocess.run([NESTOR, "validate", str(tmp_path / "run" / "spec.yaml")],
+                              capture_output=True, text=True, check=False, timeout=60)
+    assert "auto picked bayesian tpe: one parameter" in " ".join(validate.stdout.split())
 
 
 @pytest.mark.slow

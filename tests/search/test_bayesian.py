@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
+import statistics
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 from _search_helpers import MIN, MIXED, drive, loss
 
 from search import BayesianSearch, Failure, Objective
 from search.problems import PROBLEMS
+from search.space import FloatParam, SearchSpace
 
 BRANIN = PROBLEMS["branin"]
 
@@ -94,6 +98,63 @@ def test_warm_start_gives_the_model_all_observations() -> None:
     assert all(t.origin == "model" for t in trials)  # 11 successes >= 10 startup trials
     assert len(searcher.study.trials) == 14
     assert searcher.best() is None  # warm-start results are not this search's
+
+
+@pytest.mark.parametrize("objectives", [1, 2])
+def test_tpe_models_the_parameters_jointly(objectives: int, monkeypatch: Any) -> None:
+    """Multivariate TPE proposes all parameters together (sample_relative); Optuna
+    would fall back to one parameter at a time (sample_independent) for several
+    objectives unless told multivariate=True."""
+    import optuna
+
+    calls: list[int] = []
+    original = optuna.samplers.TPESampler.sample_independent
+
+    def counting(self: Any, study: Any, trial: Any, name: str, distribution: Any) -> Any:
+        calls.append(trial.number)
+        return original(self, study, trial, name, distribution)
+
+    monkeypatch.setattr(optuna.samplers.TPESampler, "sample_independent", counting)
+    metrics = [Objective("a", "min"), Objective("b", "min")][:objectives]
+    searcher = BayesianSearch(BRANIN.space, metrics, seed=0, budget=12, startup_trials=4)
+    drive(
+        searcher,
+        lambda c: {"a": BRANIN(c), "b": (c["x1"] - 2) ** 2 + c["x2"]},
+        parallel=1,
+    )
+    model = [int(o.trial.id) for o in searcher.observations if o.trial.origin == "model"]
+    assert len(model) == 8
+    assert not set(calls) & set(model)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_cmaes_starts_from_the_better_startup_trials(seed: int) -> None:
+    """Optuna's CMA-ES starts at the centre of the space; nestor's starts where
+    the random startup trials did best, so they are not wasted."""
+    space = SearchSpace((FloatParam("x", 0.0, 10.0), FloatParam("y", 0.0, 10.0)))
+
+    def corner(c: dict) -> float:
+        return (c["x"] - 9) ** 2 + (c["y"] - 9) ** 2
+
+    searcher = BayesianSearch(space, MIN, seed=seed, budget=20, sampler="cmaes", startup_trials=6)
+    for _ in range(6):
+        trial = searcher.ask(1)[0]
+        searcher.tell(trial.id, corner(trial.config))
+    first_generation = searcher.ask(6)  # CMA-ES's population for 2 parameters
+    assert all(t.origin == "model" for t in first_generation)
+    start = searcher._cma_start()
+    better = sorted(searcher.observations, key=lambda o: o.value)[:3]
+    for k in ("x", "y"):
+        assert min(o.config[k] for o in better) <= start[k] <= max(o.config[k] for o in better)
+    mean = [statistics.mean(t.config[k] for t in first_generation) for k in ("x", "y")]
+    assert math.dist(mean, (start["x"], start["y"])) < math.dist(mean, (5.0, 5.0)), (start, mean)
+    # The start is journalled, so a restored search starts from the same point.
+    for trial in first_generation[:3]:
+        searcher.tell(trial.id, 0.0)  # better results must not move the start
+    assert searcher._cma_start() == start
+    resumed = BayesianSearch(space, MIN, seed=seed, budget=20, sampler="cmaes", startup_trials=6)
+    resumed.restore(json.loads(json.dumps(searcher.state())))
+    assert resumed._cma_start() == start
 
 
 def test_settings_are_checked() -> None:

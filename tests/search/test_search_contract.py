@@ -112,6 +112,22 @@ def _continue(searcher: Searcher, running: list, told: int) -> list:
 
 
 @pytest.mark.parametrize("name", ALL)
+def test_an_empty_ask_leaves_no_trace(name: str) -> None:
+    """A driver polls ask() whenever a slot is free; asks that return nothing
+    (barrier, budget spent, search over) must not grow the state it journals."""
+    searcher = build(name, seed=2)
+    drive(searcher)
+    assert searcher.done()
+    before = searcher.state()
+    for _ in range(50):
+        assert searcher.ask(3) == []
+    assert searcher.state() == before
+    resumed = build(name, seed=2)
+    resumed.restore(before)
+    assert resumed.state() == before
+
+
+@pytest.mark.parametrize("name", ALL)
 def test_restore_refuses_other_settings(name: str) -> None:
     searcher = build(name, seed=1)
     drive(searcher, steps=3)
@@ -210,7 +226,7 @@ def test_grid_cannot_be_warm_started() -> None:
         build("grid").warm_start([])
 
 
-@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid"])
+@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid", "auto"])
 def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
     from orchestrator.spec import model
 
@@ -219,11 +235,22 @@ def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
         "bayesian": model.BayesianSearch,
         "random": model.RandomSearch,
         "grid": model.GridSearch,
+        "auto": model.AutoSearch,
     }[algorithm]
     spec = spec_class(algorithm=algorithm, budget=8)
     searcher = make_searcher(algorithm, MIXED, MIN, **spec.model_dump(exclude={"algorithm"}))
-    assert searcher.algorithm == algorithm
+    picked = searcher.auto_choice.algorithm if searcher.auto_choice else algorithm
+    assert searcher.algorithm == picked
     assert searcher.planned == spec.planned_trials(MIXED)
+
+
+@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid"])
+def test_an_unknown_setting_is_named_with_the_allowed_ones(algorithm: str) -> None:
+    message = f"{algorithm} search settings must be among seed, budget"
+    with pytest.raises(ValueError, match=message) as info:
+        make_searcher(algorithm, MIXED, MIN, budget=4, sede=1)
+    assert "but got 'sede'" in str(info.value)
+    assert "did you mean 'seed'?" in str(info.value)
 
 
 def test_make_searcher_names_the_algorithms() -> None:

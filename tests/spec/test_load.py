@@ -65,6 +65,65 @@ def test_validate_prints_the_plan() -> None:
     assert "slots: 2 (resources.slots)" in result.output
 
 
+SINE_FIT = """
+name: sinefit
+stages:
+  - name: fit
+    kind: hpo
+    trainer: {command: "python3 fit.py"}
+    search: {algorithm: auto, budget: BUDGET PARALLEL}
+    objective: {metric: fom, mode: min}
+    space:
+      -a: {type: float, low: -1, high: 1}
+      -b: {type: float, low: -1, high: 1}
+      -c: {type: float, low: -1, high: 1}
+      -d: {type: float, low: -1, high: 1}
+      -e: {type: float, low: -1, high: 1}
+"""
+
+
+def sine_fit(budget: int, parallel: int | None = None) -> str:
+    extra = f", parallel: {parallel}" if parallel else ""
+    return SINE_FIT.replace("BUDGET", str(budget)).replace(" PARALLEL", extra)
+
+
+def test_auto_search_loads_and_plans_what_it_picks() -> None:
+    from orchestrator.spec.model import AutoSearch
+
+    stage = load_spec_text(sine_fit(300)).stage("fit")
+    assert isinstance(stage.search, AutoSearch)
+    assert stage.auto_choice().label() == "bayesian cmaes"
+    assert stage.planned_trials() == 300
+    stage = load_spec_text(sine_fit(300, parallel=32)).stage("fit")
+    assert stage.auto_choice().label() == "genetic async 32, 2 demes"
+    grid = load_spec_text(
+        sine_fit(50).replace("-a: {type: float, low: -1, high: 1}", "-a: [1, 2, 3]")
+    ).stage("fit")
+    assert grid.auto_choice().label() == "bayesian tpe"  # the floats are still searched
+
+
+def test_validate_prints_what_auto_picked_and_why(tmp_path: Path) -> None:
+    path = tmp_path / "sinefit.yaml"
+    path.write_text(sine_fit(130))
+    result = CliRunner().invoke(cli, ["validate", "--slots", "4", str(path)])
+    assert result.exit_code == 0, result.output
+    output = " ".join(result.output.split())
+    assert "auto: genetic async 10" in output
+    assert "fit: auto picked genetic async 10: 5 numeric parameters and a budget of 130" in output
+    assert "planned for 1 trial at once; this plan runs 4: set search.parallel: 4" in output
+    path.write_text(sine_fit(130, parallel=4))
+    result = CliRunner().invoke(cli, ["validate", "--slots", "4", str(path)])
+    assert "auto picked" in result.output and "planned for" not in result.output
+
+
+def test_auto_search_takes_only_its_settings(tmp_path: Path) -> None:
+    path = tmp_path / "sinefit.yaml"
+    path.write_text(sine_fit(130).replace("budget: 130", "budget: 130, population: 8"))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 2
+    assert "population" in result.output
+
+
 MINIMAL = """
 name: demo
 defaults: &defaults {name: mlp, settings: {dataset: digits, epochs: 1}}

@@ -1,0 +1,186 @@
+"""``algorithm: auto`` against each fixed choice on sine-fit-like problems.
+
+The problems are the seed's sine-fit command (Cray Urika HPO's example, run
+by the NERSC SC19 tutorial): fit sin(x) on [-pi, pi] with a polynomial whose
+coefficients are the searched parameters, starting from the example's default
+coefficients (1, -1, 1, ...). The figure of merit is the squared error; a
+search's result is its *improvement*: the default's error over the best error
+the search found. Variants change the function, the degree or the scaling of
+the powers, so that ``auto`` is not tuned to one problem.
+
+Every run is counted: the table gives the median improvement over all seeds
+with the lower and upper quartile (the seed-to-seed spread), and "vs best"
+says whether auto's median is within the best fixed choice's spread (at
+least its lower quartile). Trials run ``--parallel`` at once (default 2),
+results come back oldest first, as in ``bench/search_bench.py``.
+
+    .venv/bin/python bench/auto_bench.py --seeds 5                # about 2 minutes on 2 cores
+    .venv/bin/python bench/auto_bench.py --algorithms auto,tpe,gp --problems sin7
+
+GP is left out by default (minutes per search of 130 trials here).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable, Mapping
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.search_bench import run
+from search import Objective, make_searcher
+from search.space import FloatParam, SearchSpace
+
+# name -> (algorithm, settings); budget, seed (and parallel for auto) are added per run.
+ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "auto": ("auto", {}),
+    "random": ("random", {}),
+    "tpe": ("bayesian", {"sampler": "tpe"}),
+    "cmaes": ("bayesian", {"sampler": "cmaes"}),
+    "gp": ("bayesian", {"sampler": "gp"}),
+    "genetic": ("genetic", {"population": 10}),
+    "genetic-async": ("genetic", {"population": 10, "schedule": "async"}),
+}
+
+
+@dataclass(frozen=True)
+class SineFit:
+    """Least squares of a polynomial in x / scale against ``target`` on [-pi, pi]."""
+
+    name: str
+    degree: int
+    low: float
+    high: float
+    scale: float = 1.0  # powers of x / scale: pi puts every power on one footing
+    target: Callable[[float], float] = math.sin
+    points: int = 100
+
+    @property
+    def space(self) -> SearchSpace:
+        return SearchSpace(
+            tuple(FloatParam(f"c{k}", self.low, self.high) for k in range(self.degree + 1))
+        )
+
+    @property
+    def default(self) -> dict[str, float]:
+        """The example's starting coefficients, 1, -1, 1, ... (clipped to the range)."""
+        return {
+            f"c{k}": min(max((-1.0) ** k, self.low), self.high) for k in range(self.degree + 1)
+        }
+
+    def __call__(self, config: Mapping[str, Any]) -> float:
+        coefficients = [config[f"c{k}"] for k in range(self.degree + 1)]
+        error = 0.0
+        for i in range(self.points):
+            x = (i - self.points / 2) / (self.points / 2) * math.pi
+            t, value, power = x / self.scale, 0.0, 1.0
+            for c in coefficients:
+                value += c * power
+                power *= t
+            error += (self.target(x) - value) ** 2
+        return error
+
+
+PROBLEMS: dict[str, SineFit] = {
+    problem.name: problem
+    for problem in (
+        SineFit("sin7", 6, -1.0, 1.0),  # the seed's command: 7 coefficients in [-1, 1]
+        SineFit("sin5", 4, -1.0, 1.0),
+        SineFit("cos7", 6, -1.0, 1.0, target=math.cos),
+        SineFit("sin7-scaled", 6, -6.0, 6.0, scale=math.pi),  # search.problems' polyfit_sin
+    )
+}
+
+
+def one_run(
+    problem_name: str, name: str, seed: int, budget: int, parallel: int
+) -> tuple[float, float, str]:
+    """One search: its improvement over the default, its seconds, what ran."""
+    problem = PROBLEMS[problem_name]
+    algorithm, settings = ALGORITHMS[name]
+    if algorithm == "auto":
+        settings = {**settings, "parallel": parallel}
+    start = time.perf_counter()
+    searcher = make_searcher(
+        algorithm, problem.space, [Objective("fom", "min")], seed=seed, budget=budget, **settings
+    )
+    values = run(searcher, problem, parallel)
+    assert len(values) == budget, (name, len(values))  # every run counts, whole budget
+    chosen = searcher.auto_choice.label() if searcher.auto_choice else ""
+    return problem(problem.default) / min(values), time.perf_counter() - start, chosen
+
+
+def quartiles(values: list[float]) -> tuple[float, float, float]:
+    q1, q2, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return q1, q2, q3
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", type=int, default=5)
+    parser.add_argument("--budget", type=int, default=130, help="trials per search")
+    parser.add_argument("--parallel", type=int, default=2, help="trials at once")
+    parser.add_argument("--problems", default=",".join(PROBLEMS))
+    parser.add_argument("--algorithms", default=",".join(a for a in ALGORITHMS if a != "gp"))
+    parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes")
+    args = parser.parse_args(argv)
+    names = args.algorithms.split(",")
+    for name in names:
+        if name not in ALGORITHMS:
+            parser.error(f"algorithms must be among {', '.join(ALGORITHMS)}, but got {name!r}")
+    if "auto" not in names:
+        names.insert(0, "auto")
+    keys = args.problems.split(",")
+    for key in keys:
+        if key not in PROBLEMS:
+            parser.error(f"problems must be among {', '.join(PROBLEMS)}, but got {key!r}")
+    print(
+        f"improvement over the default coefficients (higher is better): median [lower quartile,"
+        f" upper quartile] over {args.seeds} seeds, every run counted; {args.budget} trials,"
+        f" {args.parallel} at once"
+    )
+    jobs = [(k, n, s) for k in keys for n in names for s in range(args.seeds)]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        futures = {job: pool.submit(one_run, *job, args.budget, args.parallel) for job in jobs}
+    for key in keys:
+        problem = PROBLEMS[key]
+        results = {
+            n: [futures[(key, n, s)].result() for s in range(args.seeds)] for n in names
+        }
+        picked = sorted({c for _, _, c in results["auto"]})
+        print(
+            f"\n{key} ({len(problem.space)} coefficients in [{problem.low:g}, {problem.high:g}],"
+            f" default error {problem(problem.default):.4g}); auto picked {', '.join(picked)}"
+        )
+        stats = {n: quartiles([r[0] for r in results[n]]) for n in names}
+        fixed = [n for n in names if n != "auto"]
+        best = max(fixed, key=lambda n: stats[n][1]) if fixed else None
+        rows = []
+        for name in names:
+            q1, q2, q3 = stats[name]
+            seconds = statistics.median(r[1] for r in results[name])
+            note = "best fixed" if name == best else ""
+            if name == "auto" and best is not None:
+                within = q2 >= stats[best][0]
+                note = f"{'within' if within else 'BELOW'} best's spread ({best})"
+            rows.append([name, f"{q2:,.0f}", f"[{q1:,.0f}, {q3:,.0f}]", f"{seconds:.1f}s", note])
+        header = ["search", "improvement", "quartiles", "time", ""]
+        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+        print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        for row in rows:
+            print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
