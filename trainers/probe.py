@@ -193,7 +193,7 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any] | None:
     comm: list[dict[str, Any]] = []
     if hvd is not None and par.size > 1:
         comm = _comm_bench(hvd, tuple(job.get("comm_bytes", DEFAULT_COMM_BYTES)),
-                           int(job.get("comm_reps", 5)))
+                           int(job.get("comm_reps", 10)))
 
     mine = {"rows": rows, "comm": comm}
     everyone = hvd.allgather_object(mine) if hvd is not None and par.size > 1 else [mine]

@@ -96,15 +96,20 @@ class CommParams:
 
 @dataclass(frozen=True)
 class ComputeParams:
-    """compute(b, mp) = c0 + c0_split/mp + b (c_rep + c_split/mp), in seconds."""
+    """compute(b, mp) = (c0 + c0_split/mp + b (c_rep + c_split/mp)) (1 + contention (busy-1)),
+    in seconds; ``busy``: ranks computing at once on the node (this trial's and
+    its neighbours'), which share memory bandwidth, caches and, on a shared
+    machine, the cores other users load."""
 
     c0: float
     c0_split: float
     c_rep: float
     c_split: float
+    contention: float = 0.0
 
-    def time(self, batch: float, mp: int) -> float:
-        return self.c0 + self.c0_split / mp + batch * (self.c_rep + self.c_split / mp)
+    def time(self, batch: float, mp: int, busy: int = 1) -> float:
+        alone = self.c0 + self.c0_split / mp + batch * (self.c_rep + self.c_split / mp)
+        return alone * (1 + self.contention * max(0, busy - 1))
 
 
 # An unmeasured machine: one CPU core of about 5 GMAC/s (forward, backward and
@@ -179,13 +184,43 @@ def fit_comm(samples: list[CommSample] | tuple[CommSample, ...], algorithm: str 
     return CommParams(float(alpha), float(beta), float(gamma), algorithm, float(skew))
 
 
+CONTENTION_GRID = tuple(i / 50 for i in range(0, 151))  # 0 .. 3 in steps of 0.02
+
+
+def _fit_alone(samples: list[StepSample] | tuple[StepSample, ...], size: ModelSize,
+               times: np.ndarray) -> tuple[ComputeParams, float]:
+    """Linear least squares of the compute terms to ``times`` (contention removed);
+    returns the parameters and the relative residual."""
+    y = times
+    weight = 1.0 / np.maximum(y, 1e-9)
+    share = size.split_share
+    if any(s.mp > 1 for s in samples) and len({(s.mp, s.batch) for s in samples}) >= 4:
+        a = np.array([[1.0, 1.0 / s.mp, s.batch, s.batch / s.mp] for s in samples])
+        theta = _nnls(a * weight[:, None], y * weight)
+        params = ComputeParams(*(float(t) for t in theta))
+    elif len({s.batch for s in samples}) >= 2:
+        a = np.array([[1.0, s.batch / s.mp * share + s.batch * (1 - share)] for s in samples])
+        c0, per_sample = _nnls(a * weight[:, None], y * weight)
+        params = ComputeParams(float(c0), 0.0, float(per_sample * (1 - share)),
+                               float(per_sample * share))
+    else:
+        per_sample = float(np.mean([t / s.batch for s, t in zip(samples, y, strict=True)]))
+        params = ComputeParams(0.0, 0.0, per_sample * (1 - share), per_sample * share)
+    predicted = np.array([params.time(s.batch, s.mp) for s in samples])
+    return params, float(np.sum(((predicted - y) * weight) ** 2))
+
+
 def fit_compute(samples: list[StepSample] | tuple[StepSample, ...], size: ModelSize
                 ) -> ComputeParams:
     """Least-squares compute parameters from the measured compute times.
 
-    With no model-parallel sample the split terms cannot be told apart from
-    the rest: the per-sample time is then divided by the split layers' share
-    of the arithmetic (from the architecture), and the fixed part is kept whole.
+    The terms are linear; the contention factor is found by a grid search
+    around them (each candidate divides the times by 1 + k (busy - 1), with
+    busy = the profiled shape's ranks, and the best relative residual wins).
+    It is identified only when shapes of different sizes were profiled.
+    With no model-parallel sample the split terms cannot be told apart: the
+    per-sample time is then divided by the split layers' share of the
+    arithmetic (from the architecture).
     """
     if not samples:
         macs = size.replicated_macs + size.split_macs
@@ -193,20 +228,16 @@ def fit_compute(samples: list[StepSample] | tuple[StepSample, ...], size: ModelS
         return ComputeParams(PRIOR_STEP_OVERHEAD_S, 0.0, per_sample * (1 - size.split_share),
                              per_sample * size.split_share)
     y = np.array([s.compute_s for s in samples], dtype=float)
-    weight = 1.0 / np.maximum(y, 1e-9)
-    if any(s.mp > 1 for s in samples) and len({(s.mp, s.batch) for s in samples}) >= 4:
-        a = np.array([[1.0, 1.0 / s.mp, s.batch, s.batch / s.mp] for s in samples])
-        c0, c0s, crep, csplit = _nnls(a * weight[:, None], y * weight)
-        return ComputeParams(float(c0), float(c0s), float(crep), float(csplit))
-    batches = {s.batch for s in samples}
-    if len(batches) >= 2:
-        a = np.array([[1.0, s.batch / s.mp * size.split_share + s.batch * (1 - size.split_share)]
-                      for s in samples])
-        c0, per_sample = _nnls(a * weight[:, None], y * weight)
-    else:
-        c0, per_sample = 0.0, float(np.mean([s.compute_s / s.batch for s in samples]))
-    return ComputeParams(float(c0), 0.0, float(per_sample * (1 - size.split_share)),
-                         float(per_sample * size.split_share))
+    busy = np.array([s.dp * s.mp for s in samples], dtype=float)
+    grid = CONTENTION_GRID if len(set(busy.tolist())) > 1 else (0.0,)
+    best: tuple[float, ComputeParams, float] | None = None
+    for k in grid:
+        params, residual = _fit_alone(samples, size, y / (1 + k * (busy - 1)))
+        if best is None or residual < best[2] - 1e-12:
+            best = (k, params, residual)
+    assert best is not None
+    k, params, _ = best
+    return ComputeParams(params.c0, params.c0_split, params.c_rep, params.c_split, float(k))
 
 
 @dataclass(frozen=True)
@@ -231,21 +262,28 @@ class CostModel:
     fp16_allreduce: bool = False
     memory_scale: float = 1.0
     measured: bool = True  # False: the prior, no profile behind it
+    cores_per_node: int = 1  # ranks beyond this are on other nodes: no contention with them
 
-    def step(self, dp: int, mp: int, batch: float) -> StepTime:
-        """One step of a rank holding ``batch`` samples in a dp x mp trial."""
+    def busy(self, ranks: int) -> int:
+        return max(1, min(ranks, self.cores_per_node))
+
+    def step(self, dp: int, mp: int, batch: float, busy: int | None = None) -> StepTime:
+        """One step of a rank holding ``batch`` samples in a dp x mp trial, with
+        ``busy`` ranks computing on its node (default: the trial's own)."""
+        busy = self.busy(dp * mp if busy is None else busy)
         gathers, reduces = step_collectives(self.size, dp, mp, batch, self.fp16_allreduce)
-        return StepTime(self.compute.time(batch, mp),
+        return StepTime(self.compute.time(batch, mp, busy),
                         sum(self.comm.time(k, r, n, in_step=True) for k, r, n in gathers),
                         sum(self.comm.time(k, r, n, in_step=True) for k, r, n in reduces))
 
-    def epoch(self, dp: int, mp: int, per_rank_batch: int) -> float:
-        """Seconds of one training epoch (no evaluation), cut as trainers/data.py cuts it."""
+    def epoch(self, dp: int, mp: int, per_rank_batch: int, busy: int | None = None) -> float:
+        """Seconds of one training epoch (no evaluation), cut as trainers/data.py cuts it;
+        ``busy``: ranks computing on the node, all trials at once included."""
         global_batch = per_rank_batch * dp
         full, rest = divmod(self.train_samples, global_batch)
-        seconds = full * self.step(dp, mp, per_rank_batch).total
+        seconds = full * self.step(dp, mp, per_rank_batch, busy).total
         if rest >= dp:
-            seconds += self.step(dp, mp, math.ceil(rest / dp)).total
+            seconds += self.step(dp, mp, math.ceil(rest / dp), busy).total
         return seconds
 
     def memory(self, mp: int, per_rank_batch: int) -> int:
@@ -257,6 +295,7 @@ class CostModel:
         """The fitted numbers, for tables and reports."""
         return {"compute": asdict(self.compute), "comm": asdict(self.comm),
                 "memory_scale": self.memory_scale, "measured": self.measured,
+                "cores_per_node": self.cores_per_node,
                 "train_samples": self.train_samples}
 
 
@@ -276,7 +315,8 @@ def calibrate(profile: Profile, size: ModelSize, algorithm: str = "ring") -> Cos
         estimate = size.state_bytes(s.mp) + s.batch * size.activation_bytes(s.mp)
         if estimate > 0 and s.peak_memory_bytes > 0:
             scale = max(scale, s.peak_memory_bytes / estimate)
-    return CostModel(size, compute, comm, profile.train_samples, fp16, scale, measured=True)
+    return CostModel(size, compute, comm, profile.train_samples, fp16, scale, measured=True,
+                     cores_per_node=int(profile.machine.get("cores") or 1))
 
 
 @dataclass(frozen=True)

@@ -190,7 +190,7 @@ def evaluate(model: CostModel, limits: Limits, goal: Goal
             at_once = max(1, min(limits.slots // shape.ranks, max(goal.runs, 1)))
             if goal.generation:
                 at_once = min(at_once, goal.generation)
-            run_s = goal.epochs * model.epoch(shape.dp, shape.mp, b)
+            run_s = goal.epochs * model.epoch(shape.dp, shape.mp, b, at_once * shape.ranks)
             feasible.append(Candidate(shape, at_once, global_batch, run_s,
                                       goal.waves(at_once) * run_s, memory))
     feasible.sort(key=Candidate.key)
