@@ -2,11 +2,14 @@
 
 A step of a rank with per-rank batch ``b`` in a trial of ``dp`` x ``mp`` ranks::
 
-    T = compute(b, mp) + gathers(b, mp) + allreduce(dp, gradient bytes(mp))
-    compute(b, mp) = c0 + c0_split / mp + b * (c_rep + c_split / mp)
+    T = compute(b, mp, busy) + gathers(b, mp) + allreduce(dp, gradient bytes(mp))
+    compute = (c0 + c0_split / mp + b * (c_rep + c_split / mp)) * (1 + k * (busy - 1))
 
 ``compute`` is fitted to the measured compute times (least squares, non-
-negative); the split terms are what model parallelism divides. Collectives
+negative); the split terms are what model parallelism divides, and ``k`` is
+the slowdown per other rank computing on the same node (``busy``: this
+trial's ranks and those of trials running beside it, up to the node's
+cores), found by a grid search around the linear fit. Collectives
 follow the alpha-beta-gamma model (Thakur, Rabenseifner & Gropp 2005; Ben-Nun
 & Hoefler 2019, sec. 5): a message step costs alpha (latency), each byte
 sent beta, each byte reduced gamma. For ``P`` ranks and ``n`` bytes:
@@ -27,7 +30,10 @@ floats (plus the reduction arithmetic, gamma here). Model parallelism costs,
 per split layer and step, one allgather of its output (b x out floats) and,
 backward, one allreduce of its input's gradient (b x in floats) over the
 ``mp`` ranks. alpha, beta and gamma are fitted (least squares) to the
-profile's micro-benchmark of allreduce and allgather at several sizes.
+profile's micro-benchmark of allreduce and allgather at several sizes and
+to the collectives timed inside its training steps; those also carry a
+``skew`` per collective, the wait for the slowest peer, which a
+micro-benchmark's ranks (arriving together) do not pay.
 
 Memory per rank: weights, gradients and optimizer state (split layers
 divided by mp) plus the activations a sample keeps, times the batch; scaled

@@ -146,7 +146,8 @@ def profile(trainer: str, options: Mapping[str, Any], *, shapes: Sequence[tuple[
                     comm[ckey] = point
     steps_out = [best[k] for k in sorted(best)]
     result = Profile(key=key, trainer=trainer, options=probe_options, machine=info,
-                     steps=tuple(steps_out), comm=tuple(comm[k] for k in sorted(comm)), train_samples=train_samples,
+                     steps=tuple(steps_out), comm=tuple(comm[k] for k in sorted(comm)),
+                     train_samples=train_samples,
                      seconds_spent=round(time.perf_counter() - started, 3),
                      notes=[f"load average at the end: {os.getloadavg()[0]:.2f}"])
     save_profile(result, places)

@@ -60,8 +60,9 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
         console.print("cost model: the unmeasured prior (no profile of this trainer and"
                       " machine yet; --measure or --profile measures one)", soft_wrap=True)
     else:
-        console.print(f"profile {found.key}: shapes {', '.join(f'{d}x{m}' for d, m in found.shapes)}"
-                      f" measured in {found.seconds_spent:.0f} s", soft_wrap=True)
+        shapes = ", ".join(f"{d}x{m}" for d, m in found.shapes)
+        console.print(f"profile {found.key}: shapes {shapes} measured in"
+                      f" {found.seconds_spent:.0f} s", soft_wrap=True)
     console.print(
         f"cost model ({comm.algorithm} allreduce): alpha {comm.alpha * 1e6:.0f} us,"
         f" beta {comm.beta * 1e9:.3f} ns/B, gamma {comm.gamma * 1e9:.3f} ns/B,"
