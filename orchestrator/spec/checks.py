@@ -151,12 +151,14 @@ def _planned(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[
             " but got none"
         )
         return
-    if stage.trainer is not None:
-        for key in ("batch_per_rank", "lr_scaling"):
-            if key in stage.trainer.settings:
+    if stage.trainer is not None and batch is not None:
+        wanted = {"batch_per_rank": True, "lr_scaling": batch.lr_rule}
+        for key, value in wanted.items():
+            if stage.trainer.settings.get(key, value) != value:
                 yield (*here, "trainer", "settings", key), (
                     f"{key} is set by batch: (batch_size is per rank, lr follows"
-                    f" batch.lr_rule), but got {short(stage.trainer.settings[key])}; remove it"
+                    f" batch.lr_rule), so it must be {short(value)}, but got"
+                    f" {short(stage.trainer.settings[key])}; remove it"
                 )
     if trainer.name not in TRAINERS:
         return  # reported by _trainer

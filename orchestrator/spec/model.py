@@ -435,6 +435,27 @@ class _StageBase(Strict):
     )
     trial: TrialPolicy = TrialPolicy()
 
+    @model_validator(mode="before")
+    @classmethod
+    def _batch_settings(cls, data: Any) -> Any:
+        """Under ``batch:`` the stage's own built-in trainer gets ``batch_per_rank`` and
+        ``lr_scaling`` from it, so every runner that reads ``stage.trainer`` trains
+        as planned (`Workflow.trainer_of` does the same for an inherited trainer).
+        Values the user wrote stay, for checks.py to report if they disagree."""
+        if not isinstance(data, dict) or not isinstance(data.get("batch"), dict):
+            return data
+        trainer = data.get("trainer")
+        if not isinstance(trainer, dict) or "name" not in trainer:
+            return data
+        settings = trainer.get("settings") or {}
+        if not isinstance(settings, dict):
+            return data
+        rule = data["batch"].get("lr_rule", "linear")
+        added = {"batch_per_rank": True, "lr_scaling": rule}
+        data = dict(data)
+        data["trainer"] = {**trainer, "settings": {**added, **settings}}
+        return data
+
     def planned_trials(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 

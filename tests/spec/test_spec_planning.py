@@ -63,6 +63,9 @@ def test_batch_makes_batch_size_per_rank_with_the_lr_rule() -> None:
     workflow = load_spec_text(spec())
     settings = workflow.trainer_of("tune").settings
     assert settings["batch_per_rank"] is True and settings["lr_scaling"] == "sqrt"
+    # The hpo runner reads the stage's own trainer, not trainer_of: it must carry them too.
+    own = workflow.stage("tune").trainer.settings
+    assert own["batch_per_rank"] is True and own["lr_scaling"] == "sqrt"
     assert workflow.trainer_of("final").settings["lr_scaling"] == "sqrt"  # inherited
     plain = load_spec_text(spec().replace("    batch: {global_max: 256, lr_rule: sqrt}\n", "")
                            .replace("parallel: auto", "parallel: {data: 2}"))
