@@ -45,6 +45,18 @@ def test_plan_prints_the_six_rows_for_the_allocation(spec: Path) -> None:
     table = lines[header + 1:header + 7]
     assert [line.split("  ")[0].strip() for line in table] == list(ROWS)
     assert "120" in table[0] and " 1.00x" in table[0]
+    # Each row keeps to its restriction: columns runs, shape, at once after the label.
+    shapes = {}
+    for label, line in zip(ROWS, table, strict=True):
+        runs, shape, at_once = line.strip()[len(label):].split()[:3]
+        dp, mp = map(int, shape.split("x"))
+        shapes[label] = (int(runs), dp, mp, int(at_once))
+    assert shapes["random search"] == (120, 1, 1, 1)
+    assert shapes["DP+MP"][0] == 120 and shapes["DP+MP"][3] == 1
+    assert shapes["DP+MP"][1] * shapes["DP+MP"][2] > 1
+    assert shapes["HPO"] == (12, 1, 1, 12)
+    assert shapes["HPO+MP"][1] == 1 and shapes["HPO+MP"][2] > 1
+    assert shapes["HPO+DP"][1] > 1 and shapes["HPO+DP"][2] == 1
     assert "unmeasured prior" in result.output
     assert "plan: dp" in result.output
 
