@@ -77,6 +77,46 @@ def validate(files: tuple[Path, ...], slots: int | None, quiet: bool) -> None:
         sys.exit(EXIT_SPEC_ERROR)
 
 
+@cli.command()
+@click.argument("spec", type=click.Path(path_type=Path))
+@click.option("--slots", type=click.IntRange(min=1),
+              help="The allocation's slots (default: resources.slots, else this machine's CPUs).")
+@click.option("--stage", metavar="NAME", help="The stage to plan (default: the first planned one).")
+@click.option("--profile", "do_profile", is_flag=True,
+              help="Profile the trainer on this machine if no cached profile exists.")
+@click.option("--measure", is_flag=True,
+              help="Also run the shapes that fit this machine and show measured speed-ups"
+              " (profiles first if needed; minutes).")
+@click.option("--random-runs", type=click.IntRange(min=1),
+              help="Runs random search needs for the same goal (default: the stage's runs).")
+def plan(spec: Path, slots: int | None, stage: str | None, do_profile: bool, measure: bool,
+         random_runs: int | None) -> None:
+    """Show how a stage's slots would be split: trials at once x data x model parallel.
+
+    Prints the cost model (fitted to a profile of the stage's trainer on this
+    machine, or the unmeasured prior), its error on each profiled shape, the
+    plan `parallel: auto` would choose and why, and the seed's combined table
+    (random search, DP+MP, HPO, HPO+MP, HPO+DP, HPO+DP+MP) with predicted times
+    and speed-ups; with --measure, measured ones beside them.
+    """
+    from orchestrator.planning import NoFeasibleShape, ProfileError
+    from orchestrator.planning._report import render
+    from orchestrator.spec import SpecError, default_slots, load_spec
+
+    err = console(stderr=True)
+    try:
+        workflow = load_spec(spec)
+        render(console(), workflow, stage=stage,
+               slots=slots or workflow.resources.slots or default_slots(), measure=measure,
+               do_profile=do_profile, random_runs=random_runs)
+    except SpecError as exc:
+        print_errors(err, exc.problems)
+        sys.exit(EXIT_SPEC_ERROR)
+    except (NoFeasibleShape, ProfileError, ValueError) as exc:
+        print_errors(err, [exc])
+        sys.exit(EXIT_SPEC_ERROR)
+
+
 def _run_options(fn):  # shared by run and resume
     fn = click.option("--slots", type=click.IntRange(min=1),
                       help="Slots to use when the spec gives no resources.slots"

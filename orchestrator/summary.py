@@ -44,7 +44,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
         table.add_column(column, justify=justify, no_wrap=True)
     for number, name in enumerate(workflow.order(), start=1):
         stage = workflow.stage(name)
-        parallel = workflow.parallel_of(name)
+        parallel = workflow.parallel_of(name, total)
         at_once = concurrent_trials(total, parallel.ranks)
         if at_once == 0 and workflow.resources.oversubscribe:
             at_once = 1
@@ -61,6 +61,11 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
         )
     console.print(table)
     for name in workflow.order():
+        if workflow.declared_parallel(name).is_auto or workflow.batch_of(name) is not None:
+            from orchestrator.planning import plan_stage
+
+            plan = plan_stage(workflow, name, total)
+            console.print(f"  plan for {name}: {plan.why()}", soft_wrap=True)
         stage = workflow.stage(name)
         choice = stage.auto_choice() if isinstance(stage, HpoStage) else None
         if choice is None:

@@ -105,7 +105,10 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
     if stage.trainer is not None:
         yield from _trainer(here, stage)
     slots = workflow.resources.slots
-    ranks = workflow.parallel_of(stage.name).ranks
+    declared = workflow.declared_parallel(stage.name)
+    if declared.is_auto or workflow.batch_of(stage.name) is not None:
+        yield from _planned(workflow, here, stage)
+    ranks = 0 if declared.is_auto else declared.ranks  # a plan keeps within the slots
     if slots is not None and ranks > slots and not workflow.resources.oversubscribe:
         yield (*here, "parallel"), (
             f"a trial needs {ranks} slots (data x model) but resources.slots is {slots};"
@@ -123,6 +126,54 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
                     f"unknown dataset {short(dataset)}{did_you_mean(dataset, DATASETS)}"
                     f" ({allowed(DATASETS)})"
                 )
+
+
+def _planned(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
+    """A stage whose shape is planned (``parallel: auto``) or whose global batch is
+    capped (``batch:``): the planner must find a shape within the cap, memory and
+    slots, or the spec is wrong; the error says what would fit."""
+    declared = workflow.declared_parallel(stage.name)
+    batch = workflow.batch_of(stage.name)
+    try:
+        trainer = workflow.trainer_of(stage.name)
+    except (KeyError, IndexError, ValueError):
+        return  # a missing or cyclic from: is reported on its own
+    where = (*here, "parallel") if declared.is_auto else (*here, "batch")
+    if trainer.name is None:
+        yield where, (
+            f"planning needs a built-in trainer (name:), but got a {trainer.kind} trainer"
+            f" ({allowed(TRAINERS)})"
+        )
+        return
+    if declared.is_auto and batch is None:
+        yield (*here, "parallel"), (
+            "parallel: auto needs batch: {global_max: N}, the cap on the global minibatch,"
+            " but got none"
+        )
+        return
+    if stage.trainer is not None and batch is not None:
+        wanted = {"batch_per_rank": True, "lr_scaling": batch.lr_rule}
+        for key, value in wanted.items():
+            if stage.trainer.settings.get(key, value) != value:
+                yield (*here, "trainer", "settings", key), (
+                    f"{key} is set by batch: (batch_size is per rank, lr follows"
+                    f" batch.lr_rule), so it must be {short(value)}, but got"
+                    f" {short(stage.trainer.settings[key])}; remove it"
+                )
+    if trainer.name not in TRAINERS:
+        return  # reported by _trainer
+    from orchestrator.planning import NoFeasibleShape, plan_stage
+
+    from . import default_slots
+
+    slots = workflow.resources.slots or default_slots()
+    try:
+        plan_stage(workflow, stage.name, slots)
+    except NoFeasibleShape as exc:
+        at = (*here, "batch", "global_max") if "cap" in str(exc) else (*here, "parallel")
+        yield at, f"the plan cannot be met: {exc}"
+    except ValueError:
+        return  # an unknown option or value: _trainer and _config report it
 
 
 def _trainer(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:

@@ -9,6 +9,7 @@ read once and then only consulted.
 from __future__ import annotations
 
 import math
+import re
 import shlex
 from typing import Annotated, Any, Literal
 
@@ -51,20 +52,92 @@ class Tracking(Strict):
     experiment: str | None = Field(None, description="MLflow experiment; default: the name")
 
 
+SIZE_UNITS = {"B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
+              "KiB": 2**10, "MiB": 2**20, "GiB": 2**30, "TiB": 2**40}
+
+
+def parse_size(value: int | str) -> int:
+    """Bytes in ``4GiB``, ``512 MiB``, ``2GB`` or a plain number of bytes.
+
+    >>> parse_size("1.5KiB")
+    1536
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        number, unit = float(value), "B"
+    else:
+        match = re.fullmatch(r"\s*([0-9]+(?:\.[0-9]+)?)\s*([A-Za-z]*)\s*", str(value))
+        number, unit = (float(match.group(1)), match.group(2) or "B") if match else (0.0, "?")
+    if unit not in SIZE_UNITS or number <= 0:
+        raise ValueError(
+            f"must be a size such as 4GiB or 512MiB, but got {value!r}"
+            f" (allowed units: {', '.join(SIZE_UNITS)})"
+        )
+    return int(number * SIZE_UNITS[unit])
+
+
 class Resources(Strict):
     slots: PositiveInt | None = Field(
         None, description="slots to use (CPUs here, GPUs where present); default: all"
     )
     oversubscribe: bool = Field(False, description="allow more ranks than slots")
+    memory_per_slot: PositiveInt | str | None = Field(
+        None, description="memory one rank may use (4GiB, 512MiB); the planner keeps to it"
+    )
+
+    @field_validator("memory_per_slot")
+    @classmethod
+    def _size(cls, value: int | str | None) -> int | str | None:
+        if value is not None:
+            parse_size(value)
+        return value
+
+    @property
+    def memory_bytes(self) -> int | None:
+        return None if self.memory_per_slot is None else parse_size(self.memory_per_slot)
+
+
+Auto = Literal["auto"]
 
 
 class Parallel(Strict):
-    data: PositiveInt = Field(1, description="data-parallel ranks per trial")
-    model: PositiveInt = Field(1, description="model-parallel ranks per trial")
+    """Ranks per trial; ``auto`` (both, or one factor) lets the planner choose from a
+    measured profile, under the stage's ``batch.global_max``."""
+
+    data: PositiveInt | Auto = Field(1, description="data-parallel ranks per trial, or auto")
+    model: PositiveInt | Auto = Field(1, description="model-parallel ranks per trial, or auto")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _auto(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            if data != "auto":
+                raise ValueError(
+                    f"parallel must be auto or a mapping of data and model, but got {data!r}"
+                    " (allowed: auto, {data: N or auto, model: N or auto})"
+                )
+            return {"data": "auto", "model": "auto"}
+        return data
+
+    @property
+    def is_auto(self) -> bool:
+        return self.data == "auto" or self.model == "auto"
 
     @property
     def ranks(self) -> int:
-        return self.data * self.model
+        if self.is_auto:
+            raise ValueError("an auto shape has no ranks until planned: use"
+                             " Workflow.parallel_of(stage), which asks the planner")
+        return int(self.data) * int(self.model)
+
+
+class Batch(Strict):
+    """The global minibatch: ``batch_size`` becomes per rank, ``global_max`` caps
+    batch_size x data, and the learning rate follows ``lr_rule`` as data grows."""
+
+    global_max: PositiveInt = Field(description="the largest global minibatch a trial may use")
+    lr_rule: Literal["linear", "sqrt", "none"] = Field(
+        "linear", description="lr x data (linear), x sqrt(data), or unchanged (none)"
+    )
 
 
 # --- the trainer --------------------------------------------------------------------
@@ -407,7 +480,31 @@ class _StageBase(Strict):
     from_: list[str] = Field(default_factory=list, alias="from")
     trainer: Trainer | None = None
     parallel: Parallel = Parallel()
+    batch: Batch | None = Field(
+        None, description="global batch cap and lr rule; batch_size becomes per rank"
+    )
     trial: TrialPolicy = TrialPolicy()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _batch_settings(cls, data: Any) -> Any:
+        """Under ``batch:`` the stage's own built-in trainer gets ``batch_per_rank`` and
+        ``lr_scaling`` from it, so every runner that reads ``stage.trainer`` trains
+        as planned (`Workflow.trainer_of` does the same for an inherited trainer).
+        Values the user wrote stay, for checks.py to report if they disagree."""
+        if not isinstance(data, dict) or not isinstance(data.get("batch"), dict):
+            return data
+        trainer = data.get("trainer")
+        if not isinstance(trainer, dict) or "name" not in trainer:
+            return data
+        settings = trainer.get("settings") or {}
+        if not isinstance(settings, dict):
+            return data
+        rule = data["batch"].get("lr_rule", "linear")
+        added = {"batch_per_rank": True, "lr_scaling": rule}
+        data = dict(data)
+        data["trainer"] = {**trainer, "settings": {**added, **settings}}
+        return data
 
     def planned_trials(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -552,7 +649,11 @@ class Workflow(Strict):
         raise KeyError(name)
 
     def trainer_of(self, name: str) -> Trainer:
-        """A stage's trainer, inherited through `from:` when it names none."""
+        """A stage's trainer, inherited through `from:` when it names none.
+
+        Under ``batch:`` a built-in trainer's ``batch_size`` is per rank and its
+        lr follows ``batch.lr_rule`` (its ``batch_per_rank``/``lr_scaling``).
+        """
         stage = self.stage(name)
         seen = {name}
         while stage.trainer is None:
@@ -560,13 +661,38 @@ class Workflow(Strict):
             if stage.name in seen:  # checks.py reports cycles; never loop here
                 raise ValueError(f"stage {name!r} inherits its trainer through a cycle")
             seen.add(stage.name)
-        return stage.trainer
+        trainer = stage.trainer
+        batch = self.batch_of(name)
+        if batch is not None and trainer.name is not None:
+            settings = {**trainer.settings, "batch_per_rank": True, "lr_scaling": batch.lr_rule}
+            trainer = trainer.model_copy(update={"settings": settings})
+        return trainer
 
-    def parallel_of(self, name: str) -> Parallel:
+    def declared_parallel(self, name: str) -> Parallel:
+        """The stage's parallel as written (inherited through `from:`), auto included."""
         stage = self.stage(name)
         if "parallel" in stage.model_fields_set or not stage.from_:
             return stage.parallel
-        return self.parallel_of(stage.from_[0])
+        return self.declared_parallel(stage.from_[0])
+
+    def batch_of(self, name: str) -> Batch | None:
+        stage = self.stage(name)
+        if "batch" in stage.model_fields_set or not stage.from_:
+            return stage.batch
+        return self.batch_of(stage.from_[0])
+
+    def parallel_of(self, name: str, slots: int | None = None) -> Parallel:
+        """The stage's concrete shape: as written, or the planner's choice for ``auto``
+        on ``slots`` (default: resources.slots, else this machine's CPUs), from the
+        cached profile of its trainer on this machine (the prior if none)."""
+        declared = self.declared_parallel(name)
+        if not declared.is_auto:
+            return declared
+        from orchestrator.planning import plan_stage
+        from orchestrator.spec import default_slots
+
+        plan = plan_stage(self, name, slots or self.resources.slots or default_slots())
+        return Parallel(data=plan.shape.dp, model=plan.shape.mp)
 
     def order(self) -> list[str]:
         """Stage names in dependency order, ties kept in the order written."""

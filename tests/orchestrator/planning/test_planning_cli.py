@@ -1,0 +1,78 @@
+"""`nestor plan` prints the combined table; importing the planner pulls in neither
+torch nor Ray, and `nestor --help` does not import it at all."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from orchestrator.cli import cli
+
+SPEC = """\
+name: auto
+resources: {slots: 2}
+stages:
+  - name: tune
+    kind: hpo
+    trainer: {name: cnn, settings: {dataset: mnist5k, epochs: 1}}
+    parallel: auto
+    batch: {global_max: 256}
+    search: {algorithm: random, budget: 12}
+    space:
+      lr: {type: float, low: 1.0e-3, high: 0.2, log: true}
+"""
+ROWS = ("random search", "DP+MP", "HPO", "HPO+MP", "HPO+DP", "HPO+DP+MP")
+
+
+@pytest.fixture
+def spec(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
+    path = tmp_path / "auto.yaml"
+    path.write_text(SPEC)
+    return path
+
+
+def test_plan_prints_the_six_rows_for_the_allocation(spec: Path) -> None:
+    result = CliRunner().invoke(cli, ["plan", str(spec), "--slots", "16",
+                                      "--random-runs", "120"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if "configuration" in line)
+    table = lines[header + 1:header + 7]
+    assert [line.split("  ")[0].strip() for line in table] == list(ROWS)
+    assert "120" in table[0] and " 1.00x" in table[0]
+    # Each row keeps to its restriction: columns runs, shape, at once after the label.
+    shapes = {}
+    for label, line in zip(ROWS, table, strict=True):
+        runs, shape, at_once = line.strip()[len(label):].split()[:3]
+        dp, mp = map(int, shape.split("x"))
+        shapes[label] = (int(runs), dp, mp, int(at_once))
+    assert shapes["random search"] == (120, 1, 1, 1)
+    assert shapes["DP+MP"][0] == 120 and shapes["DP+MP"][3] == 1
+    assert shapes["DP+MP"][1] * shapes["DP+MP"][2] > 1
+    assert shapes["HPO"] == (12, 1, 1, 12)
+    assert shapes["HPO+MP"][1] == 1 and shapes["HPO+MP"][2] > 1
+    assert shapes["HPO+DP"][1] > 1 and shapes["HPO+DP"][2] == 1
+    assert "unmeasured prior" in result.output
+    assert "plan: dp" in result.output
+
+
+def test_plan_of_a_bad_stage_name_exits_2(spec: Path) -> None:
+    result = CliRunner().invoke(cli, ["plan", str(spec), "--stage", "nope"])
+    assert result.exit_code == 2
+    assert "--stage must name a stage (tune), but got 'nope'" in result.output
+
+
+def test_planning_imports_neither_torch_nor_ray() -> None:
+    code = ("import sys, orchestrator.planning, orchestrator.planning._report\n"
+            "heavy = [m for m in ('torch', 'ray', 'horovod', 'mlflow') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "import orchestrator.cli\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
+    code = ("import sys\nfrom orchestrator import cli\n"
+            "assert 'orchestrator.planning' not in sys.modules\n")
+    subprocess.run([sys.executable, "-c", code], check=True)
