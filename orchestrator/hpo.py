@@ -34,6 +34,11 @@ from orchestrator.tracking import Tracker, derived_key
 
 log = logging.getLogger(__name__)
 
+# After a gang fails to start (placement timed out, a worker lost on start-up),
+# the stage waits before starting another: 1, 2, 4, ... s, at most a minute, so
+# a cluster that cannot place gangs is not hammered with placement groups.
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 60.0
+
 # Searcher log entries between two snapshots of a searcher's whole state: the
 # journal holds every entry, a snapshot only shortens the replay on resume.
 SNAPSHOT_EVERY = 500
@@ -138,6 +143,8 @@ class TrialRunner:
         self.exhausted = False  # the source has nothing more to give
         self.stopper: Any = None
         self.resumed = False
+        self._start_failures = 0  # gangs that failed to start in a row
+        self._hold_until: float | None = None  # no new attempt before (backoff)
         self._logged = 0  # searcher log entries journalled so far
         self._snapshot_at = 0  # ... and covered by the snapshot in state_path
 
@@ -260,6 +267,7 @@ class TrialRunner:
         elif isinstance(event, Ended):
             del self.running[trial_id]
             del self.keys[event.key]
+            self._backoff(event, attempt)
             self._finish_attempt(attempt, self._outcome(attempt, event), event)
         if self.on_progress:
             self.on_progress(self)
@@ -267,6 +275,8 @@ class TrialRunner:
     def next_deadline(self) -> float | None:
         deadlines = [d for a in self.running.values() if a.cancelled is None
                      for d in (a.deadline, a.progress_due) if d is not None]
+        if self.holding:
+            deadlines.append(self._hold_until)  # type: ignore[arg-type]
         return min(deadlines, default=None)
 
     def check_deadlines(self) -> None:
@@ -312,6 +322,8 @@ class TrialRunner:
         ``limit`` of them; returns how many started."""
         self.exhausted = False
         started = 0
+        if self.holding:
+            return 0
         while limit is None or started < limit:
             if not self.queue:
                 if self.searcher.done():
@@ -332,6 +344,21 @@ class TrialRunner:
             self._start(trial, number)
             started += 1
         return started
+
+    @property
+    def holding(self) -> bool:
+        """Backing off after gangs failed to start: nothing new starts for now."""
+        return self._hold_until is not None and self.backend.now() < self._hold_until
+
+    def _backoff(self, ended: Ended, attempt: Attempt) -> None:
+        if ended.started or attempt.cancelled is not None:
+            self._start_failures, self._hold_until = 0, None
+            return
+        self._start_failures += 1
+        delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._start_failures - 1))
+        self._hold_until = ended.at + delay
+        log.warning("stage %s: %d gang start(s) failed in a row (%s); waiting %.0f s before"
+                    " the next", self.stage.name, self._start_failures, ended.failure, delay)
 
     @property
     def busy_ranks(self) -> int:

@@ -235,7 +235,7 @@ class StageScheduler:
                 self._finish(name)
             if done:
                 continue  # their dependants may start now
-            if any(runner.running for runner in self.active.values()):
+            if any(runner.running or runner.holding for runner in self.active.values()):
                 self._waiting_since = 0.0
                 self._dispatch(self.backend.wait(self._until_next_deadline()))
             elif not self._wait_for_shared_cluster():

@@ -317,6 +317,34 @@ def test_a_gang_that_cannot_be_placed_fails_one_attempt_which_is_retried(
     assert run.info.status == "FINISHED" and run.data.tags["nestor.attempts"] == "2"
 
 
+PLACEMENT_TIMES_OUT_THRICE = """
+import orchestrator.gangs as gangs
+real, calls = gangs.GangPool._start_executor, []
+def flaky(self, shape):
+    calls.append(1)
+    if len(calls) <= 3:
+        raise TimeoutError("Placement group creation timed out.")
+    return real(self, shape)
+gangs.GangPool._start_executor = flaky
+"""
+
+
+def test_gangs_that_fail_to_start_again_and_again_back_off(sweep, nestor_with_fault) -> None:
+    spec, run_dir, env = sweep(algorithm="random", budget=1, retries=3)
+    spec.write_text(spec.read_text().replace("resources: {slots: 2}", "resources: {slots: 1}"))
+    driver = nestor_with_fault(PLACEMENT_TIMES_OUT_THRICE, "run", str(spec), "--run-dir",
+                               str(run_dir), env=env, timeout=240)
+    assert driver.returncode == 0, driver.stderr
+    log = events(run_dir)
+    failed = [e["time"] for e in log if e["event"] == "trial_attempt_failed"]
+    (started,) = [e["time"] for e in log if e["event"] == "trial_started"]
+    assert len(failed) == 3
+    gaps = [b - a for a, b in zip([*failed, started], [*failed, started][1:], strict=False)]
+    # 1, 2 and 4 s of backoff (a gang start takes a moment more); none without it
+    assert gaps[0] >= 1.0 and gaps[1] >= 2.0 and gaps[2] >= 4.0, gaps
+    assert finished(run_dir)["0"]["attempt"] == 4
+
+
 def test_sigterm_stops_the_driver_cleanly_and_resume_finishes(sweep) -> None:
     spec, run_dir, env = sweep(population=4, generations=3)
     env["FIT_SLEEP"] = "0.5"
