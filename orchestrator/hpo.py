@@ -26,11 +26,18 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
+from orchestrator.events import (
+    SearchLogged,
+    ThresholdReached,
+    TrialAttemptFailed,
+    TrialFinished,
+    TrialInterrupted,
+    TrialStarted,
+)
 from orchestrator.gangs import Shape
 from orchestrator.heartbeat import BEAT_EVERY_S
 from orchestrator.journal import Journal, write_atomic
 from orchestrator.spec import HpoStage, Workflow
-from orchestrator.tracking import Tracker, derived_key
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +57,6 @@ class Attempt:
 
     trial: Any  # search.Trial
     number: int
-    run_id: str
     key: str
     launched: float  # backend clock
     started: float | None = None  # once its gang runs it (None while the gang starts)
@@ -77,7 +83,6 @@ class TrialRecord:
     slot_seconds: float = 0.0  # the trial's own ranks' busy time
     startup_slot_seconds: float = 0.0  # slot time spent starting gangs for it
     finished_at: float | None = None
-    run_id: str | None = None  # its MLflow run, kept across attempts and resumes
     checkpoint: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # per-epoch metrics
 
@@ -105,8 +110,6 @@ class TrialRunner:
         run_dir: Path,
         backend: Backend,
         journal: Journal,
-        tracker: Tracker,
-        stage_run_id: str,
         searcher: Any,
         objectives: list[Any],
         trainer_spec: Any,
@@ -119,8 +122,6 @@ class TrialRunner:
         self.run_dir = run_dir
         self.backend = backend
         self.journal = journal
-        self.tracker = tracker
-        self.stage_run_id = stage_run_id
         self.on_progress = on_progress
         self.objectives = objectives
         self.searcher = searcher
@@ -160,7 +161,6 @@ class TrialRunner:
             if kind == "trial_started":
                 record = self._record(event["trial"])
                 record.attempts = max(record.attempts, event["attempt"])
-                record.run_id = event["run_id"]
             elif kind in ("trial_finished", "trial_attempt_failed"):
                 record = self._record(event["trial"])
                 record.attempts = max(record.attempts, event.get("attempt", 0))
@@ -216,19 +216,17 @@ class TrialRunner:
         result = TrialResult.from_dict(json.loads(self._result_path(trial.id, number).read_text()))
         record = self._record(trial.to_dict())
         record.attempts = max(record.attempts, number)
-        run_id = self._ensure_run(trial, record)
         now = self.backend.now()
         key = f"{self.stage.name}/{trial.id}#{number}"
         wall = float(result.metrics.get("wall_time") or 0.0)
-        attempt = Attempt(trial, number, run_id, key, launched=now - wall, started=now - wall)
+        attempt = Attempt(trial, number, key, launched=now - wall, started=now - wall)
         event = Ended(key, now, result)
         log.info("trial %s: adopting the result of attempt %d, which landed while the"
                  " driver was down", trial.id, number)
         if (trial.id, number) not in begun:  # killed before it journalled the start
-            self.journal.append(
-                "trial_started", stage=self.stage.name, trial=trial.to_dict(), attempt=number,
-                run_id=run_id, gang=None, shape=str(self.shape), startup_s=0.0, adopted=True,
-            )
+            self.journal.record(TrialStarted(
+                stage=self.stage.name, trial=trial.to_dict(), attempt=number, gang=None,
+                shape=str(self.shape), adopted=True))
         self._finish_attempt(attempt, self._outcome(attempt, event), event, adopted=True)
         return True
 
@@ -259,11 +257,9 @@ class TrialRunner:
                 attempt.deadline = event.at + self.stage.trial.timeout
             if self.stage.trial.progress_timeout:
                 attempt.progress_due = event.at + self.stage.trial.progress_timeout
-            self.journal.append(
-                "trial_started", stage=self.stage.name, trial=attempt.trial.to_dict(),
-                attempt=attempt.number, run_id=attempt.run_id, gang=event.gang,
-                shape=str(self.shape), startup_s=round(event.startup_s, 3),
-            )
+            self.journal.record(TrialStarted(
+                stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
+                gang=event.gang, shape=str(self.shape), startup_s=round(event.startup_s, 3)))
         elif isinstance(event, Ended):
             del self.running[trial_id]
             del self.keys[event.key]
@@ -310,9 +306,9 @@ class TrialRunner:
         """Kill the running gangs, journalled; their trials run again on resume."""
         for attempt in self.running.values():
             self.backend.cancel(attempt.key)
-            self.journal.append("trial_interrupted", stage=self.stage.name,
-                                trial=attempt.trial.to_dict(), attempt=attempt.number,
-                                reason=reason)
+            self.journal.record(TrialInterrupted(
+                stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
+                reason=reason))
         self.running.clear()
         self.keys.clear()
         self._journal_search()
@@ -382,7 +378,6 @@ class TrialRunner:
             self._skip(trial, record, str(exc))
             return
         settings = {**self.settings, **extras.pop("settings", {})}
-        run_id = self._ensure_run(trial, record)
         trial_dir = f"{self.stage.name}/{trial.id}"
         request = TrialRequest(
             trial_id=f"{self.stage.name}-{trial.id}",
@@ -407,41 +402,18 @@ class TrialRunner:
             hooks = {"report": ReportTo(self.stopper, trial.id),
                      "should_stop": AskToStop(self.stopper, trial.id)}
         key = f"{self.stage.name}/{trial.id}#{number}"
-        attempt = Attempt(trial, number, run_id, key, launched=self.backend.now())
+        attempt = Attempt(trial, number, key, launched=self.backend.now())
         self.running[trial.id] = attempt
         self.keys[key] = trial.id
         # Beats often enough that a healthy trial is never taken for a hung one.
         beat_every_s = min(BEAT_EVERY_S, (self.stage.trial.progress_timeout or 60.0) / 4)
         self.backend.launch(Launch(key, self.shape, request, hooks, beat_every_s))
 
-    def _ensure_run(self, trial: Any, record: TrialRecord) -> str:
-        """The trial's MLflow run, created on its first attempt."""
-        if record.run_id is None:
-            record.run_id = self.tracker.start_run(
-                f"{self.stage.name}/{trial.id}",
-                parent=self.stage_run_id,
-                params=trial.config,
-                tags={
-                    "nestor.stage": self.stage.name,
-                    "nestor.trial": trial.id,
-                    "nestor.generation": trial.generation,
-                    "nestor.deme": trial.deme,
-                    "nestor.parents": ",".join(trial.parents),
-                    "nestor.dp": self.shape.data,
-                    "nestor.mp": self.shape.model,
-                    "nestor.status": "running",
-                },
-                key=derived_key(self.stage_run_id, trial.id), adopt=self.resumed,
-            )
-        return record.run_id
-
     def _skip(self, trial: Any, record: TrialRecord, reason: str) -> None:
         record.status, record.reason, record.finished_at = "failed", reason, time.time()
-        self.journal.append(
-            "trial_finished", stage=self.stage.name, trial=trial.to_dict(),
-            attempt=record.attempts, status="failed", value=None, metrics={},
-            reason=reason, slot_seconds=0.0, checkpoint=None,
-        )
+        self.journal.record(TrialFinished(
+            stage=self.stage.name, trial=trial.to_dict(), attempt=record.attempts,
+            status="failed", value=None, metrics={}, reason=reason, slot_seconds=0.0))
         self._tell(trial, record)
 
     def _outcome(self, attempt: Attempt, ended: Ended) -> dict[str, Any]:
@@ -490,19 +462,13 @@ class TrialRunner:
             startup_slot_seconds = (ended.at - attempt.launched) * self.shape.ranks
         record.slot_seconds += slot_seconds
         record.startup_slot_seconds += startup_slot_seconds
-        for step, metrics in enumerate(outcome.get("history", [])):
-            self.tracker.log_metrics(attempt.run_id, metrics, step=step)
-        folder = f"logs/attempt-{attempt.number}"
-        for path in outcome.get("logs", {}).values():  # a command trainer's stdout and stderr
-            if Path(path).is_file():
-                self.tracker.log_artifact(attempt.run_id, Path(path), folder)
+        logs = dict(outcome.get("logs") or {})  # a command trainer's stdout and stderr
         retry = outcome["status"] == "failed" and attempt.number <= self.stage.trial.retries
         if retry:
-            self.journal.append(
-                "trial_attempt_failed", stage=self.stage.name, trial=trial.to_dict(),
-                attempt=attempt.number, reason=outcome["reason"], slot_seconds=slot_seconds,
-                startup_slot_seconds=startup_slot_seconds, **({"adopted": True} if adopted else {}),
-            )
+            self.journal.record(TrialAttemptFailed(
+                stage=self.stage.name, trial=trial.to_dict(), attempt=attempt.number,
+                reason=outcome["reason"], slot_seconds=slot_seconds,
+                startup_slot_seconds=startup_slot_seconds, logs=logs, adopted=adopted))
             log.warning("trial %s attempt %d failed (%s); retrying", trial.id, attempt.number,
                         outcome["reason"])
             self.queue.insert(0, (trial, attempt.number + 1))
@@ -518,22 +484,12 @@ class TrialRunner:
         record.checkpoint = outcome.get("checkpoint")
         record.history = list(outcome.get("history", []))
         record.finished_at = time.time()
-        self.journal.append(
-            "trial_finished", stage=self.stage.name, trial=trial.to_dict(),
-            attempt=attempt.number, status=record.status, value=record.value,
-            metrics=record.metrics, reason=record.reason, slot_seconds=slot_seconds,
-            startup_slot_seconds=startup_slot_seconds,
-            checkpoint=record.checkpoint, history=record.history,
-            **({"adopted": True} if adopted else {}),
-        )
-        final_step = len(outcome.get("history", []))
-        self.tracker.log_metrics(attempt.run_id, record.metrics, step=final_step)
-        tags = {"nestor.status": record.status, "nestor.attempts": attempt.number}
-        if record.reason:
-            tags["nestor.failure"] = record.reason
-        self.tracker.set_tags(attempt.run_id, tags)
-        ended = {"completed": "FINISHED", "pruned": "KILLED"}.get(record.status, "FAILED")
-        self.tracker.finish(attempt.run_id, ended)
+        self.journal.record(TrialFinished(
+            stage=self.stage.name, trial=trial.to_dict(), attempt=attempt.number,
+            status=record.status, value=record.value, metrics=record.metrics,
+            reason=record.reason, slot_seconds=slot_seconds,
+            startup_slot_seconds=startup_slot_seconds, checkpoint=record.checkpoint,
+            history=record.history, logs=logs, adopted=adopted))
         self._tell(trial, record)
 
     def _tell(self, trial: Any, record: TrialRecord) -> None:
@@ -544,7 +500,7 @@ class TrialRunner:
             if (record.status == "completed" and self.threshold_at is None
                     and self._reached(record.value)):
                 self.threshold_at = time.time()
-                self.journal.append("threshold_reached", stage=self.stage.name, trial=trial.id)
+                self.journal.record(ThresholdReached(stage=self.stage.name, trial=trial.id))
         else:
             self.searcher.tell(trial.id, Failure(record.reason or "failed"))
         self._journal_search()
@@ -566,8 +522,8 @@ class TrialRunner:
         entries = log_since(self._logged)
         if not entries:
             return
-        self.journal.append("search", stage=self.stage.name, start=self._logged,
-                            entries=entries)
+        self.journal.record(SearchLogged(stage=self.stage.name, start=self._logged,
+                                         entries=entries))
         self._logged += len(entries)
         if self._logged - self._snapshot_at >= SNAPSHOT_EVERY:
             write_atomic(self.state_path, json.dumps({"covers": self._logged,

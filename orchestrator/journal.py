@@ -17,9 +17,12 @@ import json
 import os
 import shutil
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from orchestrator.events import Event
 
 
 class JournalError(RuntimeError):
@@ -121,8 +124,10 @@ class Journal:
     ...     journal.append("trial_finished", stage="tune", trial="t3", value=0.97)
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str],
+                 on_append: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = Path(path)
+        self.on_append = on_append  # told of each event once it is on disk
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -161,7 +166,13 @@ class Journal:
                 raise DiskFull(self.path, len(payload)) from None
             raise
         self._seq += 1
+        if self.on_append is not None:
+            self.on_append(record)
         return record
+
+    def record(self, event: Event) -> dict[str, Any]:
+        """Append a typed event (``orchestrator.events``): the way the driver writes."""
+        return self.append(event.kind, **event.fields())
 
     def events(self) -> Iterator[dict[str, Any]]:
         yield from read_events(self.path)

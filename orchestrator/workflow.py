@@ -19,11 +19,18 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, RayBackend
+from orchestrator.events import (
+    StageFinished,
+    StageStarted,
+    WorkflowFinished,
+    WorkflowInterrupted,
+    WorkflowResumed,
+    WorkflowStarted,
+)
 from orchestrator.gangs import GangPool, cluster_slot_counts, slot_resource
 from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
 from orchestrator.stopping import Interrupted, on_stop_request, reinstall_handlers, stop_requested
-from orchestrator.tracking import derived_key
 
 log = logging.getLogger(__name__)
 CLUSTER_POLL_S = 1.0  # how often a driver waiting on a shared cluster looks again
@@ -141,7 +148,7 @@ def run_workflow(
     """
     import ray
 
-    from orchestrator.tracking import Tracker
+    from orchestrator.projector import Projector
 
     run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
     started_ray = not ray.is_initialized()
@@ -149,26 +156,24 @@ def run_workflow(
     reinstall_handlers()
     events = read_events(run_dir / JOURNAL_FILE)
     journal = Journal(run_dir / JOURNAL_FILE)
-    tracker = Tracker(
-        run_dir, workflow.tracking.experiment or workflow.name, workflow.tracking.uri
-    )
+    projector = Projector(run_dir, workflow)  # MLflow, off the loop
+    journal.on_append = projector.wake
     pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
                     use_gpu=slot_resource() == "GPU", shared=address is not None)
     backend = RayBackend(pool)
     started = time.time()
     try:
-        # Names this run's MLflow runs for good, so a resumed driver finds the ones
-        # its predecessor created but did not live to journal.
+        # Names this run's MLflow runs for good: the projector derives every run's
+        # key from it, so a resumed driver's projector finds the runs made before.
         run_key = next((e.get("run_key") for e in events if e["event"] == "workflow_started"),
                        None) or uuid.uuid4().hex
         if not events:
-            journal.append("workflow_started", workflow=workflow.name, slots=total,
-                           pid=os.getpid(), run_key=run_key)
+            journal.record(WorkflowStarted(workflow=workflow.name, slots=total,
+                                           pid=os.getpid(), run_key=run_key))
         else:
-            journal.append("workflow_resumed", slots=total, pid=os.getpid())
+            journal.record(WorkflowResumed(slots=total, pid=os.getpid()))
         scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
-                                   tracker=tracker, events=events, on_progress=on_progress,
-                                   run_key=run_key)
+                                   events=events, on_progress=on_progress)
         summaries = scheduler.run()
         results: dict[str, Any] = {
             "workflow": workflow.name, "run_dir": str(run_dir), "slots": total,
@@ -179,15 +184,15 @@ def run_workflow(
         first = next((e["time"] for e in events if e["event"] == "workflow_started"), started)
         results["wall_time_s"] = round(time.time() - first, 3)
         write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
-        journal.append("workflow_finished")
+        journal.record(WorkflowFinished())
         return run_dir, results
     except Interrupted as exc:
-        journal.append("workflow_interrupted", reason=exc.reason)
+        journal.record(WorkflowInterrupted(reason=exc.reason))
         exc.run_dir = run_dir
         raise
     finally:
         journal.close()
-        tracker.close()  # sends what an MLflow outage left buffered, within a bounded wait
+        projector.close()  # what MLflow still lacks, the next driver on run_dir sends
         backend.shutdown()
         if started_ray:
             ray.shutdown()
@@ -201,14 +206,12 @@ class StageScheduler:
     """
 
     def __init__(self, workflow: Workflow, *, run_dir: Path, backend: Backend,
-                 journal: Journal, tracker: Any, events: list[dict[str, Any]],
-                 on_progress: Callable[[Any], None] | None, run_key: str) -> None:
+                 journal: Journal, events: list[dict[str, Any]],
+                 on_progress: Callable[[Any], None] | None) -> None:
         self.workflow = workflow
-        self.run_key = run_key
         self.run_dir = run_dir
         self.backend = backend
         self.journal = journal
-        self.tracker = tracker
         self.events = events
         self.on_progress = on_progress
         self.summaries: dict[str, dict[str, Any]] = {}
@@ -216,7 +219,6 @@ class StageScheduler:
             if event["event"] == "stage_finished":
                 self.summaries[event["stage"]] = event["summary"]
         self.active: dict[str, Any] = {}
-        self.stage_runs: dict[str, str] = {}
         self._waiting_since = 0.0  # when nothing could start for want of cluster slots
         self._last_said = 0.0
 
@@ -307,22 +309,13 @@ class StageScheduler:
             stage = self.workflow.stage(name)
             if not all(dep in self.summaries for dep in stage.from_):
                 continue
-            begun = [e for e in self.events
-                     if e["event"] == "stage_started" and e["stage"] == name]
-            if begun:
-                stage_run = begun[0]["run_id"]
-            else:
-                stage_run = self.tracker.start_run(
-                    name, tags={"nestor.stage": name, "nestor.kind": stage.kind,
-                                "nestor.from": ",".join(stage.from_),
-                                "nestor.run_dir": str(self.run_dir.resolve())},
-                    key=derived_key(self.run_key, name), adopt=bool(self.events),
-                )
-                self.journal.append("stage_started", stage=name, run_id=stage_run)
-            self.stage_runs[name] = stage_run
+            if not any(e["event"] == "stage_started" and e["stage"] == name
+                       for e in self.events):
+                self.journal.record(StageStarted(stage=name, stage_kind=stage.kind,
+                                                 sources=list(stage.from_)))
             kwargs: dict[str, Any] = dict(
                 run_dir=self.run_dir.resolve(), backend=self.backend, journal=self.journal,
-                tracker=self.tracker, stage_run_id=stage_run, on_progress=self.on_progress,
+                on_progress=self.on_progress,
             )
             if stage.kind != "hpo":
                 kwargs["sources"] = [self.summaries[dep] for dep in stage.from_]
@@ -334,26 +327,8 @@ class StageScheduler:
             self.active[name] = runner
 
     def _finish(self, name: str) -> None:
-        from orchestrator.artifacts import publish_stage
-
         runner = self.active.pop(name)
         summary = runner.finalize()
-        stage_run = self.stage_runs[name]
-        publish_stage(self.tracker, stage_run, summary, runner.stage, self.run_dir)
-        self.tracker.log_metrics(stage_run, _headline(summary))
-        self.tracker.set_tags(stage_run, {"nestor.n_runs": summary["n_runs"],
-                                          "nestor.stop_reason": summary["stop_reason"]})
-        self.tracker.finish(stage_run, "FINISHED")
-        self.journal.append("stage_finished", stage=name, summary=summary)
+        # Its plots, tables and MLflow run are drawn by the projector, off the loop.
+        self.journal.record(StageFinished(stage=name, summary=summary))
         self.summaries[name] = summary
-
-
-def _headline(summary: dict[str, Any]) -> dict[str, Any]:
-    """The stage's comparison figures, as metrics of its MLflow run."""
-    metrics: dict[str, Any] = {"n_runs": summary["n_runs"], "slot_seconds":
-                               summary["slot_seconds"]}
-    for section in ("ensemble", "transfer", "train"):
-        for key, value in (summary.get(section) or {}).items():
-            if isinstance(value, int | float) and not isinstance(value, bool):
-                metrics[f"{section}.{key}"] = value
-    return metrics

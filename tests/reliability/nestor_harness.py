@@ -175,15 +175,18 @@ class MlflowServer:
             self.proc = None
 
 
-def mlflow_trial_runs(uri: str, experiment: str) -> list[Any]:
+def mlflow_runs(uri: str, experiment: str) -> list[Any]:
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=uri)
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return []
-    runs = client.search_runs([found.experiment_id], max_results=5000)
-    return [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return client.search_runs([found.experiment_id], max_results=5000)
+
+
+def mlflow_trial_runs(uri: str, experiment: str) -> list[Any]:
+    return [r for r in mlflow_runs(uri, experiment) if "mlflow.parentRunId" in r.data.tags]
 
 
 def agree(run_dir: Path, uri: str, experiment: str, env: dict[str, str],

@@ -1,8 +1,9 @@
-"""A real `mlflow server` goes away in the middle of tracking, and comes back.
+"""A real `mlflow server` goes away in the middle of a run, and comes back.
 
-Writes must not wait on the dead server, must survive the driver dying while
-buffered, must be sent when the server returns, and must not be logged twice
-even when the outbox is replayed again.
+The driver only appends to its journal, so an outage costs it nothing; the
+projector retries, a projector that ends (or is SIGKILLed) while the server
+is down leaves the rest to the next one, and once the server answers, MLflow
+shows every journalled event once, even when the journal is projected again.
 """
 
 from __future__ import annotations
@@ -16,104 +17,128 @@ from pathlib import Path
 import pytest
 from nestor_harness import MlflowServer
 
-from orchestrator.tracking import CURSOR_FILE, OUTBOX_FILE, Tracker
+from orchestrator.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
+from orchestrator.journal import Journal
+from orchestrator.projector import CURSOR_FILE, Projector
+from orchestrator.spec import load_spec
 
 pytestmark = pytest.mark.slow
 
+SPEC = """
+name: outage
+resources: {{slots: 2}}
+tracking: {{uri: "{uri}"}}
+stages:
+  - name: tune
+    kind: hpo
+    trainer: {{command: ["true"]}}
+    search: {{algorithm: random, budget: 40, seed: 1}}
+    space: {{x: {{type: float, low: 0, high: 1}}}}
+    objective: {{metric: result, mode: min}}
+"""
 
+# A second driver on the run directory (a resume) journals more while the server is
+# still down, then dies like SIGKILL: no atexit, no flush.
 CRASHING_DRIVER = """
-import os, sys
+import os, sys, time
 from pathlib import Path
-from orchestrator.tracking import Tracker
-tracker = Tracker(Path(sys.argv[1]), "outage", uri=sys.argv[2])
-run = sys.argv[3]
-for step in range(5):
-    tracker.log_metrics(run, {"loss": 1.0 / (step + 1)}, step=step)
-late = tracker.start_run("late-trial", parent=sys.argv[4], params={"lr": 0.5})
-tracker.log_metrics(late, {"result": 0.25})
-tracker.finish(late, "FINISHED")
-tracker.finish(run, "FINISHED")
-print(tracker.pending)
-os._exit(9)  # as SIGKILL: no atexit, no flush
+from orchestrator.events import TrialFinished, TrialStarted
+from orchestrator.journal import Journal
+from orchestrator.projector import Projector
+from orchestrator.spec import load_spec
+run = Path(sys.argv[1])
+projector = Projector(run, load_spec(run / "spec.yaml"))
+journal = Journal(run / "journal.jsonl", on_append=projector.wake)
+for n in range(21, 26):
+    trial = {"id": str(n), "config": {"x": n / 100}, "generation": 0, "deme": 0,
+             "parents": [], "origin": "random"}
+    journal.record(TrialStarted(stage="tune", trial=trial, attempt=1, gang=1, shape="1x1"))
+    journal.record(TrialFinished(stage="tune", trial=trial, attempt=1, status="completed",
+                                 value=n / 10, metrics={"result": n / 10}, reason=None,
+                                 slot_seconds=1.0, history=[{"result": n / 5}]))
+time.sleep(2)
+os._exit(9)
 """
 
 
-def test_an_outage_is_buffered_durably_and_sent_once(tmp_path: Path) -> None:
+def trial(number: int) -> dict:
+    return {"id": str(number), "config": {"x": number / 100}, "generation": 0, "deme": 0,
+            "parents": [], "origin": "random"}
+
+
+def run_trial(journal: Journal, number: int) -> None:
+    journal.record(TrialStarted(stage="tune", trial=trial(number), attempt=1, gang=1,
+                                shape="1x1"))
+    journal.record(TrialFinished(stage="tune", trial=trial(number), attempt=1,
+                                 status="completed", value=number / 10,
+                                 metrics={"result": number / 10}, reason=None,
+                                 slot_seconds=1.0, history=[{"result": number / 5}]))
+
+
+def test_an_outage_costs_the_driver_nothing_and_every_event_reaches_mlflow_once(
+        tmp_path: Path) -> None:
     server = MlflowServer(tmp_path / "server.db")
     run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.yaml").write_text(SPEC.format(uri="URI"))
     try:
         server.start()
-        tracker = Tracker(run_dir, "outage", uri=server.uri)
-        stage = tracker.start_run("tune")
-        early = tracker.start_run("t0", parent=stage, params={"lr": 0.1})
-        tracker.log_metrics(early, {"result": 0.9})
-        tracker.finish(early, "FINISHED")
-        assert tracker.pending == 0 and not early.startswith("pending-")
+        (run_dir / "spec.yaml").write_text(SPEC.format(uri=server.uri))
+        workflow = load_spec(run_dir / "spec.yaml")
+        projector = Projector(run_dir, workflow)
+        journal = Journal(run_dir / "journal.jsonl", on_append=projector.wake)
+        journal.record(WorkflowStarted(workflow="outage", slots=2, pid=1, run_key="k"))
+        journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
+        run_trial(journal, 0)
+        assert projector.flush(timeout_s=60)
 
         server.stop()
         waits = []
-        keys = []
         for number in range(1, 21):  # a stretch of sweep while the server is gone
             began = time.monotonic()
-            run = tracker.start_run(f"t{number}", parent=stage, params={"lr": number / 100})
-            tracker.log_metrics(run, {"result": number / 10}, step=1)
-            tracker.set_tags(run, {"nestor.status": "completed"})
-            tracker.finish(run, "FINISHED")
+            run_trial(journal, number)
             waits.append(time.monotonic() - began)
-            keys.append(run)
-        assert tracker.buffered and tracker.pending >= 80
-        assert max(waits[1:]) < 0.5, waits  # after the first failure, no call waits
-        assert waits[0] < 8, waits  # the first one waited at most the bounded timeout
-        assert all(k.startswith("pending-") for k in keys)
-        left = tracker.close(timeout_s=1)  # the driver ends while the server is still down
-        assert left == tracker.pending > 0
+        assert max(waits) < 0.5, waits  # the driver never waits on MLflow
+        assert not projector.flush(timeout_s=3)
+        left = projector.close(timeout_s=1)  # the driver ends while the server is down
+        journal.close()
+        assert left >= 38
 
-        # A second driver (a resume) buffers more, then dies like SIGKILL.
-        crashed = subprocess.run(
-            [sys.executable, "-c", textwrap.dedent(CRASHING_DRIVER), str(run_dir), server.uri,
-             keys[-1], stage],
-            capture_output=True, text=True, timeout=120, check=False,
-            cwd=Path(__file__).parents[2])
+        crashed = subprocess.run([sys.executable, "-c", textwrap.dedent(CRASHING_DRIVER),
+                                  str(run_dir)], capture_output=True, text=True, timeout=120,
+                                 check=False, cwd=Path(__file__).parents[2])
         assert crashed.returncode == 9, crashed.stderr
-        saved = (run_dir / OUTBOX_FILE).read_bytes()
-        assert saved.count(b"\n") >= int(crashed.stdout.split()[-1])
 
-        server.start()  # the server is back
-        resumed = Tracker(run_dir, "outage", uri=server.uri)
-        assert resumed.flush(timeout_s=120), f"{resumed.pending} writes still buffered"
-        check(resumed, stage, keys)
+        server.start()  # the server is back: the next driver's projector catches up
+        resumed = Projector(run_dir, workflow)
+        assert resumed.flush(timeout_s=120), f"{resumed.behind} events not projected"
         resumed.close()
+        check(resumed)
 
-        # Replay everything once more, as a driver killed mid-drain would: no duplicates.
-        (run_dir / OUTBOX_FILE).write_bytes(saved)
-        (run_dir / CURSOR_FILE).write_text("0")
-        again = Tracker(run_dir, "outage", uri=server.uri)
+        (run_dir / CURSOR_FILE).write_text("0")  # everything projected once more
+        again = Projector(run_dir, workflow)
         assert again.flush(timeout_s=120)
-        check(again, stage, keys)
         again.close()
-        print(f"\noutage: 20 trials logged while down, first call {waits[0]:.2f} s, then at"
-              f" most {max(waits[1:]) * 1000:.1f} ms; {len(saved.splitlines())} writes buffered"
-              f" across two drivers (one SIGKILLed), sent once after the restart, replayed"
-              f" twice without duplicates")
+        check(again)
+        print(f"\noutage: 25 trials journalled while the server was down (appends took at"
+              f" most {max(waits) * 1000:.1f} ms), across two drivers (one SIGKILLed);"
+              " all in MLflow once after the restart, and again after a full replay")
     finally:
         server.stop()
 
 
-def check(tracker: Tracker, stage: str, keys: list[str]) -> None:
-    client = tracker.client
-    runs = client.search_runs([tracker.experiment_id], max_results=1000)
+def check(projector: Projector) -> None:
+    client = projector.tracker.client
+    runs = client.search_runs([projector.tracker.experiment_id], max_results=1000)
     names = sorted(r.info.run_name for r in runs)
-    expected = sorted(["tune", "late-trial", *[f"t{n}" for n in range(21)]])
-    assert names == expected, names  # each run once, none duplicated by a replay
-    assert all(r.info.status == "FINISHED" for r in runs if r.info.run_name != "tune")
-    for number, key in enumerate(keys, start=1):
-        run_id = tracker.run_id(key)
-        assert run_id is not None
-        run = client.get_run(run_id)
+    assert names == sorted(["tune", *[f"tune/{n}" for n in range(26)]]), names  # each once
+    stage = next(r.info.run_id for r in runs if r.info.run_name == "tune")
+    for run in runs:
+        if run.info.run_name == "tune":
+            continue
+        number = int(run.info.run_name.split("/")[1])
+        assert run.info.status == "FINISHED"
         assert run.data.tags["mlflow.parentRunId"] == stage
-        assert run.data.params == {"lr": str(number / 100)}
-        history = client.get_metric_history(run_id, "result")
-        assert [(m.step, m.value) for m in history] == [(1, number / 10)]
-    last = tracker.run_id(keys[-1])
-    assert [m.value for m in client.get_metric_history(last, "loss")] == [
-        1.0 / (s + 1) for s in range(5)]
+        assert run.data.params == {"x": str(number / 100)}
+        history = client.get_metric_history(run.info.run_id, "result")
+        assert [(m.step, m.value) for m in history] == [(0, number / 5), (1, number / 10)]

@@ -31,6 +31,7 @@ from nestor_harness import (
     events,
     free_port,
     kill_tagged,
+    mlflow_runs,
     mlflow_trial_runs,
     tagged_env,
     tagged_pids,
@@ -214,7 +215,8 @@ def test_two_workflows_share_one_cluster_and_one_tracking_server(tmp_path: Path)
             # MLflow: its experiment holds its own trial runs, under its own stage run.
             figures = agree(run_dir, server.uri, f"exp-{name}", env)
             assert figures["trials"] == BUDGET
-            stage_run = next(e["run_id"] for e in journal if e["event"] == "stage_started")
+            (stage_run,) = [r.info.run_id for r in mlflow_runs(server.uri, f"exp-{name}")
+                            if r.info.run_name == "tune"]
             for run in mlflow_trial_runs(server.uri, f"exp-{name}"):
                 trial = run.data.tags["nestor.trial"]
                 assert run.data.tags["mlflow.parentRunId"] == stage_run, trial

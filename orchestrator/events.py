@@ -1,0 +1,161 @@
+"""Every kind of event the journal holds, with its fields: the one list of them.
+
+The driver writes these and nothing else (``Journal.record``); the readers
+(resume, the MLflow projector, ``nestor status``, the plots, results) read
+the same names. An event is a plain JSON object on disk, so older journals
+stay readable: a field added later is optional here.
+
+    journal.record(TrialStarted(stage="tune", trial=trial.to_dict(), attempt=1,
+                                gang=3, shape="2x1", startup_s=1.8))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    kind: ClassVar[str]
+
+    def fields(self) -> dict[str, Any]:
+        """The event's fields as written: optional ones left out while unset."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if f.metadata.get("optional") and value in (None, False):
+                continue
+            out[f.name] = value
+        return out
+
+
+def _optional(default: Any = None) -> Any:
+    return field(default=default, metadata={"optional": True})
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkflowStarted(Event):
+    kind: ClassVar[str] = "workflow_started"
+    workflow: str
+    slots: int
+    pid: int
+    run_key: str  # names the run's MLflow runs for good (see tracking.derived_key)
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkflowResumed(Event):
+    kind: ClassVar[str] = "workflow_resumed"
+    slots: int
+    pid: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkflowFinished(Event):
+    kind: ClassVar[str] = "workflow_finished"
+
+
+@dataclass(frozen=True, kw_only=True)
+class WorkflowInterrupted(Event):
+    kind: ClassVar[str] = "workflow_interrupted"
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageStarted(Event):
+    kind: ClassVar[str] = "stage_started"
+    stage: str
+    stage_kind: str
+    sources: list[str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageFinished(Event):
+    kind: ClassVar[str] = "stage_finished"
+    stage: str
+    summary: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialStarted(Event):
+    """An attempt's gang is up and its ranks run the trial."""
+
+    kind: ClassVar[str] = "trial_started"
+    stage: str
+    trial: dict[str, Any]  # search.Trial.to_dict()
+    attempt: int
+    gang: int | None
+    shape: str
+    startup_s: float = 0.0  # starting a new gang for it: slot time, not the trial's
+    adopted: bool = _optional(False)  # journalled by a resumed driver that found its result
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialAttemptFailed(Event):
+    """An attempt failed and the trial will run again."""
+
+    kind: ClassVar[str] = "trial_attempt_failed"
+    stage: str
+    trial: dict[str, Any]
+    attempt: int
+    reason: str
+    slot_seconds: float
+    startup_slot_seconds: float = 0.0
+    logs: dict[str, str] = field(default_factory=dict)
+    adopted: bool = _optional(False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialFinished(Event):
+    """A trial's last word: completed, pruned or failed for good."""
+
+    kind: ClassVar[str] = "trial_finished"
+    stage: str
+    trial: dict[str, Any]
+    attempt: int
+    status: str
+    value: Any
+    metrics: dict[str, Any]
+    reason: str | None
+    slot_seconds: float
+    startup_slot_seconds: float = 0.0
+    checkpoint: str | None = None
+    history: list[dict[str, Any]] = field(default_factory=list)
+    logs: dict[str, str] = field(default_factory=dict)
+    adopted: bool = _optional(False)
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrialInterrupted(Event):
+    kind: ClassVar[str] = "trial_interrupted"
+    stage: str
+    trial: dict[str, Any]
+    attempt: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThresholdReached(Event):
+    kind: ClassVar[str] = "threshold_reached"
+    stage: str
+    trial: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class SearchLogged(Event):
+    """Entries the stage's searcher added to its log (its state is their replay)."""
+
+    kind: ClassVar[str] = "search"
+    stage: str
+    start: int
+    entries: list[dict[str, Any]]
+
+
+KINDS: dict[str, type[Event]] = {
+    cls.kind: cls for cls in (
+        WorkflowStarted, WorkflowResumed, WorkflowFinished, WorkflowInterrupted,
+        StageStarted, StageFinished, TrialStarted, TrialAttemptFailed, TrialFinished,
+        TrialInterrupted, ThresholdReached, SearchLogged,
+    )
+}

@@ -1,0 +1,298 @@
+"""MLflow as a projection of the journal, written off the scheduling loop.
+
+The driver only appends events to the journal; a projector thread reads what
+was appended and makes MLflow say the same: a run per stage, a nested run per
+trial, their params, per-epoch metrics, tags, logs, plots and end states. Each
+event is projected once it is on disk, in journal order, and the projector
+remembers how far it got (``mlflow-projected``, the next event's sequence
+number) only after MLflow accepted the event's writes. Every write is
+idempotent (``orchestrator.tracking``), so an event projected again after a
+kill, an outage or a resume changes nothing:
+
+- an MLflow outage costs the loop nothing: the projector waits and retries
+  (1 s, 2 s, ... up to 30 s) while the sweep goes on;
+- a driver killed at any instant loses nothing: the next driver on the run
+  directory (``nestor resume``) projects from where this one stopped;
+- there is no run that the journal does not name: a trial's run is made from
+  its journalled start, under a key derived from the run's ``run_key``.
+
+This replaces the tracker's outbox, its key files, and the reconciling of
+runs left RUNNING by a killed driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from orchestrator.journal import write_atomic
+from orchestrator.tracking import Tracker, default_tracking_uri, derived_key, permanent
+
+log = logging.getLogger(__name__)
+
+CURSOR_FILE = "mlflow-projected"
+RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
+ENDED = {"completed": "FINISHED", "pruned": "KILLED"}  # anything else: FAILED
+
+
+class Projector:
+    """Tails one run directory's journal into MLflow, in a thread of its own.
+
+    >>> projector = Projector(run_dir, workflow)        # doctest: +SKIP
+    >>> journal = Journal(path, on_append=projector.wake)  # doctest: +SKIP
+    >>> projector.close(timeout_s=20)                   # what MLflow still lacks
+    """
+
+    def __init__(self, run_dir: Path, workflow: Any, *, journal_file: str = "journal.jsonl",
+                 tracker: Tracker | None = None) -> None:
+        self.run_dir = Path(run_dir)
+        self.workflow = workflow
+        self.journal_path = self.run_dir / journal_file
+        self.uri = workflow.tracking.uri or default_tracking_uri(self.run_dir)
+        # Made in the thread: opening a store (SQLite migrations, a server that is
+        # down) must not hold up the driver's start either.
+        self._tracker = tracker
+        self.done = self._read_cursor()  # events projected: the next one's sequence number
+        self.seen = 0  # events read from the journal file
+        self._offset = 0
+        self._pending: list[dict[str, Any]] = []
+        self._run_key = "legacy"  # journals from before run_key
+        self._stage_runs: dict[str, str] = {}
+        self._wake = threading.Event()
+        self._closing = False
+        self._thread = threading.Thread(target=self._loop, name="nestor-mlflow-projector",
+                                        daemon=True)
+        self._thread.start()
+
+    @property
+    def tracker(self) -> Tracker:
+        if self._tracker is None:
+            self._tracker = Tracker(self.run_dir, self.workflow.tracking.experiment
+                                    or self.workflow.name, self.workflow.tracking.uri)
+        return self._tracker
+
+    # -- the driver's side -----------------------------------------------------------------
+
+    def wake(self, *_: Any) -> None:
+        """Something was appended (called by the journal; cheap, never blocks)."""
+        self._wake.set()
+
+    @property
+    def behind(self) -> int:
+        """Events on disk that MLflow does not show yet."""
+        return max(0, self._count_on_disk() - self.done)
+
+    def flush(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for MLflow to show every event on disk."""
+        deadline = time.monotonic() + timeout_s
+        while self.behind and time.monotonic() < deadline and self._thread.is_alive():
+            self._wake.set()
+            time.sleep(0.05)
+        return not self.behind
+
+    def close(self, timeout_s: float = 20.0) -> int:
+        """Project what is left (within ``timeout_s``), then stop; returns the events
+        MLflow still lacks, which the next driver on this run directory projects."""
+        self.flush(timeout_s)
+        self._closing = True
+        self._wake.set()
+        self._thread.join(timeout=5)
+        left = self.behind
+        if left:
+            log.warning("%d journal events are not in MLflow at %s yet; `nestor resume %s`"
+                        " (or the next driver on it) sends them", left, self.uri,
+                        self.run_dir)
+        return left
+
+    # -- the thread ------------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        wait = RETRY_FIRST_S
+        while True:
+            self._wake.clear()
+            try:
+                self._project_new()
+                wait = RETRY_FIRST_S
+            except Exception as exc:  # MLflow down or slow: the journal keeps it all
+                if self._closing:
+                    return
+                log.warning("MLflow at %s did not take event %d (%s); retrying in %.0f s",
+                            self.uri, self.done, _first_line(exc), wait)
+                self._wake.wait(wait)
+                wait = min(wait * 2, RETRY_MAX_S)
+                continue
+            if self._closing:
+                return
+            self._wake.wait()
+
+    def _project_new(self) -> None:
+        self._pending.extend(self._read_new())
+        while self._pending:
+            event = self._pending[0]
+            if event.get("seq", -1) >= self.done:
+                try:
+                    self.project(event)
+                except Exception as exc:
+                    if transient(exc):
+                        raise  # retried, from this event, once MLflow answers
+                    log.warning("event %d cannot be shown in MLflow (%s); skipped",
+                                event.get("seq", -1), _first_line(exc),
+                                exc_info=not permanent(exc))
+                self.done = int(event.get("seq", self.done)) + 1
+                write_atomic(self.run_dir / CURSOR_FILE, str(self.done))
+            else:
+                self._remember(event)  # projected by an earlier driver: only learn from it
+            self._pending.pop(0)
+
+    def _read_new(self) -> list[dict[str, Any]]:
+        try:
+            with open(self.journal_path, "rb") as handle:
+                handle.seek(self._offset)
+                data = handle.read()
+        except FileNotFoundError:
+            return []
+        end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+        self._offset += end
+        events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        self.seen += len(events)
+        return events
+
+    def _count_on_disk(self) -> int:
+        return self.seen + (self._lines_after_offset())
+
+    def _lines_after_offset(self) -> int:
+        try:
+            with open(self.journal_path, "rb") as handle:
+                handle.seek(self._offset)
+                return handle.read().count(b"\n")
+        except FileNotFoundError:
+            return 0
+
+    def _read_cursor(self) -> int:
+        try:
+            return int((self.run_dir / CURSOR_FILE).read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    # -- one event -------------------------------------------------------------------------
+
+    def _remember(self, event: dict[str, Any]) -> None:
+        """What later events need from this one: the run key, stage run ids."""
+        if event["event"] == "workflow_started" and event.get("run_key"):
+            self._run_key = event["run_key"]
+
+    def _stage_run(self, stage: str) -> str:
+        if stage not in self._stage_runs:
+            kind = self._kind(stage)
+            self._stage_runs[stage] = self.tracker.start_run(
+                stage, key=derived_key(self._run_key, stage),
+                tags={"nestor.stage": stage, "nestor.kind": kind,
+                      "nestor.run_dir": str(self.run_dir.resolve())})
+        return self._stage_runs[stage]
+
+    def _trial_run(self, event: dict[str, Any]) -> str:
+        stage, trial = event["stage"], event["trial"]
+        stage_run = self._stage_run(stage)
+        return self.tracker.start_run(
+            f"{stage}/{trial['id']}", parent=stage_run, params=trial["config"],
+            key=derived_key(derived_key(self._run_key, stage), trial["id"]),
+            tags={"nestor.stage": stage, "nestor.trial": trial["id"],
+                  "nestor.generation": trial.get("generation", 0),
+                  "nestor.deme": trial.get("deme", 0),
+                  "nestor.parents": ",".join(trial.get("parents", [])),
+                  "nestor.status": "running"})
+
+    def _kind(self, stage: str) -> str:
+        try:
+            return str(self.workflow.stage(stage).kind)
+        except Exception:
+            return "unknown"
+
+    def project(self, event: dict[str, Any]) -> None:
+        """Make MLflow show one journal event (idempotently)."""
+        kind, at = event["event"], float(event.get("time", time.time()))
+        self._remember(event)
+        tracker = self.tracker
+        if kind == "stage_started":
+            run = self._stage_run(event["stage"])
+            tracker.set_tags(run, {"nestor.from": ",".join(event.get("sources") or [])})
+        elif kind == "trial_started":
+            run = self._trial_run(event)
+            tracker.set_tags(run, {"nestor.status": "running", "nestor.attempts": event["attempt"],
+                                   "nestor.shape": event.get("shape", ""),
+                                   "nestor.gang": event.get("gang")})
+        elif kind == "trial_attempt_failed":
+            run = self._trial_run(event)
+            self._logs(run, event)
+            tracker.set_tags(run, {"nestor.attempts": event["attempt"],
+                                   f"nestor.attempt{event['attempt']}.failure": event["reason"]})
+        elif kind == "trial_finished":
+            run = self._trial_run(event)
+            for step, metrics in enumerate(event.get("history") or []):
+                tracker.log_metrics(run, metrics, step=step, at=at)
+            tracker.log_metrics(run, event.get("metrics") or {},
+                                step=len(event.get("history") or []), at=at)
+            self._logs(run, event)
+            tags = {"nestor.status": event["status"], "nestor.attempts": event["attempt"]}
+            if event.get("reason"):
+                tags["nestor.failure"] = event["reason"]
+            tracker.set_tags(run, tags)
+            tracker.finish(run, ENDED.get(event["status"], "FAILED"), at=at)
+        elif kind == "trial_interrupted":
+            tracker.set_tags(self._trial_run(event), {"nestor.status": "interrupted"})
+        elif kind == "threshold_reached":
+            tracker.set_tags(self._stage_run(event["stage"]),
+                             {"nestor.threshold_trial": event["trial"]})
+        elif kind == "stage_finished":
+            self._stage_finished(event, at)
+
+    def _logs(self, run: str, event: dict[str, Any]) -> None:
+        folder = f"logs/attempt-{event['attempt']}"
+        for path in (event.get("logs") or {}).values():  # a command trainer's output
+            with contextlib.suppress(FileNotFoundError):
+                self.tracker.log_artifact(run, Path(path), folder)
+
+    def _stage_finished(self, event: dict[str, Any], at: float) -> None:
+        from orchestrator.artifacts import publish_stage
+
+        name, summary = event["stage"], event["summary"]
+        run = self._stage_run(name)
+        stage = self.workflow.stage(name)
+        publish_stage(self.tracker, run, summary, stage, self.run_dir)
+        self.tracker.log_metrics(run, headline(summary), at=at)
+        self.tracker.set_tags(run, {"nestor.n_runs": summary["n_runs"],
+                                    "nestor.stop_reason": summary["stop_reason"]})
+        self.tracker.finish(run, "FINISHED", at=at)
+
+
+def transient(exc: BaseException) -> bool:
+    """An MLflow that is down, slow or locked: worth trying the same write again.
+    A refused write (4xx) or a fault in nestor itself is not: it would block
+    every later event for ever."""
+    import requests
+    from mlflow.exceptions import MlflowException
+
+    if isinstance(exc, MlflowException):
+        return not permanent(exc)
+    return isinstance(exc, OSError | ConnectionError | requests.RequestException)
+
+
+def headline(summary: dict[str, Any]) -> dict[str, Any]:
+    """The stage's comparison figures, as metrics of its MLflow run."""
+    metrics: dict[str, Any] = {"n_runs": summary["n_runs"], "slot_seconds":
+                               summary["slot_seconds"]}
+    for section in ("ensemble", "transfer", "train"):
+        for key, value in (summary.get(section) or {}).items():
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                metrics[f"{section}.{key}"] = value
+    return metrics
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
