@@ -121,8 +121,10 @@ class Journal:
     ...     journal.append("trial_finished", stage="tune", trial="t3", value=0.97)
     """
 
-    def __init__(self, path: str | os.PathLike[str]) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, fsync: bool = True) -> None:
         self.path = Path(path)
+        # Off only where durability buys nothing: a simulation, rerun in seconds.
+        self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -153,7 +155,8 @@ class Journal:
         try:
             while written < len(payload):
                 written += os.write(self._fd, payload[written:])
-            os.fsync(self._fd)
+            if self.fsync:
+                os.fsync(self._fd)
         except OSError as exc:
             if written:  # cut the half-written event off: the journal stays whole
                 os.ftruncate(self._fd, start)

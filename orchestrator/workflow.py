@@ -202,8 +202,10 @@ class StageScheduler:
 
     def __init__(self, workflow: Workflow, *, run_dir: Path, backend: Backend,
                  journal: Journal, tracker: Any, events: list[dict[str, Any]],
-                 on_progress: Callable[[Any], None] | None, run_key: str) -> None:
+                 on_progress: Callable[[Any], None] | None, run_key: str,
+                 publish: bool = True) -> None:
         self.workflow = workflow
+        self.publish = publish  # a finished stage's plots and tables (off in simulations)
         self.run_key = run_key
         self.run_dir = run_dir
         self.backend = backend
@@ -277,14 +279,15 @@ class StageScheduler:
         size = self.backend.cluster_size()
         if any(runner.shape.ranks > size for runner in self.active.values()):
             return False  # the cluster itself shrank (a node left): waiting cannot help
-        now = time.monotonic()
+        now = self.backend.now()
         if not self._waiting_since or now - self._last_said >= CLUSTER_SAY_S:
             self._waiting_since = self._waiting_since or now
             self._last_said = now
             log.warning("waiting %.0f s so far for slots on the shared Ray cluster: other"
                         " workflows hold them (%s short)", now - self._waiting_since,
                         ", ".join(f"{n}: {k}" for n, k in short.items()))
-        time.sleep(CLUSTER_POLL_S)
+        # On the backend's clock: a simulated cluster brings repaired nodes back.
+        self._dispatch(self.backend.wait(CLUSTER_POLL_S))
         return True
 
     def _share_free_slots(self) -> None:
@@ -339,7 +342,8 @@ class StageScheduler:
         runner = self.active.pop(name)
         summary = runner.finalize()
         stage_run = self.stage_runs[name]
-        publish_stage(self.tracker, stage_run, summary, runner.stage, self.run_dir)
+        if self.publish:
+            publish_stage(self.tracker, stage_run, summary, runner.stage, self.run_dir)
         self.tracker.log_metrics(stage_run, _headline(summary))
         self.tracker.set_tags(stage_run, {"nestor.n_runs": summary["n_runs"],
                                           "nestor.stop_reason": summary["stop_reason"]})
