@@ -206,7 +206,11 @@ class SimAttempt:
     started: float | None = None
     ended: float | None = None
     outcome: str = "running"  # ok, failed (the trainer), rank_failed, node_lost, cancelled
-    nodes: tuple[int, ...] = ()
+    where: tuple[tuple[int, int], ...] = ()  # (node, ranks there), in rank order
+
+    @property
+    def nodes(self) -> tuple[int, ...]:
+        return tuple(node for node, _ in self.where)
 
     @property
     def ranks(self) -> int:
@@ -215,11 +219,12 @@ class SimAttempt:
 
 @dataclass(frozen=True)
 class Outage:
-    """A node out of the cluster from ``start`` until ``end`` (None: still out)."""
+    """A node out of the cluster from ``start`` until its repair at ``end`` (which
+    may lie past the end of the run)."""
 
     node: int
     start: float
-    end: float | None = None
+    end: float
 
 
 class SimulatedBackend(Backend):
@@ -289,7 +294,6 @@ class SimulatedBackend(Backend):
         self._gangs: dict[int, _Gang] = {}
         self._idle_gangs: dict[Shape, list[_Gang]] = {}
         self._running: dict[str, tuple[SimAttempt, _Gang]] = {}  # by key, starting or running
-        self._down_since: dict[int, float] = {}
 
         # The ledger, for reports and tests.
         self.attempts: list[SimAttempt] = []
@@ -368,7 +372,7 @@ class SimulatedBackend(Backend):
                        else float(self.startup_s))
             self.gangs_started += 1
         record = SimAttempt(launch.key, shape, gang.id, self._now, startup_s=startup,
-                            nodes=tuple(node for node, _ in gang.where))
+                            where=tuple(gang.where))
         self.attempts.append(record)
         gang.attempt = record
         self._running[launch.key] = (record, gang)
@@ -488,13 +492,12 @@ class SimulatedBackend(Backend):
                 self._drop(gang)
         self._up[node] = False
         self._set(node, free=0, idle=0)
-        self._down_since[node] = self._now
+        self.outages.append(Outage(node, self._now, self._now + self.repair_s))
         self._schedule(self._now + self.repair_s, "node_repair", node)
 
     def _on_node_repair(self, node: int) -> None:
         self._up[node] = True
         self._set(node, free=self.slots_per_node, idle=0)
-        self.outages.append(Outage(node, self._down_since.pop(node), self._now))
 
     # -- slots and gangs ------------------------------------------------------------------
 
