@@ -391,3 +391,57 @@ def test_the_null_tracker_has_every_method_the_scheduler_may_call() -> None:
         if callable(real):
             assert list(inspect.signature(null).parameters) == list(
                 inspect.signature(real).parameters), name
+
+
+# -- one scenario, both backends ----------------------------------------------------------------
+
+CONTRACT = """
+name: contract
+stages:
+  - name: tune
+    kind: hpo
+    trainer: {function: "tests.orchestrator.sim_contract_trainer:quadratic"}
+    search: {algorithm: grid}
+    space: {x: {type: categorical, values: [0.1, 0.5, 0.9, 0.3]}}
+    objective: {metric: val_accuracy, mode: max}
+    trial: {retries: 1}
+"""
+
+
+def contract_outcome(run_dir: Path) -> dict[str, Any]:
+    """What must not depend on the backend: each trial's config, fate and value, and
+    the order of its journal events."""
+    out: dict[str, Any] = {}
+    for e in read_events(run_dir / "journal.jsonl"):
+        if e["event"] in ("trial_started", "trial_attempt_failed", "trial_finished"):
+            row = out.setdefault(e["trial"]["id"], {"config": e["trial"]["config"],
+                                                    "events": []})
+            row["events"].append((e["event"], e["attempt"]))
+            if e["event"] == "trial_finished":
+                value = e["value"]
+                row.update(status=e["status"],
+                           value=None if value is None else round(value, 9))
+    return out
+
+
+@pytest.mark.slow
+def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
+        tmp_path: Path, ray_local: object) -> None:
+    from orchestrator.backends import RayBackend
+    from orchestrator.gangs import GangPool
+    from tests.orchestrator import sim_contract_trainer as trainer
+
+    def model(config: Any, rng: random.Random) -> Draw:
+        if float(config["x"]) > trainer.FAILING_X:
+            return Draw(1.0, failure="x above 0.8 fails on purpose")
+        return Draw(1.0, {"val_accuracy": trainer.value(config)})
+
+    workflow = load_spec_text(CONTRACT)
+    simulated = SimulatedBackend(nodes=1, slots_per_node=2, trial_model=model, seed=0)
+    sim_results = simulate_workflow(workflow, simulated, tmp_path / "sim")
+    ray_results = simulate_workflow(workflow, RayBackend(GangPool(2)), tmp_path / "ray")
+    sim, ray = contract_outcome(tmp_path / "sim"), contract_outcome(tmp_path / "ray")
+    assert ray == sim
+    assert {t["status"] for t in sim.values()} == {"completed", "failed"}
+    assert [t["n_runs"] for t in (sim_results["stages"][0], ray_results["stages"][0])] == [5, 5]
+    assert sim_results["stages"][0]["best"]["config"] == {"x": 0.3}
