@@ -32,6 +32,7 @@ from typing import Any
 from orchestrator.backends import Backend
 from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow
+from orchestrator.stopping import Interrupted
 from orchestrator.tracking import PENDING
 from orchestrator.workflow import JOURNAL_FILE, RESULTS_FILE, RunError, StageScheduler
 
@@ -125,7 +126,9 @@ def simulate_workflow(
     draws each finished stage's plots and tables. Returns the results, as
     ``run_workflow`` does, plus ``virtual_time_s`` (the backend's clock) and
     ``driver_s`` (real seconds the run took). The backend is shut down at
-    the end; its ledger stays readable.
+    the end; its ledger stays readable. A stop request (or a simulated
+    allocation's time limit) raises :class:`~orchestrator.stopping.Interrupted`
+    after journalling it, as ``nestor run`` does.
     """
     check_simulatable(workflow)
     run_dir = Path(run_dir)
@@ -154,6 +157,10 @@ def simulate_workflow(
         write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
         journal.append("workflow_finished")
         return results
+    except Interrupted as exc:  # a stop request, or a simulated allocation's time limit
+        journal.append("workflow_interrupted", reason=exc.reason)
+        exc.run_dir = run_dir
+        raise
     finally:
         journal.close()
         backend.shutdown()

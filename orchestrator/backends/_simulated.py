@@ -29,6 +29,10 @@ What is modelled, as the real backend does it:
   per node, or scripted in ``node_failures``) ends every attempt with a rank
   on that node as a dead rank, throws its gangs away and takes the node's
   slots for ``repair_s``, then gives them back.
+- The allocation's end: with ``time_limit_s``, the driver is asked to stop at
+  that virtual time, as Slurm's SIGTERM at a job's time limit asks it
+  (:func:`orchestrator.stopping.request_stop`); the scheduler kills what runs
+  and stops, resumable.
 
 Deterministic: every draw comes from an RNG seeded by ``seed`` and the
 attempt's key (or, for node failures, by ``seed`` alone), so the same
@@ -243,6 +247,7 @@ class SimulatedBackend(Backend):
         node_mtbf_s: float | None = None,
         node_failures: Sequence[tuple[float, int]] = (),
         repair_s: float = DEFAULT_REPAIR_S,
+        time_limit_s: float | None = None,
     ) -> None:
         if not isinstance(nodes, int) or nodes < 1:
             raise ValueError(f"nodes must be a positive integer, but got {nodes!r}")
@@ -255,6 +260,8 @@ class SimulatedBackend(Backend):
             raise ValueError(f"node_mtbf_s must be positive or None, but got {node_mtbf_s!r}")
         if not repair_s > 0:
             raise ValueError(f"repair_s must be positive, but got {repair_s!r}")
+        if time_limit_s is not None and not time_limit_s > 0:
+            raise ValueError(f"time_limit_s must be positive or None, but got {time_limit_s!r}")
         for at, node in node_failures:
             if not 0 <= node < nodes:
                 raise ValueError(f"node_failures: node must be in 0..{nodes - 1}, but got {node}")
@@ -274,6 +281,8 @@ class SimulatedBackend(Backend):
         self.fail_keys = dict(fail_keys or {})
         self.node_mtbf_s = node_mtbf_s
         self.repair_s = repair_s
+        self.time_limit_s = time_limit_s
+        self.stopped_at_limit = False  # the time limit was reached and a stop requested
 
         self._now = 0.0
         self._heap: list[tuple[float, int, str, Any]] = []
@@ -393,6 +402,10 @@ class SimulatedBackend(Backend):
             self._woken = False
             return self._deliver()
         limit = math.inf if timeout is None else self._now + max(timeout, 0.0)
+        at_limit = (self.time_limit_s is not None and not self.stopped_at_limit
+                    and limit >= self.time_limit_s)
+        if at_limit:
+            limit = self.time_limit_s  # type: ignore[assignment]
         while self._heap and self._heap[0][0] <= limit:
             if limit == math.inf and not self._running:
                 break  # only node failures and repairs are left: nothing to wait for
@@ -403,6 +416,13 @@ class SimulatedBackend(Backend):
                 getattr(self, f"_on_{kind}")(payload)
             if self._ready:
                 return self._deliver()
+        if at_limit:
+            from orchestrator.stopping import request_stop
+
+            self._now = max(self._now, limit)
+            self.stopped_at_limit = True
+            request_stop("SIGTERM")  # what Slurm sends at the job's time limit
+            return []
         if limit == math.inf:
             raise SimulationError(
                 "the scheduler waits for an event with no attempt starting or running:"
@@ -415,6 +435,11 @@ class SimulatedBackend(Backend):
 
     @_timed
     def shutdown(self) -> None:
+        """Kill what runs; withdraw the stop request this backend's time limit made."""
+        if self.stopped_at_limit:
+            from orchestrator.stopping import clear
+
+            clear()
         for key in list(self._running):
             record, gang = self._running[key]
             self._close(record, gang, "cancelled", keep_gang=False)

@@ -326,6 +326,21 @@ def test_early_stopping_is_refused(tmp_path: Path) -> None:
         simulate_workflow(workflow, backend, tmp_path / "run")
 
 
+def test_the_allocation_time_limit_stops_the_driver_resumably(tmp_path: Path) -> None:
+    from orchestrator.stopping import Interrupted, stop_requested
+
+    backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0,
+                               trial_model=fixed_trials(3600.0, 0.5), time_limit_s=5000.0)
+    with pytest.raises(Interrupted, match="SIGTERM"):
+        simulate_workflow(spec(population=4, generations=3), backend, tmp_path / "run")
+    assert backend.now() == 5000.0
+    assert stop_requested() is None  # withdrawn: the next run in this process goes on
+    assert len(finished(tmp_path / "run")) == 4  # the first generation, done at 1 h + start-up
+    cut = journal(tmp_path / "run", "trial_interrupted")
+    assert len(cut) == 4 and journal(tmp_path / "run", "workflow_interrupted")
+    assert {a.outcome for a in backend.attempts if a.ended == 5000.0} == {"cancelled"}
+
+
 # -- the backend alone ------------------------------------------------------------------------
 
 
