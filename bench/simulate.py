@@ -53,6 +53,8 @@ from bench.machine import write_result
 
 NODES, SLOTS_PER_NODE = 256, 8
 FILL = 0.97  # "the allocation is full": this share of its slots held
+RETRIES = 3  # re-runs of a failed trial
+ALLOCATION_GENERATIONS = 10_000  # mode allocation: more than any allocation runs
 
 
 @dataclass(frozen=True)
@@ -86,7 +88,8 @@ def workloads(quick: bool) -> list[Workload]:
     ]
 
 
-def spec_text(workload: Workload, schedule: str, retries: int = 3) -> str:
+def spec_text(workload: Workload, schedule: str, generations: int,
+              retries: int = RETRIES) -> str:
     """The workload as a nestor spec: hpo stages, genetic search, the given schedule."""
     stages = []
     for i, stage in enumerate(workload.stages):
@@ -96,7 +99,7 @@ def spec_text(workload: Workload, schedule: str, retries: int = 3) -> str:
             trainer: {{function: "orchestrator.simulate:simulated_trial"}}
             parallel: {{data: {stage.data}, model: {stage.model}}}
             search: {{algorithm: genetic, population: {stage.population},
-                      generations: {workload.generations}, schedule: {schedule},
+                      generations: {generations}, schedule: {schedule},
                       seed: {i + 1}}}
             space:
               lr: {{type: float, low: 1.0e-4, high: 0.5, log: true}}
@@ -196,14 +199,20 @@ def occupancy_curve(rows: list[tuple[float, float | None, float, int, str]], end
     return {"t_h": [t / 3600 for t in grid], "busy": busy}
 
 
-def run_one(workload: Workload, schedule: str, args: argparse.Namespace,
+def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespace,
             workdir: Path) -> dict[str, Any]:
+    """One workload on one schedule: the whole planned ``sweep`` to its last trial,
+    or an ``allocation`` of ``--allocation-h`` hours that a larger sweep fills
+    until the time limit stops the driver."""
     from orchestrator.backends import SimulatedBackend, lognormal_trials
     from orchestrator.simulate import simulate_workflow
     from orchestrator.spec import load_spec_text
+    from orchestrator.stopping import Interrupted
 
     class TimedBackend(SimulatedBackend):
         """Notes when (in real time) the driver asked for each launch."""
+
+        real_launches: list[float]
 
         def launch(self, launch: Any) -> None:
             self.real_launches.append(time.perf_counter())
@@ -212,92 +221,115 @@ def run_one(workload: Workload, schedule: str, args: argparse.Namespace,
     def startup(shape: Any, rng: random.Random) -> float:
         return rng.uniform(30.0, 90.0)
 
-    workflow = load_spec_text(spec_text(workload, schedule))
+    allocation = mode == "allocation"
+    generations = ALLOCATION_GENERATIONS if allocation else workload.generations
+    workflow = load_spec_text(spec_text(workload, schedule, generations))
     backend = TimedBackend(
         NODES, SLOTS_PER_NODE, lognormal_trials(workload.median_s, workload.sigma),
         seed=args.seed, startup_s=startup, rank_failure_p=args.rank_failure,
-        node_mtbf_s=args.node_mtbf_h * 3600.0, repair_s=args.repair_h * 3600.0)
+        node_mtbf_s=args.node_mtbf_h * 3600.0, repair_s=args.repair_h * 3600.0,
+        time_limit_s=args.allocation_h * 3600.0 if allocation else None)
     backend.real_launches = []
-    run_dir = workdir / f"{workload.name}-{schedule}"
+    run_dir = workdir / f"{workload.name}-{schedule}-{mode}"
     cpu0, wall0 = time.process_time(), time.perf_counter()
-    results = simulate_workflow(workflow, backend, run_dir, fsync=args.fsync)
+    try:
+        simulate_workflow(workflow, backend, run_dir, fsync=args.fsync)
+    except Interrupted:
+        if not allocation:
+            raise
     cpu = time.process_time() - cpu0
     wall = time.perf_counter() - wall0
-    end = results["virtual_time_s"]
+    end = backend.now()
     rows = attempt_rows(backend)
     outages = [(o.start, o.end, SLOTS_PER_NODE) for o in backend.outages]
     last_launch = max(launched for launched, *_ in rows)
     u = usage(rows, outages, backend.slots, end, last_launch)
     fill = time_to_fill(rows, backend.slots)
     planned = sum(workflow.stage(s.name).planned_trials() for s in workload.stages)
-    trials = [t for stage in results["stages"] for t in stage["trials"]]
-    completed = sum(1 for t in trials if t["status"] == "completed")
-    journalled = sum(1 for line in (run_dir / "journal.jsonl").open()
-                     if '"event":"trial_finished"' in line)
-    held_at_fill = None
+    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").open()]
+    finished = [e for e in journal if e["event"] == "trial_finished"]
+    completed = sum(1 for e in finished if e["status"] == "completed")
+    failed = sum(1 for e in finished if e["status"] != "completed")
+    interrupted = sum(1 for e in journal if e["event"] == "trial_interrupted")
+    scheduler_busy = sum(e.get("slot_seconds", 0.0) for e in journal
+                         if e["event"] in ("trial_finished", "trial_attempt_failed"))
+    s_to_fill = None
     if fill["held"] is not None:  # real seconds the driver took to issue those launches
         n = sum(1 for launched, *_ in rows if launched <= fill["held"])
-        held_at_fill = backend.real_launches[n - 1] - wall0 if n else None
+        s_to_fill = backend.real_launches[n - 1] - wall0 if n else None
     scheduler_cpu = cpu - backend.cpu_s
     events = backend.events_delivered
     outcomes: dict[str, int] = {}
     for *_, outcome in rows:
         outcomes[outcome] = outcomes.get(outcome, 0) + 1
+    # Lost: a trial that failed for good, or (a whole sweep) one planned but never
+    # completed. Trials cut by the allocation's end are journalled and run on resume.
+    lost = failed if allocation else planned - completed
     row = {
-        "schedule": schedule,
-        "planned_trials": planned, "trials": len(trials), "completed": completed,
-        "trials_journalled": journalled, "lost": planned - completed,
-        "attempts": len(rows), "outcomes": outcomes,
-        "virtual_h": end / 3600, "driver_wall_s": wall,
+        "schedule": schedule, "mode": mode,
+        "planned_trials": None if allocation else planned,
+        "completed": completed, "failed": failed, "interrupted_at_limit": interrupted,
+        "lost": lost, "attempts": len(rows), "outcomes": outcomes,
+        "virtual_h": end / 3600, "driver_wall_s": wall, "journal_events": len(journal),
         "slot_seconds": {k: round(v, 1) for k, v in u.items()},
         "utilization": u["busy"] / u["available"],
         "useful_utilization": (u["busy"] - u["lost_work"]) / u["available"],
         "startup_share": u["startup"] / u["available"],
+        "idle_share": u["idle"] / u["available"],
         "idle_share_before_last_launch": u["idle_before_last_launch"] / u["available"],
         "idle_share_after_last_launch": u["idle_after_last_launch"] / u["available"],
-        "scheduler_utilization": results["slot_seconds"] / u["available"],
+        "scheduler_counted_busy_share": scheduler_busy / u["available"],
         "time_to_fill_min": {k: None if v is None else v / 60 for k, v in fill.items()},
-        "driver_s_to_fill": held_at_fill,
+        "driver_s_to_fill": s_to_fill,
         "node_failures": backend.node_failures,
         "gangs": {"started": backend.gangs_started, "reused": backend.gangs_reused,
                   "evicted": backend.gangs_evicted},
         "events": events,
         "driver_cpu_s": cpu, "simulator_cpu_s": backend.cpu_s, "scheduler_cpu_s": scheduler_cpu,
         "scheduler_cpu_ms_per_event": 1000 * scheduler_cpu / max(events, 1),
-        "scheduler_cpu_ms_per_trial": 1000 * scheduler_cpu / max(len(trials), 1),
+        "scheduler_cpu_ms_per_trial": 1000 * scheduler_cpu / max(len(finished), 1),
         "occupancy": occupancy_curve(rows, end),
     }
-    print(f"{workload.name:6s} {schedule:12s} {len(trials):6d} trials, {end / 3600:7.1f} h"
-          f" virtual in {wall:6.1f} s; busy {row['utilization']:.1%}, start-up"
-          f" {row['startup_share']:.1%}, idle before/after last launch"
+    print(f"{workload.name:5s} {mode:10s} {schedule:12s} {completed:6d} trials,"
+          f" {end / 3600:6.1f} h virtual in {wall:6.1f} s; busy {row['utilization']:.1%},"
+          f" start-up {row['startup_share']:.1%}, idle before/after last launch"
           f" {row['idle_share_before_last_launch']:.1%}/{row['idle_share_after_last_launch']:.1%};"
-          f" {backend.node_failures} node failures; lost {row['lost']};"
-          f" {row['scheduler_cpu_ms_per_event']:.2f} ms CPU/event", flush=True)
+          f" {backend.node_failures} node failures; lost {lost};"
+          f" {row['scheduler_cpu_ms_per_event']:.3f} ms CPU/event", flush=True)
     return row
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--quick", action="store_true", help="fewer generations (a few minutes)")
+    p.add_argument("--quick", action="store_true", help="a quarter of the generations and hours")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--node-mtbf-h", type=float, default=2000.0,
                    help="mean time between failures of one node, hours")
     p.add_argument("--repair-h", type=float, default=4.0, help="hours a failed node is out")
     p.add_argument("--rank-failure", type=float, default=0.005,
                    help="share of attempts in which a rank fails")
+    p.add_argument("--allocation-h", type=float, default=None,
+                   help="hours of the allocation in mode allocation (default 48, quick 12)")
     p.add_argument("--fsync", action="store_true",
                    help="fsync the journal after every event, as a real run does")
     p.add_argument("--workloads", default="seed,mixed")
+    p.add_argument("--modes", default="sweep,allocation")
     p.add_argument("--out", default="simulate", help="name of bench/results/NAME.json")
     args = p.parse_args(argv)
-    wanted = args.workloads.split(",")
+    if args.allocation_h is None:
+        args.allocation_h = 12.0 if args.quick else 48.0
+    import logging
+
+    logging.getLogger("orchestrator").setLevel(logging.ERROR)  # retries are counted, not told
+    wanted, modes = args.workloads.split(","), args.modes.split(",")
     start = machine.describe()
     result: dict[str, Any] = {
         "machine": start, "nodes": NODES, "slots_per_node": SLOTS_PER_NODE,
         "slots": NODES * SLOTS_PER_NODE, "quick": args.quick, "seed": args.seed,
         "node_mtbf_h": args.node_mtbf_h, "repair_h": args.repair_h,
         "rank_failure": args.rank_failure, "fsync": args.fsync, "startup_s": [30.0, 90.0],
-        "fill_share": FILL, "retries": 3, "workloads": {},
+        "allocation_h": args.allocation_h, "fill_share": FILL, "retries": RETRIES,
+        "workloads": {},
     }
     with tempfile.TemporaryDirectory(prefix="nestor-sim-") as tmp:
         for workload in workloads(args.quick):
@@ -308,13 +340,11 @@ def main(argv: list[str] | None = None) -> int:
                 "median_min": workload.median_s / 60, "sigma": workload.sigma,
                 "stages": [f"{s.name}: {s.data}x{s.model}, population {s.population}"
                            for s in workload.stages],
-                "schedules": {schedule: run_one(workload, schedule, args, Path(tmp))
-                              for schedule in ("generational", "async")},
+                "runs": [run_one(workload, schedule, mode, args, Path(tmp))
+                         for mode in modes for schedule in ("generational", "async")],
             }
     result["machine"] = machine.finish(start)
     print(f"written: {write_result(args.out, result)}")
-    print(json.dumps({w: {s: round(r["utilization"], 4) for s, r in v["schedules"].items()}
-                      for w, v in result["workloads"].items()}))
     return 0
 
 
