@@ -254,7 +254,8 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
              + (" Quick run (`--quick`): a quarter of the generations and hours." if sim["quick"]
                 else ""), ""]
     header = ["mode", "schedule", "trials", "virtual h", "busy", "start-up",
-              "idle before last launch", "final drain", "full at (min)", "node failures",
+              "idle before last launch", "final drain", "full at (min)", "driver ms to fill",
+              "node failures",
               "lost", "CPU ms/event", "driver s"]
     for name, w in sim["workloads"].items():
         lines += [f"**{name}**: {w['note']}; lognormal durations, median {w['median_min']:g} min,"
@@ -267,7 +268,9 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
                          _share(r["utilization"]), _share(r["startup_share"]),
                          _share(r["idle_share_before_last_launch"]),
                          _share(r["idle_share_after_last_launch"]),
-                         f"{_f(fill['held'])} / {_f(fill['busy'])}", str(r["node_failures"]),
+                         f"{_f(fill['held'])} / {_f(fill['busy'])}",
+                         _f(r["driver_s_to_fill"] and 1000 * r["driver_s_to_fill"], "{:.0f}"),
+                         str(r["node_failures"]),
                          str(r["lost"]), f"{r['scheduler_cpu_ms_per_event']:.2f}",
                          f"{r['driver_wall_s']:.1f}"])
         lines += _table(header, rows)
@@ -275,7 +278,8 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
               " the slot-seconds available (nodes out for repair excluded). Idle before the last"
               " launch is what generation barriers (or fragmentation) cost; the final drain is"
               " the heavy tail's last stragglers. Full at: minutes until 97 % of the slots were"
-              " held / busy. CPU ms/event: the driver's process time less the simulator's, per"
+              " held / busy (virtual), and the real milliseconds the driver took to issue those"
+              " launches. CPU ms/event: the driver's process time less the simulator's, per"
               " backend event (a trial has two). Lost: trials that failed for good, or (sweep)"
               " were planned and never completed.", ""]
     plt = _plt()
