@@ -30,14 +30,14 @@ bench: setup
 	$(PY) bench/trainers_bench.py
 	$(PY) bench/orchestration_bench.py
 	$(PY) -m bench.tables
-	$(PY) -m bench.utilization
+	$(PY) -m bench.simulate
 	$(PY) -m bench.report
 
-# The seed's tables, overhead and 2,048-slot utilization at small sizes (under
+# The seed's tables, overhead and 2,048 simulated slots at small sizes (under
 # 10 minutes on 2 cores; bench/REPORT.md says which sizes were cut).
 bench-quick: setup
 	$(PY) -m bench.tables --quick
-	$(PY) -m bench.utilization --generations 3 --median 0.5
+	$(PY) -m bench.simulate --quick
 	$(PY) bench/orchestration_bench.py --parts overhead --trials 10
 	$(PY) -m bench.report
 

@@ -1,10 +1,10 @@
 """Render bench/REPORT.md and its PNG plots from bench/results/*.json.
 
 Reads what the benchmarks of one ``make bench`` (or ``make bench-quick``)
-wrote: ``tables.json`` (the seed's three tables), ``utilization.json`` (2,048
-logical slots), the newest ``orchestration-*.json`` with the per-trial overhead and,
-where a GPU machine ran them, ``gpu-tables.json``, shown in its own section.
-A missing file becomes a line saying that part was not run.
+wrote: ``tables.json`` (the seed's three tables), ``simulate.json`` (the real
+scheduler on 2,048 simulated slots), the newest ``orchestration-*.json`` with
+the per-trial overhead and, where a GPU machine ran them, ``gpu-tables.json``,
+shown in its own section. A missing file becomes a line saying that part was not run.
 
     .venv/bin/python -m bench.report [--results bench/results] [--out bench/REPORT.md]
 """
@@ -232,46 +232,76 @@ def overhead_section(o: dict[str, Any]) -> list[str]:
             *_table(["system", "ms per trial", "vs Optuna loop"], rows)]
 
 
-def utilization_section(u: dict[str, Any], out: Path) -> list[str]:
-    d = u["durations"]
-    lines = ["## Slot utilization at the seed's scale", "", machine_line(u["machine"]), "",
-             f"Ray started with {u['slots']:,} logical slots (a `slot` resource held by"
-             f" {u['hosts']} async actors, `max_concurrency` {u['slots'] // u['hosts']}); nestor's"
-             f" genetic searcher, population {u['population']:,}, {u['generations']}"
-             f" generations, decides when each trial starts. Trials sleep for lognormal"
-             f" durations (median {d['median_s']} s, sigma {d['sigma']}: mean"
-             f" {d['mean_s']:.2f} s, p99 {d['p99_s']:.1f} s, max {d['max_s']:.1f} s), the"
-             " same sequence for both schedules.", ""]
-    rows = []
-    for schedule, r in u["schedules"].items():
-        rows.append([schedule, f"{r['trials']:,}", f"{r['wall_s']:.1f}",
-                     f"{r['busy_slot_s']:,.0f}", f"{r['available_slot_s']:,.0f}",
-                     f"{r['utilization']:.1%}", f"{r['driver_cpu_s']:.1f}",
-                     f"{r['driver_cpu_ms_per_trial']:.2f}", f"{r['searcher_ask_tell_s']:.2f}"])
-    lines += _table(["schedule", "trials", "wall s", "busy slot-s", "available slot-s",
-                     "utilization", "scheduler CPU s", "CPU ms/trial", "ask/tell s"], rows)
-    peak = {k: max(r["occupancy"]["busy"]) for k, r in u["schedules"].items()}
-    lines += ["Peak busy slots: " + ", ".join(f"{k} {v:,}" for k, v in peak.items())
-              + f" of {u['slots']:,}. Where the peak stays well below the slots, trials end"
-              " before the driver and Ray have dispatched the rest: the scheduler's dispatch"
-              " rate (and the searcher's ask/tell time), not the schedule, bounds utilization"
-              " at these durations; longer trials (`--median`) move the bound.", ""]
+def _share(value: float) -> str:
+    return f"{max(value, 0.0):.1%}"  # float sums can leave -0.0 where nothing was idle
+
+
+def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
+    """The real scheduler on 2,048 simulated slots (bench/simulate.py)."""
+    lines = ["## 2,048 simulated slots, the real scheduler", "", machine_line(sim["machine"]), "",
+             f"nestor's StageScheduler and TrialRunners on a SimulatedBackend of"
+             f" {sim['nodes']} nodes x {sim['slots_per_node']} slots (virtual clock; a"
+             " model-parallel group never straddles two nodes). New gangs take"
+             f" {sim['startup_s'][0]:.0f}-{sim['startup_s'][1]:.0f} s to start (held, not busy);"
+             " warm gangs of the same shape are reused. Nodes fail at random (MTBF"
+             f" {sim['node_mtbf_h']:,.0f} h per node), each out for {sim['repair_h']:g} h; a rank"
+             f" fails in {sim['rank_failure']:.1%} of attempts; {sim['retries']} retries."
+             f" Mode *sweep* runs the planned sweep to its last trial (its final drain"
+             f" included); mode *allocation* fills a {sim['allocation_h']:g} h allocation with a"
+             " larger sweep until the time limit stops the driver (as Slurm's SIGTERM does;"
+             " the trials it cuts are journalled and resumable). Journal fsync"
+             f" {'on' if sim['fsync'] else 'off'}."
+             + (" Quick run (`--quick`): a quarter of the generations and hours." if sim["quick"]
+                else ""), ""]
+    header = ["mode", "schedule", "trials", "virtual h", "busy", "start-up",
+              "idle before last launch", "final drain", "full at (min)", "driver ms to fill",
+              "node failures",
+              "lost", "CPU ms/event", "driver s"]
+    for name, w in sim["workloads"].items():
+        lines += [f"**{name}**: {w['note']}; lognormal durations, median {w['median_min']:g} min,"
+                  f" sigma {w['sigma']:g}; sweep: {w['generations']} generations"
+                  f" ({'; '.join(w['stages'])}).", ""]
+        rows = []
+        for r in w["runs"]:
+            fill = r["time_to_fill_min"]
+            rows.append([r["mode"], r["schedule"], f"{r['completed']:,}", f"{r['virtual_h']:.1f}",
+                         _share(r["utilization"]), _share(r["startup_share"]),
+                         _share(r["idle_share_before_last_launch"]),
+                         _share(r["idle_share_after_last_launch"]),
+                         f"{_f(fill['held'])} / {_f(fill['busy'])}",
+                         _f(r["driver_s_to_fill"] and 1000 * r["driver_s_to_fill"], "{:.0f}"),
+                         str(r["node_failures"]),
+                         str(r["lost"]), f"{r['scheduler_cpu_ms_per_event']:.2f}",
+                         f"{r['driver_wall_s']:.1f}"])
+        lines += _table(header, rows)
+    lines += ["Busy: slot-seconds in which a trial's ranks ran (failed attempts included) over"
+              " the slot-seconds available (nodes out for repair excluded). Idle before the last"
+              " launch is what generation barriers (or fragmentation) cost; the final drain is"
+              " the heavy tail's last stragglers. Full at: minutes until 97 % of the slots were"
+              " held / busy (virtual), and the real milliseconds the driver took to issue those"
+              " launches. CPU ms/event: the driver's process time less the simulator's, per"
+              " backend event (a trial has two). Lost: trials that failed for good, or (sweep)"
+              " were planned and never completed.", ""]
     plt = _plt()
-    fig, ax = plt.subplots(figsize=(6, 3))
-    for schedule, r in u["schedules"].items():
-        ax.plot(r["occupancy"]["t"], r["occupancy"]["busy"], label=schedule)
-    ax.axhline(u["slots"], color="k", linestyle=":", label="slots")
-    ax.set_xlabel("seconds")
-    ax.set_ylabel("busy slots")
-    ax.legend()
+    fig, axes = plt.subplots(1, len(sim["workloads"]), figsize=(6 * len(sim["workloads"]), 3))
+    axes = axes if hasattr(axes, "__len__") else [axes]
+    for ax, (name, w) in zip(axes, sim["workloads"].items(), strict=True):
+        for r in w["runs"]:
+            if r["mode"] == "sweep":
+                ax.plot(r["occupancy"]["t_h"], r["occupancy"]["busy"], label=r["schedule"])
+        ax.axhline(sim["slots"], color="k", linestyle=":", label="slots")
+        ax.set_title(f"{name} sweep")
+        ax.set_xlabel("virtual hours")
+        ax.set_ylabel("busy slots")
+        ax.legend()
     fig.tight_layout()
-    name = f"{FIGURES}/utilization.png"
-    fig.savefig(out / name, dpi=90)
+    figure = f"{FIGURES}/simulate.png"
+    fig.savefig(out / figure, dpi=90)
     plt.close(fig)
-    return [*lines, f"![busy slots over time]({name})", ""]
+    return [*lines, f"![busy slots over virtual time]({figure})", ""]
 
 
-def headline(t: dict[str, Any] | None, u: dict[str, Any] | None,
+def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
              o: dict[str, Any] | None) -> list[str]:
     lines = ["## Headline figures", ""]
     if t and "single" in t:
@@ -289,12 +319,14 @@ def headline(t: dict[str, Any] | None, u: dict[str, Any] | None,
         lines.append(f"- combined, HPO+DP+MP vs random search: measured"
                      f" {_f(last['measured_speedup'], '{:.2f}x')}, product estimate"
                      f" {_f(last['estimated_speedup'], '{:.2f}x')}")
-    if u:
-        g, a = u["schedules"]["generational"], u["schedules"]["async"]
-        lines.append(f"- {u['slots']:,} slots: utilization generational {g['utilization']:.1%},"
-                     f" async {a['utilization']:.1%}; scheduler CPU"
-                     f" {g['driver_cpu_ms_per_trial']:.2f} / {a['driver_cpu_ms_per_trial']:.2f}"
-                     " ms per trial")
+    if sim:
+        for name, w in sim["workloads"].items():
+            cells = ", ".join(f"{r['schedule']} {_share(r['utilization'])}" for r in w["runs"]
+                              if r["mode"] == "sweep")
+            lost = sum(r["lost"] for r in w["runs"])
+            cpu = max(r["scheduler_cpu_ms_per_event"] for r in w["runs"])
+            lines.append(f"- {sim['slots']:,} simulated slots, {name} sweep: busy {cells};"
+                         f" {lost} trials lost; scheduler CPU at most {cpu:.2f} ms per event")
     if o:
         ms = o["overhead"]["per_trial_ms"]
         lines.append("- per-trial overhead: " + ", ".join(f"{k} {v:.1f} ms" for k, v in
@@ -306,13 +338,13 @@ def render(results: Path, out_md: Path) -> Path:
     out = out_md.parent
     (out / FIGURES).mkdir(parents=True, exist_ok=True)
     t, g = _load(results, "tables"), _load(results, "gpu-tables")
-    u, o = _load(results, "utilization"), _overhead(results)
+    sim, o = _load(results, "simulate"), _overhead(results)
     lines = ["# nestor benchmarks", "",
              "Generated by `make bench` / `make bench-quick` (`python -m bench.report`) from"
              " `bench/results/*.json`. Every figure is compared only with figures measured in"
              " the same run on the same machine, stated beside each section. On a shared"
              " machine the load average says how much to trust a figure.", ""]
-    lines += headline(t, u, o)
+    lines += headline(t, sim, o)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -325,7 +357,8 @@ def render(results: Path, out_md: Path) -> Path:
                   " NCCL and writes `bench/results/gpu-tables.json`, kept apart from the CPU"
                   " results.", ""]
     lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
-    lines += utilization_section(u, out) if u else ["## Slot utilization", "", "Not run.", ""]
+    lines += simulate_section(sim, out) if sim else [
+        "## 2,048 simulated slots, the real scheduler", "", "Not run.", ""]
     out_md.write_text("\n".join(lines))
     return out_md
 

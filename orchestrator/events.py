@@ -42,6 +42,7 @@ class WorkflowStarted(Event):
     slots: int
     pid: int
     run_key: str  # names the run's MLflow runs for good (see tracking.derived_key)
+    backend: str | None = _optional()  # a simulation's backend; a real run's is Ray
 
 
 @dataclass(frozen=True, kw_only=True)

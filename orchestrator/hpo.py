@@ -46,8 +46,8 @@ log = logging.getLogger(__name__)
 # a cluster that cannot place gangs is not hammered with placement groups.
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 60.0
 
-# Searcher log entries between two snapshots of a searcher's whole state: the
-# journal holds every entry, a snapshot only shortens the replay on resume.
+# Searcher log entries between two snapshots of a searcher's whole state, at
+# least: the journal holds every entry, a snapshot only shortens the replay.
 SNAPSHOT_EVERY = 500
 
 
@@ -525,7 +525,10 @@ class TrialRunner:
         self.journal.record(SearchLogged(stage=self.stage.name, start=self._logged,
                                          entries=entries))
         self._logged += len(entries)
-        if self._logged - self._snapshot_at >= SNAPSHOT_EVERY:
+        # A snapshot serialises the whole log: take them further apart as it grows
+        # (every SNAPSHOT_EVERY entries, or once the log has doubled), so their cost
+        # stays linear in the run and a resume replays at most about half of it.
+        if self._logged - self._snapshot_at >= max(SNAPSHOT_EVERY, self._snapshot_at):
             write_atomic(self.state_path, json.dumps({"covers": self._logged,
                                                       "state": self.searcher.state()}))
             self._snapshot_at = self._logged

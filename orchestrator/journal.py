@@ -125,9 +125,12 @@ class Journal:
     """
 
     def __init__(self, path: str | os.PathLike[str],
-                 on_append: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_append: Callable[[dict[str, Any]], None] | None = None, *,
+                 fsync: bool = True) -> None:
         self.path = Path(path)
         self.on_append = on_append  # told of each event once it is on disk
+        # Off only where durability buys nothing: a simulation, rerun in seconds.
+        self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
@@ -158,7 +161,8 @@ class Journal:
         try:
             while written < len(payload):
                 written += os.write(self._fd, payload[written:])
-            os.fsync(self._fd)
+            if self.fsync:
+                os.fsync(self._fd)
         except OSError as exc:
             if written:  # cut the half-written event off: the journal stays whole
                 os.ftruncate(self._fd, start)

@@ -279,14 +279,15 @@ class StageScheduler:
         size = self.backend.cluster_size()
         if any(runner.shape.ranks > size for runner in self.active.values()):
             return False  # the cluster itself shrank (a node left): waiting cannot help
-        now = time.monotonic()
+        now = self.backend.now()
         if not self._waiting_since or now - self._last_said >= CLUSTER_SAY_S:
             self._waiting_since = self._waiting_since or now
             self._last_said = now
             log.warning("waiting %.0f s so far for slots on the shared Ray cluster: other"
                         " workflows hold them (%s short)", now - self._waiting_since,
                         ", ".join(f"{n}: {k}" for n, k in short.items()))
-        time.sleep(CLUSTER_POLL_S)
+        # On the backend's clock: a simulated cluster brings repaired nodes back.
+        self._dispatch(self.backend.wait(CLUSTER_POLL_S))
         return True
 
     def _share_free_slots(self) -> None:

@@ -2,5 +2,24 @@
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started
 from orchestrator.backends._ray import RayBackend
+from orchestrator.backends._simulated import (
+    Draw,
+    SimulatedBackend,
+    SimulationError,
+    fixed_trials,
+    lognormal_trials,
+)
 
-__all__ = ["Backend", "Ended", "Event", "Launch", "RayBackend", "Started"]
+__all__ = [
+    "Backend",
+    "Draw",
+    "Ended",
+    "Event",
+    "Launch",
+    "RayBackend",
+    "SimulatedBackend",
+    "SimulationError",
+    "Started",
+    "fixed_trials",
+    "lognormal_trials",
+]
