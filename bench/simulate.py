@@ -320,7 +320,16 @@ def main(argv: list[str] | None = None) -> int:
         args.allocation_h = 12.0 if args.quick else 48.0
     import logging
 
-    logging.getLogger("orchestrator").setLevel(logging.ERROR)  # retries are counted, not told
+    quiet = logging.getLogger("orchestrator")
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)  # retries are counted, not told
+    try:
+        return _run(args)
+    finally:
+        quiet.setLevel(level)  # main() is called in tests: leave the process as it was
+
+
+def _run(args: argparse.Namespace) -> int:
     wanted, modes = args.workloads.split(","), args.modes.split(",")
     start = machine.describe()
     result: dict[str, Any] = {

@@ -560,8 +560,14 @@ class TrialRunner:
 
     # -- reporting --------------------------------------------------------------------
 
-    def finalize(self) -> dict[str, Any]:
-        """The stage's summary once its trials are done (subclasses add their results)."""
+    def finishing_task(self) -> tuple[Any, ...] | None:
+        """``(fn, *args)`` to run off the loop once the trials are done, whose
+        TaskDone event ``finalize`` then gets; None when the stage needs none."""
+        return None
+
+    def finalize(self, done: Any = None) -> dict[str, Any]:
+        """The stage's summary once its trials (and its finishing task) are done;
+        subclasses add their results."""
         return self.summary()
 
     def summary(self) -> dict[str, Any]:

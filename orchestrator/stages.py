@@ -91,7 +91,7 @@ class TrainRunner(_PlannedRunner):
             return {"settings": {"train_data": self.stage.data}}
         return {}
 
-    def finalize(self) -> dict[str, Any]:
+    def finalize(self, done: Any = None) -> dict[str, Any]:
         summary = self.summary()
         record = self.records.get("final")
         summary["train"] = {
@@ -160,7 +160,7 @@ class TransferRunner(_PlannedRunner):
         return {"settings": self._task(stage.target), "init_from": str(init_from),
                 "init_groups": ("features",), "freeze": tuple(stage.freeze)}
 
-    def finalize(self) -> dict[str, Any]:
+    def finalize(self, done: Any = None) -> dict[str, Any]:
         summary = self.summary()
         tuned = "finetune" if self.stage.mode == "finetune" else "combined"
         pretrained = [t for t in self.records if t == "pretrain" or t.startswith("group-")]
@@ -260,25 +260,34 @@ class EnsembleRunner(_PlannedRunner):
         rest = [t for t in self._distinct(candidates) if t not in order]
         return (order + rest)[:k]
 
-    def finalize(self) -> dict[str, Any]:
+    def _members(self) -> list[Any]:
+        members = [r for r in self.records.values() if r.status == "completed" and r.checkpoint]
+        return sorted(members, key=lambda r: r.id)
+
+    def finishing_task(self) -> tuple[Any, ...] | None:
+        members = self._members()
+        if not members:
+            return None
+        return (member_predictions, [r.checkpoint for r in members])
+
+    def finalize(self, done: Any = None) -> dict[str, Any]:
         from orchestrator.combine import accuracy, blend, combine_weights
-        from trainers.predict import Predictor
 
         summary = self.summary()
-        members = [r for r in self.records.values() if r.status == "completed" and r.checkpoint]
-        members.sort(key=lambda r: r.id)
+        members = self._members()
         if not members:
             summary["ensemble"] = None
             summary["stop_reason"] = "no member completed; there is no ensemble"
             return summary
-        val, test, val_labels, test_labels = [], [], None, None
-        for record in members:
-            predictor = Predictor(record.checkpoint)  # type: ignore[arg-type]
-            p, val_labels = predictor.split("val")
-            val.append(p)
-            p, test_labels = predictor.split("test")
-            test.append(p)
-        val_p, test_p = np.stack(val), np.stack(test)
+        if done is None or done.error is not None:
+            summary["ensemble"] = None
+            summary["stop_reason"] = ("the members' predictions failed: "
+                                      f"{getattr(done, 'error', None) or 'not run'}")
+            return summary
+        predictions = done.value
+        val_p = np.stack([p[0] for p in predictions])
+        test_p = np.stack([p[2] for p in predictions])
+        val_labels, test_labels = predictions[0][1], predictions[0][3]
         weights = combine_weights(self.stage.combine, val_p, val_labels)
         member_val = [accuracy(p, val_labels) for p in val_p]
         member_test = [accuracy(p, test_labels) for p in test_p]
@@ -301,6 +310,22 @@ class EnsembleRunner(_PlannedRunner):
         write_atomic(ensemble_file(self.run_dir, self.stage.name), json.dumps(ensemble, indent=2))
         summary["ensemble"] = ensemble
         return summary
+
+
+def member_predictions(checkpoints: list[str]) -> list[tuple[Any, Any, Any, Any]]:
+    """Each member's class probabilities and the labels, on validation and test data:
+    (val_p, val_labels, test_p, test_labels) per checkpoint. Runs as a Ray task (the
+    backend's ``run_task``), not in the driver: loading models and predicting takes
+    seconds that the scheduling loop must not wait."""
+    from trainers.predict import Predictor
+
+    out = []
+    for checkpoint in checkpoints:
+        predictor = Predictor(checkpoint)
+        val_p, val_labels = predictor.split("val")
+        test_p, test_labels = predictor.split("test")
+        out.append((val_p, val_labels, test_p, test_labels))
+    return out
 
 
 def ensemble_file(run_dir: Path, stage: str) -> Path:

@@ -18,7 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends import Backend, RayBackend
+from orchestrator.backends import Backend, RayBackend, TaskDone
 from orchestrator.events import (
     StageFinished,
     StageStarted,
@@ -219,6 +219,7 @@ class StageScheduler:
             if event["event"] == "stage_finished":
                 self.summaries[event["stage"]] = event["summary"]
         self.active: dict[str, Any] = {}
+        self.finishing: dict[str, str] = {}  # a stage's finishing task's key -> the stage
         self._waiting_since = 0.0  # when nothing could start for want of cluster slots
         self._last_said = 0.0
 
@@ -232,12 +233,14 @@ class StageScheduler:
             if not self.active:
                 return self.summaries
             self._share_free_slots()
-            done = [name for name, runner in self.active.items() if runner.finished]
+            done = [name for name, runner in self.active.items()
+                    if runner.finished and name not in self.finishing.values()]
             for name in done:
                 self._finish(name)
-            if done:
+            if any(name in self.summaries for name in done):
                 continue  # their dependants may start now
-            if any(runner.running or runner.holding for runner in self.active.values()):
+            if self.finishing or any(runner.running or runner.holding
+                                     for runner in self.active.values()):
                 self._waiting_since = 0.0
                 self._dispatch(self.backend.wait(self._until_next_deadline()))
             elif not self._wait_for_shared_cluster():
@@ -260,6 +263,11 @@ class StageScheduler:
 
     def _dispatch(self, events: list[Any]) -> None:
         for event in events:
+            if isinstance(event, TaskDone):
+                name = self.finishing.pop(event.key, None)
+                if name is not None:
+                    self._finished(name, self.active[name].finalize(event))
+                continue
             for runner in self.active.values():
                 if runner.owns(event.key):
                     runner.on_event(event)
@@ -328,8 +336,19 @@ class StageScheduler:
             self.active[name] = runner
 
     def _finish(self, name: str) -> None:
-        runner = self.active.pop(name)
-        summary = runner.finalize()
+        """A stage whose trials are done: its own last work (an ensemble's member
+        predictions) runs off the loop first, if it has any."""
+        runner = self.active[name]
+        task = runner.finishing_task()
+        if task is None:
+            self._finished(name, runner.finalize())
+            return
+        key = f"{name}:finish"
+        self.finishing[key] = name
+        self.backend.run_task(key, *task)
+
+    def _finished(self, name: str, summary: dict[str, Any]) -> None:
+        self.active.pop(name)
         # Its plots, tables and MLflow run are drawn by the projector, off the loop.
         self.journal.record(StageFinished(stage=name, summary=summary))
         self.summaries[name] = summary

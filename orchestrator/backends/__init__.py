@@ -1,6 +1,6 @@
 """Backends the scheduler runs attempts on: a real Ray cluster, or a simulated one."""
 
-from orchestrator.backends._base import Backend, Ended, Event, Launch, Started
+from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
 from orchestrator.backends._ray import RayBackend
 from orchestrator.backends._simulated import (
     Draw,
@@ -20,6 +20,7 @@ __all__ = [
     "SimulatedBackend",
     "SimulationError",
     "Started",
+    "TaskDone",
     "fixed_trials",
     "lognormal_trials",
 ]

@@ -72,7 +72,18 @@ class Ended:
     started: bool = True
 
 
-Event = Started | Ended
+@dataclass(frozen=True)
+class TaskDone:
+    """A piece of the driver's own work that ran off the loop (``run_task``):
+    ``value`` is what it returned, or ``error`` says why it did not."""
+
+    key: str
+    at: float
+    value: Any = None
+    error: str | None = None
+
+
+Event = Started | Ended | TaskDone
 
 
 class Backend(abc.ABC):
@@ -100,6 +111,11 @@ class Backend(abc.ABC):
     def wait(self, timeout: float | None) -> list[Event]:
         """Block until at least one event, ``timeout`` seconds of the backend's
         clock, or :meth:`wake`; return the events that arrived, oldest first."""
+
+    @abc.abstractmethod
+    def run_task(self, key: str, fn: Any, *args: Any) -> None:
+        """Run ``fn(*args)`` off the loop (work a stage does between its trials:
+        predictions of an ensemble's members); a TaskDone event follows."""
 
     @abc.abstractmethod
     def wake(self) -> None:

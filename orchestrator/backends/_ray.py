@@ -22,7 +22,7 @@ import threading
 import time
 from typing import Any
 
-from orchestrator.backends._base import Backend, Ended, Event, Launch, Started
+from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
 from orchestrator.gangs import Gang, GangPool, GangStartError, Shape, horovod_broke
 
 log = logging.getLogger(__name__)
@@ -109,6 +109,23 @@ class RayBackend(Backend):
         if self._board is None or not keys:
             return dict.fromkeys(keys)
         return ray.get(self._board.ages.remote(keys))
+
+    def run_task(self, key: str, fn: Any, *args: Any) -> None:
+        """A Ray task that reserves no slot: it is the driver's own work, moved off
+        the loop (and off the driver's process), not a trial's."""
+        import ray
+
+        ref = ray.remote(num_cpus=0, max_retries=0)(fn).remote(*args)
+
+        def wait() -> None:
+            try:
+                value = ray.get(ref)
+            except Exception as exc:
+                self._events.put(TaskDone(key, self.now(), error=_first_line(exc)))
+                return
+            self._events.put(TaskDone(key, self.now(), value))
+
+        threading.Thread(target=wait, daemon=True, name=f"nestor-task-{key}").start()
 
     def wake(self) -> None:
         self._events.put(_WAKE)

@@ -1,0 +1,56 @@
+"""A stage's own work between and after its trials runs off the driver.
+
+An ensemble's members are loaded and asked for their predictions in a Ray task
+(the backend's ``run_task``): the driver, whose loop must keep every other
+stage's trials going, never builds a model. Checked from outside the code
+under test: in this driver, building a ``trainers.predict.Predictor`` raises.
+"""
+
+from __future__ import annotations
+
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+NO_PREDICTIONS_IN_THE_DRIVER = """
+import trainers.predict
+class Refused:
+    def __init__(self, *args, **kwargs):
+        raise AssertionError("a Predictor was built in the driver")
+trainers.predict.Predictor = Refused
+"""
+
+
+def test_ensemble_member_predictions_run_as_a_ray_task(tmp_path: Path,
+                                                       nestor_with_fault) -> None:
+    spec = tmp_path / "ens.yaml"
+    spec.write_text(textwrap.dedent("""
+        name: ens
+        resources: {slots: 2}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {name: mlp, settings: {dataset: digits, epochs: 2}}
+            search: {algorithm: random, budget: 2, seed: 3}
+            space: {lr: {type: float, low: 0.01, high: 0.1, log: true}}
+          - name: members
+            kind: ensemble
+            from: [tune]
+            members: 2
+            select: top_k
+            combine: mean
+        """))
+    run_dir = tmp_path / "run"
+    driver = nestor_with_fault(NO_PREDICTIONS_IN_THE_DRIVER, "run", str(spec), "--run-dir",
+                               str(run_dir), timeout=600, cwd=str(Path(__file__).parents[2]))
+    assert driver.returncode == 0, driver.stderr
+    assert "Traceback" not in driver.stderr
+    results = json.loads((run_dir / "results.json").read_text())
+    ensemble = next(s for s in results["stages"] if s["name"] == "members")["ensemble"]
+    assert ensemble is not None, "the ensemble was not built"
+    assert 0.5 < ensemble["test_value"] <= 1.0
+    assert len(ensemble["members"]) == 2
