@@ -144,6 +144,7 @@ class TrialRunner:
         self.exhausted = False  # the source has nothing more to give
         self.stopper: Any = None
         self.resumed = False
+        self.preparing = False  # waiting for its preparing task before any trial
         self._start_failures = 0  # gangs that failed to start in a row
         self._hold_until: float | None = None  # no new attempt before (backoff)
         self._logged = 0  # searcher log entries journalled so far
@@ -242,7 +243,7 @@ class TrialRunner:
 
     @property
     def finished(self) -> bool:
-        return self.exhausted and not self.running and not self.queue
+        return self.exhausted and not self.running and not self.queue and not self.preparing
 
     def owns(self, key: str) -> bool:
         return key in self.keys
@@ -318,7 +319,7 @@ class TrialRunner:
         ``limit`` of them; returns how many started."""
         self.exhausted = False
         started = 0
-        if self.holding:
+        if self.holding or self.preparing:
             return 0
         while limit is None or started < limit:
             if not self.queue:
@@ -559,6 +560,14 @@ class TrialRunner:
         self._snapshot_at = covers
 
     # -- reporting --------------------------------------------------------------------
+
+    def preparing_task(self) -> tuple[Any, ...] | None:
+        """``(fn, *args)`` to run off the loop before the stage's first trial (while
+        ``preparing``), whose TaskDone event ``prepared`` then gets; None: none."""
+        return None
+
+    def prepared(self, done: Any) -> None:
+        """The preparing task is done; the stage may plan its trials now."""
 
     def finishing_task(self) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop once the trials are done, whose

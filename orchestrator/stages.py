@@ -9,6 +9,7 @@ final model. Their inputs are the summaries of the stages named in ``from:``.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,8 @@ from orchestrator.hpo import HpoRunner, SkipTrial, TrialRunner
 from orchestrator.journal import write_atomic
 from orchestrator.plan import Plan, PlannedTrial
 from orchestrator.spec import EnsembleStage, TrainStage, TransferStage, Workflow
+
+log = logging.getLogger(__name__)
 
 STRUCTURE_SCALES = (1.0, 0.5, 1.5, 0.75, 1.25)  # widths of members that vary by structure
 MEMBER_SEED = 1000  # members' seeds start here, apart from the search's default seed 0
@@ -203,7 +206,30 @@ class EnsembleRunner(_PlannedRunner):
                 " members are combined from their predicted class probabilities, which"
                 " function and command trainers do not give"
             )
+        self._pool: list[dict[str, Any]] = []  # greedy candidates awaiting predictions
+        self._val_predictions: Any = None
         super().__init__(workflow, stage, sources, **kwargs)
+        self.preparing = bool(self._pool)
+
+    def preparing_task(self) -> tuple[Any, ...] | None:
+        """Greedy selection needs the candidates' predictions on validation data:
+        computed in a Ray task, not in the driver, before any member trains."""
+        if not self._pool:
+            return None
+        return (val_predictions, [t["checkpoint"] for t in self._pool])
+
+    def prepared(self, done: Any) -> None:
+        if done.error is not None:
+            log.warning("ensemble stage %s: predicting its candidates failed (%s); taking the"
+                        " top %d distinct configurations instead", self.stage.name, done.error,
+                        self.stage.members)
+            self._val_predictions = ()
+        else:
+            self._val_predictions = done.value
+        objective = self.objectives[0]
+        self.searcher = Plan(self.phases(self.workflow, self.stage, self.sources, objective),
+                             objective)
+        self._pool, self.preparing = [], False
 
     def phases(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
@@ -217,6 +243,8 @@ class EnsembleRunner(_PlannedRunner):
             chosen = self._greedy_select(candidates, stage.members)
         else:
             chosen = self._distinct(candidates)[: stage.members]
+        if not chosen:
+            return []
         members = []
         for i in range(stage.members):
             source = chosen[i % len(chosen)]
@@ -243,18 +271,20 @@ class EnsembleRunner(_PlannedRunner):
         return out
 
     def _greedy_select(self, candidates: list[dict[str, Any]], k: int) -> list[dict[str, Any]]:
-        """Caruana selection over the source trials' own checkpoints, on validation data."""
+        """Caruana selection over the source trials' own checkpoints, on validation data.
+
+        The first call (the runner being built) only notes the candidates; their
+        predictions come from ``preparing_task``, and ``prepared`` calls again."""
         from orchestrator.combine import greedy_weights
-        from trainers.predict import Predictor
 
         pool = [t for t in self._distinct(candidates) if t.get("checkpoint")
                 and Path(t["checkpoint"]).is_file()][:GREEDY_CANDIDATES]
-        if len(pool) <= 1:
+        if len(pool) <= 1 or self._val_predictions == ():
             return self._distinct(candidates)[:k]
-        probs, labels = [], None
-        for t in pool:
-            p, labels = Predictor(t["checkpoint"]).split("val")
-            probs.append(p)
+        if self._val_predictions is None:
+            self._pool = pool
+            return []  # no member yet: the stage waits for its preparing task
+        probs, labels = self._val_predictions
         weights = greedy_weights(np.stack(probs), labels, rounds=k)
         order = [pool[i] for i in np.argsort(-weights, kind="stable") if weights[i] > 0]
         rest = [t for t in self._distinct(candidates) if t not in order]
@@ -310,6 +340,18 @@ class EnsembleRunner(_PlannedRunner):
         write_atomic(ensemble_file(self.run_dir, self.stage.name), json.dumps(ensemble, indent=2))
         summary["ensemble"] = ensemble
         return summary
+
+
+def val_predictions(checkpoints: list[str]) -> tuple[list[Any], Any]:
+    """Each checkpoint's class probabilities on validation data, and the labels
+    (for greedy member selection); runs as a Ray task, like member_predictions."""
+    from trainers.predict import Predictor
+
+    probs, labels = [], None
+    for checkpoint in checkpoints:
+        p, labels = Predictor(checkpoint).split("val")
+        probs.append(p)
+    return probs, labels
 
 
 def member_predictions(checkpoints: list[str]) -> list[tuple[Any, Any, Any, Any]]:

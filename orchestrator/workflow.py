@@ -220,6 +220,7 @@ class StageScheduler:
                 self.summaries[event["stage"]] = event["summary"]
         self.active: dict[str, Any] = {}
         self.finishing: dict[str, str] = {}  # a stage's finishing task's key -> the stage
+        self.preparing: dict[str, str] = {}  # and its preparing task's
         self._waiting_since = 0.0  # when nothing could start for want of cluster slots
         self._last_said = 0.0
 
@@ -239,7 +240,7 @@ class StageScheduler:
                 self._finish(name)
             if any(name in self.summaries for name in done):
                 continue  # their dependants may start now
-            if self.finishing or any(runner.running or runner.holding
+            if self.finishing or self.preparing or any(runner.running or runner.holding
                                      for runner in self.active.values()):
                 self._waiting_since = 0.0
                 self._dispatch(self.backend.wait(self._until_next_deadline()))
@@ -264,9 +265,11 @@ class StageScheduler:
     def _dispatch(self, events: list[Any]) -> None:
         for event in events:
             if isinstance(event, TaskDone):
-                name = self.finishing.pop(event.key, None)
-                if name is not None:
+                if (name := self.finishing.pop(event.key, None)) is not None:
                     self._finished(name, self.active[name].finalize(event))
+                elif (name := self.preparing.pop(event.key, None)) is not None:
+                    self.active[name].prepared(event)
+                    self.active[name].restore(self.events)
                 continue
             for runner in self.active.values():
                 if runner.owns(event.key):
@@ -332,8 +335,13 @@ class StageScheduler:
                 runner = RUNNERS[stage.kind](self.workflow, stage, **kwargs)
             except StageError as exc:
                 raise RunError(str(exc)) from None
-            runner.restore(self.events)
             self.active[name] = runner
+            task = runner.preparing_task()
+            if task is None:
+                runner.restore(self.events)
+            else:  # restored once prepared: its plan depends on the task
+                self.preparing[f"{name}:prepare"] = name
+                self.backend.run_task(f"{name}:prepare", *task)
 
     def _finish(self, name: str) -> None:
         """A stage whose trials are done: its own last work (an ensemble's member

@@ -1,7 +1,8 @@
 """A stage's own work between and after its trials runs off the driver.
 
-An ensemble's members are loaded and asked for their predictions in a Ray task
-(the backend's ``run_task``): the driver, whose loop must keep every other
+An ensemble's candidates (for greedy selection) and then its members are loaded
+and asked for their predictions in Ray tasks (the backend's ``run_task``): the
+driver, whose loop must keep every other
 stage's trials going, never builds a model. Checked from outside the code
 under test: in this driver, building a ``trainers.predict.Predictor`` raises.
 """
@@ -25,7 +26,7 @@ trainers.predict.Predictor = Refused
 """
 
 
-def test_ensemble_member_predictions_run_as_a_ray_task(tmp_path: Path,
+def test_ensemble_predictions_run_as_ray_tasks_not_in_the_driver(tmp_path: Path,
                                                        nestor_with_fault) -> None:
     spec = tmp_path / "ens.yaml"
     spec.write_text(textwrap.dedent("""
@@ -41,7 +42,7 @@ def test_ensemble_member_predictions_run_as_a_ray_task(tmp_path: Path,
             kind: ensemble
             from: [tune]
             members: 2
-            select: top_k
+            select: greedy
             combine: mean
         """))
     run_dir = tmp_path / "run"
