@@ -207,13 +207,14 @@ class RayBackend(Backend):
         if any(horovod_broke(r) for r in results if r is not None):
             gang.broken = True  # its ranks no longer agree on what is initialised
             log.warning("gang %s: Horovod failed in a rank; the gang will be rebuilt", gang.id)
+        if died and (failed is None or horovod_broke(results[failed])):
+            # A peer's "Horovod has been shut down" is the symptom; the dead rank the cause.
+            return None, died
         if failed is not None:
             result = results[failed]
             if failed != 0:
                 result.reason = f"rank {failed}: {result.reason}"
             return result, None
-        if died:
-            return None, died
         return results[0], None
 
     def _end(self, key: str, gang: Gang | None, event: Ended) -> None:

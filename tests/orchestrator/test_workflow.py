@@ -103,6 +103,8 @@ def mlflow_runs(run_dir: Path) -> list:
 
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("cmdsweep")
+    if experiment is None:  # a driver killed before its projector made the experiment
+        return []
     return client.search_runs([experiment.experiment_id], max_results=1000)
 
 

@@ -1,12 +1,13 @@
 """Hangs: a rank that stops answering (SIGSTOP) and a collective one rank never
 joins. Both fail the attempt, and the retry runs on a rebuilt gang.
 
-Real Ray, real Horovod over Gloo, 2 ranks per trial. The SIGSTOP is caught by
-the trial timeout. The missing collective runs with Horovod's stall checks
-set low (2 s warn, 6 s shut down) in the ranks; on this build (Gloo, dynamic
-process sets) the shutdown was not seen to fire, so it is the trial timeout
-that ends it too: the test records which did, and requires only that the
-attempt failed and the retry ran on a fresh gang.
+Real Ray, real Horovod over Gloo, 2 ranks per trial, with Horovod's stall
+checks set low (2 s warn, 6 s shut down) in the ranks. Whichever comes first
+ends the attempt: the waiting rank's Horovod giving up (since the engine ends
+an attempt as soon as one rank fails, this now counts at once; it was seen to
+fire for the SIGSTOP) or the trial timeout. The test records which did, and
+requires that the attempt failed, the stopped rank was killed and the retry
+ran on a fresh gang.
 """
 
 from __future__ import annotations
@@ -89,9 +90,12 @@ def test_a_stopped_rank_and_a_stalled_collective_fail_and_retry_on_new_gangs(
         failures = {e["trial"]["config"]["mode"]: e for e in log
                     if e["event"] == "trial_attempt_failed"}
         assert set(failures) == {"collective", "sigstop"}
-        assert f"timeout after {TIMEOUT} s" in failures["sigstop"]["reason"]
+        # Either the waiting rank's Horovod gives up (its failure ends the attempt at
+        # once) or the trial timeout does; both kill the gang, stopped rank included.
+        for failure in failures.values():
+            assert "Horovod" in failure["reason"] or \
+                f"timeout after {TIMEOUT} s" in failure["reason"], failure["reason"]
         stall = failures["collective"]
-        assert "Horovod" in stall["reason"] or f"timeout after {TIMEOUT} s" in stall["reason"]
         done = finished(run_dir)
         assert len(done) == 2 and all(e["status"] == "completed" for e in done.values())
         assert all(e["metrics"]["ranks"] == 2.0 for e in done.values())
