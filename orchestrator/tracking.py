@@ -82,6 +82,24 @@ def relocate_artifacts(run_dir: Path) -> list[str]:
     return moved
 
 
+def make_store(db: Path) -> None:
+    """Create a run directory's SQLite store all at once, if it has none.
+
+    MLflow builds a new store's schema in a dozen migrations; a driver killed in
+    the middle (its first seconds) would leave a store MLflow cannot open again
+    ("duplicate column name"). So the schema is built in a file of its own and
+    renamed into place, whole."""
+    if db.exists():
+        return
+    from mlflow.tracking import MlflowClient
+
+    tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
+    tmp.unlink(missing_ok=True)
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp.resolve()}")
+    client.search_experiments(max_results=1)  # the schema exists once this answers
+    os.replace(tmp, db)
+
+
 def _param_value(value: Any) -> str:
     text = str(value)
     return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
@@ -125,6 +143,8 @@ class Tracker:
         if self.own_store:
             relocate_artifacts(self.run_dir)
         self.experiment = experiment
+        if self.own_store:
+            make_store(self.run_dir / STORE_FILE)
         self.client = MlflowClient(tracking_uri=self.uri)
         self._experiment_id: str | None = None
         self.keys: dict[str, str] = {}  # run key -> MLflow run id, as found or made

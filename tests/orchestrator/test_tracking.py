@@ -66,3 +66,30 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
     assert not first.exists()  # nothing written back under the old path
     listed = {f.path for f in again.client.list_artifacts(stage)}
     assert listed == {"note.txt", "later"}
+
+
+def test_a_driver_killed_while_its_store_is_made_leaves_one_mlflow_can_open(
+        tmp_path: Path) -> None:
+    # MLflow builds a new SQLite store in a dozen migrations over a second or two; a
+    # store cut off half-way could never be opened again ("duplicate column name").
+    # The child SIGKILLs itself that far into MLflow's schema upgrade.
+    script = """
+import os, signal, sys, threading
+from pathlib import Path
+import mlflow.store.db.utils as db_utils
+real = db_utils._upgrade_db
+def dying(engine):
+    threading.Timer(float(sys.argv[2]), os.kill, (os.getpid(), signal.SIGKILL)).start()
+    real(engine)
+db_utils._upgrade_db = dying
+from orchestrator.tracking import Tracker
+Tracker(Path(sys.argv[1]), "demo").start_run("tune")
+"""
+    for delay in ("0.2", "0.5", "1.0"):
+        run_dir = tmp_path / f"killed-after-{delay}"
+        child = subprocess.run([sys.executable, "-c", script, str(run_dir), delay],
+                               cwd=Path(__file__).parents[2], capture_output=True, check=False)
+        assert child.returncode == -9, child.stderr  # it died in the upgrade
+        tracker = Tracker(run_dir, "demo")  # what the resumed driver does
+        run = tracker.start_run("tune", key="k")
+        assert tracker.client.get_run(run).info.run_name == "tune"
