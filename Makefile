@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test test-fast lint bench soak bench-quick bench-gpu
+.PHONY: setup system-deps demo test test-fast lint bench soak bench-quick bench-gpu
 
 setup:
 	@scripts/setup.sh
@@ -12,10 +12,21 @@ setup:
 demo: setup
 	@scripts/demo.sh
 
+# The system packages the tests need (Slurm, Chromium, the Horovod build's
+# compilers): installed when missing if run as root; otherwise it stops at once
+# and prints the one command that installs them.
+system-deps:
+	@scripts/system-deps.sh
+
 lint: setup
 	$(VENV)/bin/ruff check .
 
-test: setup lint
+# The whole set-up, then every test. The sub-make keeps the order (system
+# packages before .venv, whose Horovod build needs cmake and g++) under -j too.
+# Under CI (the CI variable set, as CI services do) a skipped test fails the run
+# (tests/skip_policy.py).
+test: system-deps
+	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
 
 # Everything but the tests marked slow; for a quick loop while editing.
