@@ -114,9 +114,11 @@ def test_ensemble_and_transfer_stages_publish_their_own_plots(tracked) -> None:
         assert listed(tracker, run_id, "plots") == {f"plots/{kind}.png"}
     ensemble_md = (run_dir / "reports" / "ensemble" / "summary.md").read_text()
     assert "| member-2 | 1002 | 0.2 | 0.95 | 0.951 |" in ensemble_md
-    assert "| ensemble test value | 0.962 |" in ensemble_md
+    assert "| product | ensemble of 3 |" in ensemble_md
+    assert "| its test accuracy | 0.962 |" in ensemble_md
     transfer_md = (run_dir / "reports" / "transfer" / "summary.md").read_text()
-    assert "| from-scratch test value | 0.91 |" in transfer_md
+    assert "| product | fine-tuned model |" in transfer_md
+    assert "| from scratch, same budget: test accuracy | 0.91 |" in transfer_md
     assert transfer_md.count("| finetune |") == 3
 
 
