@@ -44,12 +44,13 @@ bench: setup
 	$(PY) -m bench.utilization
 	$(PY) -m bench.report
 
-# The seed's tables, overhead and 2,048-slot utilization at small sizes (under
-# 10 minutes on 2 cores; bench/REPORT.md says which sizes were cut).
+# The seed's tables, overhead (steady state over 1,000 trials; Tune's default,
+# about a second a trial, capped at 50) and the 2,048-slot policy model at small
+# sizes (about 10 minutes on 2 quiet cores; bench/REPORT.md says which sizes).
 bench-quick: setup
 	$(PY) -m bench.tables --quick
 	$(PY) -m bench.utilization --generations 3 --median 0.5
-	$(PY) bench/orchestration_bench.py --parts overhead --trials 10
+	$(PY) bench/orchestration_bench.py --parts overhead --trials 250,1000 --tune-new-actor-cap 50
 	$(PY) -m bench.report
 
 # The tables on a GPU machine (nvidia-smi must find one), kept apart in

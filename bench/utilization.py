@@ -1,4 +1,14 @@
-"""Slot utilization at the seed's scale: 2,048 logical slots, heavy-tailed trials.
+"""A model of the scheduling policy at the seed's scale: 2,048 logical slots,
+heavy-tailed trials. Not nestor's scheduler.
+
+What this measures is the policy (a generational barrier against refilling
+each slot as it frees) and nestor's genetic searcher, driven by a loop written
+here (``run_schedule``): it has none of nestor's scheduler (no gangs, no
+placement groups, no journal, no MLflow, no retries, no stage sharing), so its
+utilization is the policy's, not nestor's. Until the engine's simulated
+backend runs the real scheduler at this scale, nestor's own utilization at
+2,048 slots is not measured anywhere; bench/REPORT.md says so beside the
+figures.
 
 The seed's allocation had 2,048 nodes. This machine cannot start 2,048
 worker processes, so the slots are Ray resources: Ray starts with
@@ -14,8 +24,8 @@ Which trial starts when is decided by nestor's own genetic searcher
 (``search.GeneticSearch``): with ``schedule="generational"`` it hands out
 nothing until the whole generation is back (the barrier), with
 ``schedule="async"`` every finished trial is replaced at once. The driver
-loop is nestor's: ask for as many trials as slots are free, submit them,
-tell each result as it comes back.
+loop imitates the shape of nestor's (ask for as many trials as slots are
+free, submit them, tell each result as it comes back) but is this file's own.
 
 Reported per schedule: busy slot-seconds (from the start and end times the
 actors measured), available slot-seconds (slots x wall time from the first
