@@ -125,6 +125,21 @@ def test_fine_tuning_from_a_related_task_beats_scratch_on_the_same_budget(staged
     assert len(curves["pretrain"]) == 2
 
 
+def test_results_show_what_each_stage_produced(staged: Path) -> None:
+    """`nestor results` on a real run: the transfer row is the fine-tuned model against
+    scratch, not the stage's best trial by validation (the pretraining run)."""
+    transfer = stage(staged, "finetune")
+    table = nestor("results", str(staged), env=dict(os.environ, COLUMNS="200"))
+    assert table.returncode == 0, table.stderr
+    row = next(line.split() for line in table.stdout.splitlines()
+               if line.strip().startswith("finetune "))
+    assert row[1:3] == ["fine-tuned", "model"]
+    assert f"{transfer['transfer']['test_value']:.4g}" in row
+    assert f"{transfer['transfer']['scratch_test_value']:.4g}" in row
+    assert transfer["best"]["id"] == "pretrain"  # what the old columns showed
+    assert f"{transfer['best']['test_value']:.4g}" not in row
+
+
 def test_a_train_stage_retrains_the_best_configuration(staged: Path) -> None:
     train = stage(staged, "final")["train"]
     assert train["data"] == "train+val"
