@@ -130,10 +130,13 @@ def test_a_plot_that_fails_does_not_lose_the_stage(tracked, caplog) -> None:
     assert written == []
     assert "could not draw its transfer plot" in caplog.text
     assert "could not write its summary table" in caplog.text
-    # What could be published still was: the run is there and took the headline.
-    summary["best"] = {"value": 0.7}
+    # What could be published still was: the run is there and took the headline, which
+    # is the fine-tuned model's, not the best (pretraining) trial's.
+    summary["best"] = {"id": "pretrain", "value": 0.97, "test_value": 0.96}
+    summary["transfer"].update(test_value=0.7, scratch_test_value=0.6)
     publish_stage(tracker, run_id, summary, Stage("tl", []), run_dir)
-    assert tracker.client.get_run(run_id).data.metrics == {"best_value": 0.7}
+    assert tracker.client.get_run(run_id).data.metrics == {"product_test_value": 0.7,
+                                                           "baseline_test_value": 0.6}
 
 
 def test_tables_rank_trials_and_escape_text() -> None:
