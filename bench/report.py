@@ -48,27 +48,40 @@ def _f(value: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
     return none if value is None else fmt.format(value)
 
 
+def _summary(summary: dict[str, Any]) -> Any:
+    """A SeedSummary from its JSON (older results lack the lower-bound flags)."""
+    from bench.stats import SeedSummary
+
+    return SeedSummary(**{k: summary.get(k, False) for k in (
+        "median_is_lower_bound", "low_is_lower_bound", "high_is_lower_bound")},
+        **{k: summary[k] for k in ("reached", "seeds", "median", "low", "high")})
+
+
 def _cell(summary: dict[str, Any], fmt: str = "{:.0f}") -> str:
-    if summary["median"] is None:
-        return f"not reached (0/{summary['seeds']})"
-    text = fmt.format(summary["median"])
-    if summary["seeds"] > 1:
-        text += f" [{fmt.format(summary['low'])}–{fmt.format(summary['high'])}]"
-    if summary["reached"] < summary["seeds"]:
-        text += f", {summary['reached']}/{summary['seeds']} reached"
-    return text
+    return _summary(summary).cell(fmt)
+
+
+def _ranked(hpo: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """Searches ordered by median runs to the threshold over all their seeds."""
+    from bench.stats import rank_key
+
+    return sorted(hpo.items(), key=lambda item: rank_key(_summary(item[1]["runs"])))
 
 
 def _hpo_headline(algorithm: str, row: dict[str, Any]) -> str:
-    """``genetic 3 runs / 3 s (1/2 seeds reached)``: the median of the seeds that
-    reached the threshold, and how many did, said once."""
-    runs, time_s = row["runs"], row["time_s"]
-    if runs["median"] is None:
-        return f"{algorithm} not reached (0/{runs['seeds']} seeds)"
-    text = f"{algorithm} {runs['median']:.0f} runs / {time_s['median']:.0f} s"
-    if runs["reached"] < runs["seeds"]:
-        text += f" ({runs['reached']}/{runs['seeds']} seeds reached)"
+    """``genetic ≥ 12 runs / ≥ 20 s (1/2 seeds reached)``: the median over every seed,
+    one that never reached the threshold counted at its whole budget (≥)."""
+    runs, time_s = _summary(row["runs"]), _summary(row["time_s"])
+    if runs.median is None:
+        return f"{algorithm}: no seeds"
+    text = (f"{algorithm} {'≥ ' if runs.median_is_lower_bound else ''}{runs.median:.0f} runs"
+            f" / {'≥ ' if time_s.median_is_lower_bound else ''}{time_s.median:.0f} s")
+    if runs.reached < runs.seeds:
+        text += f" ({runs.reached}/{runs.seeds} seeds reached)"
     return text
+
+
+BOUND_MARK = {None: "", "lower": "≥ ", "upper": "≤ ", "unknown": "~ "}
 
 
 def _table(header: list[str], rows: list[list[str]]) -> list[str]:
@@ -145,15 +158,18 @@ def hpo_section(t: dict[str, Any], out: Path, tag: str) -> list[str]:
              f" {_f(c['best_val'], '{:.3f}')}). Each search stops at the threshold or after"
              f" {t['profile']['budget']} trials; runs and time count every run, failed ones"
              f" included; {t['hpo_slots']} slots, 1-rank trials; median [min–max] over"
-             f" {t['profile']['seeds']} seeds. {SEED_HPO}.", ""]
+             f" all {t['profile']['seeds']} seeds: a seed that never reached the threshold"
+             " counts at its whole budget (every run, or its whole wall time), a lower bound"
+             " marked ≥, and searches are ranked on that median of runs (a ≥ median can"
+             f" only be worse than its rank). {SEED_HPO}.", ""]
     rows = []
-    for algorithm, r in t.get("hpo", {}).items():
-        rows.append([algorithm, _cell(r["runs"]),
+    for rank, (algorithm, r) in enumerate(_ranked(t.get("hpo", {})), start=1):
+        rows.append([str(rank), algorithm, _cell(r["runs"]),
                      _cell(r["generations"]) if algorithm == "genetic" else "—",
                      _cell(r["time_s"]),
                      ", ".join(_f(s["best_val"], "{:.3f}") for s in r["seeds"])])
-    lines += _table(["search", "runs to threshold", "generations", "time to threshold s",
-                     "best val per seed"], rows)
+    lines += _table(["rank", "search", "runs to threshold", "generations",
+                     "time to threshold s", "best val per seed"], rows)
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5, 3))
     values = [v for v in c["run"]["values"] if v is not None]
@@ -174,17 +190,20 @@ def combined_section(t: dict[str, Any], out: Path, tag: str) -> list[str]:
     lines = [f"### Combined ({tag})", "",
              f"Time to the same threshold on one allocation of {t['slots']} slots{over},"
              f" {t['profile']['combined_seeds']} seed(s); HPO is {t['combined_algorithm']}."
-             " Where random search never reached the threshold, its whole wall time is used"
-             " and the measured speed-ups are lower bounds (≥)."
+             " Every seed counts: one that never reached the threshold at its whole wall"
+             " time, a lower bound. A speed-up over a bounded baseline is a lower bound (≥),"
+             " one of a bounded row an upper bound (≤), and where both are bounded it is"
+             " unknown (~)."
              f" Estimate = product of the individual speed-ups: HPO's from the HPO table, dp's"
              f" and mp's from the single-model table of this run. {SEED_COMBINED}.", ""]
     rows = []
     for label, r in t["combined"].items():
         rows.append([label, _cell(r["time_s"], "{:.1f}"), _cell(r["runs"]),
-                     ("≥ " if r.get("speedup_is_lower_bound") else "")
-                     + _f(r["measured_speedup"], "{:.2f}x"),
-                     _f(r["individual_speedup"], "{:.2f}x"),
-                     _f(r["estimated_speedup"], "{:.2f}x")])
+                     BOUND_MARK[r.get("speedup_bound")] + _f(r["measured_speedup"], "{:.2f}x"),
+                     BOUND_MARK[r.get("individual_bound")]
+                     + _f(r["individual_speedup"], "{:.2f}x"),
+                     BOUND_MARK[r.get("estimated_bound")]
+                     + _f(r["estimated_speedup"], "{:.2f}x")])
     lines += _table(["configuration", "time to threshold s", "runs", "measured speed-up",
                      "individual factor", "estimate (product)"], rows)
     plt = _plt()
@@ -221,15 +240,34 @@ def tables_sections(t: dict[str, Any], out: Path, tag: str) -> list[str]:
 
 def overhead_section(o: dict[str, Any]) -> list[str]:
     ov = o["overhead"]
-    base = ov["per_trial_ms"]["optuna ask/tell loop (no scheduling)"]
-    rows = [[name, f"{ms:.2f}", f"{ms / base:.0f}x"] for name, ms in ov["per_trial_ms"].items()]
-    load = o.get("load_average_at_start")
     where = machine_line(o.get("machine_detail") or o.get("machine"))
-    if load and "machine_detail" not in o:
-        where += f"; load at start {load[0]:.2f}"
+    if "runs" not in ov:  # written before start-up and steady state were told apart
+        return ["## Orchestration overhead", "", where, "",
+                "Not comparable: this result timed nestor with Ray's start-up and Tune"
+                " without; rerun `bench/orchestration_bench.py --parts overhead`.", ""]
+    rows = []
+    for label, by_count in ov["runs"].items():
+        for n, r in by_count.items():
+            rows.append([label, f"{int(n):,}", f"{r['startup_s']:.1f}",
+                         f"{r['steady_ms_per_trial']:.2f}", f"{r['wind_down_s']:.1f}",
+                         f"{r['total_ms_per_trial']:.2f}"])
+    counts = ", ".join(f"{n:,}" for n in ov["counts"])
+    capped = [n for n in ov["counts"] if n > ov["tune_new_actor_cap"]]
+    cap = (f" Tune's default (a new actor per trial, about a second each here) ran at most"
+           f" {ov['tune_new_actor_cap']:,} trials: {', '.join(f'{n:,}' for n in capped)}"
+           " would take hours." if capped else "")
     return ["## Orchestration overhead", "", where, "",
-            f"{ov['trials']} trivial trials, {ov['note']}.", "",
-            *_table(["system", "ms per trial", "vs Optuna loop"], rows)]
+            f"Trivial trials (return x²), {ov['concurrent']} at a time on 2 slots, at"
+            f" {counts} trials; one fresh process per system and count, each timed the same"
+            " way: the clock starts before Ray does (after the imports) and every trial"
+            " returns the time it ended. *Start-up*: clock start to the first trial's end"
+            " (Ray, the framework, the first gang or actor). *Steady*: time between the"
+            " first and the last trial's end, per trial after the first. *Wind-down*: last"
+            " trial's end to the call's return, Ray's shutdown included. *Total*: all of it"
+            f" per trial. Tune with `reuse_actors=True` is the nearer match to nestor's warm"
+            f" gangs.{cap} The Optuna row is an ask/tell loop in one process, no scheduling.",
+            "", *_table(["system", "trials", "start-up s", "steady ms/trial", "wind-down s",
+                         "total ms/trial"], rows)]
 
 
 def _share(value: float) -> str:
@@ -311,8 +349,10 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
                              f" {t['single']['target_val_accuracy']} val accuracy"
                              f" (efficiency {_f(r['efficiency'], '{:.0%}')})")
     if t and "hpo" in t:
-        cells = ", ".join(_hpo_headline(a, r) for a, r in t["hpo"].items())
-        lines.append(f"- HPO to val accuracy {t['calibration']['threshold']}: {cells}")
+        cells = ", ".join(_hpo_headline(a, r) for a, r in _ranked(t["hpo"]))
+        lines.append(f"- HPO to val accuracy {t['calibration']['threshold']}, ranked on the"
+                     f" median over all seeds (≥: seeds that never reached it counted at"
+                     f" their whole budget): {cells}")
     if t and "combined" in t:
         rows = list(t["combined"].values())
         last = rows[-1]

@@ -147,26 +147,93 @@ def occupancy(intervals: Sequence[Interval], times: Iterable[float]) -> list[int
 
 @dataclass(frozen=True)
 class SeedSummary:
-    """Runs (or seconds) to a threshold over seeds; seeds that never reached it
-    count as not reached and are left out of the median rather than guessed."""
+    """Runs (or seconds) to a threshold over seeds, every seed counted.
+
+    A seed that never reached the threshold counts at its whole budget (the runs
+    or seconds it spent without getting there): a lower bound on what it would
+    have needed. The median, min and max are then over all seeds, and each is
+    marked a lower bound (``≥``) when a seed that never got there decides it.
+    So a search that failed half its seeds cannot look fastest by the seeds it
+    was lucky with.
+    """
 
     reached: int
     seeds: int
     median: float | None
     low: float | None
     high: float | None
+    median_is_lower_bound: bool = False
+    low_is_lower_bound: bool = False
+    high_is_lower_bound: bool = False
 
     def cell(self, fmt: str = "{:.0f}") -> str:
         if self.median is None:
-            return f"not reached (0/{self.seeds})"
-        spread = f" [{fmt.format(self.low)}–{fmt.format(self.high)}]" if self.seeds > 1 else ""
-        tail = f", {self.reached}/{self.seeds} reached" if self.reached < self.seeds else ""
-        return f"{fmt.format(self.median)}{spread}{tail}"
+            return f"no seeds (0/{self.seeds})"
+
+        def shown(value: float | None, bound: bool) -> str:
+            return ("≥ " if bound else "") + fmt.format(value)
+
+        text = shown(self.median, self.median_is_lower_bound)
+        if self.seeds > 1:
+            text += (f" [{shown(self.low, self.low_is_lower_bound)}–"
+                     f"{shown(self.high, self.high_is_lower_bound)}]")
+        if self.reached < self.seeds:
+            text += f", {self.reached}/{self.seeds} reached"
+        return text
 
 
-def summarize_seeds(values: Sequence[float | None]) -> SeedSummary:
-    """Median, min and max over the seeds that reached the threshold."""
-    hits = [float(v) for v in values if _finite(v)]
-    if not hits:
-        return SeedSummary(0, len(values), None, None, None)
-    return SeedSummary(len(hits), len(values), statistics.median(hits), min(hits), max(hits))
+def summarize_seeds(values: Sequence[float | None],
+                    budgets: Sequence[float | None] | None = None) -> SeedSummary:
+    """Median, min and max over every seed: a seed that reached the threshold
+    counts at its value; one that did not (None or NaN) counts at its budget
+    (``budgets[i]``: the runs or seconds it spent in all), as a lower bound.
+
+    >>> summarize_seeds([12, None, 30], budgets=[40, 50, 40]).cell()
+    '30 [12–≥ 50], 2/3 reached'
+    >>> summarize_seeds([10, None, None], budgets=[20, 20, 20]).cell()
+    '≥ 20 [10–≥ 20], 1/3 reached'
+
+    Without budgets, seeds that never reached cannot be counted, so nothing is
+    summarized over them: a median of the lucky seeds would look better than the
+    search is. Ranking searches is by ``rank_key``.
+    """
+    if budgets is not None and len(budgets) != len(values):
+        raise ValueError(f"budgets must give one budget per seed ({len(values)}), but got"
+                         f" {len(budgets)}")
+    entries: list[tuple[float, bool]] = []  # (value, is a lower bound)
+    for i, value in enumerate(values):
+        if _finite(value):
+            entries.append((float(value), False))  # type: ignore[arg-type]
+        else:
+            budget = budgets[i] if budgets is not None else None
+            if not _finite(budget):
+                raise ValueError(
+                    f"a seed that never reached the threshold must have its budget (the runs"
+                    f" or seconds it spent), but seed {i} got {budget!r}: leaving it out"
+                    " would make the search look faster than it is")
+            entries.append((float(budget), True))  # type: ignore[arg-type]
+    reached = sum(1 for _, bound in entries if not bound)
+    if not entries:
+        return SeedSummary(0, 0, None, None, None)
+    # Ties: an exact value sorts before a bound, so a bound decides only where it must.
+    ordered = sorted(entries, key=lambda e: (e[0], e[1]))
+    n = len(ordered)
+    middle = ordered[(n - 1) // 2: n // 2 + 1]
+    median = statistics.fmean(v for v, _ in middle)
+    # The true value of a bound is at least its budget: the median is exact only when
+    # no bound sits at or below the middle.
+    median_bound = any(bound for _, bound in ordered[: n // 2 + 1])
+    low, low_bound = ordered[0]
+    high_bound = any(bound for _, bound in ordered)
+    return SeedSummary(reached, n, median, low, ordered[-1][0], median_bound, low_bound,
+                       high_bound)
+
+
+def rank_key(summary: SeedSummary) -> tuple[float, int]:
+    """Order searches by their median over all seeds (fewest runs or seconds first);
+    at equal medians an exact one ranks before a lower bound. A median that is a
+    lower bound may be larger still, so such a search can only be worse than its
+    place says, never better."""
+    if summary.median is None:
+        return (math.inf, 1)
+    return (summary.median, int(summary.median_is_lower_bound))

@@ -254,13 +254,19 @@ def hpo(workdir: Path, profile: Profile, slots: int, threshold: float) -> dict[s
 
 
 def summary_of(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    hit = [r for r in runs if r["time_to_threshold_s"] is not None]
+    """Runs, seconds and generations to the threshold over seeds, every seed counted:
+    a seed that never reached it counts at its whole budget, a lower bound (≥)."""
+    hit = [r["time_to_threshold_s"] is not None for r in runs]
     return {
-        "runs": asdict(stats.summarize_seeds([r["runs"] if r in hit else None for r in runs])),
-        "time_s": asdict(stats.summarize_seeds([r["time_to_threshold_s"] for r in runs])),
+        "runs": asdict(stats.summarize_seeds(
+            [r["runs"] if h else None for r, h in zip(runs, hit, strict=True)],
+            budgets=[r["runs"] for r in runs])),
+        "time_s": asdict(stats.summarize_seeds(
+            [r["time_to_threshold_s"] for r in runs], budgets=[r["wall_s"] for r in runs])),
         "generations": asdict(stats.summarize_seeds(
-            [r["generation_reached"] + 1 if r in hit and r["generation_reached"] is not None
-             else None for r in runs])),
+            [r["generation_reached"] + 1 if h and r["generation_reached"] is not None
+             else None for r, h in zip(runs, hit, strict=True)],
+            budgets=[r["generations_run"] for r in runs])),
     }
 
 
@@ -282,24 +288,48 @@ def combined(workdir: Path, profile: Profile, slots: int, k: int, threshold: flo
     return out
 
 
+def ratio_bound(numerator_bound: bool, denominator_bound: bool) -> str | None:
+    """What a ratio of two medians is when either is a lower bound (≥): baseline /
+    time grows with the baseline and shrinks with the time."""
+    if numerator_bound and denominator_bound:
+        return "unknown"
+    if numerator_bound:
+        return "lower"
+    return "upper" if denominator_bound else None
+
+
+def product_bound(bounds: list[str | None]) -> str | None:
+    kinds = {b for b in bounds if b is not None}
+    if not kinds:
+        return None
+    return kinds.pop() if len(kinds) == 1 else "unknown"
+
+
 def combined_estimate(tables: dict[str, Any], algorithm: str) -> None:
     """Fill in the measured speed-ups of the combined rows and the seed's estimate:
-    the product of HPO's (table 2), dp's and mp's (table 1) individual speed-ups."""
+    the product of HPO's (table 2), dp's and mp's (table 1) individual speed-ups.
+
+    Medians count every seed, one that never reached the threshold at its whole
+    wall time (a lower bound), so a speed-up over a bounded baseline is a lower
+    bound (``"lower"``), one of a bounded row an upper bound, and of both unknown.
+    """
     rows = list(tables["combined"].values())
     base = rows[0]["time_s"]["median"]
-    bound = base is None  # random search never got there: its wall time is a lower bound
-    if bound:
-        base = min(r["wall_s"] for r in rows[0]["seeds"])
+    base_bound = rows[0]["time_s"].get("median_is_lower_bound", False)
     for row in rows:
         t = row["time_s"]["median"]
         row["measured_speedup"] = stats.speedup(base, t) if base and t else None
-        row["speedup_is_lower_bound"] = bound and row is not rows[0]
+        row["speedup_bound"] = (None if row is rows[0] else ratio_bound(
+            base_bound, row["time_s"].get("median_is_lower_bound", False)))
     factors: list[float | None] = [1.0, None, None, None]
+    bounds: list[str | None] = [None, None, None, None]
     hpo_table = tables.get("hpo", {})
     if hpo_table:
-        t_random = hpo_table["random"]["time_s"]["median"]
-        t_hpo = hpo_table[algorithm]["time_s"]["median"]
-        factors[1] = stats.speedup(t_random, t_hpo) if t_random and t_hpo else None
+        t_random, t_hpo = hpo_table["random"]["time_s"], hpo_table[algorithm]["time_s"]
+        if t_random["median"] and t_hpo["median"]:
+            factors[1] = stats.speedup(t_random["median"], t_hpo["median"])
+            bounds[1] = ratio_bound(t_random.get("median_is_lower_bound", False),
+                                    t_hpo.get("median_is_lower_bound", False))
     single = tables.get("single", {}).get("rows", {})
     k = tables["k"]
     factors[2] = single.get(f"dp={k}", {}).get("speedup")
@@ -307,10 +337,12 @@ def combined_estimate(tables: dict[str, Any], algorithm: str) -> None:
     # A dp x mp trial's speed-up over dp alone is mp's own (the seed multiplied them).
     factors[3] = mp_speed
     product: float | None = 1.0
-    for row, factor in zip(rows, factors, strict=True):
+    for i, (row, factor) in enumerate(zip(rows, factors, strict=True)):
         row["individual_speedup"] = factor
+        row["individual_bound"] = bounds[i]
         product = product * factor if product is not None and factor is not None else None
         row["estimated_speedup"] = product
+        row["estimated_bound"] = product_bound(bounds[: i + 1])
 
 
 def main(argv: list[str] | None = None) -> int:

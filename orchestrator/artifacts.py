@@ -96,12 +96,22 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
 
 
 def headline_metrics(summary: dict[str, Any]) -> dict[str, float]:
-    """The best trial's value and its test value as metrics of the stage run, so the
-    runs table can sort stages by them (the workflow logs the rest of the headline)."""
-    best = summary.get("best") or {}
-    return {name: best[key] for name, key in (("best_value", "value"),
-                                              ("best_test_value", "test_value"))
-            if isinstance(best.get(key), int | float) and not isinstance(best.get(key), bool)}
+    """What the stage produced, as metrics of the stage run, so the runs table can sort
+    stages by them (the workflow logs the rest of the headline): an hpo stage's best
+    trial (``best_value``, ``best_test_value``); any other stage's product
+    (``product_value``, ``product_test_value``, ``baseline_test_value``), since its
+    best trial is no product of it (a transfer stage's is its pretraining run)."""
+    from orchestrator.products import stage_product
+
+    if summary.get("kind", "hpo") == "hpo":
+        best = summary.get("best") or {}
+        pairs = [("best_value", best.get("value")), ("best_test_value", best.get("test_value"))]
+    else:
+        product = stage_product(summary)
+        pairs = [("product_value", product.value), ("product_test_value", product.test),
+                 ("baseline_test_value", product.baseline_test)]
+    return {name: value for name, value in pairs
+            if isinstance(value, int | float) and not isinstance(value, bool)}
 
 
 def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],

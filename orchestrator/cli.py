@@ -312,8 +312,9 @@ def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
               show_default=True, help="table for people; json or csv for programs.")
 def results(run_dir: Path, fmt: str) -> None:
-    """Show the results of a finished run: best configuration, test metric, every trial."""
-    from orchestrator.results import load_results, render_results, write_csv
+    """Show the results of a finished run: what each stage produced (its validation
+    value and test accuracy, against its baseline), what it cost, every trial."""
+    from orchestrator.results import load_results, render_results, with_products, write_csv
 
     try:
         data = load_results(run_dir)
@@ -323,7 +324,7 @@ def results(run_dir: Path, fmt: str) -> None:
     if fmt == "json":
         import json
 
-        click.echo(json.dumps(data, indent=2))
+        click.echo(json.dumps(with_products(data), indent=2))
     elif fmt == "csv":
         write_csv(data, sys.stdout)
     else:

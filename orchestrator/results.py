@@ -31,20 +31,32 @@ def _fmt(value: Any) -> str:
 
 
 def render_results(console: Console, results: dict[str, Any]) -> None:
-    table = Table(title=f"workflow {results['workflow']}", title_justify="left",
-                  header_style="bold", box=None)
-    for column in ("stage", "best value", "its test acc.", "trials", "runs", "failed",
-                   "slot-s", "wall s", "to threshold s"):
-        table.add_column(column, justify="left" if column == "stage" else "right")
+    """Two tables: what each stage produced (its product's validation value and test
+    accuracy, against what it is compared with), then what each stage cost."""
+    from orchestrator.products import stage_product
+
+    made = Table(title=f"workflow {results['workflow']}: what each stage produced",
+                 title_justify="left", header_style="bold", box=None)
+    for column in ("stage", "product", "metric", "value", "test acc.", "compared with",
+                   "its test acc."):
+        made.add_column(column, justify="right" if column in (
+            "value", "test acc.", "its test acc.") else "left")
     for stage in results["stages"]:
-        best = stage.get("best") or {}
-        table.add_row(
-            stage["name"], _fmt(best.get("value")), _fmt(best.get("test_value")),
-            str(stage["n_trials"]), str(stage["n_runs"]), str(stage["n_failed"]),
+        product = stage_product(stage)
+        made.add_row(stage["name"], product.what, product.metric, _fmt(product.value),
+                     _fmt(product.test), product.baseline or "-", _fmt(product.baseline_test))
+    console.print(made)
+    cost = Table(title="what it cost (every training run counted)", title_justify="left",
+                 header_style="bold", box=None)
+    for column in ("stage", "trials", "runs", "failed", "slot-s", "wall s", "to threshold s"):
+        cost.add_column(column, justify="left" if column == "stage" else "right")
+    for stage in results["stages"]:
+        cost.add_row(
+            stage["name"], str(stage["n_trials"]), str(stage["n_runs"]), str(stage["n_failed"]),
             _fmt(stage["slot_seconds"]), _fmt(stage["wall_time_s"]),
             _fmt(stage.get("time_to_threshold_s")),
         )
-    console.print(table)
+    console.print(cost)
     for stage in results["stages"]:
         for line in stage_lines(stage):
             console.print(line)
@@ -52,6 +64,16 @@ def render_results(console: Console, results: dict[str, Any]) -> None:
         console.print(f"all stages: {results['n_runs']} training runs,"
                       f" {_fmt(results['slot_seconds'])} slot-s,"
                       f" {_fmt(results.get('wall_time_s'))} s from start to results")
+
+
+def with_products(results: dict[str, Any]) -> dict[str, Any]:
+    """results.json with each stage's ``product`` added (for --format json)."""
+    from dataclasses import asdict
+
+    from orchestrator.products import stage_product
+
+    return {**results, "stages": [{**stage, "product": asdict(stage_product(stage))}
+                                  for stage in results["stages"]]}
 
 
 def stage_lines(stage: dict[str, Any]) -> list[str]:

@@ -12,6 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.products import stage_product
+
 
 @dataclass
 class Report:
@@ -46,10 +48,13 @@ def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -
                        ("stopped because", "stop_reason")):
         if key in summary:
             report.facts.append((label, fmt(summary[key])))
-    if best:
-        report.facts.append(("best trial", fmt(best.get("id"))))
-        report.facts.append(("best value", fmt(best.get("value"))))
-        report.facts.append(("its test value", fmt(best.get("test_value"))))
+    product = stage_product(summary)
+    report.facts.append(("product", product.what))
+    report.facts.append((f"its {product.metric}", fmt(product.value)))
+    report.facts.append(("its test accuracy", fmt(product.test)))
+    if product.baseline:
+        report.facts.append((f"{product.baseline}: test accuracy", fmt(product.baseline_test)))
+    if best and kind == "hpo":
         config = ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())
         report.facts.append(("best config", config or "-"))
     if kind == "ensemble" and summary.get("ensemble"):
@@ -89,11 +94,9 @@ def _trials(report: Report, trials: list[dict[str, Any]], objectives: list[Any])
 
 
 def _ensemble(report: Report, ensemble: dict[str, Any]) -> None:
-    for label, key in (("ensemble test value", "test_value"),
-                       ("ensemble validation value", "val_value"),
-                       ("best member test value", "best_member_test_value"),
-                       ("mean member test value", "mean_member_test_value")):
-        report.facts.append((label, fmt(ensemble.get(key))))
+    # The ensemble's own figures and its best member's are the product's (above).
+    report.facts.append(("members' mean: test accuracy",
+                         fmt(ensemble.get("mean_member_test_value"))))
     members = ensemble.get("members", [])
     names = sorted({k for m in members for k in (m.get("config") or {})})
     report.columns = ["member", "seed", "weight", "validation", "test", *names, "checkpoint"]
@@ -108,8 +111,7 @@ def _ensemble(report: Report, ensemble: dict[str, Any]) -> None:
 
 
 def _transfer(report: Report, transfer: dict[str, Any]) -> None:
-    report.facts.append(("fine-tuned test value", fmt(transfer.get("test_value"))))
-    report.facts.append(("from-scratch test value", fmt(transfer.get("scratch_test_value"))))
+    # The fine-tuned model's test accuracy and the from-scratch one are the product's.
     curves = transfer.get("curves") or {}
     metrics = sorted({k for points in curves.values() for p in points for k in p
                       if k != "epoch"})

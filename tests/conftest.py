@@ -10,6 +10,9 @@ from typing import Any
 
 import pytest
 
+# pytester: tests of the test set-up itself; skip_policy: under CI a skip fails the run.
+pytest_plugins = ("pytester", "skip_policy")
+
 
 @pytest.fixture(scope="session")
 def ray_local() -> Iterator[object]:

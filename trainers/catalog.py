@@ -116,6 +116,16 @@ _COMMON_SETTINGS: dict[str, Option] = {
                          ("none", "linear", "sqrt")),
 }
 
+SPLIT_SETTINGS: tuple[str, ...] = (
+    "dataset", "data_dir", "split_seed", "val_fraction", "test_fraction", "classes", "train_data",
+)
+"""Settings that decide which rows are in the training, validation and test splits
+(``trainers.data.splits_of`` reads them). They are fixed per stage, never searched
+or overridden per trial, and a stage is scored on the same splits as the stages it
+draws from, so no tuning ever sees a row of a test split (``orchestrator/spec``
+refuses the rest). ``max_train_samples`` and ``bootstrap`` only thin or resample
+the training split; they move no row into another split."""
+
 _COMMON_HYPERPARAMETERS: dict[str, Option] = {
     "lr": Option(float, 0.05, "learning rate (before scaling with data-parallel size)",
                  low=1e-12),

@@ -18,6 +18,7 @@ from typing import Any
 from trainers.catalog import DATASETS, TRAINERS, Option
 
 from .errors import allowed, did_you_mean, short
+from .leaks import check_splits
 from .model import (
     CategoricalSpec,
     ConstantSpec,
@@ -37,6 +38,7 @@ def check_workflow(workflow: Workflow) -> list[Finding]:
         return findings  # the rest assumes a well-formed stage graph
     for index, stage in enumerate(workflow.stages):
         findings.extend(_stage(workflow, index, stage))
+    findings.extend(check_splits(workflow))  # the test split never leaks into tuning
     return findings
 
 

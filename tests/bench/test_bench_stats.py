@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import random
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
@@ -89,11 +90,62 @@ def test_generational_barrier_idles_slots_in_the_timeline():
     assert stats.utilization(refill, 2, 0, 5) == pytest.approx(8 / 10)
 
 
-def test_seed_summary_leaves_out_seeds_that_never_reached():
-    summary = stats.summarize_seeds([12, None, 30, 18])
-    assert (summary.reached, summary.seeds, summary.median) == (3, 4, 18)
-    assert summary.cell() == "18 [12–30], 3/4 reached"
-    assert stats.summarize_seeds([None, math.nan]).cell() == "not reached (0/2)"
+def test_a_seed_that_never_reached_counts_at_its_whole_budget_as_a_lower_bound():
+    # Seed 2 spent 40 runs without reaching the threshold: it counts as >= 40.
+    summary = stats.summarize_seeds([12, None, 30, 18], budgets=[12, 40, 30, 18])
+    assert (summary.reached, summary.seeds) == (3, 4)
+    assert summary.median == 24 and not summary.median_is_lower_bound  # (18 + 30) / 2
+    assert (summary.low, summary.high, summary.high_is_lower_bound) == (12, 40, True)
+    assert summary.cell() == "24 [12–≥ 40], 3/4 reached"
+
+
+def test_the_median_is_a_lower_bound_when_an_unreached_seed_decides_it():
+    summary = stats.summarize_seeds([10, None, None], budgets=[10, 20, 25])
+    assert (summary.median, summary.median_is_lower_bound) == (20, True)
+    assert summary.cell() == "≥ 20 [10–≥ 25], 1/3 reached"
+    # A seed that gave up early (small budget) is below the middle: still a bound.
+    early = stats.summarize_seeds([30, None, 40], budgets=[30, 5, 40])
+    assert (early.median, early.median_is_lower_bound) == (30, True)
+    assert (early.low, early.low_is_lower_bound) == (5, True)
+    # One above the middle does not move it.
+    late = stats.summarize_seeds([30, None, 40], budgets=[30, 90, 40])
+    assert (late.median, late.median_is_lower_bound) == (40, False)
+    assert stats.summarize_seeds([None, math.nan], budgets=[7, 9]).cell() == \
+        "≥ 8 [≥ 7–≥ 9], 0/2 reached"
+
+
+def test_a_search_that_failed_half_its_seeds_does_not_rank_fastest():
+    # The old median (over the seeds that reached) made "lucky" look fastest: 3.5 runs.
+    lucky = stats.summarize_seeds([3, None, 4, None], budgets=[3, 12, 4, 12])
+    steady = stats.summarize_seeds([6, 7, 8, 6], budgets=[6, 7, 8, 6])
+    assert lucky.median == 8 and lucky.median_is_lower_bound
+    assert steady.median == 6.5
+    ranked = sorted({"lucky": lucky, "steady": steady}.items(),
+                    key=lambda item: stats.rank_key(item[1]))
+    assert [name for name, _ in ranked] == ["steady", "lucky"]
+    # At equal medians the exact one goes first.
+    bound = stats.summarize_seeds([None], budgets=[6.5])
+    assert stats.rank_key(steady) < stats.rank_key(bound)
+
+
+def test_an_unreached_seed_without_its_budget_is_refused():
+    with pytest.raises(ValueError, match="must have its budget"):
+        stats.summarize_seeds([12, None])
+    with pytest.raises(ValueError, match="one budget per seed"):
+        stats.summarize_seeds([12, None], budgets=[12])
+
+
+def test_hpo_summaries_count_unreached_seeds_at_their_runs_time_and_generations():
+    from bench.tables import summary_of
+
+    reached = {"runs": 6, "time_to_threshold_s": 30.0, "wall_s": 31.0,
+               "generation_reached": 1, "generations_run": 2}
+    never = {"runs": 12, "time_to_threshold_s": None, "wall_s": 90.0,
+             "generation_reached": None, "generations_run": 3}
+    out = summary_of([reached, never, never])
+    assert (out["runs"]["median"], out["runs"]["median_is_lower_bound"]) == (12, True)
+    assert (out["time_s"]["median"], out["time_s"]["low"]) == (90.0, 30.0)
+    assert out["generations"]["median"] == 3 and out["generations"]["reached"] == 1
 
 
 def test_time_to_accuracy_sums_epochs_until_the_target():
@@ -111,8 +163,8 @@ def test_combined_rows_get_measured_speedups_and_the_product_estimate():
 
     assert [default_k(c) for c in (1, 2, 6, 16)] == [2, 2, 4, 8]
 
-    def row(seconds, wall=100.0):
-        return {"time_s": {"median": seconds}, "seeds": [{"wall_s": wall}]}
+    def row(seconds, bound=False):
+        return {"time_s": {"median": seconds, "median_is_lower_bound": bound}}
 
     tables = {
         "k": 2,
@@ -125,10 +177,49 @@ def test_combined_rows_get_measured_speedups_and_the_product_estimate():
     rows = list(tables["combined"].values())
     assert [r["measured_speedup"] for r in rows] == pytest.approx([1.0, 2.0, 3.0, 1.5])
     assert [r["estimated_speedup"] for r in rows] == pytest.approx([1.0, 4.0, 6.0, 3.0])
-    assert not any(r["speedup_is_lower_bound"] for r in rows)
-    # Random search never reached the threshold: its wall time bounds the speed-ups.
-    tables["combined"]["r"] = row(None, wall=90.0)
+    assert not any(r["speedup_bound"] or r["estimated_bound"] for r in rows)
+    # Random search's median is a lower bound (seeds that never got there, at their whole
+    # wall time): speed-ups over it are lower bounds; a bounded row's is an upper bound.
+    tables["combined"]["r"] = row(90.0, bound=True)
+    tables["combined"]["m"] = row(40.0, bound=True)
+    tables["hpo"]["random"]["time_s"]["median_is_lower_bound"] = True
     combined_estimate(tables, "bayesian")
     rows = list(tables["combined"].values())
     assert rows[1]["measured_speedup"] == pytest.approx(3.0)
-    assert rows[1]["speedup_is_lower_bound"]
+    assert [r["speedup_bound"] for r in rows] == [None, "lower", "lower", "unknown"]
+    assert [r["estimated_bound"] for r in rows] == [None, "lower", "lower", "lower"]
+
+
+def test_the_report_marks_lower_bounds_and_ranks_on_them(tmp_path):
+    from bench.report import _hpo_headline, _ranked
+
+    def search(values, budgets):
+        summary = asdict(stats.summarize_seeds(values, budgets=budgets))
+        return {"runs": summary, "time_s": summary}
+
+    hpo = {"genetic": search([3, None, 4, None], [3, 12, 4, 12]),
+           "random": search([6, 7, 8, 6], [6, 7, 8, 6])}
+    assert [name for name, _ in _ranked(hpo)] == ["random", "genetic"]
+    assert _hpo_headline("genetic", hpo["genetic"]) == \
+        "genetic ≥ 8 runs / ≥ 8 s (2/4 seeds reached)"
+
+
+def test_the_utilization_model_is_not_presented_as_nestors_utilization(tmp_path):
+    from bench.report import headline, utilization_section
+
+    schedule = {"trials": 6144, "wall_s": 21.0, "busy_slot_s": 5227.0,
+                "available_slot_s": 42914.0, "utilization": 0.122, "driver_cpu_s": 15.4,
+                "driver_cpu_ms_per_trial": 2.5, "searcher_ask_tell_s": 12.3,
+                "occupancy": {"t": [0.0, 1.0], "busy": [0, 997]}}
+    u = {"machine": None, "slots": 2048, "hosts": 8, "population": 2048, "generations": 3,
+         "durations": {"median_s": 0.5, "sigma": 1.0, "mean_s": 0.82, "p99_s": 5.0,
+                       "max_s": 14.5},
+         "schedules": {"generational": schedule, "async": schedule}}
+    (tmp_path / "figures").mkdir()
+    section = "\n".join(utilization_section(u, tmp_path))
+    line = next(li for li in headline(None, u, None) if "2,048" in li)
+    for text in (section.split("\n")[0], line):
+        assert "model of the scheduling policy" in text
+        assert "not nestor's scheduler" in text
+    assert "What this is not:** nestor's utilization" in section
+    assert "scheduler CPU" not in section + line

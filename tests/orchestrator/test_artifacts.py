@@ -114,9 +114,11 @@ def test_ensemble_and_transfer_stages_publish_their_own_plots(tracked) -> None:
         assert listed(tracker, run_id, "plots") == {f"plots/{kind}.png"}
     ensemble_md = (run_dir / "reports" / "ensemble" / "summary.md").read_text()
     assert "| member-2 | 1002 | 0.2 | 0.95 | 0.951 |" in ensemble_md
-    assert "| ensemble test value | 0.962 |" in ensemble_md
+    assert "| product | ensemble of 3 |" in ensemble_md
+    assert "| its test accuracy | 0.962 |" in ensemble_md
     transfer_md = (run_dir / "reports" / "transfer" / "summary.md").read_text()
-    assert "| from-scratch test value | 0.91 |" in transfer_md
+    assert "| product | fine-tuned model |" in transfer_md
+    assert "| from scratch, same budget: test accuracy | 0.91 |" in transfer_md
     assert transfer_md.count("| finetune |") == 3
 
 
@@ -128,10 +130,13 @@ def test_a_plot_that_fails_does_not_lose_the_stage(tracked, caplog) -> None:
     assert written == []
     assert "could not draw its transfer plot" in caplog.text
     assert "could not write its summary table" in caplog.text
-    # What could be published still was: the run is there and took the headline.
-    summary["best"] = {"value": 0.7}
+    # What could be published still was: the run is there and took the headline, which
+    # is the fine-tuned model's, not the best (pretraining) trial's.
+    summary["best"] = {"id": "pretrain", "value": 0.97, "test_value": 0.96}
+    summary["transfer"].update(test_value=0.7, scratch_test_value=0.6)
     publish_stage(tracker, run_id, summary, Stage("tl", []), run_dir)
-    assert tracker.client.get_run(run_id).data.metrics == {"best_value": 0.7}
+    assert tracker.client.get_run(run_id).data.metrics == {"product_test_value": 0.7,
+                                                           "baseline_test_value": 0.6}
 
 
 def test_tables_rank_trials_and_escape_text() -> None:

@@ -6,8 +6,14 @@ digits, an ensemble and a train stage drawn from it, and a transfer stage
 search. Figures measured here when written: ensemble (greedy) validation
 0.961 against its best member's 0.950; fine-tuning test 0.89 against 0.47
 from scratch on the same 100 target images and 3 epochs.
-"""
 
+Margins come from measured spread (2026-11-23): this file's SPEC run at search
+seeds 1-10 (the transfer stage's trainer seed the same) and HIERARCHICAL at
+seeds 1-6 (see each test). Training is deterministic per seed on this machine
+(the same seed gave the same accuracies in different workflows, under loads 3
+to 20), so a margin guards the claim across seeds and platforms, not against
+run-to-run noise.
+"""
 from __future__ import annotations
 
 import json
@@ -24,6 +30,8 @@ import pytest
 from tests.orchestrator.test_workflow import FIT, NESTOR, events, nestor
 
 pytestmark = pytest.mark.slow
+
+DIGITS_TEST_IMAGE = 1 / 180  # one image of the digits test split
 
 SPEC = """
 name: staged
@@ -73,21 +81,40 @@ def stage(run_dir: Path, name: str) -> dict:
     return {s["name"]: s for s in json.loads(result.stdout)["stages"]}[name]
 
 
-def test_the_greedy_ensemble_is_not_below_its_best_member(staged: Path) -> None:
+def test_the_greedy_ensemble_beats_its_members_on_test(staged: Path) -> None:
+    """The README's claim, on the test split no choice was made on: the ensemble's
+    test accuracy against its best member's (chosen on validation) and against the
+    members' mean. (On validation the greedy ensemble cannot fall below its best
+    member: greedy selection starts from it. So validation proves nothing.)
+
+    Measured over search seeds 1-10 of SPEC (180 test images, one is 0.0056):
+    ensemble - best member on test: 0 (4 seeds), +0.006 (2), +0.011, +0.028,
+    +0.039, +0.061; never below. Ensemble - members' mean: +0.009 to +0.061
+    (mean +0.032). Margins: the ensemble may fall at most one test image below
+    its best member (4 of 10 seeds tied exactly, so a one-image flip is within
+    the spread), and must be above the members' mean (the smallest measured
+    gain, +0.009, is more than one image).
+    """
     ensemble = stage(staged, "members")["ensemble"]
     assert set(ensemble) >= {"test_value", "best_member_test_value", "mean_member_test_value",
                              "members"}
-    assert ensemble["val_value"] >= ensemble["best_member_val_value"]
-    assert len(ensemble["members"]) == 3
-    assert sum(m["weight"] for m in ensemble["members"]) == pytest.approx(1.0)
-    assert {m["seed"] for m in ensemble["members"]} == {1000, 1001, 1002}
-    member_tests = [m["test_value"] for m in ensemble["members"]]
+    assert ensemble["test_value"] >= ensemble["best_member_test_value"] - DIGITS_TEST_IMAGE, \
+        ensemble
+    assert ensemble["test_value"] > ensemble["mean_member_test_value"], ensemble
+    # The best member is the one chosen on validation, and its test value is its own.
+    members = ensemble["members"]
+    best = max(members, key=lambda m: m["val_value"])
+    assert ensemble["best_member_test_value"] == pytest.approx(best["test_value"])
+    assert len(members) == 3
+    assert sum(m["weight"] for m in members) == pytest.approx(1.0)
+    assert {m["seed"] for m in members} == {1000, 1001, 1002}
+    member_tests = [m["test_value"] for m in members]
     assert ensemble["mean_member_test_value"] == pytest.approx(np.mean(member_tests))
-    for member in ensemble["members"]:  # checkpoints kept inside the run directory
+    for member in members:  # checkpoints kept inside the run directory
         assert (staged / member["checkpoint"]).is_file()
     tune = stage(staged, "tune")
     assert all(m["config"]["lr"] in {t["config"]["lr"] for t in tune["trials"]}
-               for m in ensemble["members"])
+               for m in members)
 
 
 def test_fine_tuning_from_a_related_task_beats_scratch_on_the_same_budget(staged: Path) -> None:
@@ -96,6 +123,21 @@ def test_fine_tuning_from_a_related_task_beats_scratch_on_the_same_budget(staged
     curves = transfer["curves"]
     assert len(curves["finetune"]) == len(curves["scratch"]) == 3  # the same epochs
     assert len(curves["pretrain"]) == 2
+
+
+def test_results_show_what_each_stage_produced(staged: Path) -> None:
+    """`nestor results` on a real run: the transfer row is the fine-tuned model against
+    scratch, not the stage's best trial by validation (the pretraining run)."""
+    transfer = stage(staged, "finetune")
+    table = nestor("results", str(staged), env=dict(os.environ, COLUMNS="200"))
+    assert table.returncode == 0, table.stderr
+    row = next(line.split() for line in table.stdout.splitlines()
+               if line.strip().startswith("finetune "))
+    assert row[1:3] == ["fine-tuned", "model"]
+    assert f"{transfer['transfer']['test_value']:.4g}" in row
+    assert f"{transfer['transfer']['scratch_test_value']:.4g}" in row
+    assert transfer["best"]["id"] == "pretrain"  # what the old columns showed
+    assert f"{transfer['best']['test_value']:.4g}" not in row
 
 
 def test_a_train_stage_retrains_the_best_configuration(staged: Path) -> None:
@@ -218,6 +260,8 @@ def test_a_workflow_killed_between_stages_does_not_rerun_a_finished_stage(tmp_pa
     assert runs.count(best_line) in (2, 3) and runs[-1] == best_line
 
 
+# Fine-tuning runs at the scratch baseline's lr (lr_scale 1.0) on the same 200 images
+# and 3 epochs, so the two differ only in where they start.
 HIERARCHICAL = """
 name: hier
 resources: {slots: 2}
@@ -228,7 +272,8 @@ stages:
     mode: hierarchical
     groups: [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]]
     source: {dataset: digits}
-    target: {dataset: digits, settings: {max_train_samples: 200}}
+    target: {dataset: digits, settings: {max_train_samples: 200, epochs: 3}}
+    lr_scale: 1.0
 """
 
 
@@ -249,6 +294,11 @@ def test_hierarchical_transfer_trains_sub_models_then_fine_tunes_their_average(
     assert started["combined"]["trial"]["parents"] == ["group-0", "group-1"]
     averaged = list((run_dir / "checkpoints" / "split" / "averaged").glob("epoch-*.pt"))
     assert len(averaged) == 1
+    # The claim: the averaged sub-models' features beat training the target from
+    # scratch on the same budget, on test. Measured at seeds 1-6 (trainer seed): +0.078
+    # to +0.206 (mean +0.146, sd 0.05); the margin, 0.05, is that mean less two sd,
+    # below the smallest measured gain. (At the default lr_scale 0.1 and 2 epochs the
+    # same stage lost to scratch on 3 of 5 seeds: README, "When transfer helps".)
     transfer = stage(run_dir, "split")["transfer"]
-    assert transfer["mode"] == "hierarchical" and 0 < transfer["test_value"] <= 1
-    assert transfer["scratch_test_value"] is not None
+    assert transfer["mode"] == "hierarchical"
+    assert transfer["test_value"] >= transfer["scratch_test_value"] + 0.05, transfer

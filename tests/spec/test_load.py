@@ -50,7 +50,10 @@ def test_issue_example_means_what_it_says() -> None:
     assert workflow.trainer_of("members").name == "cnn"
     assert workflow.parallel_of("finetune").ranks == 2
     finetune = workflow.stage("finetune")
-    assert finetune.source.classes == [0, 1, 2, 3, 4] and finetune.freeze == ["features"]
+    assert finetune.source.classes == [0, 1, 2, 3, 4] and finetune.freeze == []
+    # A target with little data: the case transfer is for (README, "When transfer helps").
+    assert finetune.target.settings == {"max_train_samples": 100, "epochs": 3}
+    assert finetune.lr_scale == 0.5 and finetune.config == {"batch_size": 16}
 
 
 def test_validate_prints_the_plan() -> None:
