@@ -202,24 +202,3 @@ def test_the_report_marks_lower_bounds_and_ranks_on_them(tmp_path):
     assert [name for name, _ in _ranked(hpo)] == ["random", "genetic"]
     assert _hpo_headline("genetic", hpo["genetic"]) == \
         "genetic ≥ 8 runs / ≥ 8 s (2/4 seeds reached)"
-
-
-def test_the_utilization_model_is_not_presented_as_nestors_utilization(tmp_path):
-    from bench.report import headline, utilization_section
-
-    schedule = {"trials": 6144, "wall_s": 21.0, "busy_slot_s": 5227.0,
-                "available_slot_s": 42914.0, "utilization": 0.122, "driver_cpu_s": 15.4,
-                "driver_cpu_ms_per_trial": 2.5, "searcher_ask_tell_s": 12.3,
-                "occupancy": {"t": [0.0, 1.0], "busy": [0, 997]}}
-    u = {"machine": None, "slots": 2048, "hosts": 8, "population": 2048, "generations": 3,
-         "durations": {"median_s": 0.5, "sigma": 1.0, "mean_s": 0.82, "p99_s": 5.0,
-                       "max_s": 14.5},
-         "schedules": {"generational": schedule, "async": schedule}}
-    (tmp_path / "figures").mkdir()
-    section = "\n".join(utilization_section(u, tmp_path))
-    line = next(li for li in headline(None, u, None) if "2,048" in li)
-    for text in (section.split("\n")[0], line):
-        assert "model of the scheduling policy" in text
-        assert "not nestor's scheduler" in text
-    assert "What this is not:** nestor's utilization" in section
-    assert "scheduler CPU" not in section + line
