@@ -96,9 +96,16 @@ class Projector:
         return not self.behind
 
     def close(self, timeout_s: float = 20.0) -> int:
-        """Project what is left (within ``timeout_s``), then stop; returns the events
-        MLflow still lacks, which the next driver on this run directory projects."""
-        self.flush(timeout_s)
+        """Project what is left, then stop; returns the events MLflow still lacks,
+        which the next driver on this run directory projects.
+
+        Waits as long as MLflow keeps taking events (a big sweep on SQLite may end
+        a minute ahead of its projection), but no more than ``timeout_s`` without
+        one going through (a server that is down)."""
+        while self.behind:
+            done = self.done
+            if self.flush(timeout_s) or self.done == done:
+                break
         self._closing = True
         self._wake.set()
         self._thread.join(timeout=5)

@@ -104,6 +104,7 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
         from orchestrator.spec import default_slots
 
         ray.init(
+            address="local",  # a Ray of its own, even where another runs on this host
             num_cpus=max(wanted or default_slots(), 1),
             include_dashboard=False,
             log_to_driver=False,

@@ -372,6 +372,37 @@ def test_a_function_trainer_on_the_drivers_pythonpath_runs_on_a_shared_cluster(
     assert not left, f"processes of this test still alive after teardown: {left}"
 
 
+def test_a_driver_without_address_starts_its_own_ray_beside_anothers(tmp_path: Path) -> None:
+    """Another cluster runs on this host and RAY_ADDRESS names it (a login node, a
+    shared workstation): `nestor run` without --address must not join it, and did,
+    failing with Ray's "num_cpus must not be provided"."""
+    env = tagged_env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                     RAY_USAGE_STATS_ENABLED="0")
+    head = RayHead(env, cpus=1)
+    (tmp_path / "fn.yaml").write_text(textwrap.dedent(f"""\
+        name: own
+        resources: {{slots: 1}}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {{command: ["{sys.executable}", "-c", "print('FoM: 1.0')"]}}
+            search: {{algorithm: random, budget: 2, seed: 3}}
+            space: {{x: {{type: float, low: -1, high: 1}}}}
+            objective: {{metric: result, mode: min}}
+        """))
+    try:
+        head.start()
+        ran = subprocess.run([NESTOR, "run", "fn.yaml", "--run-dir", str(tmp_path / "own")],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path,
+                             env=dict(env, RAY_ADDRESS=head.address), check=False)
+        assert ran.returncode == 0, ran.stderr[-3000:]
+        done = [e for e in events(tmp_path / "own") if e["event"] == "trial_finished"]
+        assert len(done) == 2 and all(e["status"] == "completed" for e in done), done
+    finally:
+        left = head.stop()
+    assert not left, f"processes of this test still alive after teardown: {left}"
+
+
 # `nestor run`, with one moment added: right after the driver's free-slot check has
 # passed, another driver takes every slot for HOLD_S seconds. This is the window two
 # drivers starting together can both pass the check in, made certain.
