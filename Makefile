@@ -42,6 +42,7 @@ bench: setup
 	$(PY) bench/orchestration_bench.py
 	$(PY) -m bench.tables
 	$(PY) -m bench.simulate
+	$(PY) bench/gang_start_bench.py
 	$(PY) -m bench.report
 
 # The seed's tables, overhead (steady state over 1,000 trials; Tune's default,
@@ -50,6 +51,7 @@ bench: setup
 bench-quick: setup
 	$(PY) -m bench.tables --quick
 	$(PY) -m bench.simulate --quick
+	$(PY) bench/gang_start_bench.py --gangs 8
 	$(PY) bench/orchestration_bench.py --parts overhead --trials 250,1000 --tune-new-actor-cap 50
 	$(PY) -m bench.report
 

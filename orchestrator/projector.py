@@ -60,6 +60,7 @@ class Projector:
         self.done = self._read_cursor()  # events projected: the next one's sequence number
         self.seen = 0  # events read from the journal file
         self._offset = 0
+        self._read_lock = threading.Lock()  # _offset and seen change together
         self._pending: list[dict[str, Any]] = []
         self._run_key = "legacy"  # journals from before run_key
         self._stage_runs: dict[str, str] = {}
@@ -164,21 +165,23 @@ class Projector:
         except FileNotFoundError:
             return []
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
-        self._offset += end
         events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
-        self.seen += len(events)
+        with self._read_lock:
+            self._offset += end
+            self.seen += len(events)
         return events
 
     def _count_on_disk(self) -> int:
-        return self.seen + (self._lines_after_offset())
-
-    def _lines_after_offset(self) -> int:
+        """Events read so far plus complete lines not read yet (asked from the driver's
+        thread while the projector's reads on: both counts come from one moment)."""
+        with self._read_lock:
+            seen, offset = self.seen, self._offset
         try:
             with open(self.journal_path, "rb") as handle:
-                handle.seek(self._offset)
-                return handle.read().count(b"\n")
+                handle.seek(offset)
+                return seen + handle.read().count(b"\n")
         except FileNotFoundError:
-            return 0
+            return seen
 
     def _read_cursor(self) -> int:
         try:
