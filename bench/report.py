@@ -367,10 +367,15 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             cpu = max(r["scheduler_cpu_ms_per_event"] for r in w["runs"])
             lines.append(f"- {sim['slots']:,} simulated slots, {name} sweep: busy {cells};"
                          f" {lost} trials lost; scheduler CPU at most {cpu:.2f} ms per event")
-    if o:
-        ms = o["overhead"]["per_trial_ms"]
-        lines.append("- per-trial overhead: " + ", ".join(f"{k} {v:.1f} ms" for k, v in
-                                                          ms.items()))
+    if o and "runs" in o["overhead"]:
+        cells = []
+        for label, by_count in o["overhead"]["runs"].items():
+            n = max(by_count, key=int)
+            r = by_count[n]
+            cells.append(f"{label} {r['steady_ms_per_trial']:.1f} ms/trial over {int(n):,}"
+                         f" (start-up {r['startup_s']:.1f} s)")
+        lines.append("- per-trial overhead, steady state, trivial trials 2 at a time: "
+                     + "; ".join(cells))
     return [*lines, ""]
 
 
