@@ -116,8 +116,11 @@ def test_nothing_missing_means_nothing_to_do_even_without_root(open_tmp: Path) -
 
 
 def test_make_test_installs_system_packages_before_anything_else() -> None:
-    done = subprocess.run(["make", "-n", "test"], cwd=ROOT, capture_output=True, text=True,
-                          timeout=120, check=True)
+    # Run from `make test` itself, this is a sub-make: without --no-print-directory and
+    # the parent's MAKEFLAGS it would print "make[1]: Entering directory" first.
+    env = {k: v for k, v in os.environ.items() if k not in ("MAKEFLAGS", "MAKELEVEL", "MFLAGS")}
+    done = subprocess.run(["make", "-n", "--no-print-directory", "test"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120, check=True)
     lines = [line for line in done.stdout.splitlines() if line.strip()]
     assert lines[0] == "scripts/system-deps.sh"
     setup = next(i for i, line in enumerate(lines) if "scripts/setup.sh" in line)
