@@ -143,7 +143,6 @@ class TrialRunner:
         self.threshold_at: float | None = None
         self.exhausted = False  # the source has nothing more to give
         self.stopper: Any = None
-        self.resumed = False
         self.preparing = False  # waiting for its preparing task before any trial
         self._start_failures = 0  # gangs that failed to start in a row
         self._hold_until: float | None = None  # no new attempt before (backoff)
@@ -156,7 +155,6 @@ class TrialRunner:
         """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = [e for e in events if e.get("stage") == self.stage.name]
         self._restore_searcher(mine)
-        self.resumed = bool(mine)  # an earlier driver may have left unjournalled runs
         for event in mine:
             kind = event["event"]
             if kind == "trial_started":
