@@ -163,10 +163,10 @@ class Gang:
             raise GangTimeout(f"gang {self.id} ran past its {timeout_s:g} s deadline") from None
         except RayActorError as exc:
             self.broken = True
-            raise GangFailure(f"a rank of gang {self.id} died: {_first_line(exc)}") from None
+            raise GangFailure(f"a rank of gang {self.id} died: {first_line(exc)}") from None
         except RayError as exc:  # anything else Ray could not deliver: the gang is suspect
             self.broken = True
-            raise GangFailure(f"a rank of gang {self.id} failed: {_first_line(exc)}") from None
+            raise GangFailure(f"a rank of gang {self.id} failed: {first_line(exc)}") from None
         finally:
             self.pending = []
 
@@ -198,7 +198,8 @@ class Gang:
                           self.id)
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
+    """An exception in one line, for a journal reason or a log (its type if it is silent)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
@@ -351,7 +352,7 @@ class GangPool:
         except Exception as exc:
             self.forget(gang)
             raise GangStartError(
-                f"could not start a {gang.shape} gang: {_first_line(exc)}") from exc
+                f"could not start a {gang.shape} gang: {first_line(exc)}") from exc
         with self.lock:
             gang.executor = executor
             gang.started_s = time.monotonic()

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.gangs import first_line
 from orchestrator.journal import write_atomic
 from orchestrator.tracking import Tracker, default_tracking_uri, derived_key, permanent
 
@@ -130,7 +131,7 @@ class Projector:
                 if self._closing:
                     return
                 log.warning("MLflow at %s did not take event %d (%s); retrying in %.0f s",
-                            self.uri, self.done, _first_line(exc), wait)
+                            self.uri, self.done, first_line(exc)[:300], wait)
                 self._wake.wait(wait)
                 wait = min(wait * 2, RETRY_MAX_S)
                 continue
@@ -149,7 +150,7 @@ class Projector:
                     if transient(exc):
                         raise  # retried, from this event, once MLflow answers
                     log.warning("event %d cannot be shown in MLflow (%s); skipped",
-                                event.get("seq", -1), _first_line(exc),
+                                event.get("seq", -1), first_line(exc)[:300],
                                 exc_info=not permanent(exc))
                 self.done = int(event.get("seq", self.done)) + 1
                 write_atomic(self.run_dir / CURSOR_FILE, str(self.done))
@@ -301,8 +302,3 @@ def headline(summary: dict[str, Any]) -> dict[str, Any]:
             if isinstance(value, int | float) and not isinstance(value, bool):
                 metrics[f"{section}.{key}"] = value
     return metrics
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__

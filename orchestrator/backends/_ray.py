@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.gangs import Gang, GangPool, GangStartError, Shape, horovod_broke
+from orchestrator.gangs import Gang, GangPool, GangStartError, Shape, first_line, horovod_broke
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,7 @@ class RayBackend(Backend):
             try:
                 value = ray.get(ref)
             except Exception as exc:
-                self._events.put(TaskDone(key, self.now(), error=_first_line(exc)))
+                self._events.put(TaskDone(key, self.now(), error=first_line(exc)))
                 return
             self._events.put(TaskDone(key, self.now(), value))
 
@@ -192,7 +192,7 @@ class RayBackend(Backend):
                 try:
                     results[rank] = ray.get(ref)
                 except RayError as exc:
-                    died = died or f"rank {rank} of gang {gang.id} died: {_first_line(exc)}"
+                    died = died or f"rank {rank} of gang {gang.id} died: {first_line(exc)}"
                     gang.broken = True
                     continue
                 if not results[rank].ok and failed is None:
@@ -236,8 +236,3 @@ class RayBackend(Backend):
             if self._board is not None:
                 self._board.forget.remote(key)
             self._events.put(event)
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
