@@ -8,7 +8,7 @@ in the same places:
     plots/<stage>-pareto.png      hpo with several objectives: the Pareto front
     plots/<stage>-slots.png       every kind with trials: slot use over time
     summary.md, summary.html      the stage's table (run dir: reports/<stage>/)
-    best_checkpoint/              the best trial's checkpoint
+    best_checkpoint/              the product's checkpoint (hpo: the best trial's)
 
 A plot or table that cannot be made is logged as a warning and skipped: a finished
 stage's results matter more than its pictures.
@@ -17,16 +17,15 @@ stage's results matter more than its pictures.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.kinds import kind_of
 from orchestrator.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
 JOURNAL_FILE = "journal.jsonl"
-SPEC_FILE = "spec.yaml"
 
 
 def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage: Any,
@@ -47,34 +46,10 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
         from search import Objective
 
         objectives = [Objective(summary["objective"]["metric"], summary["objective"]["mode"])]
-    plots = run_dir / "plots"
-    kind = summary.get("kind")
-    makers: list[tuple[str, Callable[[], Path | None]]] = []
-    if kind == "hpo":
-        makers.append(("best so far", lambda: _best_so_far(
-            summary, stage, objectives, events, run_dir, plots / f"{name}.png")))
-        if objectives:
-            from orchestrator.plots import plot_generations
-
-            makers.append(("generations", lambda: plot_generations(
-                summary, objectives[0].metric, objectives[0].mode,
-                plots / f"{name}-generations.png")))
-        if len(objectives) > 1:
-            from orchestrator.plots import plot_pareto
-
-            makers.append(("pareto", lambda: plot_pareto(
-                summary, objectives, plots / f"{name}-pareto.png")))
-    elif kind == "ensemble" and summary.get("ensemble"):
-        from orchestrator.plots import plot_ensemble
-
-        makers.append(("ensemble", lambda: plot_ensemble(
-            name, summary["ensemble"], plots / f"{name}.png")))
-    elif kind == "transfer" and summary.get("transfer"):
-        from orchestrator.plots import plot_transfer
-
-        makers.append(("transfer", lambda: plot_transfer(
-            name, summary["transfer"], plots / f"{name}.png")))
-    makers.append(("slot use", lambda: _slot_use(events, name, plots / f"{name}-slots.png")))
+    kind = kind_of(summary)
+    makers = kind.plots(summary, stage, objectives, events, run_dir)
+    slots = run_dir / "plots" / f"{name}-slots.png"
+    makers.append(("slot use", lambda: _slot_use(events, name, slots)))
 
     written: list[Path] = []
     for what, make in makers:
@@ -90,80 +65,17 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
         written += _tables(tracker, run_id, summary, objectives, run_dir / "reports" / name)
     except Exception as exc:
         log.warning("stage %s: could not write its summary table: %s", name, exc)
-    _best_checkpoint(tracker, run_id, summary, run_dir)
+    _best_checkpoint(tracker, run_id, summary, kind.checkpoint(summary), run_dir)
     tracker.log_metrics(run_id, headline_metrics(summary))
     return written
 
 
 def headline_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """What the stage produced, as metrics of the stage run, so the runs table can sort
-    stages by them (the workflow logs the rest of the headline): an hpo stage's best
-    trial (``best_value``, ``best_test_value``); any other stage's product
-    (``product_value``, ``product_test_value``, ``baseline_test_value``), since its
-    best trial is no product of it (a transfer stage's is its pretraining run)."""
-    from orchestrator.products import stage_product
-
-    if summary.get("kind", "hpo") == "hpo":
-        best = summary.get("best") or {}
-        pairs = [("best_value", best.get("value")), ("best_test_value", best.get("test_value"))]
-    else:
-        product = stage_product(summary)
-        pairs = [("product_value", product.value), ("product_test_value", product.test),
-                 ("baseline_test_value", product.baseline_test)]
-    return {name: value for name, value in pairs
+    stages by them (the workflow logs the rest of the headline); its kind names them."""
+    pairs = kind_of(summary).headline(summary)
+    return {name: value for name, value in pairs.items()
             if isinstance(value, int | float) and not isinstance(value, bool)}
-
-
-def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],
-                 events: list[dict[str, Any]], run_dir: Path, path: Path) -> Path | None:
-    """This stage's curve beside those of the run's earlier hpo stages that chase
-    the same metric, one line per search, labelled with its algorithm."""
-    from orchestrator.plots import best_so_far, best_so_far_from_summary, plot_best_so_far
-
-    if not objectives:
-        return None
-    metric, mode = objectives[0].metric, objectives[0].mode
-    name = str(summary["name"])
-    searches = {name: _algorithm(stage)}
-    for other in _other_hpo_stages(run_dir, events, name, metric, mode):
-        searches[other.name] = _algorithm(other)
-    curves, totals = {}, {}
-    for stage_name, algorithm in searches.items():
-        label = f"{stage_name} ({algorithm})" if algorithm else stage_name
-        curve = best_so_far(events, stage_name, mode)
-        runs = sum(1 for e in events if e.get("stage") == stage_name
-                   and e["event"] in ("trial_finished", "trial_attempt_failed"))
-        if stage_name == name and not runs:  # no journal: the summary alone
-            curve = best_so_far_from_summary(summary, mode)
-            runs = int(summary.get("n_runs") or 0)
-        curves[label], totals[label] = curve, runs
-    return plot_best_so_far(curves, totals, metric, mode, path)
-
-
-def _algorithm(stage: Any) -> str:
-    search = getattr(stage, "search", None)
-    return str(getattr(search, "algorithm", "") or "")
-
-
-def _other_hpo_stages(run_dir: Path, events: list[dict[str, Any]], name: str, metric: str,
-                      mode: str) -> list[Any]:
-    finished = {e["stage"] for e in events if e["event"] == "stage_finished"}
-    if not finished or not (run_dir / SPEC_FILE).exists():
-        return []
-    from orchestrator.spec import SpecError, load_spec
-
-    try:
-        workflow = load_spec(run_dir / SPEC_FILE)
-    except SpecError:
-        return []
-    others = []
-    for other in workflow.stages:
-        objectives = getattr(other, "objectives", None)
-        if (other.name != name and other.name in finished and other.kind == "hpo"
-                and objectives and objectives[0].metric == metric
-                and objectives[0].mode == mode):
-            others.append(other)
-    return others
 
 
 def _slot_use(events: list[dict[str, Any]], name: str, path: Path) -> Path | None:
@@ -190,10 +102,9 @@ def _tables(tracker: Tracker, run_id: str, summary: dict[str, Any], objectives: 
 
 
 def _best_checkpoint(tracker: Tracker, run_id: str, summary: dict[str, Any],
-                     run_dir: Path) -> None:
-    """The best trial's checkpoint (a train stage's: its final model)."""
-    best = summary.get("best") or {}
-    where = best.get("checkpoint") or (summary.get("train") or {}).get("checkpoint")
+                     where: str | None, run_dir: Path) -> None:
+    """The product's checkpoint (an hpo stage's best trial's, a transfer stage's
+    fine-tuned model, a train stage's model), logged as ``best_checkpoint``."""
     if not where:
         return
     checkpoint = Path(where) if Path(where).is_absolute() else run_dir / where

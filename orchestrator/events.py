@@ -153,10 +153,39 @@ class SearchLogged(Event):
     entries: list[dict[str, Any]]
 
 
+@dataclass(frozen=True, kw_only=True)
+class StagePlanned(Event):
+    """The shape a ``parallel: auto`` stage's trials take, chosen on the slots it
+    has; a resumed driver reads it back rather than choosing again."""
+
+    kind: ClassVar[str] = "stage_planned"
+    stage: str
+    dp: int
+    mp: int
+    slots: int
+    plan: dict[str, Any]  # Plan.to_record(): prediction, goal, why
+    measured: bool  # from a measured profile (else the prior)
+    # Profile.to_record(), if measured: a resumed driver neither measures nor plans again
+    profile: dict[str, Any] | None = field(default=None, metadata={"optional": True})
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageReplanned(Event):
+    """The shape of the stage's trials from now on (running ones keep theirs)."""
+
+    kind: ClassVar[str] = "stage_replanned"
+    stage: str
+    dp: int
+    mp: int
+    left: int  # trials not yet started when it re-planned
+    running: int
+    reason: str
+
+
 KINDS: dict[str, type[Event]] = {
     cls.kind: cls for cls in (
         WorkflowStarted, WorkflowResumed, WorkflowFinished, WorkflowInterrupted,
         StageStarted, StageFinished, TrialStarted, TrialAttemptFailed, TrialFinished,
-        TrialInterrupted, ThresholdReached, SearchLogged,
+        TrialInterrupted, ThresholdReached, SearchLogged, StagePlanned, StageReplanned,
     )
 }

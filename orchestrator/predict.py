@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.stages import ensemble_file
+from orchestrator.kinds import kind_of
 
 
 class PredictError(Exception):
@@ -57,32 +57,12 @@ def load_predictor(run_dir: str | Path, stage: str | None = None) -> StagePredic
                            f" (resume it with `nestor resume {run_dir}`)")
     stages = {s["name"]: s for s in json.loads(results_path.read_text())["stages"]}
     if stage is None:
-        ensembles = [n for n, s in stages.items() if s.get("kind") == "ensemble"]
-        stage = ensembles[-1] if ensembles else list(stages)[-1]
+        combined = [n for n, s in stages.items() if kind_of(s).combines]
+        stage = combined[-1] if combined else list(stages)[-1]
     if stage not in stages:
         raise PredictError(f"--stage must be one of {', '.join(stages)}, but got {stage!r}")
-    summary = stages[stage]
-    kind = summary.get("kind", "hpo")
-    if kind == "ensemble":
-        path = ensemble_file(run_dir, stage)
-        if not path.exists():
-            raise PredictError(f"stage {stage!r} made no ensemble ({summary.get('stop_reason')})")
-        data = json.loads(path.read_text())
-        checkpoints = [run_dir / m["checkpoint"] for m in data["members"] if m["weight"] > 0]
-        weights = np.array([m["weight"] for m in data["members"] if m["weight"] > 0])
-        return StagePredictor(stage, checkpoints, weights / weights.sum())
-    if kind == "transfer":
-        wanted = "finetune" if (summary.get("transfer") or {}).get("mode") != "hierarchical" \
-            else "combined"
-        chosen = next((t for t in summary["trials"] if t["id"] == wanted), None)
-    else:
-        best = summary.get("best") or {}
-        chosen = next((t for t in summary["trials"] if t["id"] == best.get("id")), None)
-    checkpoint = (chosen or {}).get("checkpoint")
-    if not checkpoint or not Path(checkpoint).is_file():
-        raise PredictError(f"stage {stage!r} has no saved model to predict with (function and"
-                           " command trainers save none; or its trials failed)")
-    return StagePredictor(stage, [Path(checkpoint)], np.ones(1))
+    checkpoints, weights = kind_of(stages[stage]).model(run_dir, stages[stage])
+    return StagePredictor(stage, checkpoints, np.asarray(weights))
 
 
 def read_inputs(path: Path) -> np.ndarray:

@@ -38,42 +38,7 @@ class Product:
 
 
 def stage_product(stage: dict[str, Any]) -> Product:
-    kind = stage.get("kind", "hpo")
-    if kind == "ensemble":
-        return _ensemble(stage.get("ensemble"))
-    if kind == "transfer":
-        return _transfer(stage.get("transfer") or {})
-    if kind == "train":
-        return _train(stage.get("train") or {})
-    best = stage.get("best")
-    metric = (stage.get("objective") or {}).get("metric", "value")
-    if not best:
-        return Product("no completed trial", metric, None, None)
-    return Product(f"best trial {best.get('id')}", metric, best.get("value"),
-                   best.get("test_value"))
+    """The product of a stage's summary, as its kind names it."""
+    from orchestrator.kinds import kind_of
 
-
-def _ensemble(ensemble: dict[str, Any] | None) -> Product:
-    if not ensemble:
-        return Product("no ensemble (no member completed)", "val_accuracy", None, None)
-    members = ensemble.get("members") or []
-    best = max(members, key=lambda m: m.get("val_value") or 0.0, default=None)
-    named = f" ({best['id']})" if best else ""
-    combine = f" ({ensemble['combine']})" if ensemble.get("combine") else ""
-    return Product(f"ensemble of {len(members)}{combine}", "val_accuracy",
-                   ensemble.get("val_value"), ensemble.get("test_value"),
-                   f"best member{named}", ensemble.get("best_member_test_value"))
-
-
-def _transfer(transfer: dict[str, Any]) -> Product:
-    what = ("combined sub-models, fine-tuned" if transfer.get("mode") == "hierarchical"
-            else "fine-tuned model")
-    return Product(what, "val_accuracy", transfer.get("val_value"), transfer.get("test_value"),
-                   "from scratch, same budget", transfer.get("scratch_test_value"))
-
-
-def _train(train: dict[str, Any]) -> Product:
-    data = train.get("data") or "train"
-    held_out = data == "train"  # with train+val the validation split was trained on
-    return Product(f"model trained on {data}", "val_accuracy",
-                   train.get("val_value") if held_out else None, train.get("test_value"))
+    return kind_of(stage).product(stage)

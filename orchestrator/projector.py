@@ -261,6 +261,14 @@ class Projector:
                              {"nestor.threshold_trial": event["trial"]})
         elif kind == "stage_finished":
             self._stage_finished(event, at)
+        elif kind == "stage_planned":  # the shape parallel: auto chose, and why
+            tracker.set_tags(self._stage_run(event["stage"]), {
+                "nestor.plan": f"{event['dp']}x{event['mp']} on {event['slots']} slots",
+                "nestor.plan.why": str((event.get("plan") or {}).get("why", ""))[:4000]})
+        elif kind == "stage_replanned":
+            tracker.set_tags(self._stage_run(event["stage"]), {
+                f"nestor.replan.left{event['left']}": f"{event['dp']}x{event['mp']}:"
+                                                      f" {event['reason']}"})
 
     def _logs(self, run: str, event: dict[str, Any]) -> None:
         folder = f"logs/attempt-{event['attempt']}"
@@ -294,11 +302,13 @@ def transient(exc: BaseException) -> bool:
 
 
 def headline(summary: dict[str, Any]) -> dict[str, Any]:
-    """The stage's comparison figures, as metrics of its MLflow run."""
+    """The stage's comparison figures, as metrics of its MLflow run: its cost, and
+    the figures its kind keeps under its own name (``summary["ensemble"]``...)."""
     metrics: dict[str, Any] = {"n_runs": summary["n_runs"], "slot_seconds":
                                summary["slot_seconds"]}
-    for section in ("ensemble", "transfer", "train"):
-        for key, value in (summary.get(section) or {}).items():
+    section = str(summary.get("kind") or "hpo")
+    if isinstance(summary.get(section), dict):
+        for key, value in summary[section].items():
             if isinstance(value, int | float) and not isinstance(value, bool):
                 metrics[f"{section}.{key}"] = value
     return metrics

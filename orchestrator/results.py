@@ -77,33 +77,10 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def stage_lines(stage: dict[str, Any]) -> list[str]:
-    """What a person wants to know of a finished stage, by its kind."""
-    name, kind = stage["name"], stage.get("kind", "hpo")
-    if kind == "ensemble":
-        e = stage.get("ensemble")
-        if not e:
-            return [f"{name}: {stage.get('stop_reason')}"]
-        weights = ", ".join(f"{m['id']} {m['weight']:.2f}" for m in e["members"])
-        return [f"{name}: ensemble ({e['combine']}) test {_fmt(e['test_value'])} against its best"
-                f" member's {_fmt(e['best_member_test_value'])} and the members' mean"
-                f" {_fmt(e['mean_member_test_value'])}; weights {weights}"]
-    if kind == "transfer":
-        t = stage.get("transfer") or {}
-        return [f"{name}: {t.get('mode', 'finetune')} on the target, test"
-                f" {_fmt(t.get('test_value'))}, against training from scratch on the same"
-                f" budget {_fmt(t.get('scratch_test_value'))}"]
-    if kind == "train":
-        t = stage.get("train") or {}
-        config = ", ".join(f"{k}={_fmt(v)}" for k, v in (t.get("config") or {}).items())
-        return [f"{name}: trained on {t.get('data')} with {config}; test"
-                f" {_fmt(t.get('test_value'))}"]
-    lines = []
-    best = stage.get("best")
-    if best:
-        config = ", ".join(f"{k}={_fmt(v)}" for k, v in best["config"].items())
-        lines.append(f"best of {name} ({best['id']}): {config}")
-    lines.append(f"{name} stopped: {stage.get('stop_reason')}")
-    return lines
+    """What a person wants to know of a finished stage, as its kind says it."""
+    from orchestrator.kinds import kind_of
+
+    return kind_of(stage).lines(stage)
 
 
 def write_csv(results: dict[str, Any], out: IO[str]) -> None:

@@ -37,16 +37,17 @@ from orchestrator.spec import Workflow
 from orchestrator.stopping import Interrupted
 from orchestrator.workflow import JOURNAL_FILE, RESULTS_FILE, RunError, StageScheduler
 
-SIMULATED_KINDS = ("hpo", "train")
-
 
 def check_simulatable(workflow: Workflow) -> None:
     """Refuse, naming the stage, what the simulation cannot stand in for."""
+    from orchestrator.kinds import KINDS, stage_kind
+
+    simulated = [name for name in KINDS if stage_kind(name).simulated]
     for stage in workflow.stages:
-        if stage.kind not in SIMULATED_KINDS:
+        if not stage_kind(stage.kind).simulated:
             raise RunError(
                 f"stage {stage.name!r} is a {stage.kind} stage, but the simulation runs"
-                f" only {' and '.join(SIMULATED_KINDS)} stages: {stage.kind} stages need the"
+                f" only {' and '.join(simulated)} stages: {stage.kind} stages need the"
                 " checkpoints and predictions real trials leave on disk"
             )
         if getattr(stage, "early_stopping", None) is not None:

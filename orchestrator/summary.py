@@ -5,22 +5,7 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.spec import HpoStage, Workflow, concurrent_trials, default_slots
-from orchestrator.spec.model import GeneticSearch
-
-
-def _search_label(stage: HpoStage) -> str:
-    choice = stage.auto_choice()
-    if choice is not None:
-        return f"auto: {choice.label()}"
-    search = stage.search
-    if isinstance(search, GeneticSearch):
-        size = f"{search.population}x{search.planned_generations()}"
-        demes = f", {search.demes} demes" if search.demes > 1 else ""
-        return f"genetic {search.schedule} {size}{demes}"
-    if search.algorithm == "bayesian":
-        return f"bayesian {search.sampler}"
-    return search.algorithm
+from orchestrator.spec import Workflow, concurrent_trials, default_slots
 
 
 def render_plan(console: Console, file: str, workflow: Workflow, slots: int | None) -> None:
@@ -54,7 +39,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             stage.kind,
             ", ".join(stage.from_) or "-",
             workflow.trainer_of(name).describe(),
-            _search_label(stage) if isinstance(stage, HpoStage) else "-",
+            stage.search_label(),
             str(stage.planned_trials()),
             f"{parallel.ranks} ({parallel.data}x{parallel.model})",
             str(at_once) if at_once else "[red]0: too few slots[/]",
@@ -67,7 +52,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             plan = plan_stage(workflow, name, total)
             console.print(f"  plan for {name}: {plan.why()}", soft_wrap=True)
         stage = workflow.stage(name)
-        choice = stage.auto_choice() if isinstance(stage, HpoStage) else None
+        choice = stage.auto_choice()
         if choice is None:
             continue
         console.print(f"  {name}: auto picked {choice.describe()}", soft_wrap=True)

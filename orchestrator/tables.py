@@ -1,8 +1,8 @@
 """A stage's summary as tables people read: Markdown (diffs, terminals) and
 HTML (MLflow's artifact view shows it as a page).
 
-Both come from one ``Report`` (headline facts and a detail table), built per
-stage kind, so the two formats cannot disagree.
+Both come from one ``Report`` (headline facts and a detail table, the latter
+drawn by the stage's kind), so the two formats cannot disagree.
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from orchestrator.kinds import kind_of
 from orchestrator.products import stage_product
 
 
@@ -40,7 +41,6 @@ def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -
     """The report for any stage kind; the detail table depends on the kind."""
     kind = summary.get("kind", "?")
     report = Report(f"stage {summary.get('name', '?')} ({kind})")
-    best = summary.get("best") or {}
     for label, key in (("trials", "n_trials"), ("runs (attempts)", "n_runs"),
                        ("failed", "n_failed"), ("pruned", "n_pruned"),
                        ("slot-seconds", "slot_seconds"), ("wall time s", "wall_time_s"),
@@ -54,19 +54,11 @@ def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -
     report.facts.append(("its test accuracy", fmt(product.test)))
     if product.baseline:
         report.facts.append((f"{product.baseline}: test accuracy", fmt(product.baseline_test)))
-    if best and kind == "hpo":
-        config = ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())
-        report.facts.append(("best config", config or "-"))
-    if kind == "ensemble" and summary.get("ensemble"):
-        _ensemble(report, summary["ensemble"])
-    elif kind == "transfer" and summary.get("transfer"):
-        _transfer(report, summary["transfer"])
-    elif summary.get("trials"):
-        _trials(report, summary["trials"], objectives or [])
+    kind_of(summary).detail(report, summary, objectives or [])
     return report
 
 
-def _trials(report: Report, trials: list[dict[str, Any]], objectives: list[Any]) -> None:
+def trials_table(report: Report, trials: list[dict[str, Any]], objectives: list[Any]) -> None:
     """Every trial, best first (completed ones by the first objective), then the rest."""
     mode = objectives[0].mode if objectives else "max"
     sign = -1.0 if mode == "max" else 1.0
@@ -91,36 +83,6 @@ def _trials(report: Report, trials: list[dict[str, Any]], objectives: list[Any])
             fmt(trial.get("reason")),
         ])
     report.caption = f"{len(trials)} trials, best first"
-
-
-def _ensemble(report: Report, ensemble: dict[str, Any]) -> None:
-    # The ensemble's own figures and its best member's are the product's (above).
-    report.facts.append(("members' mean: test accuracy",
-                         fmt(ensemble.get("mean_member_test_value"))))
-    members = ensemble.get("members", [])
-    names = sorted({k for m in members for k in (m.get("config") or {})})
-    report.columns = ["member", "seed", "weight", "validation", "test", *names, "checkpoint"]
-    for member in members:
-        config = member.get("config") or {}
-        report.rows.append([
-            fmt(member.get("id")), fmt(member.get("seed")), fmt(member.get("weight")),
-            fmt(member.get("val_value")), fmt(member.get("test_value")),
-            *[fmt(config.get(n)) for n in names], fmt(member.get("checkpoint")),
-        ])
-    report.caption = f"{len(members)} members"
-
-
-def _transfer(report: Report, transfer: dict[str, Any]) -> None:
-    # The fine-tuned model's test accuracy and the from-scratch one are the product's.
-    curves = transfer.get("curves") or {}
-    metrics = sorted({k for points in curves.values() for p in points for k in p
-                      if k != "epoch"})
-    report.columns = ["phase", "epoch", *metrics]
-    for phase, points in curves.items():
-        for point in points or []:
-            report.rows.append([phase, fmt(point.get("epoch")),
-                                *[fmt(point.get(m)) for m in metrics]])
-    report.caption = "learning curves, one row per epoch"
 
 
 def _md_cell(text: str) -> str:

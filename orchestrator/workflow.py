@@ -314,7 +314,7 @@ class StageScheduler:
                 return
 
     def _start_ready_stages(self) -> None:
-        from orchestrator.stages import RUNNERS, StageError
+        from orchestrator.kinds import StageError, stage_kind
 
         for name in self.workflow.order():
             if name in self.summaries or name in self.active:
@@ -328,12 +328,11 @@ class StageScheduler:
                                                  sources=list(stage.from_)))
             kwargs: dict[str, Any] = dict(
                 run_dir=self.run_dir.resolve(), backend=self.backend, journal=self.journal,
-                on_progress=self.on_progress,
+                on_progress=self.on_progress, events=self.events,
             )
-            if stage.kind != "hpo":
-                kwargs["sources"] = [self.summaries[dep] for dep in stage.from_]
+            sources = [self.summaries[dep] for dep in stage.from_]
             try:
-                runner = RUNNERS[stage.kind](self.workflow, stage, **kwargs)
+                runner = stage_kind(stage.kind).runner(self.workflow, stage, sources, **kwargs)
             except StageError as exc:
                 raise RunError(str(exc)) from None
             self.active[name] = runner

@@ -148,7 +148,8 @@ class TrialRequest:
     already holds one, the trial resumes from it (a restarted trial).
     ``init_from``: a checkpoint file, or a directory holding checkpoints (its
     latest is used), whose weights start this trial when it has none of its
-    own yet; ``init_groups`` limits which layer groups are loaded (None: all)
+    own yet; several: the mean of their weights (hierarchical transfer);
+    ``init_groups`` limits which layer groups are loaded (None: all)
     and ``freeze`` names groups that are not trained (transfer learning).
     ``log_dir``: where a command trainer's stdout and stderr are kept.
     ``workdir``: a command trainer's working directory (default: current).
@@ -165,7 +166,7 @@ class TrialRequest:
     data_parallel: int = 1
     model_parallel: int = 1
     checkpoint_dir: str | None = None
-    init_from: str | None = None
+    init_from: str | tuple[str, ...] | None = None
     init_groups: tuple[str, ...] | None = None
     freeze: tuple[str, ...] = ()
     log_dir: str | None = None

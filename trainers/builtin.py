@@ -176,8 +176,9 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
         start_epoch, history = int(payload["epoch"]), list(payload.get("history", []))
         saved_optimizer = payload.get("optimizer")
     elif request.init_from:
-        ckpt.load_weights(model, request.init_from, groups=request.init_groups,
-                          freeze=request.freeze)
+        source = request.init_from if isinstance(request.init_from, str) else \
+            ckpt.mean_weights(request.init_from, request.init_groups or ("features",))
+        ckpt.load_weights(model, source, groups=request.init_groups, freeze=request.freeze)
     else:
         freeze_groups(model, request.freeze)
 

@@ -115,6 +115,26 @@ def _shard(model: Any, name: str, tensor: Any) -> Any:
     return owner.shard(tensor) if owner is not None else tensor
 
 
+def mean_weights(sources: Iterable[str | os.PathLike[str]],
+                 groups: Iterable[str] = ("features",)) -> dict[str, Any]:
+    """A checkpoint payload whose ``groups`` hold the mean of the sources' weights.
+
+    Sub-models trained from the same initial weights on parts of a problem
+    (hierarchical transfer) share a basin; their averaged features start the
+    combined model, which is then fine-tuned on the whole problem. Each rank
+    computes it in memory from the shared checkpoints: nothing is written, and
+    the driver never loads a model.
+    """
+    payloads = [load_checkpoint(s) for s in sources]
+    if not payloads:
+        raise ValueError("init_from needs at least one checkpoint to average")
+    wanted = tuple(groups)
+    first = payloads[0]
+    model = {name: sum(p["model"][name] for p in payloads) / len(payloads)
+             for name in first["model"] if name.split(".", 1)[0] in wanted}
+    return {**first, "model": model, "optimizer": None, "history": []}
+
+
 def load_weights(model: Any, source: str | os.PathLike[str] | Mapping[str, Any], *,
                  groups: Iterable[str] | None = None, freeze: Iterable[str] = ()) -> list[str]:
     """Load weights from a checkpoint into ``model`` (split or not); freeze groups.

@@ -190,7 +190,10 @@ def run_command(request: TrialRequest, report: Report | None = None,
     env.update({
         "NESTOR_TRIAL_ID": request.trial_id,
         "NESTOR_CHECKPOINT_DIR": request.checkpoint_dir or "",
-        "NESTOR_INIT_FROM": request.init_from or "",
+        # several checkpoints (to average) are joined like PATH entries
+        "NESTOR_INIT_FROM": os.pathsep.join([request.init_from]
+                                            if isinstance(request.init_from, str)
+                                            else request.init_from or ()),
         "NESTOR_DATA_PARALLEL": str(request.data_parallel),
         "NESTOR_MODEL_PARALLEL": str(request.model_parallel),
     })

@@ -57,7 +57,7 @@ class TrialContext:
     trial_id: str
     par: Parallel
     checkpoint_dir: str | None
-    init_from: str | None
+    init_from: str | tuple[str, ...] | None
     log_dir: str | None
     _report: Report | None = None
     _should_stop: ShouldStop | None = None

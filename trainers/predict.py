@@ -85,28 +85,3 @@ class Predictor:
                 logits = self.model(torch.from_numpy(chunk))
                 out.append(torch.softmax(logits, dim=1).numpy())
         return np.concatenate(out) if out else np.zeros((0, self.arch["num_classes"]), np.float32)
-
-
-def average_checkpoints(sources: list[str], out_dir: str | os.PathLike[str],
-                        groups: tuple[str, ...] = ("features",)) -> str:
-    """A checkpoint whose ``groups`` hold the mean of the sources' weights.
-
-    Sub-models trained from the same initial weights on parts of a problem
-    (hierarchical transfer) share a basin; their averaged features start the
-    combined model, which is then fine-tuned on the whole problem.
-    """
-    from trainers.checkpoint import load_checkpoint, save_checkpoint
-
-    payloads = [load_checkpoint(s) for s in sources]
-    if not payloads:
-        raise ValueError("average_checkpoints needs at least one checkpoint")
-    first = payloads[0]
-    model = {}
-    for name in first["model"]:
-        if name.split(".", 1)[0] in groups:
-            model[name] = sum(p["model"][name] for p in payloads) / len(payloads)
-    path = save_checkpoint(out_dir, {
-        "epoch": 1, "arch": first["arch"], "model": model, "optimizer": None,
-        "options": first["options"], "history": [], "trial_id": "averaged",
-    })
-    return str(path)

@@ -1,6 +1,6 @@
 """What the scheduler needs from a cluster, and the events a cluster sends back.
 
-The scheduler (``orchestrator.hpo``, ``orchestrator.workflow``) decides which
+The scheduler (``orchestrator.trials``, ``orchestrator.workflow``) decides which
 trial runs next; a Backend runs it and reports what happened as events. Two
 implementations share this surface, as submitit's local and Slurm executors
 share one API: :class:`~orchestrator.backends.RayBackend` starts Horovod
@@ -90,6 +90,9 @@ class Backend(abc.ABC):
     """Runs attempts on gangs of ranks within ``slots``, reporting by events."""
 
     slots: int
+    # Its trials run real code on real machines, so measuring them means something
+    # (a planned stage profiles its trainer first); a simulation's do not.
+    measurable: bool = True
 
     @abc.abstractmethod
     def now(self) -> float:

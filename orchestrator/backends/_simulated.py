@@ -234,6 +234,8 @@ class Outage:
 class SimulatedBackend(Backend):
     """``nodes`` x ``slots_per_node`` slots on a virtual clock (see the module)."""
 
+    measurable = False  # nothing real runs: a planned stage plans from what is cached
+
     def __init__(
         self,
         nodes: int,

@@ -47,14 +47,16 @@ from ._planner import (
 )
 from ._profile import CommSample, Profile, StepSample, profile_key
 from ._profiler import ProfileError, default_shapes, profile
+from ._runtime import StagePlanner, shape_of
 from ._stage import StagePlanInputs, plan_stage, stage_inputs, stage_model, trial_settings
 
 __all__ = [
     "ALGORITHMS", "GANG_START_S", "HYSTERESIS", "Candidate", "Check", "CommParams",
     "CommSample", "ComputeParams", "CostModel", "Goal", "Limits", "ModelSize",
     "NoFeasibleShape", "Plan", "Profile", "ProfileError", "Replan", "Shape", "SplitLayer",
-    "StagePlanInputs", "StepSample", "calibrate", "checks", "choose", "coefficients",
+    "StagePlanInputs", "StagePlanner", "StepSample", "calibrate", "checks", "choose",
+    "coefficients",
     "default_shapes", "evaluate", "fit_comm", "fit_compute", "model_size", "plan_stage",
-    "prior_model", "profile", "profile_key", "replan", "stage_inputs", "stage_model",
+    "prior_model", "profile", "profile_key", "replan", "shape_of", "stage_inputs", "stage_model",
     "trial_settings",
 ]

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
 
 
 def pick_stage(workflow: Workflow, name: str | None) -> str:
-    """``name``, else the first planned stage, else the first hpo stage, else the first."""
+    """``name``, else the first planned stage, else the first search stage, else the first."""
     names = workflow.order()
     if name is not None:
         if name not in names:
@@ -28,7 +28,9 @@ def pick_stage(workflow: Workflow, name: str | None) -> str:
     for candidate in names:
         if workflow.declared_parallel(candidate).is_auto or workflow.batch_of(candidate):
             return candidate
-    return next((n for n in names if workflow.stage(n).kind == "hpo"), names[0])
+    from orchestrator.kinds import stage_kind
+
+    return next((n for n in names if stage_kind(workflow.stage(n).kind).searches), names[0])
 
 
 def _cores() -> int:

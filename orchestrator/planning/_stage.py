@@ -45,15 +45,7 @@ class StagePlanInputs:
 
 def reference_options(workflow: Workflow, name: str) -> tuple[str, dict[str, Any]]:
     """The built-in trainer's resolved options for the stage's largest trial."""
-    from orchestrator.spec.model import (
-        CategoricalSpec,
-        ConstantSpec,
-        FloatSpec,
-        HpoStage,
-        IntSpec,
-        TrainStage,
-        TransferStage,
-    )
+    from orchestrator.spec.model import CategoricalSpec, ConstantSpec, FloatSpec, IntSpec
     from trainers.catalog import resolve_options
 
     stage = workflow.stage(name)
@@ -61,23 +53,22 @@ def reference_options(workflow: Workflow, name: str) -> tuple[str, dict[str, Any
     if trainer.name is None:
         raise ValueError(f"parallel: auto needs a built-in trainer (name:), but stage {name!r}"
                          f" has a {trainer.kind} trainer")
-    config: dict[str, Any] = {}
-    if isinstance(stage, HpoStage):
-        for key, spec in stage.space.items():
-            if isinstance(spec, ConstantSpec):
-                config[key] = spec.value
-            elif key in SIZE_OPTIONS and isinstance(spec, IntSpec | FloatSpec):
-                config[key] = spec.high
-            elif key in SIZE_OPTIONS and isinstance(spec, CategoricalSpec):
-                numbers = [v for v in spec.values if isinstance(v, int | float)
-                           and not isinstance(v, bool)]
-                if numbers:
-                    config[key] = max(numbers)
-    elif isinstance(stage, TrainStage | TransferStage):
-        config = {k: v for k, v in stage.config.items() if k in SIZE_OPTIONS}
+    config: dict[str, Any] = {k: v for k, v in stage.fixed_config().items()
+                              if k in SIZE_OPTIONS}
+    for key, spec in stage.searched().items():
+        if isinstance(spec, ConstantSpec):
+            config[key] = spec.value
+        elif key in SIZE_OPTIONS and isinstance(spec, IntSpec | FloatSpec):
+            config[key] = spec.high
+        elif key in SIZE_OPTIONS and isinstance(spec, CategoricalSpec):
+            numbers = [v for v in spec.values if isinstance(v, int | float)
+                       and not isinstance(v, bool)]
+            if numbers:
+                config[key] = max(numbers)
     settings = dict(trainer.settings)
-    if isinstance(stage, TransferStage):
-        settings.update({"dataset": stage.source.dataset, **stage.source.settings})
+    first = next(iter(stage.tasks().values()), None)  # a transfer's source: trained first
+    if first is not None:
+        settings.update({"dataset": first.dataset, **first.settings})
     return trainer.name, resolve_options(trainer.name, settings, config)
 
 
@@ -99,7 +90,7 @@ def estimated_train_samples(options: Mapping[str, Any]) -> int:
 def stage_inputs(workflow: Workflow, name: str, slots: int, *, runs: int | None = None
                  ) -> StagePlanInputs:
     """The planner's inputs for stage ``name`` on ``slots`` slots (``runs``: trials left)."""
-    from orchestrator.spec.model import GeneticSearch, HpoStage
+    from orchestrator.spec.model import GeneticSearch
 
     stage = workflow.stage(name)
     trainer, options = reference_options(workflow, name)
@@ -113,9 +104,8 @@ def stage_inputs(workflow: Workflow, name: str, slots: int, *, runs: int | None 
         model=declared.model if isinstance(declared.model, int) else None,
     )
     generation = None
-    if isinstance(stage, HpoStage) and isinstance(stage.search, GeneticSearch) and (
-            stage.search.schedule == "generational"):
-        search = stage.search
+    search = getattr(stage, "search", None)
+    if isinstance(search, GeneticSearch) and search.schedule == "generational":
         generation = (search.offspring or search.population) if (
             search.mode == "mu_plus_lambda") else search.population
     goal = Goal(runs=stage.planned_trials() if runs is None else runs,

@@ -15,19 +15,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainers.catalog import DATASETS, TRAINERS, Option
+from orchestrator.kinds import stage_kind
+from trainers.catalog import TRAINERS, Option
 
 from .errors import allowed, did_you_mean, short
 from .leaks import check_splits
-from .model import (
-    CategoricalSpec,
-    ConstantSpec,
-    GridSearch,
-    HpoStage,
-    TrainStage,
-    TransferStage,
-    Workflow,
-)
+from .model import Workflow
 
 Finding = tuple[tuple[Any, ...], str]
 
@@ -96,10 +89,6 @@ def _find_cycle(edges: dict[str, list[str]]) -> list[str] | None:
 
 def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
     here = ("stages", index)
-    if stage.kind == "ensemble":
-        kinds = {workflow.stage(ref).kind for ref in stage.from_}
-        if "hpo" not in kinds:
-            yield (*here, "from"), "an ensemble stage needs from: an hpo stage to draw members from"
     if stage.trainer is None and not stage.from_:
         yield (*here, "trainer"), (
             "missing required field 'trainer' (a stage with no from: has nothing to inherit)"
@@ -116,18 +105,7 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
             f"a trial needs {ranks} slots (data x model) but resources.slots is {slots};"
             " lower parallel or raise resources.slots (or set resources.oversubscribe: true)"
         )
-    if isinstance(stage, HpoStage):
-        yield from _hpo(workflow, here, stage)
-    if isinstance(stage, TrainStage | TransferStage):
-        yield from _config(workflow, here, stage)
-    if isinstance(stage, TransferStage):
-        for side in ("source", "target"):
-            dataset = getattr(stage, side).dataset
-            if dataset not in DATASETS:
-                yield (*here, side, "dataset"), (
-                    f"unknown dataset {short(dataset)}{did_you_mean(dataset, DATASETS)}"
-                    f" ({allowed(DATASETS)})"
-                )
+    yield from stage_kind(stage.kind).check(workflow, here, stage)
 
 
 def _planned(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
@@ -198,12 +176,12 @@ def _trainer(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
                 f" ({allowed(info.settings)})"
             )
         else:
-            message = _option_mismatch(option, value)
+            message = option_mismatch(option, value)
             if message:
                 yield loc, message
 
 
-def _config(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
+def config_findings(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
     """A train or transfer stage's fixed hyperparameters, against its (inherited) trainer."""
     try:
         trainer = workflow.trainer_of(stage.name)
@@ -220,11 +198,11 @@ def _config(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[F
                 f"{trainer.name} takes no hyperparameter {key!r}{did_you_mean(key, known)}"
                 f" ({allowed(info.hyperparameters)})"
             )
-        elif (message := _option_mismatch(option, value)) is not None:
+        elif (message := option_mismatch(option, value)) is not None:
             yield (*here, "config", key), message
 
 
-def _option_mismatch(option: Option, value: Any) -> str | None:
+def option_mismatch(option: Option, value: Any) -> str | None:
     if option.type is float and isinstance(value, int | float) and not isinstance(value, bool):
         return None
     if option.type is list and isinstance(value, list):
@@ -237,43 +215,6 @@ def _option_mismatch(option: Option, value: Any) -> str | None:
             + did_you_mean(value, option.choices)
         )
     return None
-
-
-def _hpo(workflow: Workflow, here: tuple[Any, ...], stage: HpoStage) -> Iterator[Finding]:
-    if stage.trainer.name in TRAINERS:
-        info = TRAINERS[stage.trainer.name]
-        known = {**info.hyperparameters, **info.settings}
-        for name, spec in stage.space.items():
-            loc = (*here, "space", name)
-            option = known.get(name)
-            if option is None:
-                yield loc, (
-                    f"{stage.trainer.name} takes no hyperparameter {name!r}"
-                    f"{did_you_mean(name, known)} ({allowed(info.hyperparameters)})"
-                )
-                continue
-            values: list[Any] = []
-            if isinstance(spec, CategoricalSpec):
-                values = list(spec.values)
-            elif isinstance(spec, ConstantSpec):
-                values = [spec.value]
-            for value in values:
-                message = _option_mismatch(option, value)
-                if message:
-                    yield loc, message
-    if isinstance(stage.search, GridSearch) and isinstance(stage.search.points, dict):
-        for name in stage.search.points:
-            if name not in stage.space:
-                yield (*here, "search", "points", name), (
-                    f"no parameter {name!r} in space{did_you_mean(name, stage.space)}"
-                    f" ({allowed(stage.space)})"
-                )
-    objectives = stage.objectives
-    if not objectives:
-        yield (*here, "objective"), "must name at least one metric, but got an empty list"
-    metrics = [o.metric for o in objectives]
-    if len(set(metrics)) != len(metrics):
-        yield (*here, "objective"), f"names a metric twice: {metrics}"
 
 
 def check_imports(workflow: Workflow) -> list[Finding]:

@@ -32,9 +32,10 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+from orchestrator.kinds import stage_kind
 from trainers.catalog import SPLIT_SETTINGS, TRAINERS
 
-from .model import EnsembleStage, HpoStage, TrainStage, TransferStage, Workflow
+from .model import Workflow
 
 Finding = tuple[tuple[Any, ...], str]
 
@@ -55,38 +56,36 @@ def check_splits(workflow: Workflow) -> Iterator[Finding]:
         else:
             trainerless = False
         here = ("stages", index)
-        if isinstance(stage, HpoStage):
-            yield from _objectives(here, stage)
-            for name in stage.space:
-                if name in SPLIT_SETTINGS:
-                    yield (*here, "space", name), (
-                        f"space must not name a split setting, but got {name!r}: it would"
-                        " move rows between the training, validation and test splits from"
-                        " trial to trial, so trials would be compared on different"
-                        " validation rows and could train on test rows; set it once in"
-                        f" trainer.settings (split settings: {SPLIT_LIST})"
-                    )
-        if isinstance(stage, TrainStage | TransferStage):
-            for name in stage.config:
-                if name in SPLIT_SETTINGS:
-                    hint = ("; to retrain on the validation rows too, use a train stage's"
-                            " data: train+val" if name == "train_data" else
-                            "; set it in trainer.settings, the same as the stages it draws from")
-                    yield (*here, "config", name), (
-                        f"config must not set a split setting, but got {name!r}: config is"
-                        f" per trial, and splits are fixed per workflow{hint}"
-                        f" (split settings: {SPLIT_LIST})"
-                    )
+        yield from _objectives(here, stage)
+        for name in stage.searched():
+            if name in SPLIT_SETTINGS:
+                yield (*here, "space", name), (
+                    f"space must not name a split setting, but got {name!r}: it would"
+                    " move rows between the training, validation and test splits from"
+                    " trial to trial, so trials would be compared on different"
+                    " validation rows and could train on test rows; set it once in"
+                    f" trainer.settings (split settings: {SPLIT_LIST})"
+                )
+        for name in stage.fixed_config():
+            if name in SPLIT_SETTINGS:
+                hint = ("; to retrain on the validation rows too, use a train stage's"
+                        " data: train+val" if name == "train_data" else
+                        "; set it in trainer.settings, the same as the stages it draws from")
+                yield (*here, "config", name), (
+                    f"config must not set a split setting, but got {name!r}: config is"
+                    f" per trial, and splits are fixed per workflow{hint}"
+                    f" (split settings: {SPLIT_LIST})"
+                )
         yield from _train_data(here, stage)
         if trainerless:
             continue
-        if isinstance(stage, TransferStage):
+        if stage.tasks():
             yield from _transfer(workflow, here, stage)
-        elif isinstance(stage, EnsembleStage | TrainStage):
+        elif not stage_kind(stage.kind).searches:  # a search draws nothing from its sources
             yield from _same_as_sources(workflow, here, stage)
 
 
-def _objectives(here: tuple[Any, ...], stage: HpoStage) -> Iterator[Finding]:
+def _objectives(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
     for number, objective in enumerate(stage.objectives):
         if TEST_METRIC.match(objective.metric):
             yield (*here, "objective", number, "metric"), (
@@ -101,9 +100,7 @@ def _train_data(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
     places: list[tuple[tuple[Any, ...], Mapping[str, Any]]] = []
     if stage.trainer is not None:
         places.append(((*here, "trainer", "settings"), stage.trainer.settings))
-    if isinstance(stage, TransferStage):
-        places += [((*here, "source", "settings"), stage.source.settings),
-                   ((*here, "target", "settings"), stage.target.settings)]
+    places += [((*here, side, "settings"), task.settings) for side, task in stage.tasks().items()]
     for loc, settings in places:
         value = settings.get("train_data", "train")
         if value != "train":
@@ -136,10 +133,7 @@ def split_of(workflow: Workflow, name: str,
 
 def _source_split(workflow: Workflow, name: str) -> dict[str, Any]:
     """What a source stage's models were scored on (a transfer: its target)."""
-    stage = workflow.stage(name)
-    if isinstance(stage, TransferStage):
-        return split_of(workflow, name, stage.target)
-    return split_of(workflow, name)
+    return split_of(workflow, name, workflow.stage(name).scored_task())
 
 
 def _show(value: Any) -> str:
@@ -147,10 +141,9 @@ def _show(value: Any) -> str:
 
 
 def _same_as_sources(workflow: Workflow, here: tuple[Any, ...],
-                     stage: EnsembleStage | TrainStage) -> Iterator[Finding]:
+                     stage: Any) -> Iterator[Finding]:
     ours = split_of(workflow, stage.name)
     own = stage.trainer.settings if stage.trainer is not None else {}
-    what = "members" if isinstance(stage, EnsembleStage) else "model"
     for ref_index, ref in enumerate(stage.from_):
         theirs = _source_split(workflow, ref)
         for key in ("dataset", *ROWS, "classes"):
@@ -159,7 +152,7 @@ def _same_as_sources(workflow: Workflow, here: tuple[Any, ...],
             if key in own or stage.trainer is not None:
                 yield (*here, "trainer", "settings", key), (
                     f"{key} must be the same as in stage {ref!r} ({_show(theirs.get(key))}),"
-                    f" but got {_show(ours.get(key))}: this stage's {what} would be scored on"
+                    f" but got {_show(ours.get(key))}: this stage's models would be scored on"
                     f" other validation and test rows than {ref!r}, whose trials chose them"
                     " and may have trained on those rows"
                 )
@@ -173,7 +166,7 @@ def _same_as_sources(workflow: Workflow, here: tuple[Any, ...],
 
 
 def _transfer(workflow: Workflow, here: tuple[Any, ...],
-              stage: TransferStage) -> Iterator[Finding]:
+              stage: Any) -> Iterator[Finding]:
     sides = {side: split_of(workflow, stage.name, getattr(stage, side))
              for side in ("source", "target")}
     source, target = sides["source"], sides["target"]

@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from orchestrator.kinds import KINDS
 from search._auto import AutoChoice, choose_search
 from search._genetic import plan_generations
 from search.space import (
@@ -509,6 +510,40 @@ class _StageBase(Strict):
     def planned_trials(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
+    # What checks, the planner and `nestor validate` read of any kind of stage, so
+    # that none of them asks which kind it is.
+
+    def fixed_config(self) -> dict[str, Scalar]:
+        """Hyperparameters the stage fixes for its trials (a train or transfer stage's
+        ``config``); a search's come from its space."""
+        return {}
+
+    def searched(self) -> dict[str, Any]:
+        """The hyperparameters it searches, by name, with their specs (a search's space)."""
+        return {}
+
+    @property
+    def objectives(self) -> list[Objective]:
+        """What it optimizes (a search); other kinds judge by their sources'."""
+        return []
+
+    def tasks(self) -> dict[str, Task]:
+        """Tasks the stage trains on besides its trainer's own (a transfer stage's
+        source and target), by field name."""
+        return {}
+
+    def scored_task(self) -> Task | None:
+        """The task its models are scored on, when not the trainer's own."""
+        return None
+
+    def auto_choice(self) -> AutoChoice | None:
+        """What ``algorithm: auto`` picks for this stage (None: no automatic search)."""
+        return None
+
+    def search_label(self) -> str:
+        """The search, as `nestor validate` names it ("-": none)."""
+        return "-"
+
 
 class HpoStage(_StageBase):
     kind: Literal["hpo"]
@@ -544,11 +579,27 @@ class HpoStage(_StageBase):
     def objectives(self) -> list[Objective]:
         return self.objective
 
+    def searched(self) -> dict[str, Any]:
+        return dict(self.space)
+
     def search_space(self) -> SearchSpace:
         return SearchSpace(tuple(spec.to_param(name) for name, spec in self.space.items()))
 
     def planned_trials(self) -> int:
         return self.search.planned_trials(self.search_space())
+
+    def search_label(self) -> str:
+        choice = self.auto_choice()
+        if choice is not None:
+            return f"auto: {choice.label()}"
+        search = self.search
+        if isinstance(search, GeneticSearch):
+            size = f"{search.population}x{search.planned_generations()}"
+            demes = f", {search.demes} demes" if search.demes > 1 else ""
+            return f"genetic {search.schedule} {size}{demes}"
+        if isinstance(search, BayesianSearch):
+            return f"bayesian {search.sampler}"
+        return str(search.algorithm)
 
     def auto_choice(self) -> AutoChoice | None:
         """What ``algorithm: auto`` picks for this stage (None for a named algorithm)."""
@@ -615,6 +666,15 @@ class TransferStage(_StageBase):
         pretrain = len(self.groups) if self.mode == "hierarchical" and self.groups else 1
         return pretrain + 1 + int(self.scratch_baseline)
 
+    def fixed_config(self) -> dict[str, Scalar]:
+        return dict(self.config)
+
+    def tasks(self) -> dict[str, Task]:
+        return {"source": self.source, "target": self.target}
+
+    def scored_task(self) -> Task | None:
+        return self.target
+
 
 class TrainStage(_StageBase):
     kind: Literal["train"]
@@ -628,11 +688,14 @@ class TrainStage(_StageBase):
     def planned_trials(self) -> int:
         return 1
 
+    def fixed_config(self) -> dict[str, Scalar]:
+        return dict(self.config)
+
 
 Stage = Annotated[
     HpoStage | EnsembleStage | TransferStage | TrainStage, Field(discriminator="kind")
 ]
-STAGE_KINDS = ("hpo", "ensemble", "transfer", "train")
+STAGE_KINDS = tuple(KINDS)  # what a stage may be: the kinds orchestrator/kinds defines
 DISCRIMINATORS = {"kind": STAGE_KINDS, "algorithm": ALGORITHMS, "type": PARAM_TYPES}
 
 

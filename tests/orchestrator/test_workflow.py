@@ -264,7 +264,7 @@ def test_mlflow_shows_no_run_the_journal_does_not_name_and_resume_leaves_no_twin
 
 # The trial's program has ended and its rank 0 has written the result; the driver
 # has heard of it but not journalled it yet.
-DIES_BEFORE_JOURNALLING_A_RESULT = fault_on_call("orchestrator.hpo:TrialRunner._finish_attempt",
+DIES_BEFORE_JOURNALLING_A_RESULT = fault_on_call("orchestrator.trials:TrialRunner._finish_attempt",
                                                  3, "os.killpg(0, signal.SIGKILL)")
 
 

@@ -1,200 +1,33 @@
-"""The stage kinds after a search: ensemble, transfer and train.
-
-Each is a fixed plan of ordinary trials (journalled, retried, tracked, each a
-dp x mp gang like any HPO trial) plus what the stage makes of them once they
-are done: a combined ensemble, a fine-tune against scratch comparison, one
-final model. Their inputs are the summaries of the stages named in ``from:``.
-"""
+"""The ensemble kind: members chosen from an hpo stage (its top trials, or a
+greedy selection on validation data), trained as ordinary trials, then
+combined. The ensemble is the product, its best member the baseline."""
 
 from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orchestrator.hpo import HpoRunner, SkipTrial, TrialRunner
 from orchestrator.journal import write_atomic
+from orchestrator.kinds import Finding, PlotMaker, StageError, StageKind, stage_kind
+from orchestrator.kinds._planned import PlannedRunner, completed
 from orchestrator.plan import Plan, PlannedTrial
-from orchestrator.spec import EnsembleStage, TrainStage, TransferStage, Workflow
+from orchestrator.products import Product
+from orchestrator.spec import EnsembleStage, Workflow
+from orchestrator.trials import TrialRunner
 
 log = logging.getLogger(__name__)
 
 STRUCTURE_SCALES = (1.0, 0.5, 1.5, 0.75, 1.25)  # widths of members that vary by structure
 MEMBER_SEED = 1000  # members' seeds start here, apart from the search's default seed 0
 GREEDY_CANDIDATES = 10  # source trials considered by greedy member selection
-DEFAULT_LR = 0.05  # the built-in trainers' default, when the config names none
 
 
-class StageError(Exception):
-    """A stage cannot run on what its sources produced; the message says why."""
-
-
-def _objective(sources: list[dict[str, Any]]) -> Any:
-    from search import Objective
-
-    for source in sources:
-        if source.get("objective"):
-            o = source["objective"]
-            return Objective(o["metric"], o["mode"])
-    return Objective("val_accuracy", "max")
-
-
-def _completed(summary: dict[str, Any], objective: Any) -> list[dict[str, Any]]:
-    """A source's completed trials with a value, best first."""
-    done = [t for t in summary.get("trials", [])
-            if t["status"] == "completed" and isinstance(t.get("value"), int | float)]
-    return sorted(done, key=lambda t: objective.sign * t["value"])
-
-
-def _best_config(sources: list[dict[str, Any]]) -> dict[str, Any]:
-    for source in sources:
-        best = source.get("best")
-        if best and best.get("config"):
-            return dict(best["config"])
-    return {}
-
-
-class _PlannedRunner(TrialRunner):
-    def __init__(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
-                 **kwargs: Any) -> None:
-        objective = _objective(sources)
-        self.sources = sources
-        plan = Plan(self.phases(workflow, stage, sources, objective), objective)
-        super().__init__(workflow, stage, searcher=plan, objectives=[objective],
-                         trainer_spec=workflow.trainer_of(stage.name), **kwargs)
-
-    def phases(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
-               objective: Any) -> list[list[PlannedTrial]]:
-        raise NotImplementedError
-
-    def test_value(self, trial_id: str) -> float | None:
-        record = self.records.get(trial_id)
-        return None if record is None else record.metrics.get("test_accuracy")
-
-    def val_value(self, trial_id: str) -> float | None:
-        record = self.records.get(trial_id)
-        return None if record is None else record.metrics.get("val_accuracy")
-
-
-# --- train ------------------------------------------------------------------------------
-
-
-class TrainRunner(_PlannedRunner):
-    """One training run: the given config, or the best of the from: stage, overridden."""
-
-    def phases(self, workflow: Workflow, stage: TrainStage, sources: list[dict[str, Any]],
-               objective: Any) -> list[list[PlannedTrial]]:
-        return [[PlannedTrial("final", {**_best_config(sources), **stage.config})]]
-
-    def request_extras(self, trial: Any) -> dict[str, Any]:
-        if self.stage.data != "train":
-            return {"settings": {"train_data": self.stage.data}}
-        return {}
-
-    def finalize(self, done: Any = None) -> dict[str, Any]:
-        summary = self.summary()
-        record = self.records.get("final")
-        summary["train"] = {
-            "data": self.stage.data,
-            "config": record.config if record else None,
-            "test_value": self.test_value("final"),
-            "val_value": self.val_value("final"),
-            "checkpoint": record.checkpoint if record else None,
-        }
-        return summary
-
-
-# --- transfer ---------------------------------------------------------------------------
-
-
-class TransferRunner(_PlannedRunner):
-    """Pretrain on a source task (or on sub-problems of it), fine-tune on the target;
-    train the target from scratch on the same budget to compare."""
-
-    def phases(self, workflow: Workflow, stage: TransferStage, sources: list[dict[str, Any]],
-               objective: Any) -> list[list[PlannedTrial]]:
-        config = {**_best_config(sources), **stage.config}
-        tuned = dict(config)
-        tuned["lr"] = float(config.get("lr", DEFAULT_LR)) * stage.lr_scale
-        if stage.mode == "finetune":
-            first = [PlannedTrial("pretrain", config, origin="source")]
-            last = PlannedTrial("finetune", tuned, origin="target", parents=("pretrain",))
-        else:
-            groups = stage.groups or []
-            first = [PlannedTrial(f"group-{i}", config, origin="source")
-                     for i in range(len(groups))]
-            last = PlannedTrial("combined", tuned, origin="target",
-                                parents=tuple(t.id for t in first))
-        if stage.scratch_baseline:
-            first.append(PlannedTrial("scratch", config, origin="target"))
-        return [first, [last]]
-
-    def _task(self, task: Any, classes: list[int] | None = None) -> dict[str, Any]:
-        settings: dict[str, Any] = {"dataset": task.dataset}
-        if classes or task.classes:
-            settings["classes"] = list(classes or task.classes)
-        return {**settings, **task.settings}
-
-    def request_extras(self, trial: Any) -> dict[str, Any]:
-        stage: TransferStage = self.stage
-        if trial.id == "pretrain":
-            return {"settings": self._task(stage.source)}
-        if trial.id.startswith("group-"):
-            group = (stage.groups or [])[int(trial.id.split("-")[1])]
-            return {"settings": self._task(stage.source, group)}
-        if trial.id == "scratch":
-            return {"settings": self._task(stage.target)}
-        sources = []
-        for parent in trial.parents:
-            record = self.records.get(parent)
-            if record is None or record.status != "completed" or not record.checkpoint:
-                raise SkipTrial(f"{parent} did not complete, so there is nothing to fine-tune")
-            sources.append(record.checkpoint)
-        if len(sources) == 1:
-            init_from = sources[0]
-        else:
-            from trainers.predict import average_checkpoints
-
-            init_from = average_checkpoints(
-                sources, self.run_dir / "checkpoints" / stage.name / "averaged")
-        return {"settings": self._task(stage.target), "init_from": str(init_from),
-                "init_groups": ("features",), "freeze": tuple(stage.freeze)}
-
-    def finalize(self, done: Any = None) -> dict[str, Any]:
-        summary = self.summary()
-        tuned = "finetune" if self.stage.mode == "finetune" else "combined"
-        pretrained = [t for t in self.records if t == "pretrain" or t.startswith("group-")]
-        summary["transfer"] = {
-            "mode": self.stage.mode,
-            "test_value": self.test_value(tuned),
-            "val_value": self.val_value(tuned),
-            "scratch_test_value": self.test_value("scratch"),
-            "scratch_val_value": self.val_value("scratch"),
-            "pretrain_slot_seconds": round(sum(self.records[t].slot_seconds
-                                               for t in pretrained), 3),
-            "curves": {
-                "pretrain": self._curve(pretrained[0]) if pretrained else [],
-                "finetune": self._curve(tuned),
-                "scratch": self._curve("scratch"),
-            },
-        }
-        return summary
-
-    def _curve(self, trial_id: str) -> list[dict[str, Any]]:
-        record = self.records.get(trial_id)
-        if record is None:
-            return []
-        keep = ("epoch", "train_loss", "val_loss", "val_accuracy")
-        return [{k: h[k] for k in keep if k in h} for h in record.history]
-
-
-# --- ensemble ---------------------------------------------------------------------------
-
-
-class EnsembleRunner(_PlannedRunner):
+class EnsembleRunner(PlannedRunner):
     """Members chosen from an HPO stage, trained as ordinary trials, then combined."""
 
     def __init__(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
@@ -233,7 +66,7 @@ class EnsembleRunner(_PlannedRunner):
 
     def phases(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
-        candidates = [t for s in sources for t in _completed(s, objective)]
+        candidates = [t for s in sources for t in completed(s, objective)]
         candidates.sort(key=lambda t: objective.sign * t["value"])
         if not candidates:
             raise StageError(f"ensemble stage {stage.name!r}: its sources"
@@ -374,6 +207,91 @@ def ensemble_file(run_dir: Path, stage: str) -> Path:
     return run_dir / "ensembles" / stage / "ensemble.json"
 
 
+class EnsembleKind(StageKind):
+    name = "ensemble"
+    combines = True
+
+    def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
+               **kwargs: Any) -> TrialRunner:
+        return EnsembleRunner(workflow, stage, sources, **kwargs)
+
+    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
+        if not any(stage_kind(workflow.stage(ref).kind).searches for ref in stage.from_):
+            yield (*here, "from"), "an ensemble stage needs from: an hpo stage to draw members from"
+
+    def product(self, summary: dict[str, Any]) -> Product:
+        ensemble = summary.get("ensemble")
+        if not ensemble:
+            return Product("no ensemble (no member completed)", "val_accuracy", None, None)
+        members = ensemble.get("members") or []
+        best = max(members, key=lambda m: m.get("val_value") or 0.0, default=None)
+        named = f" ({best['id']})" if best else ""
+        combine = f" ({ensemble['combine']})" if ensemble.get("combine") else ""
+        return Product(f"ensemble of {len(members)}{combine}", "val_accuracy",
+                       ensemble.get("val_value"), ensemble.get("test_value"),
+                       f"best member{named}", ensemble.get("best_member_test_value"))
+
+    def checkpoint(self, summary: dict[str, Any]) -> str | None:
+        """Its best member's (the ensemble itself is ensemble.json and the members)."""
+        return (summary.get("best") or {}).get("checkpoint")
+
+    def lines(self, summary: dict[str, Any]) -> list[str]:
+        from orchestrator.tables import fmt
+
+        e, name = summary.get("ensemble"), summary["name"]
+        if not e:
+            return [f"{name}: {summary.get('stop_reason')}"]
+        weights = ", ".join(f"{m['id']} {m['weight']:.2f}" for m in e["members"])
+        return [f"{name}: ensemble ({e['combine']}) test {fmt(e['test_value'])} against its"
+                f" best member's {fmt(e['best_member_test_value'])} and the members' mean"
+                f" {fmt(e['mean_member_test_value'])}; weights {weights}"]
+
+    def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
+        """One row per member (the ensemble's own figures are the product's)."""
+        from orchestrator.tables import fmt
+
+        ensemble = summary.get("ensemble")
+        if not ensemble:
+            return super().detail(report, summary, objectives)
+        report.facts.append(("members' mean: test accuracy",
+                             fmt(ensemble.get("mean_member_test_value"))))
+        members = ensemble.get("members", [])
+        names = sorted({k for m in members for k in (m.get("config") or {})})
+        report.columns = ["member", "seed", "weight", "validation", "test", *names,
+                          "checkpoint"]
+        for member in members:
+            config = member.get("config") or {}
+            report.rows.append([
+                fmt(member.get("id")), fmt(member.get("seed")), fmt(member.get("weight")),
+                fmt(member.get("val_value")), fmt(member.get("test_value")),
+                *[fmt(config.get(n)) for n in names], fmt(member.get("checkpoint")),
+            ])
+        report.caption = f"{len(members)} members"
+
+    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
+              events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
+        from orchestrator.plots import plot_ensemble
+
+        if not summary.get("ensemble"):
+            return []
+        name = str(summary["name"])
+        return [("ensemble", lambda: plot_ensemble(name, summary["ensemble"],
+                                                   run_dir / "plots" / f"{name}.png"))]
+
+    def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
+        """The members with a weight, weights summing to one."""
+        from orchestrator.predict import PredictError
+
+        path = ensemble_file(run_dir, summary["name"])
+        if not path.exists():
+            raise PredictError(f"stage {summary['name']!r} made no ensemble"
+                               f" ({summary.get('stop_reason')})")
+        members = [m for m in json.loads(path.read_text())["members"] if m["weight"] > 0]
+        total = sum(m["weight"] for m in members)
+        return [run_dir / m["checkpoint"] for m in members], [m["weight"] / total
+                                                               for m in members]
+
+
 def _default(workflow: Workflow, stage: Any, key: str) -> Any:
     from trainers.catalog import resolve_options
 
@@ -381,9 +299,4 @@ def _default(workflow: Workflow, stage: Any, key: str) -> Any:
     return resolve_options(trainer.name, dict(trainer.settings), {})[key]
 
 
-RUNNERS: dict[str, type[TrialRunner]] = {
-    "hpo": HpoRunner,
-    "ensemble": EnsembleRunner,
-    "transfer": TransferRunner,
-    "train": TrainRunner,
-}
+KIND = EnsembleKind()

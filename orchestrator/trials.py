@@ -1,4 +1,4 @@
-"""Run one stage's trials: ask the searcher, launch attempts, tell the results.
+"""Run one stage's trials, whatever its kind: ask, launch attempts, tell the results.
 
 The workflow's loop keeps every slot busy: whenever a trial ends it tells the
 searcher and asks again, so the asynchronous (steady-state) schedule never
@@ -28,6 +28,8 @@ from typing import Any
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
 from orchestrator.events import (
     SearchLogged,
+    StagePlanned,
+    StageReplanned,
     ThresholdReached,
     TrialAttemptFailed,
     TrialFinished,
@@ -37,7 +39,7 @@ from orchestrator.events import (
 from orchestrator.gangs import Shape
 from orchestrator.heartbeat import BEAT_EVERY_S
 from orchestrator.journal import Journal, write_atomic
-from orchestrator.spec import HpoStage, Workflow
+from orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +63,8 @@ class Attempt:
     launched: float  # backend clock
     started: float | None = None  # once its gang runs it (None while the gang starts)
     startup_s: float = 0.0
+    # its gang's shape: a re-plan changes only the shape of trials started later
+    shape: Shape = field(default_factory=lambda: Shape(1, 1))
     deadline: float | None = None
     progress_due: float | None = None  # when to ask whether it still makes progress
     cancelled: str | None = None  # why the driver killed it (a timeout, no progress)
@@ -114,7 +118,9 @@ class TrialRunner:
         objectives: list[Any],
         trainer_spec: Any,
         on_progress: Callable[[TrialRunner], None] | None = None,
+        events: list[dict[str, Any]] | None = None,
     ) -> None:
+        """``events``: the journal so far (a resumed stage's plan is in it)."""
         from trainers import TrainerRef
 
         self.workflow = workflow
@@ -128,12 +134,24 @@ class TrialRunner:
         self.trainer_spec = trainer_spec
         self.settings: dict[str, Any] = dict(trainer_spec.settings)
         self.trainer = TrainerRef.from_spec(trainer_spec, result_metric=objectives[0].metric)
-        parallel = workflow.parallel_of(stage.name)
-        # A command trainer is one process that starts its own ranks, if any.
-        self.shape = (
-            Shape(1, 1) if self.trainer.kind == "command"
-            else Shape(parallel.data, parallel.model)
-        )
+        declared = workflow.declared_parallel(stage.name)
+        self.planner: Any = None  # for parallel: auto, on the slots the backend has
+        if self.trainer.kind == "command":
+            self.shape = Shape(1, 1)  # one process that starts its own ranks, if any
+        elif declared.is_auto:
+            from orchestrator.planning import StagePlanner
+
+            self.planner = StagePlanner(workflow, stage.name, backend.slots)
+            planned = [e for e in events or () if e.get("stage") == stage.name
+                       and e["event"] == "stage_planned"]
+            if planned and planned[-1].get("profile"):
+                from orchestrator.planning import Profile
+
+                self.planner.use_profile(Profile.from_record(planned[-1]["profile"]))
+            self._journalled_plan = bool(planned)  # journalled: neither profile nor plan again
+            self._choose()
+        else:
+            self.shape = Shape(int(declared.data), int(declared.model))
         self.state_path = run_dir / "searcher" / f"{stage.name}.json"
         self.records: dict[str, TrialRecord] = {}
         self.running: dict[str, Attempt] = {}  # by trial id
@@ -154,6 +172,7 @@ class TrialRunner:
     def restore(self, events: list[dict[str, Any]]) -> None:
         """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = [e for e in events if e.get("stage") == self.stage.name]
+        self._restore_plan(mine)
         self._restore_searcher(mine)
         for event in mine:
             kind = event["event"]
@@ -193,6 +212,49 @@ class TrialRunner:
                 continue
             record = self.records.get(trial.id)
             self.queue.append((trial, (record.attempts if record else 0) + 1))
+
+    def _choose(self) -> None:
+        chosen = self.planner.first()
+        self.shape = Shape(chosen.shape.dp, chosen.shape.mp)
+        self._plan = chosen
+
+    def _restore_plan(self, mine: list[dict[str, Any]]) -> None:
+        """A planned stage keeps the shape journalled for it (a resumed driver may sit
+        on other slots, or find another profile cached); a new one journals its plan."""
+        if self.planner is None:
+            return
+        from orchestrator.planning import shape_of
+
+        shaped = [e for e in mine if e["event"] in ("stage_planned", "stage_replanned")]
+        if shaped:
+            shape = shape_of(shaped[-1])
+            self.shape = Shape(shape.dp, shape.mp)
+            return
+        profile = self.planner.profile
+        self.journal.record(StagePlanned(
+            stage=self.stage.name, dp=self.shape.data, mp=self.shape.model,
+            slots=self.planner.slots, plan=self._plan.to_record(),
+            measured=self.planner.measured,
+            profile=None if profile is None else profile.to_record()))
+        log.info("stage %s: %s", self.stage.name, self._plan.why())
+
+    def _replan_tail(self) -> None:
+        """Fewer trials left than fit at once: the next ones may get wider."""
+        from orchestrator.planning import Shape as PlanShape
+
+        left = self.searcher.planned - self.searcher.n_asked
+        current = PlanShape(self.shape.data, self.shape.model)
+        # Running trials may be of an earlier shape: count the slots they hold.
+        running = self.busy_ranks // current.ranks
+        decision = self.planner.tail(left=left, running=running, current=current)
+        if decision is None or decision.shape == current:
+            return
+        self.shape = Shape(decision.shape.dp, decision.shape.mp)
+        self.journal.record(StageReplanned(
+            stage=self.stage.name, dp=self.shape.data, mp=self.shape.model, left=left,
+            running=len(self.running), reason=decision.reason))
+        log.info("stage %s: %d trial(s) left, now %s: %s", self.stage.name, left,
+                 decision.shape, decision.reason)
 
     def _result_path(self, trial_id: str, number: int) -> Path:
         return self.run_dir / "attempts" / self.stage.name / trial_id / f"{number}.json"
@@ -258,7 +320,7 @@ class TrialRunner:
                 attempt.progress_due = event.at + self.stage.trial.progress_timeout
             self.journal.record(TrialStarted(
                 stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
-                gang=event.gang, shape=str(self.shape), startup_s=round(event.startup_s, 3)))
+                gang=event.gang, shape=str(attempt.shape), startup_s=round(event.startup_s, 3)))
         elif isinstance(event, Ended):
             del self.running[trial_id]
             del self.keys[event.key]
@@ -324,6 +386,8 @@ class TrialRunner:
                 if self.searcher.done():
                     self.exhausted = True
                     break
+                if self.planner is not None:
+                    self._replan_tail()
                 if not self.backend.fits(self.shape):
                     break
                 asked = self.searcher.ask(1)
@@ -357,7 +421,7 @@ class TrialRunner:
 
     @property
     def busy_ranks(self) -> int:
-        return len(self.running) * self.shape.ranks
+        return sum(a.shape.ranks for a in self.running.values())
 
     def request_extras(self, trial: Any) -> dict[str, Any]:
         """Per-trial additions to the request: ``settings`` to merge over the
@@ -401,7 +465,7 @@ class TrialRunner:
             hooks = {"report": ReportTo(self.stopper, trial.id),
                      "should_stop": AskToStop(self.stopper, trial.id)}
         key = f"{self.stage.name}/{trial.id}#{number}"
-        attempt = Attempt(trial, number, key, launched=self.backend.now())
+        attempt = Attempt(trial, number, key, launched=self.backend.now(), shape=self.shape)
         self.running[trial.id] = attempt
         self.keys[key] = trial.id
         # Beats often enough that a healthy trial is never taken for a hung one.
@@ -454,11 +518,11 @@ class TrialRunner:
         # Busy slot time is the trial's own, from its ranks starting to its end; the
         # time spent starting a new gang (or failing to) is counted apart.
         if attempt.started is not None:
-            slot_seconds = (ended.at - attempt.started) * self.shape.ranks
-            startup_slot_seconds = attempt.startup_s * self.shape.ranks
+            slot_seconds = (ended.at - attempt.started) * attempt.shape.ranks
+            startup_slot_seconds = attempt.startup_s * attempt.shape.ranks
         else:
             slot_seconds = 0.0
-            startup_slot_seconds = (ended.at - attempt.launched) * self.shape.ranks
+            startup_slot_seconds = (ended.at - attempt.launched) * attempt.shape.ranks
         record.slot_seconds += slot_seconds
         record.startup_slot_seconds += startup_slot_seconds
         logs = dict(outcome.get("logs") or {})  # a command trainer's stdout and stderr
@@ -561,11 +625,28 @@ class TrialRunner:
 
     def preparing_task(self) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop before the stage's first trial (while
-        ``preparing``), whose TaskDone event ``prepared`` then gets; None: none."""
-        return None
+        ``preparing``), whose TaskDone event ``prepared`` then gets; None: none.
+
+        A planned stage with no profile of its trainer on this kind of machine
+        measures one first, in a Ray task on the allocation (cached there, and
+        journalled with the plan, so a resumed driver does not measure again)."""
+        if (self.planner is None or self.planner.measured or self._journalled_plan
+                or not self.backend.measurable):
+            return None
+        self.preparing = True
+        return self.planner.profile_job()
 
     def prepared(self, done: Any) -> None:
         """The preparing task is done; the stage may plan its trials now."""
+        self.preparing = False
+        if done.error is not None:
+            log.warning("stage %s: profiling its trainer failed (%s); planning from the"
+                        " unmeasured prior", self.stage.name, done.error)
+            return
+        from orchestrator.planning import Profile
+
+        self.planner.use_profile(Profile.from_record(done.value))
+        self._choose()
 
     def finishing_task(self) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop once the trials are done, whose
@@ -615,20 +696,3 @@ class TrialRunner:
             "time_to_threshold_s": None if self.threshold_at is None
             else round(self.threshold_at - self.started_at, 3),
         }
-
-
-class HpoRunner(TrialRunner):
-    """An hpo stage: a searcher proposes, early stopping may cut trials short."""
-
-    def __init__(self, workflow: Workflow, stage: HpoStage, **kwargs: Any) -> None:
-        from orchestrator.pruning import start_early_stopper
-        from search import Objective, make_searcher
-
-        objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
-        settings = stage.search.model_dump(exclude={"algorithm"})
-        searcher = make_searcher(
-            stage.search.algorithm, stage.search_space(), objectives, **settings
-        )
-        super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
-                         trainer_spec=stage.trainer, **kwargs)
-        self.stopper = start_early_stopper(stage.early_stopping, objectives[0])

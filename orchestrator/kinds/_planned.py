@@ -1,0 +1,65 @@
+"""What the kinds that follow a search share: a fixed plan of ordinary trials
+(journalled, retried, tracked, each a dp x mp gang like any hpo trial) drawn
+from the summaries of the stages named in ``from:``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from orchestrator.plan import Plan, PlannedTrial
+from orchestrator.spec import Workflow
+from orchestrator.trials import TrialRunner
+
+
+def source_objective(sources: list[dict[str, Any]]) -> Any:
+    """The first source's objective (what its trials were judged by)."""
+    from search import Objective
+
+    for source in sources:
+        if source.get("objective"):
+            o = source["objective"]
+            return Objective(o["metric"], o["mode"])
+    return Objective("val_accuracy", "max")
+
+
+def completed(summary: dict[str, Any], objective: Any) -> list[dict[str, Any]]:
+    """A source's completed trials with a value, best first."""
+    done = [t for t in summary.get("trials", [])
+            if t["status"] == "completed" and isinstance(t.get("value"), int | float)]
+    return sorted(done, key=lambda t: objective.sign * t["value"])
+
+
+def best_config(sources: list[dict[str, Any]]) -> dict[str, Any]:
+    for source in sources:
+        best = source.get("best")
+        if best and best.get("config"):
+            return dict(best["config"])
+    return {}
+
+
+def trial_of(summary: dict[str, Any], trial_id: str) -> dict[str, Any]:
+    return next((t for t in summary.get("trials") or [] if t.get("id") == trial_id), {})
+
+
+class PlannedRunner(TrialRunner):
+    """A stage whose trials are a fixed plan (``phases``) rather than a search."""
+
+    def __init__(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
+                 **kwargs: Any) -> None:
+        objective = source_objective(sources)
+        self.sources = sources
+        plan = Plan(self.phases(workflow, stage, sources, objective), objective)
+        super().__init__(workflow, stage, searcher=plan, objectives=[objective],
+                         trainer_spec=workflow.trainer_of(stage.name), **kwargs)
+
+    def phases(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
+               objective: Any) -> list[list[PlannedTrial]]:
+        raise NotImplementedError
+
+    def test_value(self, trial_id: str) -> float | None:
+        record = self.records.get(trial_id)
+        return None if record is None else record.metrics.get("test_accuracy")
+
+    def val_value(self, trial_id: str) -> float | None:
+        record = self.records.get(trial_id)
+        return None if record is None else record.metrics.get("val_accuracy")

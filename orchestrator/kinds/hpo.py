@@ -1,0 +1,195 @@
+"""The hpo kind: a searcher proposes trials, early stopping may cut them short;
+the best trial is the stage's product."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from orchestrator.kinds import Finding, PlotMaker, StageKind
+from orchestrator.products import Product
+from orchestrator.spec import HpoStage, Workflow
+from orchestrator.trials import TrialRunner
+
+SPEC_FILE = "spec.yaml"
+
+
+class HpoRunner(TrialRunner):
+    """An hpo stage's trials: asked of its searcher."""
+
+    def __init__(self, workflow: Workflow, stage: HpoStage, **kwargs: Any) -> None:
+        from orchestrator.pruning import start_early_stopper
+        from search import Objective, make_searcher
+
+        objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
+        settings = stage.search.model_dump(exclude={"algorithm"})
+        searcher = make_searcher(
+            stage.search.algorithm, stage.search_space(), objectives, **settings
+        )
+        super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
+                         trainer_spec=stage.trainer, **kwargs)
+        self.stopper = start_early_stopper(stage.early_stopping, objectives[0])
+
+
+class HpoKind(StageKind):
+    name = "hpo"
+    searches = True
+    simulated = True
+
+    def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
+               **kwargs: Any) -> TrialRunner:
+        return HpoRunner(workflow, stage, **kwargs)
+
+    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
+        """The space and grid points against the trainer's hyperparameters; objectives."""
+        from orchestrator.spec.checks import option_mismatch
+        from orchestrator.spec.errors import allowed, did_you_mean
+        from orchestrator.spec.model import CategoricalSpec, ConstantSpec, GridSearch
+        from trainers.catalog import TRAINERS
+
+        if stage.trainer.name in TRAINERS:
+            info = TRAINERS[stage.trainer.name]
+            known = {**info.hyperparameters, **info.settings}
+            for name, spec in stage.space.items():
+                loc = (*here, "space", name)
+                option = known.get(name)
+                if option is None:
+                    yield loc, (
+                        f"{stage.trainer.name} takes no hyperparameter {name!r}"
+                        f"{did_you_mean(name, known)} ({allowed(info.hyperparameters)})"
+                    )
+                    continue
+                values: list[Any] = []
+                if isinstance(spec, CategoricalSpec):
+                    values = list(spec.values)
+                elif isinstance(spec, ConstantSpec):
+                    values = [spec.value]
+                for value in values:
+                    message = option_mismatch(option, value)
+                    if message:
+                        yield loc, message
+        if isinstance(stage.search, GridSearch) and isinstance(stage.search.points, dict):
+            for name in stage.search.points:
+                if name not in stage.space:
+                    yield (*here, "search", "points", name), (
+                        f"no parameter {name!r} in space{did_you_mean(name, stage.space)}"
+                        f" ({allowed(stage.space)})"
+                    )
+        objectives = stage.objectives
+        if not objectives:
+            yield (*here, "objective"), "must name at least one metric, but got an empty list"
+        metrics = [o.metric for o in objectives]
+        if len(set(metrics)) != len(metrics):
+            yield (*here, "objective"), f"names a metric twice: {metrics}"
+
+    def product(self, summary: dict[str, Any]) -> Product:
+        best = summary.get("best")
+        metric = (summary.get("objective") or {}).get("metric", "value")
+        if not best:
+            return Product("no completed trial", metric, None, None)
+        return Product(f"best trial {best.get('id')}", metric, best.get("value"),
+                       best.get("test_value"))
+
+    def product_trial(self, summary: dict[str, Any]) -> str | None:
+        return (summary.get("best") or {}).get("id")
+
+    def checkpoint(self, summary: dict[str, Any]) -> str | None:
+        return (summary.get("best") or {}).get("checkpoint")
+
+    def lines(self, summary: dict[str, Any]) -> list[str]:
+        from orchestrator.tables import fmt
+
+        lines = []
+        name, best = summary["name"], summary.get("best")
+        if best:
+            config = ", ".join(f"{k}={fmt(v)}" for k, v in best["config"].items())
+            lines.append(f"best of {name} ({best['id']}): {config}")
+        lines.append(f"{name} stopped: {summary.get('stop_reason')}")
+        return lines
+
+    def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
+        from orchestrator.tables import fmt
+
+        best = summary.get("best") or {}
+        if best:
+            config = ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())
+            report.facts.append(("best config", config or "-"))
+        super().detail(report, summary, objectives)
+
+    def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
+        best = summary.get("best") or {}
+        return {"best_value": best.get("value"), "best_test_value": best.get("test_value")}
+
+    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
+              events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
+        from orchestrator.plots import plot_generations, plot_pareto
+
+        name = str(summary["name"])
+        plots = run_dir / "plots"
+        makers: list[PlotMaker] = [("best so far", lambda: _best_so_far(
+            summary, stage, objectives, events, run_dir, plots / f"{name}.png"))]
+        if objectives:
+            makers.append(("generations", lambda: plot_generations(
+                summary, objectives[0].metric, objectives[0].mode,
+                plots / f"{name}-generations.png")))
+        if len(objectives) > 1:
+            makers.append(("pareto", lambda: plot_pareto(
+                summary, objectives, plots / f"{name}-pareto.png")))
+        return makers
+
+
+def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],
+                 events: list[dict[str, Any]], run_dir: Path, path: Path) -> Path | None:
+    """This stage's curve beside those of the run's earlier hpo stages that chase
+    the same metric, one line per search, labelled with its algorithm."""
+    from orchestrator.plots import best_so_far, best_so_far_from_summary, plot_best_so_far
+
+    if not objectives:
+        return None
+    metric, mode = objectives[0].metric, objectives[0].mode
+    name = str(summary["name"])
+    searches = {name: _algorithm(stage)}
+    for other in _other_searches(run_dir, events, name, metric, mode):
+        searches[other.name] = _algorithm(other)
+    curves, totals = {}, {}
+    for stage_name, algorithm in searches.items():
+        label = f"{stage_name} ({algorithm})" if algorithm else stage_name
+        curve = best_so_far(events, stage_name, mode)
+        runs = sum(1 for e in events if e.get("stage") == stage_name
+                   and e["event"] in ("trial_finished", "trial_attempt_failed"))
+        if stage_name == name and not runs:  # no journal: the summary alone
+            curve = best_so_far_from_summary(summary, mode)
+            runs = int(summary.get("n_runs") or 0)
+        curves[label], totals[label] = curve, runs
+    return plot_best_so_far(curves, totals, metric, mode, path)
+
+
+def _algorithm(stage: Any) -> str:
+    search = getattr(stage, "search", None)
+    return str(getattr(search, "algorithm", "") or "")
+
+
+def _other_searches(run_dir: Path, events: list[dict[str, Any]], name: str, metric: str,
+                    mode: str) -> list[Any]:
+    """The run's finished hpo stages, other than ``name``, that chase the same metric."""
+    finished = {e["stage"] for e in events if e["event"] == "stage_finished"}
+    if not finished or not (run_dir / SPEC_FILE).exists():
+        return []
+    from orchestrator.spec import SpecError, load_spec
+
+    try:
+        workflow = load_spec(run_dir / SPEC_FILE)
+    except SpecError:
+        return []
+    others = []
+    for other in workflow.stages:
+        objectives = getattr(other, "objectives", None)
+        if (other.name != name and other.name in finished and isinstance(other, HpoStage)
+                and objectives and objectives[0].metric == metric
+                and objectives[0].mode == mode):
+            others.append(other)
+    return others
+
+
+KIND = HpoKind()

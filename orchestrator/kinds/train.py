@@ -1,0 +1,78 @@
+"""The train kind: one training run of a given config, or of the best of the
+``from:`` stage with overrides; on ``data: train+val`` it retrains on the
+validation rows too. Its one model is the product."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+from orchestrator.kinds import Finding, StageKind
+from orchestrator.kinds._planned import PlannedRunner, best_config
+from orchestrator.plan import PlannedTrial
+from orchestrator.products import Product
+from orchestrator.spec import TrainStage, Workflow
+from orchestrator.trials import TrialRunner
+
+TRIAL = "final"
+
+
+class TrainRunner(PlannedRunner):
+    def phases(self, workflow: Workflow, stage: TrainStage, sources: list[dict[str, Any]],
+               objective: Any) -> list[list[PlannedTrial]]:
+        return [[PlannedTrial(TRIAL, {**best_config(sources), **stage.config})]]
+
+    def request_extras(self, trial: Any) -> dict[str, Any]:
+        if self.stage.data != "train":
+            return {"settings": {"train_data": self.stage.data}}
+        return {}
+
+    def finalize(self, done: Any = None) -> dict[str, Any]:
+        summary = self.summary()
+        record = self.records.get(TRIAL)
+        summary["train"] = {
+            "data": self.stage.data,
+            "config": record.config if record else None,
+            "test_value": self.test_value(TRIAL),
+            "val_value": self.val_value(TRIAL),
+            "checkpoint": record.checkpoint if record else None,
+        }
+        return summary
+
+
+class TrainKind(StageKind):
+    name = "train"
+    simulated = True
+
+    def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
+               **kwargs: Any) -> TrialRunner:
+        return TrainRunner(workflow, stage, sources, **kwargs)
+
+    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
+        from orchestrator.spec.checks import config_findings
+
+        yield from config_findings(workflow, here, stage)
+
+    def product(self, summary: dict[str, Any]) -> Product:
+        train = summary.get("train") or {}
+        data = train.get("data") or "train"
+        held_out = data == "train"  # with train+val the validation split was trained on
+        return Product(f"model trained on {data}", "val_accuracy",
+                       train.get("val_value") if held_out else None, train.get("test_value"))
+
+    def product_trial(self, summary: dict[str, Any]) -> str | None:
+        return TRIAL
+
+    def checkpoint(self, summary: dict[str, Any]) -> str | None:
+        return (summary.get("train") or {}).get("checkpoint") or super().checkpoint(summary)
+
+    def lines(self, summary: dict[str, Any]) -> list[str]:
+        from orchestrator.tables import fmt
+
+        t = summary.get("train") or {}
+        config = ", ".join(f"{k}={fmt(v)}" for k, v in (t.get("config") or {}).items())
+        return [f"{summary['name']}: trained on {t.get('data')} with {config}; test"
+                f" {fmt(t.get('test_value'))}"]
+
+
+KIND = TrainKind()

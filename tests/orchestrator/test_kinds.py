@@ -1,0 +1,64 @@
+"""Stage kinds live behind one interface (orchestrator/kinds): the rest of the
+orchestrator asks a stage's kind, never which kind it is."""
+
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from orchestrator.kinds import KINDS, StageKind, kind_of, stage_kind
+from orchestrator.products import Product
+from orchestrator.spec.model import STAGE_KINDS, Stage
+from orchestrator.tables import stage_report, to_markdown
+
+ROOT = Path(__file__).parents[2]
+# A comparison of something with a stage kind's name: `kind == "hpo"`,
+# `.get("kind") == "ensemble"`, `kind in ("hpo", ...)`, `isinstance(stage, TransferStage)`.
+NAMES = "|".join(KINDS)
+SWITCH = re.compile(rf"""kind\W*\s*(==|!=|\bin\s*\(|\bin\s*\[)\s*["']({NAMES})["']"""
+                    rf"""|\(\s*["']({NAMES})["'],\s*["']({NAMES})["']"""
+                    r"|isinstance\([^)]*(Hpo|Ensemble|Transfer|Train)Stage")
+
+
+def test_every_kind_in_the_registry_is_a_kind_of_stage_the_spec_accepts() -> None:
+    union = typing.get_args(typing.get_args(Stage)[0])
+    spec_kinds = {typing.get_args(model.model_fields["kind"].annotation)[0] for model in union}
+    assert spec_kinds == set(KINDS) == set(STAGE_KINDS)
+    for name in KINDS:
+        kind = stage_kind(name)
+        assert isinstance(kind, StageKind) and kind.name == name
+
+
+def test_an_unknown_kind_names_the_known_ones() -> None:
+    with pytest.raises(KeyError, match="known: hpo, ensemble, transfer, train"):
+        stage_kind("bagging")
+
+
+def test_no_module_outside_the_kinds_switches_on_a_stage_kind() -> None:
+    """Adding a kind touches its module, the registry and its spec model, not the
+    results, tables, artifacts, predict, workflow or checks."""
+    found = []
+    for path in sorted((ROOT / "orchestrator").rglob("*.py")):
+        if "kinds" in path.relative_to(ROOT).parts:
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            if SWITCH.search(line):
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+@pytest.mark.parametrize("name", list(KINDS))
+def test_each_kind_reports_a_stage_that_made_nothing(name: str) -> None:
+    """A stage whose trials all failed still gets a product, lines and a report."""
+    summary = {"name": "s", "kind": name, "trials": [], "best": None, "stop_reason": "failed",
+               "n_trials": 0, "n_runs": 0}
+    kind = kind_of(summary)
+    product = kind.product(summary)
+    assert isinstance(product, Product) and product.test is None
+    assert kind.lines(summary) and all(isinstance(line, str) for line in kind.lines(summary))
+    assert "stage s" in to_markdown(stage_report(summary))
+    assert kind.checkpoint(summary) is None
+    assert kind.plots(summary, None, [], [], Path("/nonexistent")) == [] or name == "hpo"
