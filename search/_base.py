@@ -401,6 +401,11 @@ class Searcher(abc.ABC):
         return list(self._book.observations)
 
     @property
+    def trials(self) -> dict[str, Trial]:
+        """Every asked trial by id, in ask order (e.g. to follow ``continue_from``)."""
+        return dict(self._book.trials)
+
+    @property
     def pending(self) -> list[Trial]:
         """Trials asked for and not yet told, oldest first."""
         return list(self._book.pending.values())

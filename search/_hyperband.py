@@ -386,7 +386,7 @@ class HyperbandSearch(_SuccessiveHalving):
     def _open_bracket(self) -> None:
         shape = self.brackets[self._opened % len(self.brackets)]
         first_rung = len(self.rungs) - len(shape)
-        self._open.append(_Bracket(self._opened, first_rung, shape))
+        self._open.append(_Bracket(self._opened, first_rung, list(shape)))
         self._opened += 1
 
     def _from(self, bracket: _Bracket) -> Trial | None:
