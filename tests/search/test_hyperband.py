@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 from collections import Counter
 
@@ -126,7 +127,9 @@ def test_asha_budget_counts_trials_and_epochs_are_counted_from_the_checkpoint() 
     trials = run(asha, function=lambda c: c["x"])
     assert len(trials) == asha.planned == 20
     by_id = {t.id: t for t in trials}
-    spent = sum(t.budget - (by_id[t.continue_from].budget if t.continue_from else 0) for t in trials)
+    spent = sum(
+        t.budget - (by_id[t.continue_from].budget if t.continue_from else 0) for t in trials
+    )
     assert asha.budget_used == spent
     assert asha.budget_used < sum(t.budget for t in trials)  # promotions are not paid twice
     assert ASHASearch(LINE, MIN).planned == 40  # one bracket: 27 + 9 + 3 + 1
@@ -166,7 +169,7 @@ def test_hyperband_promotes_the_top_of_each_complete_stage() -> None:
     for bracket in range(4):
         mine = [t for t in trials if t.deme == bracket]
         budgets = sorted({t.budget for t in mine})
-        for low, high in zip(budgets, budgets[1:], strict=False):
+        for low, high in itertools.pairwise(budgets):
             stage = sorted((t for t in mine if t.budget == low), key=lambda t: values[t.id])
             promoted = [t for t in mine if t.budget == high]
             assert {t.continue_from for t in promoted} == {t.id for t in stage[: len(promoted)]}
@@ -270,3 +273,22 @@ def test_one_objective_and_known_settings_only(algorithm: str) -> None:
         make_searcher(algorithm, MIXED, [("loss", "min"), ("time", "min")])
     with pytest.raises(ValueError, match=f"{algorithm} search settings must be among seed"):
         make_searcher(algorithm, MIXED, MIN, eta=3)
+
+
+def test_asha_promotes_from_the_highest_rung_first() -> None:
+    """Deeper trials are closer to a finished model: their promotion goes first."""
+    asha = ASHASearch(LINE, MIN, budget=40, seed=0)
+    fresh = asha.ask(12)
+    for i, trial in enumerate(fresh[:9]):
+        asha.tell(trial.id, 1.0 + i)
+    to_three = asha.ask(3)
+    assert [t.continue_from for t in to_three] == [t.id for t in fresh[:3]]
+    for i, trial in enumerate(to_three):
+        asha.tell(trial.id, 1.0 + i)
+    for trial in fresh[9:]:  # rung 0 now has 12 results: its top 4 holds an unpromoted one
+        asha.tell(trial.id, 0.0)
+    assert asha.promotable(0) and asha.promotable(1)
+    (first,) = asha.ask(1)
+    assert (first.continue_from, first.budget) == (to_three[0].id, 9)
+    (second,) = asha.ask(1)
+    assert (second.continue_from, second.budget) == (fresh[9].id, 3)

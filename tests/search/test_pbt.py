@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import random
@@ -178,7 +179,7 @@ def test_the_lineage_is_rebuilt_from_the_journal_alone() -> None:
     best = pbt.best_schedule()
     assert best[-1].trial_id == pbt.best().trial.id
     assert [s.interval for s in best] == list(range(5))
-    assert all(a.until == b.start for a, b in zip(best, best[1:], strict=False))
+    assert all(a.until == b.start for a, b in itertools.pairwise(best))
     state = json.loads(json.dumps(pbt.state()))
     read = schedules_from_state(state)
     assert read["best"] == best
@@ -192,19 +193,19 @@ def test_the_lineage_is_rebuilt_from_the_journal_alone() -> None:
 
 def test_restore_mid_population_continues_identically() -> None:
     """Killed with members training and decisions made but not yet asked."""
-    reference = PBTSearch(MIXED, MIN, population=6, intervals=4, seed=8)
-    expected = run_population(reference, parallel=4)
+    reference = PBTSearch(MIXED, MIN, population=8, intervals=4, seed=8)
+    expected = run_population(reference, parallel=6)
 
-    first = PBTSearch(MIXED, MIN, population=6, intervals=4, seed=8)
-    asked = run_population(first, parallel=4, steps=9)
+    first = PBTSearch(MIXED, MIN, population=8, intervals=4, seed=8)
+    asked = run_population(first, parallel=6, steps=13)
     assert first.pending and first._ready  # trials running, members waiting for a slot
-    resumed = PBTSearch(MIXED, MIN, population=6, intervals=4, seed=8)
+    resumed = PBTSearch(MIXED, MIN, population=8, intervals=4, seed=8)
     resumed.restore(json.loads(json.dumps(first.state())))
     assert resumed.state() == first.state()
     running = resumed.pending
     told = len(resumed.observations)
     while not resumed.done():
-        new = resumed.ask(4 - len(running)) if len(running) < 4 else []
+        new = resumed.ask(6 - len(running)) if len(running) < 6 else []
         running += new
         asked += new
         trial = running.pop(0)
