@@ -128,6 +128,7 @@ class _SuccessiveHalving(Searcher):
         self._results: list[list[Observation]] = [[] for _ in self.rungs]  # per rung
         self._seeds: list[dict[str, Scalar]] = []
         self._proposals = 0
+        self._replaying: dict[str, Trial] | None = None  # a restore's recorded trials
 
     @property
     def budget_used(self) -> float:
@@ -171,8 +172,27 @@ class _SuccessiveHalving(Searcher):
             for rung in range(len(self.rungs) - 1, -1, -1):
                 told = [o for o in self._results[rung] if o.values is not None]
                 if len(told) >= self.startup_trials:
-                    return self._tpe(told, index), "model"
+                    recorded = self._recorded_proposal()
+                    return recorded or self._tpe(told, index), "model"
         return sample_config(self.space, self._rng), "random"
+
+    def _recorded_proposal(self) -> dict[str, Scalar] | None:
+        """While restoring, the journal's TPE proposal for the trial being made.
+
+        Refitting TPE for every replayed proposal would make a long search's
+        restore quadratic; everything else (which rung, promotions, random
+        draws) is still recomputed and checked against the journal."""
+        recorded = (self._replaying or {}).get(str(self.n_asked))
+        if recorded is None or recorded.origin != "model":
+            return None
+        return {p.name: recorded.config[p.name] for p in self.space.searched}
+
+    def _replay_ask(self, n: int, recorded: list[Trial], event: Any) -> None:
+        self._replaying = {t.id: t for t in recorded}
+        try:
+            super()._replay_ask(n, recorded, event)
+        finally:
+            self._replaying = None
 
     def _tpe(self, told: list[Observation], index: int) -> dict[str, Scalar]:
         """One TPE proposal from the results at one budget.

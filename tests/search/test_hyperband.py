@@ -248,6 +248,21 @@ def test_bohb_restores_mid_search_without_changing_its_proposals() -> None:
     assert [t.to_dict() for t in asked] == [t.to_dict() for t in expected]
 
 
+def test_restore_takes_tpe_proposals_from_the_journal() -> None:
+    """Refitting TPE per replayed proposal would make restore quadratic."""
+    searcher = HyperbandSearch(MIXED, MIN, max_budget=9, sampler="tpe", startup_trials=3, seed=2)
+    run(searcher, parallel=2)
+    assert any(t.origin == "model" for t in searcher.trials.values())
+    resumed = HyperbandSearch(MIXED, MIN, max_budget=9, sampler="tpe", startup_trials=3, seed=2)
+
+    def refit(*args: object) -> None:
+        raise AssertionError("restore refitted TPE")
+
+    resumed._tpe = refit  # type: ignore[method-assign]
+    resumed.restore(searcher.state())
+    assert resumed.state() == searcher.state()
+
+
 # --- settings ------------------------------------------------------------------------------
 
 
