@@ -27,7 +27,11 @@ member trains the same number of intervals, so :attr:`planned` is exact
 (``population`` × ``intervals`` trials) and the budget used is
 ``population × intervals × interval`` (failures aside). The first members to
 report an interval are compared with fewer peers (with one, none is exploited:
-the bottom and top sets hold at most half of the results, as in Ray Tune).
+the bottom and top sets hold at most half of the results, as in Ray Tune); a
+member that always reported first would never be exploited. With real trials
+the order of reports varies from interval to interval; Ray Tune's way out
+(ranking against whatever each member reported last) compares models trained
+for different lengths instead.
 
 A failed trial has no checkpoint: its member copies the best member of that
 interval (a top one if there are several) with explored hyperparameters, or,
