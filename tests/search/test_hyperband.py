@@ -307,3 +307,14 @@ def test_asha_promotes_from_the_highest_rung_first() -> None:
     assert (first.continue_from, first.budget) == (to_three[0].id, 9)
     (second,) = asha.ask(1)
     assert (second.continue_from, second.budget) == (fresh[9].id, 3)
+
+
+def test_best_is_the_best_of_the_longest_trained() -> None:
+    """A 1-epoch result that looks better is not a better model than a 3-epoch one."""
+    asha = ASHASearch(LINE, MIN, budget=10, seed=0)
+    trials = asha.ask(3)
+    for trial, value in zip(trials, (0.5, 0.2, 0.3), strict=True):
+        asha.tell(trial.id, value)
+    (promotion,) = asha.ask(1)
+    asha.tell(promotion.id, 0.4)
+    assert asha.best().trial == promotion
