@@ -35,6 +35,8 @@ from search._base import (
 from search._bayesian import BayesianSearch
 from search._genetic import GeneticSearch
 from search._grid import GridSearch
+from search._hyperband import ASHASearch, HyperbandSearch
+from search._pbt import PBTSearch, ScheduleStep, schedules_from_state
 from search._random import RandomSearch
 from search.space import SearchSpace
 
@@ -43,6 +45,9 @@ ALGORITHMS: dict[str, type[Searcher]] = {
     "bayesian": BayesianSearch,
     "random": RandomSearch,
     "grid": GridSearch,
+    "pbt": PBTSearch,
+    "asha": ASHASearch,
+    "hyperband": HyperbandSearch,
 }
 
 
@@ -109,14 +114,18 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
 
 __all__ = [
     "ALGORITHMS",
+    "ASHASearch",
     "AutoChoice",
     "BayesianSearch",
     "Failure",
     "GeneticSearch",
     "GridSearch",
+    "HyperbandSearch",
     "Objective",
     "Observation",
+    "PBTSearch",
     "RandomSearch",
+    "ScheduleStep",
     "Searcher",
     "Trial",
     "as_objectives",
@@ -124,5 +133,6 @@ __all__ = [
     "choose_search",
     "make_searcher",
     "observations_from_state",
+    "schedules_from_state",
     "settings_of",
 ]

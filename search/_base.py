@@ -120,11 +120,31 @@ class Trial:
     """A configuration to evaluate, with where it came from.
 
     ``id`` is unique within its search and stable across ``restore``;
-    ``parents`` are the ids of the trials it was bred from (genetic search);
+    ``parents`` are the ids of the trials it was bred from (genetic search)
+    or continues (PBT, successive halving);
     ``origin`` says how it was made: "random", "grid", "model" (Bayesian),
-    "crossover", "mutation", "crossover+mutation", "warm-start".
+    "crossover", "mutation", "crossover+mutation", "warm-start", "continue",
+    "exploit" (PBT), "promotion" (successive halving).
     ``config`` holds every parameter of the space, constants included; treat
     it as read-only (it is the searcher's record too).
+
+    Searches that use training itself (population-based training, successive
+    halving) also say how to train:
+
+    - ``continue_from``: the id of an earlier trial of this search whose
+      checkpoint (weights *and* optimizer state) this trial starts from,
+      instead of from scratch. None: from scratch.
+    - ``budget``: the training length to reach, in the search's budget unit
+      (epochs unless the stage maps it to another trainer setting): the
+      trainer trains from the checkpoint's own length up to ``budget``, so a
+      trial continuing a 3-epoch checkpoint with budget 9 trains 6 epochs.
+      None: the trainer's own setting (every other search).
+    - ``member``: the population member this trial belongs to (PBT).
+
+    PBT also uses ``generation`` for the interval index; successive halving
+    uses it for the rung and ``deme`` for the Hyperband bracket. The three
+    fields appear in :meth:`to_dict` only when set, so the journals of the
+    other searches are unchanged.
     """
 
     id: str
@@ -133,9 +153,12 @@ class Trial:
     deme: int = 0
     parents: tuple[str, ...] = ()
     origin: str = "random"
+    continue_from: str | None = None
+    budget: int | float | None = None
+    member: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "id": self.id,
             "config": dict(self.config),
             "generation": self.generation,
@@ -143,9 +166,15 @@ class Trial:
             "parents": list(self.parents),
             "origin": self.origin,
         }
+        for name in ("continue_from", "budget", "member"):
+            if getattr(self, name) is not None:
+                data[name] = getattr(self, name)
+        return data
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Trial:
+        continue_from = data.get("continue_from")
+        member = data.get("member")
         return cls(
             id=str(data["id"]),
             config=dict(data["config"]),
@@ -153,6 +182,9 @@ class Trial:
             deme=int(data["deme"]),
             parents=tuple(data["parents"]),
             origin=str(data["origin"]),
+            continue_from=None if continue_from is None else str(continue_from),
+            budget=data.get("budget"),
+            member=None if member is None else int(member),
         )
 
 
@@ -369,6 +401,11 @@ class Searcher(abc.ABC):
         return list(self._book.observations)
 
     @property
+    def trials(self) -> dict[str, Trial]:
+        """Every asked trial by id, in ask order (e.g. to follow ``continue_from``)."""
+        return dict(self._book.trials)
+
+    @property
     def pending(self) -> list[Trial]:
         """Trials asked for and not yet told, oldest first."""
         return list(self._book.pending.values())
@@ -431,12 +468,20 @@ class Searcher(abc.ABC):
 
         With several objectives: the Pareto-front member best in the first
         objective (use :meth:`pareto_front` for the whole trade-off).
+        Where trials carry a training ``budget`` (PBT, successive halving),
+        only those trained the longest so far compete: a lucky result after
+        one epoch is not a better model than a 27-epoch one, and the best
+        trial is the one a later stage would continue or retrain.
         """
         sign = self.objectives[0].sign
         candidates = self.pareto_front() if self.multi_objective else self._book.observations
         done = [o for o in candidates if o.values is not None]
         if not done:
             return None
+        budgets = [o.trial.budget for o in done if o.trial.budget is not None]
+        if budgets:
+            longest = max(budgets)
+            done = [o for o in done if o.trial.budget == longest]
         return min(done, key=lambda o: sign * o.values[0])  # type: ignore[index]
 
     def pareto_front(self) -> list[Observation]:
@@ -579,6 +624,9 @@ class Searcher(abc.ABC):
         deme: int = 0,
         parents: Sequence[str] = (),
         origin: str = "random",
+        continue_from: str | None = None,
+        budget: int | float | None = None,
+        member: int | None = None,
     ) -> Trial:
         """Register a new trial with the next id (ids are "0", "1", ... in ask order)."""
         full = {**config, **self.space.constants()}
@@ -590,6 +638,9 @@ class Searcher(abc.ABC):
             deme=deme,
             parents=tuple(parents),
             origin=origin,
+            continue_from=continue_from,
+            budget=budget,
+            member=member,
         )
         self._book.trials[trial.id] = trial
         self._book.pending[trial.id] = trial

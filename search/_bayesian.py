@@ -20,29 +20,19 @@ from its search distribution, which is already spread out.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from typing import Any, Literal
 
+from search import _optuna
 from search._base import Observation, Searcher, Trial
+from search._optuna import quiet as _quiet
 from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
 SAMPLERS = ("tpe", "gp", "cmaes")
 _CMA_START = "nestor:cma_x0"  # the trial note that records where CMA-ES started
-
-
-@contextlib.contextmanager
-def _quiet(optuna: Any) -> Iterator[None]:
-    """Keep Optuna's per-trial INFO lines out of nestor's output."""
-    verbosity = optuna.logging.get_verbosity()
-    optuna.logging.set_verbosity(optuna.logging.WARNING)
-    try:
-        yield
-    finally:
-        optuna.logging.set_verbosity(verbosity)
 
 
 class BayesianSearch(Searcher):
@@ -82,26 +72,10 @@ class BayesianSearch(Searcher):
             )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
-        try:
-            import optuna
-        except ImportError as exc:  # pragma: no cover - optuna is a dependency
-            raise ImportError("Bayesian search needs the optuna package") from exc
-        self._optuna = optuna
+        optuna = self._optuna = _optuna.import_optuna("Bayesian search")
         self.sampler, self.startup_trials = sampler, startup_trials
         self._settings.update(sampler=sampler, startup_trials=startup_trials)
-        dist = optuna.distributions
-        self._distributions: dict[str, Any] = {}
-        for param in space.searched:
-            if isinstance(param, FloatParam):
-                d: Any = dist.FloatDistribution(param.low, param.high, log=param.log)
-            elif isinstance(param, IntParam):
-                d = dist.IntDistribution(param.low, param.high, log=param.log)
-            else:
-                assert isinstance(param, CategoricalParam)
-                # Optuna sees indices: it compares choices with ==, which would
-                # confuse 1, 1.0 and True (distinct choices in a nestor space).
-                d = dist.CategoricalDistribution(tuple(range(len(param.values))))
-            self._distributions[param.name] = d
+        self._distributions = _optuna.distributions(optuna, space)
         with _quiet(optuna):
             self._study = optuna.create_study(
                 directions=["minimize" if o.mode == "min" else "maximize" for o in self.objectives],
@@ -121,10 +95,8 @@ class BayesianSearch(Searcher):
         return self._study
 
     def _make_sampler(self, index: int) -> Any:
-        import numpy as np
-
         samplers = self._optuna.samplers
-        seed = int(np.random.SeedSequence([self.seed, index]).generate_state(1)[0])
+        seed = _optuna.sampler_seed(self.seed, index)
         if self.sampler == "tpe":
             # multivariate=True said outright: Optuna's default (None) is
             # multivariate for one objective but independent for several.
@@ -204,26 +176,10 @@ class BayesianSearch(Searcher):
     # --- ask/tell -------------------------------------------------------------------------
 
     def _encode(self, config: Mapping[str, Scalar]) -> dict[str, Any]:
-        params = {}
-        for param in self.space.searched:
-            value = config[param.name]
-            if isinstance(param, CategoricalParam):
-                value = next(
-                    i for i, v in enumerate(param.values) if type(v) is type(value) and v == value
-                )
-            params[param.name] = value
-        return params
+        return _optuna.encode(self.space, config)
 
     def _decode(self, params: Mapping[str, Any]) -> dict[str, Scalar]:
-        config: dict[str, Scalar] = {}
-        for param in self.space.searched:
-            value = params[param.name]
-            if isinstance(param, CategoricalParam):
-                value = param.values[value]
-            elif isinstance(param, FloatParam):
-                value = min(max(float(value), param.low), param.high)
-            config[param.name] = value
-        return config
+        return _optuna.decode(self.space, params)
 
     def _ask(self, n: int) -> list[Trial]:
         optuna = self._optuna

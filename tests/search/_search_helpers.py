@@ -7,11 +7,14 @@ from collections.abc import Callable
 from typing import Any
 
 from search import (
+    ASHASearch,
     BayesianSearch,
     Failure,
     GeneticSearch,
     GridSearch,
+    HyperbandSearch,
     Objective,
+    PBTSearch,
     RandomSearch,
     Searcher,
 )
@@ -78,8 +81,19 @@ FACTORIES: dict[str, Callable[..., Searcher]] = {
     "gp": lambda space, obj, **kw: BayesianSearch(
         space, obj, budget=6, startup_trials=3, sampler="gp", **kw
     ),
+    "pbt": lambda space, obj, **kw: PBTSearch(space, obj, population=4, intervals=3, **kw),
+    "asha": lambda space, obj, **kw: ASHASearch(space, obj, budget=14, max_budget=9, **kw),
+    "asha-tpe": lambda space, obj, **kw: ASHASearch(
+        space, obj, budget=14, max_budget=9, sampler="tpe", startup_trials=3, **kw
+    ),
+    "hyperband": lambda space, obj, **kw: HyperbandSearch(space, obj, max_budget=9, **kw),
+    "bohb": lambda space, obj, **kw: HyperbandSearch(
+        space, obj, max_budget=9, sampler="tpe", startup_trials=3, **kw
+    ),
 }
-MULTI_OBJECTIVE = [name for name in FACTORIES if name != "cmaes"]
+# PBT and successive halving rank trials on one metric to decide which continue.
+ONE_OBJECTIVE_ONLY = {"cmaes", "pbt", "asha", "asha-tpe", "hyperband", "bohb"}
+MULTI_OBJECTIVE = [name for name in FACTORIES if name not in ONE_OBJECTIVE_ONLY]
 
 
 def drive(

@@ -1,0 +1,446 @@
+"""Successive halving that continues trials: ASHA, Hyperband and BOHB-style.
+
+The budget of a trial (``Trial.budget``) is in whatever unit the stage trains
+by (epochs unless it maps the budget to another trainer setting), from
+``min_budget`` up to ``max_budget`` in rungs a factor ``reduction_factor``
+(η) apart: min_budget × η^i, the last rung being max_budget (which must be
+min_budget × η^k). A trial promoted from rung i to rung i + 1 is a new trial
+with the same configuration, ``continue_from`` the trial it promotes and
+``budget`` the next rung's: the trainer loads that checkpoint (weights and
+optimizer state) and trains on up to the new budget, so no epoch is paid for
+twice. ``budget`` (the searcher's) counts trials, promotions included; the
+training they ask for is :attr:`budget_used` (a promotion from 3 to 9 epochs
+costs 6).
+
+Where Optuna serves and where it does not: new configurations can be drawn by
+Optuna's ``TPESampler`` (``sampler="tpe"``, BOHB-style: the model is fitted on
+the results of the highest rung with at least ``startup_trials`` successful
+trials, as BOHB fits on the largest budget with enough observations), through
+the same ask/tell on an in-memory study that the Bayesian search uses, with a
+sampler seeded from (seed, proposal number) so a restored search proposes the
+same. Optuna's ``SuccessiveHalvingPruner`` and ``HyperbandPruner`` do not
+serve the scheduling: a pruner only answers "stop this running trial now?";
+it cannot pause a trial and later promote it to continue from its checkpoint,
+nor choose between a promotion and a new configuration for a free slot. That
+decision is what these searchers make at every ask.
+
+Failed trials rank below every success at their rung and are never promoted
+(they have no checkpoint). Several objectives are refused: promotion ranks on
+one number.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from search import _optuna
+from search._base import Observation, Searcher, Trial
+from search._fidelity import budget_used, check_int, check_number, check_one_objective
+from search._sampling import sample_config
+from search.space import Scalar, SearchSpace
+
+SAMPLERS = ("random", "tpe")
+
+
+def rung_budgets(min_budget: float, max_budget: float, reduction_factor: int) -> list[float]:
+    """The rungs' budgets: min_budget × η^i up to max_budget.
+
+    >>> rung_budgets(1, 27, 3)
+    [1, 3, 9, 27]
+    """
+    check_number("min_budget", min_budget)
+    check_number("max_budget", max_budget)
+    check_int("reduction_factor", reduction_factor, 2)
+    if not max_budget > min_budget:
+        raise ValueError(
+            f"max_budget must be greater than min_budget ({min_budget}), but got {max_budget}"
+        )
+    budgets = [min_budget]
+    while budgets[-1] * reduction_factor <= max_budget * (1 + 1e-9):
+        budgets.append(budgets[-1] * reduction_factor)
+    if not math.isclose(budgets[-1], max_budget, rel_tol=1e-9):
+        fits = ", ".join(f"{b:g}" for b in [*budgets, budgets[-1] * reduction_factor])
+        raise ValueError(
+            f"max_budget must be min_budget x reduction_factor^k ({fits}, ...),"
+            f" but got {max_budget}"
+        )
+    budgets[-1] = max_budget
+    return budgets
+
+
+def hyperband_brackets(rungs: int, reduction_factor: int) -> list[list[int]]:
+    """Trials per stage of each Hyperband bracket, most aggressive first.
+
+    Bracket s (s = rungs − 1 down to 0) starts n = ⌈rungs / (s + 1) · η^s⌉
+    configurations at rung rungs − 1 − s and keeps ⌊n / η^j⌋ of them at its
+    stage j (Li et al., 2018, Algorithm 1 with R = η^(rungs − 1)):
+
+    >>> hyperband_brackets(4, 3)
+    [[27, 9, 3, 1], [12, 4, 1], [6, 2], [4]]
+    """
+    brackets = []
+    for s in range(rungs - 1, -1, -1):
+        n = -(-(rungs * reduction_factor**s) // (s + 1))
+        brackets.append([n // reduction_factor**j for j in range(s + 1)])
+    return brackets
+
+
+class _SuccessiveHalving(Searcher):
+    """What ASHA and Hyperband share: rungs, proposals (random or TPE), ranking."""
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int,
+        budget: int | None,
+        min_budget: int | float,
+        max_budget: int | float,
+        reduction_factor: int,
+        sampler: str,
+        startup_trials: int,
+    ) -> None:
+        super().__init__(space, objectives, seed=seed, budget=budget)
+        check_one_objective(self.algorithm, self.objectives)
+        self.rungs = rung_budgets(min_budget, max_budget, reduction_factor)
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {sampler!r}")
+        check_int("startup_trials", startup_trials, 1)
+        if not space.searched:
+            raise ValueError("space must have at least one searched (non-constant) parameter")
+        self.reduction_factor, self.sampler, self.startup_trials = (
+            reduction_factor,
+            sampler,
+            startup_trials,
+        )
+        self._settings.update(
+            min_budget=min_budget, max_budget=max_budget, reduction_factor=reduction_factor,
+            sampler=sampler, startup_trials=startup_trials,
+        )  # fmt: skip
+        self._rng = random.Random(seed)
+        self._optuna = _optuna.import_optuna("sampler tpe") if sampler == "tpe" else None
+        self._results: list[list[Observation]] = [[] for _ in self.rungs]  # per rung
+        self._seeds: list[dict[str, Scalar]] = []
+        self._proposals = 0
+        self._replaying: dict[str, Trial] | None = None  # a restore's recorded trials
+
+    @property
+    def budget_used(self) -> float:
+        """Budget units (epochs) all asked trials train, promotions counted from their
+        checkpoint: what the search cost."""
+        return budget_used(self._book.trials)
+
+    def _tell(self, trial: Trial, observation: Observation) -> None:
+        self._results[trial.generation].append(observation)
+
+    def _ranked(self, observations: Sequence[Observation]) -> list[Observation]:
+        """Successful observations best first (ties: the earlier trial first)."""
+        done = [o for o in observations if o.values is not None]
+        return sorted(done, key=lambda o: (self._key(o.values), int(o.trial.id)))  # type: ignore[arg-type]
+
+    def _promotion(self, source: Trial, **extra: Any) -> Trial:
+        rung = source.generation + 1
+        return self._new_trial(
+            {p.name: source.config[p.name] for p in self.space.searched},
+            generation=rung,
+            parents=(source.id,),
+            origin="promotion",
+            continue_from=source.id,
+            budget=self.rungs[rung],
+            **extra,
+        )
+
+    def _fresh(self, rung: int, **extra: Any) -> Trial:
+        """A new configuration, trained from scratch up to ``rung``'s budget."""
+        config, origin = self._propose()
+        return self._new_trial(
+            config, generation=rung, origin=origin, budget=self.rungs[rung], **extra
+        )
+
+    def _propose(self) -> tuple[dict[str, Scalar], str]:
+        index = self._proposals
+        self._proposals += 1
+        if self._seeds:
+            return self._seeds.pop(0), "warm-start"
+        if self.sampler == "tpe":
+            for rung in range(len(self.rungs) - 1, -1, -1):
+                told = [o for o in self._results[rung] if o.values is not None]
+                if len(told) >= self.startup_trials:
+                    recorded = self._recorded_proposal()
+                    return recorded or self._tpe(told, index), "model"
+        return sample_config(self.space, self._rng), "random"
+
+    def _recorded_proposal(self) -> dict[str, Scalar] | None:
+        """While restoring, the journal's TPE proposal for the trial being made.
+
+        Refitting TPE for every replayed proposal would make a long search's
+        restore quadratic; everything else (which rung, promotions, random
+        draws) is still recomputed and checked against the journal."""
+        recorded = (self._replaying or {}).get(str(self.n_asked))
+        if recorded is None or recorded.origin != "model":
+            return None
+        return {p.name: recorded.config[p.name] for p in self.space.searched}
+
+    def _replay_ask(self, n: int, recorded: list[Trial], event: Any) -> None:
+        self._replaying = {t.id: t for t in recorded}
+        try:
+            super()._replay_ask(n, recorded, event)
+        finally:
+            self._replaying = None
+
+    def _tpe(self, told: list[Observation], index: int) -> dict[str, Scalar]:
+        """One TPE proposal from the results at one budget.
+
+        Configurations asked and not yet told are in the study as RUNNING, so
+        the constant liar spreads a batch of proposals instead of repeating one.
+        """
+        optuna = self._optuna
+        distributions = _optuna.distributions(optuna, self.space)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            sampler = optuna.samplers.TPESampler(
+                seed=_optuna.sampler_seed(self.seed, index),
+                n_startup_trials=0,
+                multivariate=True,
+                constant_liar=True,
+            )
+        direction = "minimize" if self.objectives[0].mode == "min" else "maximize"
+        running = [t for t in self._book.pending.values() if t.continue_from is None]
+        with _optuna.quiet(optuna):
+            study = optuna.create_study(direction=direction, sampler=sampler)
+            for o in told:
+                study.add_trial(
+                    optuna.trial.create_trial(
+                        state=optuna.trial.TrialState.COMPLETE,
+                        value=o.value,
+                        params=_optuna.encode(self.space, o.config),
+                        distributions=distributions,
+                    )
+                )
+            for t in running:
+                study.add_trial(
+                    optuna.trial.create_trial(
+                        state=optuna.trial.TrialState.RUNNING,
+                        params=_optuna.encode(self.space, t.config),
+                        distributions=distributions,
+                    )
+                )
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                asked = study.ask(distributions)
+        return _optuna.decode(self.space, asked.params)
+
+    def _warm_start(self, observations: list[Observation]) -> None:
+        """The previous run's best configurations are the first new ones (re-run
+        from scratch: the old checkpoints are not this search's)."""
+        good = [o for o in observations if o.values is not None]
+        good.sort(key=lambda o: self._key(o.values))  # type: ignore[arg-type]
+        self._seeds = [
+            {p.name: o.config[p.name] for p in self.space.searched}
+            for o in good[: max(1, self.planned // 4)]
+        ]
+
+
+class ASHASearch(_SuccessiveHalving):
+    """Asynchronous successive halving (Li et al., 2020) as a scheduler.
+
+    At each ask, from the highest rung down: if a rung has a trial among its
+    top ⌊n / η⌋ results (n: results told at that rung, failures included) that
+    was not promoted yet, the ask promotes the best such trial; otherwise it
+    starts a new configuration at the bottom rung. No barrier: a free slot
+    always gets work. ``budget`` counts trials (new and promoted); left out,
+    it is the trial count of one Hyperband bracket from the bottom rung
+    (40 for rungs 1, 3, 9, 27).
+
+    >>> from search.space import FloatParam, SearchSpace
+    >>> asha = ASHASearch(SearchSpace([FloatParam("x", 0.0, 1.0)]), [("loss", "min")])
+    >>> [t.budget for t in asha.ask(3)], asha.planned
+    ([1, 1, 1], 40)
+    """
+
+    algorithm = "asha"
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int = 0,
+        budget: int | None = None,
+        min_budget: int | float = 1,
+        max_budget: int | float = 27,
+        reduction_factor: int = 3,
+        sampler: Literal["random", "tpe"] = "random",
+        startup_trials: int = 10,
+    ) -> None:
+        super().__init__(
+            space, objectives, seed=seed, budget=budget, min_budget=min_budget,
+            max_budget=max_budget, reduction_factor=reduction_factor, sampler=sampler,
+            startup_trials=startup_trials,
+        )  # fmt: skip
+        self._promoted: set[str] = set()
+
+    @property
+    def planned(self) -> int:
+        if self.budget is not None:
+            return self.budget
+        return sum(hyperband_brackets(len(self.rungs), self.reduction_factor)[0])
+
+    def promotable(self, rung: int) -> list[Trial]:
+        """Trials of ``rung`` in its top ⌊n / η⌋ not yet promoted, best first."""
+        results = self._results[rung]
+        top = self._ranked(results)[: len(results) // self.reduction_factor]
+        return [o.trial for o in top if o.trial.id not in self._promoted]
+
+    def _ask(self, n: int) -> list[Trial]:
+        trials = []
+        for _ in range(n):
+            source = next(
+                (c[0] for r in range(len(self.rungs) - 2, -1, -1) if (c := self.promotable(r))),
+                None,
+            )
+            if source is not None:
+                self._promoted.add(source.id)
+                trials.append(self._promotion(source))
+            else:
+                trials.append(self._fresh(0))
+        return trials
+
+
+@dataclass
+class _Bracket:
+    """One bracket of synchronous successive halving."""
+
+    number: int
+    first_rung: int
+    sizes: list[int]  # trials per stage
+    stage: int = 0
+    asked: int = 0  # in this stage
+    queue: list[Trial] = field(default_factory=list)  # promotions decided, not yet asked
+    told: list[Observation] = field(default_factory=list)  # this stage's results
+    over: bool = False
+
+
+class HyperbandSearch(_SuccessiveHalving):
+    """Hyperband (Li et al., 2018): brackets of successive halving; with
+    ``sampler="tpe"``, BOHB-style (Falkner et al., 2018).
+
+    Brackets run from the most aggressive (many configurations at
+    ``min_budget``) to the most conservative (few at ``max_budget``); for
+    rungs 1, 3, 9, 27 (η = 3) they hold 27/9/3/1, 12/4/1, 6/2 and 4 trials
+    per stage, 69 trials in one iteration. Within a bracket the halving is
+    synchronous: a stage's top ⌊n_j / η⌋ are promoted once all its results
+    are in, as in the paper. Brackets overlap: when every open bracket is
+    waiting for results, an ask opens the next bracket rather than leave a
+    slot idle, so parallel workers stay busy.
+
+    ``iterations`` repeats the sequence of brackets; left out, as many as
+    ``budget`` (trials) needs, 1 without a budget. A stage whose successful
+    trials are fewer than it promotes promotes all of them, and
+    :attr:`planned` drops by the promotions that cannot happen.
+    """
+
+    algorithm = "hyperband"
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int = 0,
+        budget: int | None = None,
+        min_budget: int | float = 1,
+        max_budget: int | float = 27,
+        reduction_factor: int = 3,
+        iterations: int | None = None,
+        sampler: Literal["random", "tpe"] = "random",
+        startup_trials: int = 10,
+    ) -> None:
+        super().__init__(
+            space, objectives, seed=seed, budget=budget, min_budget=min_budget,
+            max_budget=max_budget, reduction_factor=reduction_factor, sampler=sampler,
+            startup_trials=startup_trials,
+        )  # fmt: skip
+        self._settings["iterations"] = iterations
+        self.brackets = hyperband_brackets(len(self.rungs), reduction_factor)
+        per_iteration = sum(sum(b) for b in self.brackets)
+        if iterations is not None:
+            check_int("iterations", iterations, 1)
+            if budget is not None and budget > iterations * per_iteration:
+                raise ValueError(
+                    f"budget must be at most {iterations * per_iteration} ({iterations}"
+                    f" iteration(s) of {per_iteration} trials), but got {budget}: set iterations"
+                    f" to {-(-budget // per_iteration)}, or leave iterations out to plan them"
+                    " from the budget"
+                )
+        else:
+            iterations = 1 if budget is None else -(-budget // per_iteration)
+        self.iterations = iterations
+        self._open: list[_Bracket] = []
+        self._opened = 0
+        self._shortfall = 0  # promotions that could not happen (too few successes)
+
+    @property
+    def planned(self) -> int:
+        planned = self.iterations * sum(sum(b) for b in self.brackets) - self._shortfall
+        return min(planned, self.budget) if self.budget is not None else planned
+
+    def _ask(self, n: int) -> list[Trial]:
+        trials: list[Trial] = []
+        while len(trials) < n:
+            trial = next((t for b in self._open if (t := self._from(b)) is not None), None)
+            if trial is None:
+                if self._opened >= self.iterations * len(self.brackets):
+                    break
+                self._open_bracket()
+                continue
+            trials.append(trial)
+        return trials
+
+    def _open_bracket(self) -> None:
+        shape = self.brackets[self._opened % len(self.brackets)]
+        first_rung = len(self.rungs) - len(shape)
+        self._open.append(_Bracket(self._opened, first_rung, list(shape)))
+        self._opened += 1
+
+    def _from(self, bracket: _Bracket) -> Trial | None:
+        """The bracket's next trial, or None while it waits (or is over)."""
+        if bracket.over:
+            return None
+        if bracket.stage == 0 and bracket.asked < bracket.sizes[0]:
+            bracket.asked += 1
+            return self._fresh(bracket.first_rung, deme=bracket.number)
+        if bracket.queue:
+            bracket.asked += 1
+            return self._promotion(bracket.queue.pop(0), deme=bracket.number)
+        return None
+
+    def _tell(self, trial: Trial, observation: Observation) -> None:
+        super()._tell(trial, observation)
+        bracket = next(b for b in self._open if b.number == trial.deme)
+        bracket.told.append(observation)
+        if len(bracket.told) < bracket.sizes[bracket.stage]:
+            return
+        # The stage is complete: promote its top, or close the bracket.
+        if bracket.stage + 1 == len(bracket.sizes):
+            bracket.over = True
+        else:
+            keep = bracket.sizes[bracket.stage + 1]
+            winners = [o.trial for o in self._ranked(bracket.told)[:keep]]
+            bracket.stage += 1
+            bracket.asked, bracket.told, bracket.queue = 0, [], winners
+            if len(winners) < keep:
+                # Too few successes: these promotions, and the later stages'
+                # beyond what they can hold, will not happen.
+                shrunk = [min(size, len(winners)) for size in bracket.sizes[bracket.stage :]]
+                self._shortfall += sum(bracket.sizes[bracket.stage :]) - sum(shrunk)
+                bracket.sizes[bracket.stage :] = shrunk
+            bracket.over = not winners
+        if bracket.over:
+            self._open.remove(bracket)

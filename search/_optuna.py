@@ -1,0 +1,88 @@
+"""How a nestor space meets Optuna: distributions, encoding, quiet logging, seeds.
+
+Shared by the Bayesian search and the BOHB-style proposals of successive
+halving, so both hand Optuna the same distributions and read its parameters
+back the same way. Optuna is imported by the caller (lazily), never here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+
+
+def import_optuna(what: str) -> Any:
+    """Optuna, or an ImportError that names the package and what needed it."""
+    try:
+        import optuna
+    except ImportError as exc:  # pragma: no cover - optuna is a dependency
+        raise ImportError(f"{what} needs the optuna package") from exc
+    return optuna
+
+
+@contextlib.contextmanager
+def quiet(optuna: Any) -> Iterator[None]:
+    """Keep Optuna's per-trial INFO lines out of nestor's output."""
+    verbosity = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        yield
+    finally:
+        optuna.logging.set_verbosity(verbosity)
+
+
+def distributions(optuna: Any, space: SearchSpace) -> dict[str, Any]:
+    """Optuna distributions of the searched parameters.
+
+    Categoricals become indices: Optuna compares choices with ==, which would
+    confuse 1, 1.0 and True (distinct choices in a nestor space).
+    """
+    dist = optuna.distributions
+    result: dict[str, Any] = {}
+    for param in space.searched:
+        if isinstance(param, FloatParam):
+            d: Any = dist.FloatDistribution(param.low, param.high, log=param.log)
+        elif isinstance(param, IntParam):
+            d = dist.IntDistribution(param.low, param.high, log=param.log)
+        else:
+            assert isinstance(param, CategoricalParam)
+            d = dist.CategoricalDistribution(tuple(range(len(param.values))))
+        result[param.name] = d
+    return result
+
+
+def encode(space: SearchSpace, config: Mapping[str, Scalar]) -> dict[str, Any]:
+    """Optuna parameters of a configuration (categoricals as indices)."""
+    params = {}
+    for param in space.searched:
+        value = config[param.name]
+        if isinstance(param, CategoricalParam):
+            value = next(
+                i for i, v in enumerate(param.values) if type(v) is type(value) and v == value
+            )
+        params[param.name] = value
+    return params
+
+
+def decode(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Scalar]:
+    """The configuration of Optuna parameters, floats clipped into their range."""
+    config: dict[str, Scalar] = {}
+    for param in space.searched:
+        value = params[param.name]
+        if isinstance(param, CategoricalParam):
+            value = param.values[value]
+        elif isinstance(param, FloatParam):
+            value = min(max(float(value), param.low), param.high)
+        config[param.name] = value
+    return config
+
+
+def sampler_seed(seed: int, index: int) -> int:
+    """The seed of the sampler for proposal ``index``: a function of (seed, index)
+    only, so a restored search proposes what an uninterrupted one would have."""
+    import numpy as np
+
+    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])

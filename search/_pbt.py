@@ -1,0 +1,400 @@
+"""Population-based training (Jaderberg et al., 2017) as an ask/tell search.
+
+A population of ``population`` members trains in intervals of ``interval``
+budget units (epochs, unless the stage maps the budget to another trainer
+setting). Each member is a chain of trials, one per interval: the trial for
+interval k carries ``budget=(k + 1) * interval`` and ``continue_from`` the
+trial whose checkpoint it starts from. After a member reports interval k:
+
+- if it is in the bottom ``quantile`` of the members that have reported
+  interval k, it *exploits* a member drawn from the top ``quantile`` (its next
+  trial continues from that member's interval-k trial: weights and optimizer
+  state) and *explores*: each number is multiplied by a factor drawn from
+  ``perturbation_factors`` (0.8 or 1.2, as in the paper and Ray Tune), or,
+  with probability ``resample_probability``, redrawn from the space; a
+  categorical is redrawn with that probability and kept otherwise (it has no
+  neighbouring value to perturb to). Values stay inside the space (clipped;
+  an integer that rounding would leave unchanged moves one step);
+- otherwise it continues from its own trial with the same hyperparameters.
+
+Asynchronous, as Ray Tune's PBT: a member that reports is decided at once and
+its next trial is ready for the next ask; no member waits for the others (no
+barrier, no idle slot behind a straggler). Unlike Ray Tune, a member is ranked
+among the results *at the same interval* and copies its donor's checkpoint at
+that interval, not whatever the donor reported last: a model trained longer
+is not better for it, the copied weights are the ones that were ranked, every
+member trains the same number of intervals, so :attr:`planned` is exact
+(``population`` × ``intervals`` trials) and the budget used is
+``population × intervals × interval`` (failures aside). The first members to
+report an interval are compared with fewer peers (with one, none is exploited:
+the bottom and top sets hold at most half of the results, as in Ray Tune); a
+member that always reported first would never be exploited. With real trials
+the order of reports varies from interval to interval; Ray Tune's way out
+(ranking against whatever each member reported last) compares models trained
+for different lengths instead.
+
+A failed trial has no checkpoint: its member copies the best member of that
+interval (a top one if there are several) with explored hyperparameters, or,
+if none has reported yet, retries from its own last good checkpoint with
+explored hyperparameters (training two intervals in one trial). A search
+whose last ``population`` results all failed stops.
+
+The lineage is in the trials themselves (``member``, ``generation`` = the
+interval, ``continue_from``, ``parents``, ``origin`` "continue", "exploit" or
+"retry"), so the journal holds it and a restored search rebuilds it by
+replay. :meth:`lineage` follows a trial's checkpoints back to the start: the
+hyperparameter schedule that produced its weights, which a later ``train``
+stage can replay (:meth:`best_schedule` for the winner); :meth:`history` is a
+member's own trials; :func:`schedules_from_state` reads both out of a
+journalled state without rebuilding the search.
+
+PB2 (a GP bandit choosing the explored values) is not implemented.
+
+>>> from search.space import FloatParam, SearchSpace
+>>> space = SearchSpace([FloatParam("lr", 1e-4, 1e-1, log=True)])
+>>> pbt = PBTSearch(space, [("loss", "min")], population=4, intervals=2)
+>>> [(t.member, t.budget, t.continue_from) for t in pbt.ask(4)][:2]
+[(0, 1, None), (1, 1, None)]
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from search._base import Observation, Searcher, Trial, observations_from_state
+from search._fidelity import budget_used, check_int, check_number, check_one_objective, span
+from search._sampling import sample_config, sample_value
+from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+
+
+@dataclass(frozen=True)
+class ScheduleStep:
+    """One stretch of training: ``config`` trained from ``start`` up to ``until``.
+
+    ``copied_from`` is the member whose checkpoint this step started from when
+    it was not its own member's (an exploit); ``value`` is the result (None if
+    the trial failed or is still running).
+    """
+
+    trial_id: str
+    member: int
+    interval: int
+    start: float
+    until: float
+    config: dict[str, Scalar]
+    continue_from: str | None
+    copied_from: int | None
+    value: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trial_id": self.trial_id,
+            "member": self.member,
+            "interval": self.interval,
+            "start": self.start,
+            "until": self.until,
+            "config": dict(self.config),
+            "continue_from": self.continue_from,
+            "copied_from": self.copied_from,
+            "value": self.value,
+        }
+
+
+@dataclass
+class _Next:
+    """A member's decided next trial, waiting for an ask."""
+
+    member: int
+    interval: int
+    config: dict[str, Scalar] | None  # None: draw one (interval 0)
+    continue_from: str | None = None
+    origin: str = "random"
+
+
+class PBTSearch(Searcher):
+    """Population-based training: exploit the top members, explore around them.
+
+    Settings: ``population`` (members, at least 2), ``interval`` (budget units
+    per interval, default 1 epoch), ``intervals`` (per member; left out, as
+    many as ``budget`` needs, 10 without a budget), ``quantile`` (share of
+    members that exploit / are copied, in (0, 0.5]), ``resample_probability``
+    and ``perturbation_factors``. ``budget`` counts trials (one per member and
+    interval); it must leave every member at least one interval.
+    """
+
+    algorithm = "pbt"
+
+    def __init__(
+        self,
+        space: SearchSpace,
+        objectives: Any,
+        *,
+        seed: int = 0,
+        budget: int | None = None,
+        population: int = 8,
+        interval: int | float = 1,
+        intervals: int | None = None,
+        quantile: float = 0.25,
+        resample_probability: float = 0.25,
+        perturbation_factors: Sequence[float] = (0.8, 1.2),
+    ) -> None:
+        super().__init__(space, objectives, seed=seed, budget=budget)
+        given_intervals = intervals
+        check_one_objective(self.algorithm, self.objectives)
+        check_int("population", population, 2)
+        check_number("interval", interval)
+        if intervals is not None:
+            check_int("intervals", intervals, 1)
+        if not isinstance(quantile, int | float) or not 0 < quantile <= 0.5:
+            raise ValueError(
+                f"quantile must be greater than 0 and at most 0.5, but got {quantile!r}"
+            )
+        if not isinstance(resample_probability, int | float) or not (
+            0.0 <= resample_probability <= 1.0
+        ):
+            raise ValueError(
+                f"resample_probability must be between 0 and 1, but got {resample_probability!r}"
+            )
+        if isinstance(perturbation_factors, str | bytes) or not isinstance(
+            perturbation_factors, Sequence
+        ):
+            raise ValueError(
+                "perturbation_factors must be a list of positive numbers,"
+                f" but got {perturbation_factors!r}"
+            )
+        if not perturbation_factors:
+            raise ValueError("perturbation_factors must list at least one factor, but got none")
+        for factor in perturbation_factors:
+            check_number("perturbation_factors", factor)
+        if not space.searched:
+            raise ValueError("space must have at least one searched (non-constant) parameter")
+        if budget is not None and budget < population:
+            raise ValueError(
+                f"budget must be at least population ({population}) so that every member"
+                f" trains one interval, but got {budget}"
+            )
+        if intervals is None:
+            intervals = 10 if budget is None else -(-budget // population)
+        elif budget is not None and budget > population * intervals:
+            raise ValueError(
+                f"budget must be at most {population * intervals} (population {population}"
+                f" x {intervals} intervals), but got {budget}: set intervals to"
+                f" {-(-budget // population)}, or leave intervals out to plan them from the budget"
+            )
+        self._settings.update(
+            population=population, interval=interval, intervals=given_intervals,
+            quantile=quantile, resample_probability=resample_probability,
+            perturbation_factors=list(perturbation_factors),
+        )  # fmt: skip
+        self.population, self.interval, self.intervals = population, interval, intervals
+        self.quantile = float(quantile)
+        self.resample_probability = float(resample_probability)
+        self.perturbation_factors = tuple(perturbation_factors)
+        self._rng = random.Random(seed)
+        self._ready: list[_Next] = [_Next(m, 0, None) for m in range(population)]
+        self._results: dict[int, dict[int, Observation]] = {}  # interval -> member -> result
+        self._last_good: dict[int, str] = {}  # member -> its latest successful trial
+        self._seeds: list[dict[str, Scalar]] = []
+        self._failures_in_row = 0
+
+    # --- sizes ----------------------------------------------------------------------------
+
+    @property
+    def planned(self) -> int:
+        planned = self.population * self.intervals
+        return min(planned, self.budget) if self.budget is not None else planned
+
+    @property
+    def budget_used(self) -> float:
+        """Budget units (epochs) all asked trials train, continued ones counted from
+        their checkpoint: what the search cost."""
+        return budget_used(self._book.trials)
+
+    # --- ask/tell -------------------------------------------------------------------------
+
+    def _ask(self, n: int) -> list[Trial]:
+        trials = []
+        while self._ready and len(trials) < n:
+            step = self._ready.pop(0)
+            config, origin = step.config, step.origin
+            if config is None and self._seeds:
+                config, origin = self._seeds.pop(0), "warm-start"
+            elif config is None:
+                config = sample_config(self.space, self._rng)
+            parents = () if step.continue_from is None else (step.continue_from,)
+            trials.append(
+                self._new_trial(
+                    config,
+                    generation=step.interval,
+                    member=step.member,
+                    parents=parents,
+                    origin=origin,
+                    continue_from=step.continue_from,
+                    budget=(step.interval + 1) * self.interval,
+                )
+            )
+        return trials
+
+    def _tell(self, trial: Trial, observation: Observation) -> None:
+        member, k = trial.member, trial.generation
+        assert member is not None
+        self._results.setdefault(k, {})[member] = observation
+        if observation.failed:
+            self._failures_in_row += 1
+            if self._failures_in_row >= self.population:
+                self._stop(
+                    f"the last {self._failures_in_row} trials all failed"
+                    f" (last: {observation.failure})"
+                )
+        else:
+            self._failures_in_row = 0
+            self._last_good[member] = trial.id
+        if k + 1 >= self.intervals:
+            return  # this member is done
+        self._ready.append(self._decide(trial, observation))
+
+    def _decide(self, trial: Trial, observation: Observation) -> _Next:
+        """The member's next trial: continue, exploit a top member, or retry."""
+        member, k = trial.member, trial.generation
+        assert member is not None
+        ranked = sorted(
+            (o for o in self._results[k].values() if o.values is not None),
+            key=lambda o: (self._key(o.values), int(o.trial.id)),  # type: ignore[arg-type]
+        )
+        count = math.ceil(len(ranked) * self.quantile)
+        count = min(count, len(ranked) // 2)
+        top, bottom = ranked[:count], ranked[len(ranked) - count :] if count else []
+        if not observation.failed and all(o.trial.id != trial.id for o in bottom):
+            return _Next(member, k + 1, dict(trial.config), trial.id, "continue")
+        donors = [o for o in top if o.trial.member != member]
+        if observation.failed and not donors:
+            donors = ranked[:1]
+        if donors:
+            donor = donors[self._rng.randrange(len(donors))]
+            return _Next(member, k + 1, self._explore(donor.config), donor.trial.id, "exploit")
+        # Failed, and nobody has reported this interval yet: its own last checkpoint.
+        own = self._last_good.get(member)
+        return _Next(member, k + 1, self._explore(trial.config), own, "retry")
+
+    def _explore(self, config: Mapping[str, Scalar]) -> dict[str, Scalar]:
+        rng = self._rng
+        explored: dict[str, Scalar] = {}
+        for param in self.space.searched:
+            value = config[param.name]
+            if rng.random() < self.resample_probability:
+                explored[param.name] = sample_value(param, rng)
+            elif isinstance(param, CategoricalParam):
+                explored[param.name] = value
+            else:
+                assert isinstance(param, FloatParam | IntParam)
+                factor = self.perturbation_factors[rng.randrange(len(self.perturbation_factors))]
+                moved: float = value * factor  # type: ignore[operator]
+                if isinstance(param, IntParam):
+                    moved = round(moved)
+                    if moved == value and factor != 1:
+                        moved = value + (1 if factor > 1 else -1)  # type: ignore[operator]
+                    explored[param.name] = int(min(max(moved, param.low), param.high))
+                else:
+                    explored[param.name] = float(min(max(moved, param.low), param.high))
+        return explored
+
+    def _warm_start(self, observations: list[Observation]) -> None:
+        good = [o for o in observations if o.values is not None]
+        good.sort(key=lambda o: self._key(o.values))  # type: ignore[arg-type]
+        self._seeds = [
+            {p.name: o.config[p.name] for p in self.space.searched}
+            for o in good[: max(1, self.population // 4)]
+        ]
+
+    # --- lineage --------------------------------------------------------------------------
+
+    def history(self, member: int) -> list[ScheduleStep]:
+        """The trials of ``member`` in interval order, with where each one started."""
+        if not isinstance(member, int) or not 0 <= member < self.population:
+            raise ValueError(
+                f"member must be an integer from 0 to {self.population - 1}, but got {member!r}"
+            )
+        return _history(self._book.trials, self._results_by_id(), member)
+
+    def lineage(self, trial_id: str) -> list[ScheduleStep]:
+        """The schedule that produced ``trial_id``'s weights, from scratch to it:
+        the chain of checkpoints it continued, whichever members trained them."""
+        if str(trial_id) not in self._book.trials:
+            raise ValueError(f"trial_id must be the id of an asked trial, but got {trial_id!r}")
+        return _lineage(self._book.trials, self._results_by_id(), str(trial_id))
+
+    def best_schedule(self) -> list[ScheduleStep]:
+        """The lineage of the best trial ([] before any success)."""
+        best = self.best()
+        return [] if best is None else self.lineage(best.trial.id)
+
+    def _results_by_id(self) -> dict[str, Observation]:
+        return {o.trial.id: o for o in self._book.observations}
+
+
+def _step(
+    trial: Trial, trials: Mapping[str, Trial], results: Mapping[str, Observation]
+) -> ScheduleStep:
+    start, until = span(trial, trials)
+    source = trials[trial.continue_from] if trial.continue_from is not None else None
+    copied = source.member if source is not None and source.member != trial.member else None
+    observation = results.get(trial.id)
+    value = None if observation is None or observation.failed else observation.value
+    assert trial.member is not None
+    return ScheduleStep(
+        trial.id, trial.member, trial.generation, start, until, dict(trial.config),
+        trial.continue_from, copied, value,
+    )  # fmt: skip
+
+
+def _history(
+    trials: Mapping[str, Trial], results: Mapping[str, Observation], member: int
+) -> list[ScheduleStep]:
+    mine = [t for t in trials.values() if t.member == member]
+    mine.sort(key=lambda t: (t.generation, int(t.id)))
+    return [_step(t, trials, results) for t in mine]
+
+
+def _lineage(
+    trials: Mapping[str, Trial], results: Mapping[str, Observation], trial_id: str
+) -> list[ScheduleStep]:
+    chain = []
+    current: str | None = trial_id
+    while current is not None:
+        trial = trials[current]
+        chain.append(_step(trial, trials, results))
+        current = trial.continue_from
+    return chain[::-1]
+
+
+def schedules_from_state(state: Mapping[str, Any]) -> dict[str, Any]:
+    """A PBT search's lineage read out of its journalled ``state()``, no rebuild:
+    ``{"members": {member: [ScheduleStep...]}, "best": [ScheduleStep...]}``
+    where "best" is the lineage of the best trial at the longest budget."""
+    if state.get("algorithm") != PBTSearch.algorithm:
+        raise ValueError(f"state must come from a pbt search, but got {state.get('algorithm')!r}")
+    trials: dict[str, Trial] = {}
+    for event in state.get("events", []):
+        if event["event"] == "ask":
+            for data in event["trials"]:
+                trials[data["id"]] = Trial.from_dict(data)
+    observations = observations_from_state(state)
+    results = {o.trial.id: o for o in observations}
+    members = sorted({t.member for t in trials.values() if t.member is not None})
+    mode = re.search(r"mode='(min|max)'", str(state.get("objectives", [""])[0]))
+    if mode is None:
+        raise ValueError(f"state must record its objective, but got {state.get('objectives')!r}")
+    sign = -1.0 if mode.group(1) == "max" else 1.0
+    done = [o for o in observations if o.values is not None]
+    best: list[ScheduleStep] = []
+    if done:  # as Searcher.best(): the best of the longest-trained, first told on ties
+        longest = max(float(o.trial.budget or 0) for o in done)
+        done = [o for o in done if float(o.trial.budget or 0) == longest]
+        winner = min(done, key=lambda o: sign * o.value)
+        best = _lineage(trials, results, winner.trial.id)
+    return {"members": {m: _history(trials, results, m) for m in members}, "best": best}
