@@ -381,6 +381,39 @@ def plot_ensemble(name: str, ensemble: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
+def plot_population(name: str, pbt: dict[str, Any], path: Path) -> Path:
+    """A population's hyperparameter schedules: per numeric hyperparameter, each
+    member's value over the budget, an x where it copied a better member, and the
+    winner's lineage (the schedule to replay) in black."""
+    plt = _pyplot()
+    members = pbt.get("members") or {}
+    steps = [s for history in members.values() for s in history]
+    keys = sorted({k for s in steps for k, v in (s.get("config") or {}).items()
+                   if isinstance(v, int | float) and not isinstance(v, bool)})
+    fig, axes = plt.subplots(max(1, len(keys)), 1, figsize=(8, 2.6 * max(1, len(keys))),
+                             dpi=110, squeeze=False)
+    for ax, key in zip(axes[:, 0], keys or ["-"], strict=True):
+        for member, history in sorted(members.items(), key=lambda m: int(m[0])):
+            xs = [x for s in history for x in (s["start"], s["until"])]
+            ys = [s["config"].get(key) for s in history for _ in (0, 1)]
+            line, = ax.plot(xs, ys, linewidth=1, alpha=0.7, label=f"member {member}")
+            copied = [s for s in history if s.get("copied_from") is not None]
+            ax.scatter([s["start"] for s in copied], [s["config"].get(key) for s in copied],
+                       marker="x", color=line.get_color(), zorder=3)
+        best = pbt.get("schedule") or []
+        ax.plot([x for s in best for x in (s["start"], s["until"])],
+                [s["config"].get(key) for s in best for _ in (0, 1)], color="black",
+                linewidth=2.5, label="winner's schedule")
+        ax.set_ylabel(key)
+        if key in ("lr",) and all(v and v > 0 for v in ax.get_lines()[0].get_ydata()):
+            ax.set_yscale("log")
+        ax.grid(alpha=0.3)
+    axes[-1, 0].set_xlabel("budget (epochs)")
+    axes[0, 0].legend(loc="center left", bbox_to_anchor=(1.01, 0.5), fontsize="x-small")
+    axes[0, 0].set_title(f"stage {name}: population-based training (x: copied a better member)")
+    return _save(fig, path)
+
+
 def curve_metric(curves: dict[str, list[dict[str, Any]]]) -> str | None:
     """The metric to draw: val_accuracy if any curve has it, else the first other number."""
     keys = [k for points in curves.values() for p in points for k, v in p.items()

@@ -151,6 +151,10 @@ class TrialRequest:
     own yet; several: the mean of their weights (hierarchical transfer);
     ``init_groups`` limits which layer groups are loaded (None: all)
     and ``freeze`` names groups that are not trained (transfer learning).
+    ``continue_from``: a checkpoint (file, or a trial's checkpoint directory) this
+    trial carries on from when it has none of its own yet: weights, optimizer
+    state, epoch and history (a PBT exploit, a successive-halving promotion);
+    it trains on up to its own ``epochs``.
     ``log_dir``: where a command trainer's stdout and stderr are kept.
     ``workdir``: a command trainer's working directory (default: current).
     ``timeout``: seconds before a command trainer is killed.
@@ -169,6 +173,7 @@ class TrialRequest:
     init_from: str | tuple[str, ...] | None = None
     init_groups: tuple[str, ...] | None = None
     freeze: tuple[str, ...] = ()
+    continue_from: str | None = None
     log_dir: str | None = None
     workdir: str | None = None
     timeout: float | None = None

@@ -165,6 +165,8 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
         chosen = par.hvd.broadcast_object(str(latest) if latest else None, root_rank=0,
                                           name="ckpt.latest")
         latest = Path(chosen) if chosen else None
+    if latest is None and request.continue_from:  # another trial's: carry on from it
+        latest = ckpt.resolve_source(request.continue_from)
     if latest is not None:
         payload = ckpt.load_checkpoint(latest)
         if payload["arch"] != arch:

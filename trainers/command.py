@@ -194,6 +194,7 @@ def run_command(request: TrialRequest, report: Report | None = None,
         "NESTOR_INIT_FROM": os.pathsep.join([request.init_from]
                                             if isinstance(request.init_from, str)
                                             else request.init_from or ()),
+        "NESTOR_CONTINUE_FROM": request.continue_from or "",
         "NESTOR_DATA_PARALLEL": str(request.data_parallel),
         "NESTOR_MODEL_PARALLEL": str(request.model_parallel),
     })

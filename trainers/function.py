@@ -64,6 +64,9 @@ class TrialContext:
     _heartbeat: Heartbeat | None = None
     history: list[dict[str, float]] = field(default_factory=list)
     _stopped: bool = False
+    # the checkpoint of the trial this one carries on from (PBT, promotions): load it
+    # when checkpoint_dir holds none of this trial's own yet
+    continue_from: str | None = None
 
     @property
     def rank(self) -> int:
@@ -140,7 +143,8 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     started = time.perf_counter()
     fn = resolve_function(request.trainer.function or "")
     ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
-                       request.log_dir, report, should_stop, _heartbeat=heartbeat)
+                       request.log_dir, report, should_stop, _heartbeat=heartbeat,
+                       continue_from=request.continue_from)
     config = {**request.settings, **request.config}
     returned = fn(config, ctx)
     if returned is None:

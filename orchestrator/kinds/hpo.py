@@ -4,13 +4,14 @@ the best trial is the stage's product."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from orchestrator.kinds import Finding, PlotMaker, StageKind
 from orchestrator.products import Product
 from orchestrator.spec import HpoStage, Workflow
-from orchestrator.trials import TrialRunner
+from orchestrator.trials import SkipTrial, TrialRunner
 
 SPEC_FILE = "spec.yaml"
 
@@ -23,13 +24,43 @@ class HpoRunner(TrialRunner):
         from search import Objective, make_searcher
 
         objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
-        settings = stage.search.model_dump(exclude={"algorithm"})
         searcher = make_searcher(
-            stage.search.algorithm, stage.search_space(), objectives, **settings
+            stage.search.algorithm, stage.search_space(), objectives, **stage.search.settings()
         )
         super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
                          trainer_spec=stage.trainer, **kwargs)
         self.stopper = start_early_stopper(stage.early_stopping, objectives[0])
+
+    def finalize(self, done: Any = None) -> dict[str, Any]:
+        """A population's schedules join the summary: the winner's lineage is what a
+        train stage replays, and what the population plot draws."""
+        summary = self.summary()
+        if hasattr(self.searcher, "best_schedule"):
+            population = getattr(self.searcher, "population", 0)
+            summary["pbt"] = {
+                "schedule": [asdict(s) for s in self.searcher.best_schedule()],
+                "members": {str(m): [asdict(s) for s in self.searcher.history(m)]
+                            for m in range(population)},
+            }
+        return summary
+
+    def request_extras(self, trial: Any) -> dict[str, Any]:
+        """A trial that continues another (a PBT exploit, a promotion) starts from that
+        trial's checkpoint, weights and optimizer state, and trains on up to its budget
+        (in the search's fidelity: epochs unless the spec names another setting)."""
+        extras: dict[str, Any] = {}
+        if trial.budget is not None:
+            budget = trial.budget
+            if float(budget).is_integer():
+                budget = int(budget)
+            fidelity = getattr(self.stage.search, "fidelity", "epochs")
+            extras["settings"] = {fidelity: budget}
+        if trial.continue_from is not None:
+            parent = self.records.get(trial.continue_from)
+            if parent is None or parent.status != "completed" or not parent.checkpoint:
+                raise SkipTrial(f"{trial.continue_from} left no checkpoint to continue from")
+            extras["continue_from"] = str(parent.checkpoint)
+        return extras
 
 
 class HpoKind(StageKind):
@@ -105,6 +136,12 @@ class HpoKind(StageKind):
         if best:
             config = ", ".join(f"{k}={fmt(v)}" for k, v in best["config"].items())
             lines.append(f"best of {name} ({best['id']}): {config}")
+        schedule = (summary.get("pbt") or {}).get("schedule") or []
+        if schedule:
+            steps = "; ".join(
+                f"{s['start']:g}-{s['until']:g}: "
+                + ", ".join(f"{k}={fmt(v)}" for k, v in s["config"].items()) for s in schedule)
+            lines.append(f"winner's schedule (a train stage from: {name} replays it): {steps}")
         lines.append(f"{name} stopped: {summary.get('stop_reason')}")
         return lines
 
@@ -123,7 +160,7 @@ class HpoKind(StageKind):
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.plots import plot_generations, plot_pareto
+        from orchestrator.plots import plot_generations, plot_pareto, plot_population
 
         name = str(summary["name"])
         plots = run_dir / "plots"
@@ -136,6 +173,9 @@ class HpoKind(StageKind):
         if len(objectives) > 1:
             makers.append(("pareto", lambda: plot_pareto(
                 summary, objectives, plots / f"{name}-pareto.png")))
+        if summary.get("pbt"):
+            makers.append(("population", lambda: plot_population(
+                name, summary["pbt"], plots / f"{name}-population.png")))
         return makers
 
 

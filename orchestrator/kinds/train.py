@@ -12,7 +12,7 @@ from orchestrator.kinds._planned import PlannedRunner, best_config
 from orchestrator.plan import PlannedTrial
 from orchestrator.products import Product
 from orchestrator.spec import TrainStage, Workflow
-from orchestrator.trials import TrialRunner
+from orchestrator.trials import SkipTrial, TrialRunner
 
 TRIAL = "final"
 
@@ -20,12 +20,36 @@ TRIAL = "final"
 class TrainRunner(PlannedRunner):
     def phases(self, workflow: Workflow, stage: TrainStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
-        return [[PlannedTrial(TRIAL, {**best_config(sources), **stage.config})]]
+        """One run; or, from a population-based search, one trial per step of its
+        winner's schedule (the last one ``final``), each carrying on from the last."""
+        schedule = _schedule(sources) if stage.replay else []
+        if not schedule:
+            return [[PlannedTrial(TRIAL, {**best_config(sources), **stage.config})]]
+        self._untils = {}
+        phases, previous = [], ()
+        for i, step in enumerate(schedule):
+            trial_id = TRIAL if i == len(schedule) - 1 else f"step-{i}"
+            self._untils[trial_id] = step["until"]
+            phases.append([PlannedTrial(trial_id, {**step["config"], **stage.config},
+                                        origin="replay", parents=previous)])
+            previous = (trial_id,)
+        return phases
 
     def request_extras(self, trial: Any) -> dict[str, Any]:
+        settings: dict[str, Any] = {}
         if self.stage.data != "train":
-            return {"settings": {"train_data": self.stage.data}}
-        return {}
+            settings["train_data"] = self.stage.data
+        until = getattr(self, "_untils", {}).get(trial.id)
+        if until is None:
+            return {"settings": settings} if settings else {}
+        settings["epochs"] = int(until) if float(until).is_integer() else until
+        extras: dict[str, Any] = {"settings": settings}
+        if trial.parents:
+            record = self.records.get(trial.parents[0])
+            if record is None or record.status != "completed" or not record.checkpoint:
+                raise SkipTrial(f"{trial.parents[0]} did not complete: nothing to carry on from")
+            extras["continue_from"] = str(record.checkpoint)
+        return extras
 
     def finalize(self, done: Any = None) -> dict[str, Any]:
         summary = self.summary()
@@ -38,6 +62,15 @@ class TrainRunner(PlannedRunner):
             "checkpoint": record.checkpoint if record else None,
         }
         return summary
+
+
+def _schedule(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The first source's population-based winner's schedule, if it has one."""
+    for source in sources:
+        schedule = (source.get("pbt") or {}).get("schedule")
+        if schedule:
+            return list(schedule)
+    return []
 
 
 class TrainKind(StageKind):

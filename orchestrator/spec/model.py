@@ -283,6 +283,10 @@ class _SearchBase(Strict):
     seed: int = Field(0, description="seed for every random choice of the search")
     budget: PositiveInt | None = Field(None, description="most trials to run")
 
+    def settings(self) -> dict[str, Any]:
+        """The searcher's own settings (``search.make_searcher``'s keywords)."""
+        return self.model_dump(exclude={"algorithm"})
+
     def planned_trials(self, space: SearchSpace) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -427,11 +431,76 @@ class AutoSearch(_SearchBase):
         return self.budget or 20
 
 
+class _ContinuingSearch(_SearchBase):
+    """A search whose trials continue earlier trials' checkpoints up to a budget."""
+
+    fidelity: str = Field(
+        "epochs", description="the trainer setting a trial's budget sets: it trains up to it"
+    )
+
+    def settings(self) -> dict[str, Any]:
+        """The fidelity is the stage's business, not the searcher's."""
+        return self.model_dump(exclude={"algorithm", "fidelity"})
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        from search import make_searcher
+
+        return make_searcher(self.algorithm, space, [("objective", "max")],  # type: ignore[attr-defined]
+                             **self.settings()).planned
+
+
+class PbtSearch(_ContinuingSearch):
+    algorithm: Literal["pbt"]
+    population: int = Field(8, ge=2, description="members training side by side")
+    interval: float = Field(1, gt=0, description="budget (epochs) between exploit/explore steps")
+    intervals: PositiveInt | None = Field(
+        None, description="intervals each member trains; default: as many as budget needs (10)"
+    )
+    quantile: float = Field(0.25, gt=0, le=0.5,
+                            description="bottom share that copies the top share's weights")
+    resample_probability: Rate = Field(
+        0.25, description="chance a hyperparameter is redrawn rather than perturbed"
+    )
+    perturbation_factors: list[Annotated[float, Field(gt=0)]] = Field(
+        default_factory=lambda: [0.8, 1.2], min_length=1,
+        description="factors a continuous hyperparameter is multiplied by when explored",
+    )
+
+
+class _HalvingSearch(_ContinuingSearch):
+    min_budget: float = Field(1, gt=0, description="the first rung's budget (epochs)")
+    max_budget: float = Field(27, gt=0, description="the top rung's: min_budget x eta^k")
+    reduction_factor: int = Field(3, ge=2, description="eta: keep 1 in this many per rung")
+    sampler: Literal["random", "tpe"] = Field(
+        "random", description="new configurations: random, or TPE on the top full rung (BOHB)"
+    )
+    startup_trials: int = Field(10, ge=0, description="results on a rung before TPE fits it")
+
+    @model_validator(mode="after")
+    def _rungs(self) -> _HalvingSearch:
+        from search._hyperband import rung_budgets
+
+        rung_budgets(self.min_budget, self.max_budget, self.reduction_factor)
+        return self
+
+
+class AshaSearch(_HalvingSearch):
+    algorithm: Literal["asha"]
+
+
+class HyperbandSearch(_HalvingSearch):
+    algorithm: Literal["hyperband"]
+    iterations: PositiveInt | None = Field(
+        None, description="rounds of every bracket; default: as many as budget needs"
+    )
+
+
 Search = Annotated[
-    GeneticSearch | BayesianSearch | RandomSearch | GridSearch | AutoSearch,
+    GeneticSearch | BayesianSearch | RandomSearch | GridSearch | AutoSearch | PbtSearch
+    | AshaSearch | HyperbandSearch,
     Field(discriminator="algorithm"),
 ]
-ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto")
+ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto", "pbt", "asha", "hyperband")
 
 
 class Objective(Strict):
@@ -599,6 +668,13 @@ class HpoStage(_StageBase):
             return f"genetic {search.schedule} {size}{demes}"
         if isinstance(search, BayesianSearch):
             return f"bayesian {search.sampler}"
+        if isinstance(search, PbtSearch):
+            return (f"pbt {search.population} members, exploit every"
+                    f" {search.interval:g} {search.fidelity}")
+        if isinstance(search, _HalvingSearch):
+            bohb = ", TPE" if search.sampler == "tpe" else ""
+            return (f"{search.algorithm} {search.min_budget:g}-{search.max_budget:g}"
+                    f" {search.fidelity}, eta {search.reduction_factor}{bohb}")
         return str(search.algorithm)
 
     def auto_choice(self) -> AutoChoice | None:
@@ -683,6 +759,10 @@ class TrainStage(_StageBase):
     )
     data: Literal["train", "train+val"] = Field(
         "train", description="train+val retrains on the validation data too"
+    )
+    replay: bool = Field(
+        True, description="from: a pbt stage: train through its winner's whole hyperparameter"
+        " schedule, each step carrying on from the last (false: its last config only)"
     )
 
     def planned_trials(self) -> int:
