@@ -48,6 +48,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 # How long Horovod waits for Ray to place a new gang's ranks before the attempt fails.
 PLACEMENT_TIMEOUT_S = int(os.environ.get("NESTOR_PLACEMENT_TIMEOUT_S", "100"))
+# How long the pool trusts its last look at the nodes' sizes (one GCS call).
+NODE_SLOTS_TTL_S = 1.0
 
 
 def slot_resource() -> str:
@@ -217,7 +219,7 @@ class GangPool:
     >>> pool = GangPool(slots=2)                          # doctest: +SKIP
     >>> gang = pool.acquire(Shape(data=2))                # doctest: +SKIP
     >>> gang.submit(train, config); gang.collect()        # doctest: +SKIP
-    >>> pool.release(gang)                                # kept warm for the next 2x1 trial
+    >>> pool.release(gang)  # kept warm for the next 2x1 trial  # doctest: +SKIP
     """
 
     def __init__(
@@ -251,6 +253,8 @@ class GangPool:
         # threads holds it too while it books, releases and counts.
         self.lock = threading.RLock()
         self.started = 0  # gangs started over the pool's life, for reports and tests
+        self._nodes: dict[str, int] | None = None  # live node -> its slots, cached
+        self._nodes_read_s = 0.0
 
     # -- accounting -------------------------------------------------------------------
 
@@ -270,11 +274,60 @@ class GangPool:
         """Could a trial of this shape start now (reusing or evicting idle gangs)?"""
         if any(not g.busy and not g.broken and g.shape == shape for g in self._gangs):
             return True
-        return self._room(shape) and not self.cluster_shortfall(shape)
+        return (self._room(shape) and not self.cluster_shortfall(shape)
+                and self._groups_room(shape, [g for g in self._gangs if g.busy]))
 
     def _room(self, shape: Shape) -> bool:
         """By this pool's own count (what other drivers hold can change under it)."""
         return self.oversubscribe or self.busy_slots + shape.ranks <= self.slots
+
+    def _groups_room(self, shape: Shape, kept: Sequence[Gang]) -> bool:
+        """Do ``shape``'s model-parallel groups fit on the nodes beside ``kept``?
+
+        Counting slots is not enough once a group must sit on one node: 12
+        slots on 4 nodes of 3 hold only two 2 x 2 gangs (one 2-rank group per
+        node), and a third would wait in placement for the whole timeout while
+        the two it waits for finish and stay up, warm, holding their nodes."""
+        if self.oversubscribe:
+            return True
+        free = self._free_by_node(kept)
+        return free is None or place_groups(free, shape) is not None
+
+    def _free_by_node(self, kept: Sequence[Gang]) -> list[int] | None:
+        """Each live node's slots left beside ``kept`` (None when nodes are unknown).
+
+        A started gang counts where its ranks are; one still starting is put
+        where best-fit would put it (Ray decides, and the guess is replaced by
+        the truth once it has started)."""
+        nodes = self._node_slots()
+        if not nodes:
+            return None
+        free = dict(nodes)
+        starting = []
+        for gang in kept:
+            placed = getattr(gang.executor, "node_ids", None)
+            if not placed:
+                starting.append(gang.shape)
+            for node in placed or []:
+                if node in free:  # a node that left frees nothing and holds nothing
+                    free[node] -= 1
+        left = list(free.values())
+        for shape in starting:
+            left = place_groups(left, shape) or left  # unplaceable now: it waits on others
+        return left
+
+    def _node_slots(self) -> dict[str, int] | None:
+        """Each live node's ``slot`` count, read from Ray at most once a second."""
+        now = time.monotonic()
+        if self._nodes is None or now - self._nodes_read_s > NODE_SLOTS_TTL_S:
+            import ray
+
+            if not ray.is_initialized():
+                return None
+            self._nodes = {n["NodeID"]: int(n["Resources"].get(self._slot_resource, 0))
+                           for n in ray.nodes() if n.get("Alive")}
+            self._nodes_read_s = now
+        return self._nodes
 
     def cluster_shortfall(self, shape: Shape) -> int:
         """Slots a new gang of ``shape`` lacks because other drivers hold them (0 when
@@ -333,13 +386,15 @@ class GangPool:
             raise RuntimeError(
                 f"no room for a {shape} gang: {self.busy_slots} of {self.slots} slots are busy"
             )
-        # Make room: evict idle gangs of other shapes, oldest first, until both
-        # this pool and (when shared) the cluster have the slots.
+        # Make room: evict idle gangs of other shapes, oldest first, until this
+        # pool, (when shared) the cluster, and the nodes (for whole groups) have
+        # the slots. The nodes are not a reason to refuse: ``fits`` asked them.
         free, freed, evicted = self._cluster_free(), 0, []
         for gang in sorted((g for g in self._gangs if not g.busy), key=lambda g: g.started_s):
             room_here = self.used_slots + shape.ranks <= self.slots
             room_there = free is None or free + freed >= shape.ranks
-            if self.oversubscribe or (room_here and room_there):
+            if self.oversubscribe or (room_here and room_there
+                                      and self._groups_room(shape, self._gangs)):
                 break
             freed += gang.shape.ranks
             self._gangs.remove(gang)
@@ -400,6 +455,27 @@ class GangPool:
                              placement_timeout_s=self.placement_timeout_s)
         ranks.start()
         return ranks
+
+
+def place_groups(free: Sequence[int], shape: Shape) -> list[int] | None:
+    """The nodes' free slots once ``shape``'s groups are placed, or None if they do
+    not fit. Each group of ``shape.model`` slots goes whole onto one node, best-fit:
+    the fullest node that still holds one first, so whole nodes stay free for
+    wide groups.
+
+    >>> place_groups([3, 3, 4], Shape(data=2, model=2))
+    [1, 1, 4]
+    >>> place_groups([3, 3], Shape(data=1, model=4)) is None
+    True
+    """
+    left, groups, mp = list(free), shape.data, shape.model
+    for node in sorted((n for n, f in enumerate(left) if f >= mp), key=lambda n: left[n]):
+        take = min(left[node] // mp, groups)
+        left[node] -= take * mp
+        groups -= take
+        if not groups:
+            return left
+    return None
 
 
 class GroupTooBig(ValueError):

@@ -20,12 +20,14 @@ import json
 import secrets
 import subprocess
 import sys
+import textwrap
+import time
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
 import pytest
-from nestor_harness import kill_tagged, tagged_env
+from nestor_harness import NESTOR, events, finished, kill_tagged, tagged_env
 
 pytestmark = pytest.mark.slow
 
@@ -156,3 +158,95 @@ def test_a_group_no_node_can_hold_fails_at_once_naming_mp_and_the_largest_node(
     assert f"has {CPUS} CPUs" in message, message
     assert record["seconds"] < 10  # not the 60 s placement timeout
     assert record["gangs"] == 0
+
+
+# The same cluster, joined by ``nestor run --address``: the engine's own path.
+CLUSTER = f"""
+import json, sys
+from ray.cluster_utils import Cluster
+
+cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 0,
+                                                         "include_dashboard": False}})
+for _ in range({NODES}):
+    cluster.add_node(num_cpus={CPUS})
+cluster.wait_for_nodes()
+print(json.dumps({{"address": cluster.address}}), flush=True)
+sys.stdin.read()  # until the test closes it
+cluster.shutdown()
+"""
+
+TRAINER = """
+import json, os, time
+
+import ray
+import torch
+
+
+def train(config, ctx):
+    group = ctx.hvd.allgather(torch.tensor([ctx.rank]), process_set=ctx.mp_set).tolist()
+    with open(os.environ["RANK_LOG"], "a") as log:
+        log.write(json.dumps({"trial": config["x"], "rank": ctx.rank, "mp_set": group,
+                              "pid": os.getpid(),
+                              "node": ray.get_runtime_context().get_node_id()}) + "\\n")
+    time.sleep(1)
+    total = ctx.hvd.allreduce(torch.tensor([1.0]), op=ctx.hvd.Sum).item()
+    return {"val_accuracy": total / ctx.size - abs(config["x"])}
+"""
+
+
+def test_a_dp_x_mp_sweep_run_by_nestor_keeps_every_group_on_one_node(tmp_path: Path) -> None:
+    """Six 2 x 2 trials, 12 slots: the scheduler's slot count allows three gangs at
+    once, but 3-CPU nodes hold one 2-rank group each, so only two fit. Every
+    trial completes without a failed attempt, its groups on one node each."""
+    (tmp_path / "groups_trainer.py").write_text(TRAINER)
+    spec = tmp_path / "groups.yaml"
+    spec.write_text(textwrap.dedent(f"""
+        name: groups
+        resources: {{slots: {NODES * CPUS}}}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {{function: "groups_trainer:train"}}
+            parallel: {{data: 2, model: 2}}
+            search: {{algorithm: random, budget: 6, seed: 3}}
+            space: {{x: {{type: float, low: -1, high: 1}}}}
+        """))
+    log = tmp_path / "ranks.log"
+    env = tagged_env(tmp_path, PYTHONPATH=str(tmp_path), RANK_LOG=str(log),
+                     RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        address = json.loads(cluster.stdout.readline())["address"]
+        run_dir = tmp_path / "run"
+        began = time.monotonic()
+        driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
+                                 "--address", address], env=env, capture_output=True,
+                                text=True, timeout=400, check=False)
+        took = time.monotonic() - began
+        assert driver.returncode == 0, driver.stderr[-3000:]
+        done = finished(run_dir)
+        assert len(done) == 6 and all(e["status"] == "completed" for e in done.values()), done
+        failed = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]
+        assert not failed, failed
+        ranks = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(ranks) == 6 * 4
+        by_trial: dict[float, list[dict[str, Any]]] = defaultdict(list)
+        for rank in ranks:
+            by_trial[rank["trial"]].append(rank)
+        for trial, its in by_trial.items():
+            groups: dict[tuple[int, ...], set[str]] = defaultdict(set)
+            for rank in its:
+                groups[tuple(rank["mp_set"])].add(rank["node"])
+            assert set(groups) == {(0, 1), (2, 3)}, its
+            assert all(len(nodes) == 1 for nodes in groups.values()), (trial, groups)
+            assert len({r["node"] for r in its}) == 2  # and the gang spans two nodes
+        print(f"\n6 trials of 2x2 on {NODES} nodes of {CPUS} CPUs: {took:.1f} s,"
+              f" {len({r['pid'] for r in ranks})} rank processes")
+    finally:
+        cluster.stdin.close()
+        try:
+            cluster.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+        kill_tagged(env["NESTOR_TEST_TAG"])
