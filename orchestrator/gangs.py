@@ -290,6 +290,9 @@ class GangPool:
         the two it waits for finish and stay up, warm, holding their nodes."""
         if self.oversubscribe:
             return True
+        nodes = self._node_slots()
+        if not nodes or place_groups(list(nodes.values()), shape) is None:
+            return True  # unknown, or never: starting it says why (check_groups_fit)
         free = self._free_by_node(kept)
         return free is None or place_groups(free, shape) is not None
 
@@ -497,7 +500,8 @@ def group_bundle(shape: Shape, use_gpu: bool = False) -> dict[str, float]:
 
 def check_groups_fit(shape: Shape, use_gpu: bool = False,
                      nodes: list[dict[str, Any]] | None = None) -> None:
-    """Raise GroupTooBig unless some live node can hold one model-parallel group.
+    """Raise GroupTooBig unless the live nodes, empty, could hold the gang's groups:
+    one group on some node, and all ``dp`` of them, each whole on a node.
 
     Counts the nodes' total resources, not their free ones: a node that is
     busy now frees up, a node that is too small never grows. ``nodes`` is
@@ -509,20 +513,25 @@ def check_groups_fit(shape: Shape, use_gpu: bool = False,
         nodes = ray.nodes()
     alive = [n for n in nodes if n.get("Alive")]
     bundle = group_bundle(shape, use_gpu)
-    if any(all(n["Resources"].get(k, 0) >= v for k, v in bundle.items()) for n in alive):
-        return
+    holds = [min(int(n["Resources"].get(k, 0) // v) for k, v in bundle.items()) for n in alive]
+    wants = ", ".join(f"{v:g} {k}s" for k, v in bundle.items())
     resource = "GPU" if use_gpu else "CPU"
-    largest = max(alive, key=lambda n: n["Resources"].get(resource, 0), default=None)
-    if largest is None:
-        where = "the cluster has no live node"
-    else:
-        has = largest["Resources"]
-        sizes = ", ".join(f"{has.get(k, 0):g} {k}s" for k in bundle)
-        where = f"the largest node ({largest['NodeID'][:12]}) has {sizes}"
-    raise GroupTooBig(
-        f"a model-parallel group must sit on one node, so mp={shape.model} needs a node"
-        f" with {', '.join(f'{v:g} {k}s' for k, v in bundle.items())}, but {where};"
-        f" use mp of at most the largest node's {resource}s")
+    if not any(holds):
+        largest = max(alive, key=lambda n: n["Resources"].get(resource, 0), default=None)
+        if largest is None:
+            where = "the cluster has no live node"
+        else:
+            has = largest["Resources"]
+            sizes = ", ".join(f"{has.get(k, 0):g} {k}s" for k in bundle)
+            where = f"the largest node ({largest['NodeID'][:12]}) has {sizes}"
+        raise GroupTooBig(
+            f"a model-parallel group must sit on one node, so mp={shape.model} needs a node"
+            f" with {wants}, but {where}; use mp of at most the largest node's {resource}s")
+    if sum(holds) < shape.data:
+        raise GroupTooBig(
+            f"a {shape} gang needs {shape.data} model-parallel groups of {wants}, each on"
+            f" one node, but the {len(alive)} live nodes hold at most {sum(holds)} such"
+            f" groups even when idle")
 
 
 class GroupedRanks:

@@ -30,7 +30,8 @@ def test_one_bundle_holds_a_whole_model_parallel_group() -> None:
 
 
 def test_a_group_that_fits_one_node_passes_even_if_the_others_are_small() -> None:
-    check_groups_fit(Shape(2, 4), nodes=[node("a", CPU=2), node("b", CPU=4)])
+    check_groups_fit(Shape(1, 4), nodes=[node("a", CPU=2), node("b", CPU=4)])
+    check_groups_fit(Shape(2, 4), nodes=[node("a", CPU=2), node("b", CPU=8)])
     check_groups_fit(Shape(1, 1), nodes=[node("h", CPU=0), node("a", CPU=1)])
 
 
@@ -111,3 +112,19 @@ def test_an_idle_gang_is_evicted_when_its_node_is_what_a_group_needs() -> None:
     gang, evicted = pool.reserve(Shape(1, 3))
     assert evicted == [old] and newer in pool.gangs and busy in pool.gangs
     assert gang.executor is None  # booked; started off the loop
+
+
+def test_a_gang_whose_groups_the_nodes_could_never_hold_together_is_said_plainly() -> None:
+    nodes = [node("a", CPU=3), node("b", CPU=3), node("c", CPU=1)]
+    check_groups_fit(Shape(2, 2), nodes=nodes)
+    with pytest.raises(GroupTooBig, match=r"a 3x2 gang needs 3 model-parallel groups of 2 CPUs,"
+                                          r" each on one node, but the 3 live nodes hold at"
+                                          r" most 2 such groups"):
+        check_groups_fit(Shape(3, 2), nodes=nodes)
+
+
+def test_a_gang_that_could_never_be_placed_is_let_through_to_fail_with_the_reason() -> None:
+    """Admission waits for room that will come; for room that never will it would
+    wait forever, so the start is let through and fails at once, saying why."""
+    pool = pool_on({"a": 3, "b": 3}, [])
+    assert pool.fits(Shape(1, 4)) and pool.fits(Shape(3, 2))
