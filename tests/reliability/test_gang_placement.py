@@ -31,7 +31,7 @@ from nestor_harness import NESTOR, events, finished, kill_tagged, tagged_env
 
 pytestmark = pytest.mark.slow
 
-NODES, CPUS = 4, 3
+NODES, CPUS, GPUS = 4, 3, 2
 ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = f"""
@@ -42,7 +42,7 @@ from ray.cluster_utils import Cluster
 cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 0,
                                                          "include_dashboard": False}})
 for _ in range({NODES}):
-    cluster.add_node(num_cpus={CPUS})
+    cluster.add_node(num_cpus={CPUS}, num_gpus={GPUS})  # logical GPUs: Ray hands out ids
 cluster.wait_for_nodes()
 ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
 
@@ -58,7 +58,9 @@ def where(dp, mp):
         group = hvd.allgather(torch.tensor([par.rank]), process_set=par.mp_set).tolist()
     return {{"rank": par.rank, "mp_ranks": list(par.mp_ranks), "mp_set": group,
              "local_rank": par.local_rank, "pid": os.getpid(),
-             "node": ray.get_runtime_context().get_node_id()}}
+             "node": ray.get_runtime_context().get_node_id(),
+             "gpu_ids": [str(i) for i in ray.get_gpu_ids()],
+             "visible": os.environ.get("CUDA_VISIBLE_DEVICES")}}
 
 
 def emit(**record):
@@ -85,6 +87,10 @@ try:
             emit(too_big="started")
         except GangStartError as exc:
             emit(too_big=str(exc), seconds=time.monotonic() - began, gangs=len(pool.gangs))
+    with GangPool(slots={NODES * GPUS}, use_gpu=True, placement_timeout_s=60) as pool:
+        gang = pool.acquire(Shape(2, 2))
+        gang.submit(where, 2, 2)
+        emit(gpu=True, ranks=gang.collect(timeout_s=240))
 finally:
     ray.shutdown()
     cluster.shutdown()
@@ -148,6 +154,23 @@ def test_a_warm_gang_spanning_nodes_is_reused(placed: list[dict[str, Any]]) -> N
     assert first["gang"] == second["gang"] and second["started"] == 1
     assert [r["pid"] for r in first["ranks"]] == [r["pid"] for r in second["ranks"]]
     assert second["startup_s"] < 1.0  # no placement, no rendezvous
+
+
+def test_on_gpu_nodes_a_rank_s_own_gpu_is_the_one_its_local_rank_picks(
+        placed: list[dict[str, Any]]) -> None:
+    """Ray hands each rank a GPU; Horovod's local rank is what trainers turn into
+    ``cuda:<local rank>``. Every rank sees its node's GPUs of this gang in
+    local-rank order, so that index is its own GPU (logical GPUs here: the
+    same code path as on a GPU node, short of CUDA)."""
+    (record,) = [r for r in placed if r.get("gpu")]
+    ranks = sorted(record["ranks"], key=lambda r: r["rank"])
+    assert {tuple(r["mp_ranks"]) for r in ranks} == {(0, 1), (2, 3)}
+    for group in ((0, 1), (2, 3)):
+        assert len({ranks[r]["node"] for r in group}) == 1  # a group on one node
+    for rank in ranks:
+        visible = rank["visible"].split(",")
+        assert len(visible) == 2 and len(rank["gpu_ids"]) == 1, rank
+        assert visible[rank["local_rank"]] == rank["gpu_ids"][0], rank
 
 
 def test_a_group_no_node_can_hold_fails_at_once_naming_mp_and_the_largest_node(
