@@ -482,8 +482,9 @@ def place_groups(free: Sequence[int], shape: Shape) -> list[int] | None:
 
 
 class GroupTooBig(ValueError):
-    """No node of the cluster can hold one model-parallel group: waiting for the
-    placement would only run out the placement timeout."""
+    """The live nodes could never hold the gang's model-parallel groups (no node
+    holds one, or not all of them at once, even idle): waiting for the placement
+    would only run out the placement timeout."""
 
 
 def group_bundle(shape: Shape, use_gpu: bool = False) -> dict[str, float]:
@@ -584,8 +585,8 @@ class GroupedRanks:
 
         check_groups_fit(self.shape, self.use_gpu)
         bundle = group_bundle(self.shape, self.use_gpu)
-        self.placement_group = placement_group([dict(bundle)] * self.shape.data,
-                                               strategy="PACK")
+        self.placement_group = placement_group(
+            [dict(bundle) for _ in range(self.shape.data)], strategy="PACK")
         if not self.placement_group.wait(timeout_seconds=self.placement_timeout_s):
             resource = "GPU" if self.use_gpu else "CPU"
             raise TimeoutError(
@@ -609,8 +610,11 @@ class GroupedRanks:
             self.workers.append(worker.options(
                 num_cpus=1, num_gpus=1 if self.use_gpu else 0, scheduling_strategy=where,
             ).remote(world_rank=rank, world_size=size))
-        self.node_ids = ray.get([w.node_id.remote() for w in self.workers])
-        hostnames = ray.get([w.hostname.remote() for w in self.workers])
+        # Bounded: a rank whose process never comes up fails the start, not hangs it.
+        self.node_ids = ray.get([w.node_id.remote() for w in self.workers],
+                                timeout=self.rendezvous_timeout_s)
+        hostnames = ray.get([w.hostname.remote() for w in self.workers],
+                            timeout=self.rendezvous_timeout_s)
 
         settings = RayExecutor.create_settings(
             timeout_s=self.rendezvous_timeout_s,
