@@ -3,10 +3,21 @@
 Starting a 2-rank ``horovod.ray.RayExecutor`` costs about 1.8 s here and a
 placement group about 0.5 s, while running one more function on a warm gang
 costs milliseconds (DESIGN.md). So a gang, once started, is kept and handed
-to the next trial of the same data x model shape. Each gang's ranks sit in
-one PACK placement group (Horovod's own PGStrategy), and the pool never
-holds more ranks than it has slots unless told to oversubscribe: an idle gang
-of another shape is shut down to make room.
+to the next trial of the same data x model shape. The pool never holds more
+ranks than it has slots unless told to oversubscribe: an idle gang of another
+shape is shut down to make room.
+
+A gang spans nodes, but a model-parallel group never does: its ranks swap
+activations every layer, so they belong on one node, while the data-parallel
+replicas meet once per step. Each gang is one PACK placement group of ``dp``
+bundles of ``mp`` slots, one bundle per model-parallel group; Ray never splits
+a bundle across nodes, and PACK still fills a node before it spills to the
+next. Horovod's own strategies cannot say this: its PGStrategy puts one rank
+per bundle (a 4-rank gang on 3-slot nodes lands 3 + 1, splitting a group) and
+its ColocatedStrategy wants the same number of ranks on every host. So
+:class:`GroupedRanks` makes the placement group and starts Horovod's worker
+actors in it itself, rank ``d * mp + m`` in bundle ``d``: exactly the groups
+``trainers.parallel`` builds its model-parallel process sets from.
 
 A gang whose rank died, or that ran past a trial's timeout, is discarded
 (its actors killed, its placement group removed) rather than reused, so the
@@ -37,6 +48,8 @@ from typing import Any
 log = logging.getLogger(__name__)
 # How long Horovod waits for Ray to place a new gang's ranks before the attempt fails.
 PLACEMENT_TIMEOUT_S = int(os.environ.get("NESTOR_PLACEMENT_TIMEOUT_S", "100"))
+# How long the pool trusts its last look at the nodes' sizes (one GCS call).
+NODE_SLOTS_TTL_S = 1.0
 
 
 def slot_resource() -> str:
@@ -116,7 +129,7 @@ class GangStartError(RuntimeError):
 
 @dataclass
 class Gang:
-    """One started RayExecutor of ``shape.ranks`` Horovod ranks."""
+    """One started gang of ``shape.ranks`` Horovod ranks (its ``executor``: a GroupedRanks)."""
 
     id: int
     shape: Shape
@@ -170,6 +183,10 @@ class Gang:
         finally:
             self.pending = []
 
+    def nodes(self) -> list[str]:
+        """The Ray node of each rank, in rank order (short ids; empty if unknown)."""
+        return [node[:8] for node in getattr(self.executor, "node_ids", None) or []]
+
     def pids(self) -> list[int]:
         """Process ids of the ranks, in rank order (for tests and chaos drivers)."""
         import os
@@ -179,18 +196,10 @@ class Gang:
     def kill(self) -> None:
         """Kill the ranks and remove the placement group; safe to call again, from
         any thread (a cancel and the attempt's own end may both do it)."""
-        import ray
-
         with self._kill_lock:
             if self.executor is None or self.killed:  # never started, or done already
                 return
             self.killed = True
-            adapter = getattr(self.executor, "adapter", None)
-            for worker in getattr(adapter, "workers", None) or []:
-                try:
-                    ray.kill(worker, no_restart=True)
-                except Exception:  # already dead; nothing else to clean
-                    log.debug("rank of gang %s already gone", self.id)
             try:
                 self.executor.shutdown()
             except Exception:
@@ -210,7 +219,7 @@ class GangPool:
     >>> pool = GangPool(slots=2)                          # doctest: +SKIP
     >>> gang = pool.acquire(Shape(data=2))                # doctest: +SKIP
     >>> gang.submit(train, config); gang.collect()        # doctest: +SKIP
-    >>> pool.release(gang)                                # kept warm for the next 2x1 trial
+    >>> pool.release(gang)  # kept warm for the next 2x1 trial  # doctest: +SKIP
     """
 
     def __init__(
@@ -244,6 +253,8 @@ class GangPool:
         # threads holds it too while it books, releases and counts.
         self.lock = threading.RLock()
         self.started = 0  # gangs started over the pool's life, for reports and tests
+        self._nodes: dict[str, int] | None = None  # live node -> its slots, cached
+        self._nodes_read_s = 0.0
 
     # -- accounting -------------------------------------------------------------------
 
@@ -263,11 +274,63 @@ class GangPool:
         """Could a trial of this shape start now (reusing or evicting idle gangs)?"""
         if any(not g.busy and not g.broken and g.shape == shape for g in self._gangs):
             return True
-        return self._room(shape) and not self.cluster_shortfall(shape)
+        return (self._room(shape) and not self.cluster_shortfall(shape)
+                and self._groups_room(shape, [g for g in self._gangs if g.busy]))
 
     def _room(self, shape: Shape) -> bool:
         """By this pool's own count (what other drivers hold can change under it)."""
         return self.oversubscribe or self.busy_slots + shape.ranks <= self.slots
+
+    def _groups_room(self, shape: Shape, kept: Sequence[Gang]) -> bool:
+        """Do ``shape``'s model-parallel groups fit on the nodes beside ``kept``?
+
+        Counting slots is not enough once a group must sit on one node: 12
+        slots on 4 nodes of 3 hold only two 2 x 2 gangs (one 2-rank group per
+        node), and a third would wait in placement for the whole timeout while
+        the two it waits for finish and stay up, warm, holding their nodes."""
+        if self.oversubscribe:
+            return True
+        nodes = self._node_slots()
+        if not nodes or place_groups(list(nodes.values()), shape) is None:
+            return True  # unknown, or never: starting it says why (check_groups_fit)
+        free = self._free_by_node(kept)
+        return free is None or place_groups(free, shape) is not None
+
+    def _free_by_node(self, kept: Sequence[Gang]) -> list[int] | None:
+        """Each live node's slots left beside ``kept`` (None when nodes are unknown).
+
+        A started gang counts where its ranks are; one still starting is put
+        where best-fit would put it (Ray decides, and the guess is replaced by
+        the truth once it has started)."""
+        nodes = self._node_slots()
+        if not nodes:
+            return None
+        free = dict(nodes)
+        starting = []
+        for gang in kept:
+            placed = getattr(gang.executor, "node_ids", None)
+            if not placed:
+                starting.append(gang.shape)
+            for node in placed or []:
+                if node in free:  # a node that left frees nothing and holds nothing
+                    free[node] -= 1
+        left = list(free.values())
+        for shape in starting:
+            left = place_groups(left, shape) or left  # unplaceable now: it waits on others
+        return left
+
+    def _node_slots(self) -> dict[str, int] | None:
+        """Each live node's ``slot`` count, read from Ray at most once a second."""
+        now = time.monotonic()
+        if self._nodes is None or now - self._nodes_read_s > NODE_SLOTS_TTL_S:
+            import ray
+
+            if not ray.is_initialized():
+                return None
+            self._nodes = {n["NodeID"]: int(n["Resources"].get(self._slot_resource, 0))
+                           for n in ray.nodes() if n.get("Alive")}
+            self._nodes_read_s = now
+        return self._nodes
 
     def cluster_shortfall(self, shape: Shape) -> int:
         """Slots a new gang of ``shape`` lacks because other drivers hold them (0 when
@@ -326,13 +389,15 @@ class GangPool:
             raise RuntimeError(
                 f"no room for a {shape} gang: {self.busy_slots} of {self.slots} slots are busy"
             )
-        # Make room: evict idle gangs of other shapes, oldest first, until both
-        # this pool and (when shared) the cluster have the slots.
+        # Make room: evict idle gangs of other shapes, oldest first, until this
+        # pool, (when shared) the cluster, and the nodes (for whole groups) have
+        # the slots. The nodes are not a reason to refuse: ``fits`` asked them.
         free, freed, evicted = self._cluster_free(), 0, []
         for gang in sorted((g for g in self._gangs if not g.busy), key=lambda g: g.started_s):
             room_here = self.used_slots + shape.ranks <= self.slots
             room_there = free is None or free + freed >= shape.ranks
-            if self.oversubscribe or (room_here and room_there):
+            if self.oversubscribe or (room_here and room_there
+                                      and self._groups_room(shape, self._gangs)):
                 break
             freed += gang.shape.ranks
             self._gangs.remove(gang)
@@ -357,8 +422,8 @@ class GangPool:
             gang.executor = executor
             gang.started_s = time.monotonic()
             self.started += 1
-        log.info("started gang %s (%s) in %.2f s", gang.id, gang.shape,
-                 time.monotonic() - start)
+        log.info("started gang %s (%s) in %.2f s on nodes %s", gang.id, gang.shape,
+                 time.monotonic() - start, gang.nodes())
 
     def release(self, gang: Gang) -> None:
         """Return a gang after a trial: kept warm if healthy, discarded if broken."""
@@ -387,46 +452,238 @@ class GangPool:
     def __exit__(self, *exc: object) -> None:
         self.shutdown()
 
-    def _start_executor(self, shape: Shape) -> Any:
+    def _start_executor(self, shape: Shape) -> GroupedRanks:
+        ranks = GroupedRanks(shape, use_gpu=self.use_gpu, env=self.env,
+                             rendezvous_timeout_s=self.rendezvous_timeout_s,
+                             placement_timeout_s=self.placement_timeout_s)
+        ranks.start()
+        return ranks
+
+
+def place_groups(free: Sequence[int], shape: Shape) -> list[int] | None:
+    """The nodes' free slots once ``shape``'s groups are placed, or None if they do
+    not fit. Each group of ``shape.model`` slots goes whole onto one node, best-fit:
+    the fullest node that still holds one first, so whole nodes stay free for
+    wide groups.
+
+    >>> place_groups([3, 3, 4], Shape(data=2, model=2))
+    [1, 1, 4]
+    >>> place_groups([3, 3], Shape(data=1, model=4)) is None
+    True
+    """
+    left, groups, mp = list(free), shape.data, shape.model
+    for node in sorted((n for n, f in enumerate(left) if f >= mp), key=lambda n: left[n]):
+        take = min(left[node] // mp, groups)
+        left[node] -= take * mp
+        groups -= take
+        if not groups:
+            return left
+    return None
+
+
+class GroupTooBig(ValueError):
+    """The live nodes could never hold the gang's model-parallel groups (no node
+    holds one, or not all of them at once, even idle): waiting for the placement
+    would only run out the placement timeout."""
+
+
+def group_bundle(shape: Shape, use_gpu: bool = False) -> dict[str, float]:
+    """What one model-parallel group asks Ray for: one bundle, so one node.
+
+    >>> group_bundle(Shape(data=2, model=4), use_gpu=True)
+    {'CPU': 4.0, 'GPU': 4.0}
+    """
+    bundle = {"CPU": float(shape.model)}
+    if use_gpu:
+        bundle["GPU"] = float(shape.model)
+    return bundle
+
+
+def check_groups_fit(shape: Shape, use_gpu: bool = False,
+                     nodes: list[dict[str, Any]] | None = None) -> None:
+    """Raise GroupTooBig unless the live nodes, empty, could hold the gang's groups:
+    one group on some node, and all ``dp`` of them, each whole on a node.
+
+    Counts the nodes' total resources, not their free ones: a node that is
+    busy now frees up, a node that is too small never grows. ``nodes`` is
+    ``ray.nodes()`` (read from the connected cluster when not given).
+    """
+    if nodes is None:
         import ray
-        from horovod.ray import RayExecutor
+
+        nodes = ray.nodes()
+    alive = [n for n in nodes if n.get("Alive")]
+    bundle = group_bundle(shape, use_gpu)
+    holds = [min(int(n["Resources"].get(k, 0) // v) for k, v in bundle.items()) for n in alive]
+    wants = ", ".join(f"{v:g} {k}s" for k, v in bundle.items())
+    resource = "GPU" if use_gpu else "CPU"
+    if not any(holds):
+        largest = max(alive, key=lambda n: n["Resources"].get(resource, 0), default=None)
+        if largest is None:
+            where = "the cluster has no live node"
+        else:
+            has = largest["Resources"]
+            sizes = ", ".join(f"{has.get(k, 0):g} {k}s" for k in bundle)
+            where = f"the largest node ({largest['NodeID'][:12]}) has {sizes}"
+        raise GroupTooBig(
+            f"a model-parallel group must sit on one node, so mp={shape.model} needs a node"
+            f" with {wants}, but {where}; use mp of at most the largest node's {resource}s")
+    if sum(holds) < shape.data:
+        raise GroupTooBig(
+            f"a {shape} gang needs {shape.data} model-parallel groups of {wants}, each on"
+            f" one node, but the {len(alive)} live nodes hold at most {sum(holds)} such"
+            f" groups even when idle")
+
+
+class GroupedRanks:
+    """The Horovod ranks of one gang, one placement-group bundle per model-parallel group.
+
+    Rank ``r`` runs in bundle ``r // mp``: the ranks ``d*mp .. d*mp+mp-1`` that
+    ``trainers.parallel`` makes one model-parallel process set share a bundle,
+    hence a node. The ranks are Horovod's own worker actors
+    (``horovod.ray.worker.BaseHorovodWorker``) wired up by Horovod's own
+    ``Coordinator`` (local and cross ranks by node, the Gloo rendezvous), so
+    inside a rank this is indistinguishable from a ``RayExecutor`` gang: only
+    where the ranks sit differs.
+
+    >>> ranks = GroupedRanks(Shape(data=2, model=2))      # doctest: +SKIP
+    >>> ranks.start()                                     # doctest: +SKIP
+    >>> ranks.run(os.getpid)                              # doctest: +SKIP
+    >>> ranks.node_ids                                    # doctest: +SKIP
+    ['a1..', 'a1..', 'b7..', 'b7..']
+    """
+
+    def __init__(self, shape: Shape, *, use_gpu: bool = False,
+                 env: dict[str, str] | None = None, rendezvous_timeout_s: int = 60,
+                 placement_timeout_s: int = PLACEMENT_TIMEOUT_S) -> None:
+        self.shape = shape
+        self.use_gpu = use_gpu
+        self.env = dict(env or {})
+        self.rendezvous_timeout_s = rendezvous_timeout_s
+        self.placement_timeout_s = placement_timeout_s
+        self.workers: list[Any] = []
+        self.node_ids: list[str] = []  # by rank, once started
+        self.placement_group: Any = None
+        self._rendezvous: Any = None
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        """Place the groups, start a rank per slot and wire Horovod's rendezvous.
+
+        Anything that fails on the way removes what was made (actors, the
+        placement group, the rendezvous server) before it raises."""
+        try:
+            self._place()
+            self._start_ranks()
+        except BaseException:
+            self.shutdown()
+            raise
+
+    def _place(self) -> None:
+        import ray
+        from ray.util.placement_group import placement_group
+
+        check_groups_fit(self.shape, self.use_gpu)
+        bundle = group_bundle(self.shape, self.use_gpu)
+        self.placement_group = placement_group(
+            [dict(bundle) for _ in range(self.shape.data)], strategy="PACK")
+        if not self.placement_group.wait(timeout_seconds=self.placement_timeout_s):
+            resource = "GPU" if self.use_gpu else "CPU"
+            raise TimeoutError(
+                f"Placement group of {self.shape.data} x {bundle} for a {self.shape} gang"
+                f" not placed within {self.placement_timeout_s} s; the cluster has"
+                f" {ray.available_resources().get(resource, 0):g} {resource}s free")
+
+    def _start_ranks(self) -> None:
+        import ray
+        from horovod.ray.runner import Coordinator, RayExecutor
+        from horovod.ray.utils import detect_nics, nics_to_env_var
+        from horovod.ray.worker import BaseHorovodWorker
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        size, mp = self.shape.ranks, self.shape.model
+        worker = ray.remote(BaseHorovodWorker)
+        for rank in range(size):
+            where = PlacementGroupSchedulingStrategy(
+                placement_group=self.placement_group, placement_group_bundle_index=rank // mp,
+                placement_group_capture_child_tasks=False)  # a rank's own tasks go elsewhere
+            self.workers.append(worker.options(
+                num_cpus=1, num_gpus=1 if self.use_gpu else 0, scheduling_strategy=where,
+            ).remote(world_rank=rank, world_size=size))
+        # Bounded: a rank whose process never comes up fails the start, not hangs it.
+        self.node_ids = ray.get([w.node_id.remote() for w in self.workers],
+                                timeout=self.rendezvous_timeout_s)
+        hostnames = ray.get([w.hostname.remote() for w in self.workers],
+                            timeout=self.rendezvous_timeout_s)
 
         settings = RayExecutor.create_settings(
             timeout_s=self.rendezvous_timeout_s,
             placement_group_timeout_s=self.placement_timeout_s)
-        groups_before = set(ray.util.placement_group_table())
-        executor = RayExecutor(
-            settings,
-            num_workers=shape.ranks,
-            cpus_per_worker=1,  # oversubscribing is Ray's logical CPU count, not this
-            use_gpu=self.use_gpu,
-            gpus_per_worker=1 if self.use_gpu else None,
-            use_current_placement_group=False,
-        )
-        try:
-            executor.start(extra_env_vars=self.env)
-        except BaseException:
+        coordinator = Coordinator(settings)
+        for rank, (host, node) in enumerate(zip(hostnames, self.node_ids, strict=True)):
+            coordinator.register(host, node, rank)
+        per_rank = coordinator.finalize_registration()  # local and cross ranks by node
+        shared = coordinator.establish_rendezvous()
+        self._rendezvous = coordinator.rendezvous
+        one_per_host = list(dict(zip(hostnames, self.workers, strict=True)).values())
+        shared.update(nics_to_env_var(detect_nics(
+            settings, all_host_names=list(coordinator.hostnames), node_workers=one_per_host)))
+        shared.update(self.env)
+        gpus = self._visible_devices() if self.use_gpu else {}
+        ray.get([w.update_env_vars.remote({**per_rank[rank], **shared, **gpus.get(rank, {})})
+                 for rank, w in enumerate(self.workers)])
+
+    def _visible_devices(self) -> dict[int, dict[str, str]]:
+        """Each rank sees every GPU its node's ranks of this gang hold, in local-rank
+        order: local rank i's own GPU is ``cuda:i`` (what trainers pick), and
+        peers on one node can still reach each other's memory (CUDA IPC)."""
+        import ray
+
+        ids = ray.get([w.get_gpu_ids.remote() for w in self.workers])
+        by_node: dict[str, list[str]] = {}
+        for node, gpu_ids in zip(self.node_ids, ids, strict=True):
+            by_node.setdefault(node, []).extend(str(i) for i in gpu_ids)
+        return {rank: {"CUDA_VISIBLE_DEVICES": ",".join(by_node[node])}
+                for rank, node in enumerate(self.node_ids)}
+
+    def run_remote(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+                   kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """Start ``fn(*args, **kwargs)`` on every rank; one ObjectRef per rank, in rank order."""
+        args, kwargs = tuple(args), dict(kwargs or {})
+
+        def call(_executable: Any) -> Any:  # Horovod's worker runs func(executable)
+            return fn(*args, **kwargs)
+
+        # A nested function travels by value: the ranks need not import this module.
+        return [w.execute.remote(call) for w in self.workers]
+
+    def run(self, fn: Callable[..., Any], args: Sequence[Any] = (),
+            kwargs: dict[str, Any] | None = None) -> list[Any]:
+        """``fn(*args, **kwargs)`` on every rank, waited for; results in rank order."""
+        import ray
+
+        return ray.get(self.run_remote(fn, args, kwargs))
+
+    def shutdown(self) -> None:
+        """Kill the ranks, remove the placement group, stop the rendezvous server.
+
+        Safe to call twice and on a half-started gang."""
+        import ray
+        from ray.util.placement_group import remove_placement_group
+
+        with self._lock:
+            workers, self.workers = self.workers, []
+            group, self.placement_group = self.placement_group, None
+            rendezvous, self._rendezvous = self._rendezvous, None
+        for worker in workers:
+            try:
+                ray.kill(worker, no_restart=True)
+            except Exception:  # already dead; nothing else to clean
+                log.debug("a rank of a %s gang was already gone", self.shape)
+        if group is not None:
             with contextlib.suppress(Exception):
-                executor.shutdown()
-            _remove_pending_groups(groups_before)
-            raise
-        return executor
+                remove_placement_group(group)
+        if rendezvous is not None:  # its HTTP loop would outlive the gang otherwise
+            threading.Thread(target=rendezvous.stop, daemon=True,
+                             name="nestor-rendezvous-stop").start()
 
-
-def _remove_pending_groups(before: set[str]) -> None:
-    """Remove this driver's placement groups made since ``before`` and never placed.
-
-    Horovod's RayExecutor leaves the group it was waiting for when placement
-    times out; still pending, it would take slots the moment they free up and
-    hold them for the rest of the run. A group's id ends with its job's id."""
-    import ray
-    from ray._raylet import PlacementGroupID
-    from ray.util.placement_group import PlacementGroup, remove_placement_group
-
-    job = ray.get_runtime_context().get_job_id()
-    for group_id, info in ray.util.placement_group_table().items():
-        if group_id in before or not group_id.endswith(job) or info["state"] != "PENDING":
-            continue
-        with contextlib.suppress(Exception):
-            remove_placement_group(PlacementGroup(PlacementGroupID(bytes.fromhex(group_id))))
-            log.info("removed placement group %s that never got its slots", group_id)

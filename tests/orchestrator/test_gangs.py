@@ -125,24 +125,49 @@ def test_shape_checks_its_sizes(data: object, model: object) -> None:
 
 def test_a_gang_ray_cannot_place_is_an_error_that_leaves_nothing_behind(
         ray_local: object) -> None:
-    """Three ranks on a 2-CPU Ray (what another driver holding slots looks like):
-    Horovod's placement wait times out for real; the pool says so with its own
-    error, keeps no gang, and removes the group Horovod leaves pending."""
+    """Another driver's actor holds one of the 2 CPUs this pool counts as its own:
+    a 2-rank gang's placement wait times out for real; the pool says so with its
+    own error, keeps no gang, and removes the placement group it was waiting for."""
     import ray
 
     from orchestrator.gangs import GangStartError
 
-    with GangPool(slots=3, oversubscribe=True, placement_timeout_s=2) as pool:
+    @ray.remote(num_cpus=1)
+    class OtherDriversTrial:
+        def ping(self) -> bool:
+            return True
+
+    other = OtherDriversTrial.remote()
+    ray.get(other.ping.remote())
+    with GangPool(slots=2, placement_timeout_s=2) as pool:
         before = set(ray.util.placement_group_table())
-        with pytest.raises(GangStartError, match=r"could not start a 3x1 gang: Placement group"):
-            pool.acquire(Shape(data=3))
+        with pytest.raises(GangStartError, match=r"could not start a 2x1 gang: Placement group"):
+            pool.acquire(Shape(data=2))
         assert pool.gangs == () and pool.used_slots == 0
         left = {pid: info["state"] for pid, info in ray.util.placement_group_table().items()
                 if pid not in before and info["state"] != "REMOVED"}
         assert left == {}
-        gang = pool.acquire(Shape(data=2))  # both CPUs are still free for a gang that fits
+        ray.kill(other)
+        deadline = time.monotonic() + 30  # Ray frees what is let go a moment later
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        gang = pool.acquire(Shape(data=2))  # both CPUs are free again for a gang that fits
         gang.submit(allreduce_rank, 1.0)
         assert [r[:3] for r in gang.collect(timeout_s=120)] == [(0, 2, 3.0), (1, 2, 3.0)]
+
+
+def test_a_gang_bigger_than_the_whole_cluster_fails_at_once(ray_local: object) -> None:
+    """Three ranks on a 2-CPU Ray can never be placed: said at once, not after the
+    placement timeout, and nothing is left behind."""
+    from orchestrator.gangs import GangStartError
+
+    with GangPool(slots=3, oversubscribe=True, placement_timeout_s=60) as pool:
+        began = time.monotonic()
+        with pytest.raises(GangStartError, match=r"could not start a 3x1 gang: a 3x1 gang needs"
+                                                 r" 3 model-parallel groups .* at most 2"):
+            pool.acquire(Shape(data=3))
+        assert time.monotonic() - began < 5
+        assert pool.gangs == () and pool.used_slots == 0
 
 
 def test_on_a_shared_cluster_a_pool_counts_the_slots_others_hold(ray_local: object) -> None:
