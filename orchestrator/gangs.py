@@ -460,25 +460,46 @@ class GangPool:
         return ranks
 
 
+def place(free: Sequence[int], shape: Shape) -> list[tuple[int, int]] | None:
+    """Where a gang's ranks go: ``[(node, ranks there), ...]``, or None if it does
+    not fit. Each model-parallel group (``shape.model`` consecutive ranks) lies on
+    one node; groups go best-fit, to the nodes with the fewest free slots that
+    still hold a group, so whole nodes stay free for wide groups. The one rule
+    for the real pool's admission and the simulated cluster's placement.
+
+    >>> place([8, 3, 4], Shape(data=3, model=2))
+    [(1, 2), (2, 4)]
+    >>> place([3, 3], Shape(data=1, model=4)) is None
+    True
+    """
+    mp, groups = shape.model, shape.data
+    fitting = sorted((f, node) for node, f in enumerate(free) if f >= mp)
+    if sum(f // mp for f, _ in fitting) < groups:
+        return None
+    out = []
+    for f, node in fitting:
+        take = min(f // mp, groups)
+        out.append((node, take * mp))
+        groups -= take
+        if not groups:
+            break
+    return out
+
+
 def place_groups(free: Sequence[int], shape: Shape) -> list[int] | None:
-    """The nodes' free slots once ``shape``'s groups are placed, or None if they do
-    not fit. Each group of ``shape.model`` slots goes whole onto one node, best-fit:
-    the fullest node that still holds one first, so whole nodes stay free for
-    wide groups.
+    """The nodes' free slots once ``shape``'s groups are placed (:func:`place`), or
+    None if they do not fit.
 
     >>> place_groups([3, 3, 4], Shape(data=2, model=2))
     [1, 1, 4]
-    >>> place_groups([3, 3], Shape(data=1, model=4)) is None
-    True
     """
-    left, groups, mp = list(free), shape.data, shape.model
-    for node in sorted((n for n, f in enumerate(left) if f >= mp), key=lambda n: left[n]):
-        take = min(left[node] // mp, groups)
-        left[node] -= take * mp
-        groups -= take
-        if not groups:
-            return left
-    return None
+    where = place(free, shape)
+    if where is None:
+        return None
+    left = list(free)
+    for node, ranks in where:
+        left[node] -= ranks
+    return left
 
 
 class GroupTooBig(ValueError):

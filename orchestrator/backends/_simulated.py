@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.gangs import Shape
+from orchestrator.gangs import Shape, place
 
 DEFAULT_STARTUP_S = 30.0  # a new gang: placement, rendezvous, importing torch in each rank
 DEFAULT_REPAIR_S = 4 * 3600.0  # a failed node: drained, rebooted or replaced, back in the pool
@@ -133,31 +133,6 @@ def fixed_trials(seconds: float, value: Callable[[Mapping[str, Any]], float] | f
         return Draw(seconds, {metric: float(got)})
 
     return draw
-
-
-def place(free: Sequence[int], shape: Shape) -> list[tuple[int, int]] | None:
-    """Where a gang's ranks go: ``[(node, ranks there), ...]``, or None if it does
-    not fit. Each model-parallel group (``shape.model`` consecutive ranks) lies on
-    one node; groups go best-fit, to the nodes with the fewest free slots that
-    still hold a group, so whole nodes stay free for wide groups.
-
-    >>> place([8, 3, 4], Shape(data=3, model=2))
-    [(1, 2), (2, 4)]
-    >>> place([3, 3], Shape(data=1, model=4)) is None
-    True
-    """
-    mp, groups = shape.model, shape.data
-    fitting = sorted((f, node) for node, f in enumerate(free) if f >= mp)
-    if sum(f // mp for f, _ in fitting) < groups:
-        return None
-    out = []
-    for f, node in fitting:
-        take = min(f // mp, groups)
-        out.append((node, take * mp))
-        groups -= take
-        if not groups:
-            break
-    return out
 
 
 def _timed(method: F) -> F:

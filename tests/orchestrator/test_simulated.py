@@ -28,8 +28,7 @@ from orchestrator.backends import (
     fixed_trials,
     lognormal_trials,
 )
-from orchestrator.backends._simulated import place
-from orchestrator.gangs import Shape
+from orchestrator.gangs import Shape, place
 from orchestrator.journal import read_events
 from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
