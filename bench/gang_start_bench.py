@@ -72,7 +72,7 @@ def main() -> None:
 
     from bench.machine import describe
 
-    ray.init(num_cpus=args.gangs, include_dashboard=False, log_to_driver=False,
+    ray.init(address="local", num_cpus=args.gangs, include_dashboard=False, log_to_driver=False,
              configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     try:
         serial = one_at_a_time(args.gangs)

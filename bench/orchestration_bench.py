@@ -116,7 +116,7 @@ def timed_child(system: str, trials: int, workdir: Path) -> dict[str, Any]:
             return {"score": config["x"] ** 2, "t_end": time.time()}
 
         t0 = time.time()
-        ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False,
+        ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False,
                  configure_logging=False)
         tuner = tune.Tuner(
             objective,

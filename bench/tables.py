@@ -404,8 +404,8 @@ def main(argv: list[str] | None = None) -> int:
     if {"calibrate", "hpo", "combined"} & set(parts):
         import ray
 
-        ray.init(num_cpus=max(slots, hpo_slots), include_dashboard=False, log_to_driver=False,
-                 configure_logging=False)
+        ray.init(address="local", num_cpus=max(slots, hpo_slots), include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
         try:
             with tempfile.TemporaryDirectory(prefix="nestor-bench-") as tmp:
                 workdir = Path(tmp)
