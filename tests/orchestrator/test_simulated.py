@@ -29,10 +29,11 @@ from orchestrator.backends import (
     lognormal_trials,
 )
 from orchestrator.gangs import Shape, place
-from orchestrator.journal import read_events
+from orchestrator.journal import Journal, read_events
 from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
-from orchestrator.workflow import RunError
+from orchestrator.stopping import Interrupted
+from orchestrator.workflow import RunError, StageScheduler
 
 
 def spec(*, data: int = 2, model: int = 1, population: int = 4, generations: int = 3,
@@ -445,3 +446,47 @@ def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
     assert {t["status"] for t in sim.values()} == {"completed", "failed"}
     assert [t["n_runs"] for t in (sim_results["stages"][0], ray_results["stages"][0])] == [5, 5]
     assert sim_results["stages"][0]["best"]["config"] == {"x": 0.3}
+
+
+# -- searches whose trials carry on from others' ----------------------------------------
+
+
+def test_a_pbt_population_killed_midway_resumes_and_runs_no_trial_twice(tmp_path: Path) -> None:
+    """Population-based training on 8 simulated slots: the allocation ends mid-way,
+    a new driver resumes from the journal, and the population finishes with each
+    interval trained once, every exploit continuing a trial that finished."""
+    workflow = load_spec_text(textwrap.dedent("""
+        name: pbt
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "orchestrator.simulate:simulated_trial"}
+            search: {algorithm: pbt, population: 4, interval: 1, intervals: 5,
+                     quantile: 0.5, seed: 3}
+            space:
+              x: {type: float, low: 0, high: 1}
+              y: {type: float, low: 0, high: 1}
+        """))
+    run_dir = tmp_path / "run"
+    first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=150.0)
+    with pytest.raises(Interrupted):
+        simulate_workflow(workflow, first, run_dir)
+    before = len(finished(run_dir))
+    assert 0 < before < 20
+    again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
+    log = Journal(run_dir / "journal.jsonl")
+    try:
+        StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
+                       events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
+    finally:
+        log.close()
+        again.shutdown()
+    done = finished(run_dir)
+    assert len(done) == 20 and all(e["status"] == "completed" for e in done.values())
+    ended = [e["trial"]["id"] for e in journal(run_dir, "trial_finished")]
+    assert len(ended) == len(set(ended)), "a finished trial ran again"
+    for event in done.values():
+        source = event["trial"].get("continue_from")
+        if source is not None:
+            assert done[source]["seq"] < event["seq"]
+    assert any(e["trial"].get("origin") == "exploit" for e in done.values())
