@@ -440,9 +440,12 @@ def trainers() -> None:
               help="The Ray cluster to ask (default: RAY_ADDRESS, else one started on this"
               " machine); none is started.")
 @click.option("--no-ray", is_flag=True, help="Do not look for a Ray cluster.")
+@click.option("--run-dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Check that every node of the Ray cluster sees this directory.")
 @click.option("--strict", is_flag=True,
               help="Exit with status 1 when there is a warning (e.g. a GPU but a CPU-only build).")
-def doctor(fmt: str, address: str | None, no_ray: bool, strict: bool) -> None:
+def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
+           strict: bool) -> None:
     """Show what this machine will train with: torch's build (CPU or CUDA), CUDA,
     NCCL, Horovod's operations, the GPUs on this node and the Ray cluster.
 
@@ -450,7 +453,7 @@ def doctor(fmt: str, address: str | None, no_ray: bool, strict: bool) -> None:
     """
     from orchestrator.doctor import gather, render
 
-    report = gather(address, ray=not no_ray)
+    report = gather(address, ray=not no_ray, run_dir=run_dir)
     if fmt == "json":
         import json
 

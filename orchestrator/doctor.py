@@ -55,7 +55,19 @@ for node in ray.nodes():
     res = node.get("Resources", {})
     nodes.append({"node_id": node["NodeID"], "address": node.get("NodeManagerAddress"),
                   "cpus": res.get("CPU", 0), "gpus": res.get("GPU", 0)})
-print(json.dumps({"address": ray.get_runtime_context().gcs_address, "nodes": nodes}))
+found = {"address": ray.get_runtime_context().gcs_address, "nodes": nodes}
+if len(sys.argv) > 2:  # --run-dir: does every node see it?
+    from pathlib import Path
+    from orchestrator.visibility import RunDirNotShared, check_run_dir_shared
+    try:
+        views = check_run_dir_shared(Path(sys.argv[2]))
+        found["run_dir"] = {"path": sys.argv[2], "shared": True, "nodes": len(views)}
+    except RunDirNotShared as exc:
+        found["run_dir"] = {"path": sys.argv[2], "shared": False, "error": str(exc)}
+    except OSError as exc:
+        found["run_dir"] = {"path": sys.argv[2], "shared": False,
+                            "error": f"cannot write a marker there: {exc}"}
+print(json.dumps(found))
 """
 
 
@@ -173,9 +185,12 @@ def _listening(address: str, timeout_s: float = 2.0) -> bool:
         return False
 
 
-def ray_cluster(address: str | None, timeout_s: float = RAY_PROBE_TIMEOUT_S) -> dict[str, Any]:
+def ray_cluster(address: str | None, timeout_s: float = RAY_PROBE_TIMEOUT_S,
+                run_dir: Path | None = None) -> dict[str, Any]:
     """The Ray cluster at ``address`` (or RAY_ADDRESS, or the one last started on this
-    machine), asked from a child process that gives up after ``timeout_s``.
+    machine), asked from a child process that gives up after ``timeout_s``; with
+    ``run_dir``, also whether every node sees that directory
+    (``orchestrator.visibility``).
 
     Nothing is started, and nothing is waited for where no one listens: a GCS port
     that refuses the connection is answered at once."""
@@ -187,8 +202,10 @@ def ray_cluster(address: str | None, timeout_s: float = RAY_PROBE_TIMEOUT_S) -> 
             and not _listening(target):
         return {"reachable": False, "asked": target, "error": "nothing listens there"}
     try:
-        done = subprocess.run([sys.executable, "-c", _RAY_PROBE, target], capture_output=True,
-                              text=True, timeout=timeout_s, check=False)
+        extra = [str(Path(run_dir).resolve())] if run_dir is not None else []
+        done = subprocess.run([sys.executable, "-c", _RAY_PROBE, target, *extra],
+                              capture_output=True, text=True, check=False,
+                              timeout=timeout_s + (30 if run_dir is not None else 0))
     except subprocess.TimeoutExpired:
         return {"reachable": False, "asked": target,
                 "error": f"it listens but did not let this driver in within {timeout_s:.0f} s"
@@ -229,6 +246,8 @@ def warnings_for(report: dict[str, Any]) -> list[str]:
                 f"this node has {gpus} GPU(s), but Horovod {hvd['version']} was built without"
                 f" NCCL: GPU gradients would go through the CPU; {RESETUP}")
     ray = report.get("ray") or {}
+    if ray.get("run_dir") and not ray["run_dir"]["shared"]:
+        warnings.append(ray["run_dir"]["error"])
     if gpus and ray.get("reachable"):
         here = [node for node in ray["nodes"] if not node["gpus"]]
         if here and len(here) == len(ray["nodes"]):
@@ -239,7 +258,8 @@ def warnings_for(report: dict[str, Any]) -> list[str]:
     return warnings
 
 
-def gather(address: str | None = None, *, ray: bool = True) -> dict[str, Any]:
+def gather(address: str | None = None, *, ray: bool = True,
+           run_dir: Path | None = None) -> dict[str, Any]:
     """Everything `nestor doctor` prints, as one JSON-able dict."""
     report: dict[str, Any] = {
         "python": {"version": platform.python_version(), "executable": sys.executable},
@@ -247,7 +267,7 @@ def gather(address: str | None = None, *, ray: bool = True) -> dict[str, Any]:
         "gpus": nvidia_gpus(),
         "torch": torch_info(),
         "horovod": horovod_info(),
-        "ray": ray_cluster(address) if ray else None,
+        "ray": ray_cluster(address, run_dir=run_dir) if ray else None,
     }
     report["warnings"] = warnings_for(report)
     return report
@@ -312,6 +332,11 @@ def render(report: dict[str, Any], out: Any) -> None:
         table.add_row("Ray cluster", escape(
             f"{ray['address']}: {len(nodes)} node(s), {cpus:g} CPUs, {gpu_total:g} GPUs"
             f" (GPUs per node: {', '.join(f'{g:g}' for g in per_node)})"))
+        if ray.get("run_dir"):
+            seen = ray["run_dir"]
+            table.add_row("run directory", escape(
+                f"{seen['path']}: " + (f"seen by all {seen['nodes']} nodes" if seen["shared"]
+                                       else "[not seen by every node: see the warning]")))
     out.print(table)
     for warning in report["warnings"]:
         out.print(f"[bold red]WARNING[/]: {escape(warning)}", soft_wrap=True)

@@ -87,7 +87,7 @@ def can_unshare() -> bool:
     return done.returncode == 0
 
 
-@pytest.mark.slow  # about 35 s here: a 3-node cluster
+@pytest.mark.slow  # about 45 s here: a 3-node cluster, then `nestor doctor --run-dir`
 @pytest.mark.skipif(not can_unshare(), reason="needs root and unshare --mount for the blind node")
 def test_a_node_that_cannot_see_the_run_dir_is_named(tmp_path: Path) -> None:
     shared = tmp_path / "shared"  # hidden from the blind node
@@ -134,6 +134,17 @@ def test_a_node_that_cannot_see_the_run_dir_is_named(tmp_path: Path) -> None:
         assert "error" not in visible, visible
         assert len(visible["ok"]) == 3 and out["blind_node"][0] in visible["ok"]
         assert not [p for p in (shared / "run").iterdir()], "the marker was left behind"
+
+        # The same check from `nestor doctor --run-dir`, before a run.
+        doctor = subprocess.run(
+            [sys.executable, "-m", "orchestrator.cli", "doctor", "--address", address,
+             "--run-dir", str(shared / "run"), "--format", "json", "--strict"],
+            env=env, capture_output=True, text=True, timeout=180, check=False)
+        assert doctor.returncode == 1, doctor.stderr[-3000:]
+        seen = json.loads(doctor.stdout)["ray"]["run_dir"]
+        assert seen["shared"] is False
+        assert f"node {out['blind_node'][0][:12]}" in seen["error"]
+        assert f"WARNING: the run directory {shared / 'run'} is not visible" in doctor.stderr
     finally:
         if blind is not None:
             with contextlib.suppress(ProcessLookupError):
