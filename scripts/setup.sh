@@ -70,7 +70,10 @@ else
     torch_pins=(-r "$repo/requirements-cuda.lock")
     lock_files=("$repo/requirements.lock" "$repo/requirements-cuda.lock")
     nccl_pin=$(grep -E '^nvidia-nccl-cu[0-9]+==' "$repo/requirements-cuda.lock")
-    horovod_flags+=(HOROVOD_GPU_OPERATIONS=NCCL)
+    # CUDA 13's nvcc builds for compute capability 7.5 (Turing) and newer only;
+    # Horovod's own default list starts at 3.5 and would fail to compile.
+    horovod_flags+=(HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL
+                    "HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST:-75,80,86,89,90,100,120}")
     # The system's NCCL where it has one (a site's tuned build, NCCL_HOME from a
     # module); otherwise the pip package's, which torch loads anyway.
     if [[ -n "${HOROVOD_NCCL_HOME:-}" ]]; then
@@ -83,8 +86,10 @@ else
     else
         nccl_source="pip:${nccl_pin}"
         nccl_home="$site/nvidia/nccl"
+        # The package ships libnccl.so.2 and no static library: link it shared
+        # (Horovod links NCCL statically by default).
         horovod_flags+=("HOROVOD_NCCL_HOME=${nccl_home}" "HOROVOD_NCCL_INCLUDE=${nccl_home}/include"
-                        "HOROVOD_NCCL_LIB=${nccl_home}/lib")
+                        "HOROVOD_NCCL_LIB=${nccl_home}/lib" HOROVOD_NCCL_LINK=SHARED)
     fi
     # Horovod's GPU operations compile CUDA kernels: the toolkit must be there.
     cuda_home=""
@@ -179,7 +184,9 @@ build_horovod() {
         || die "the C++17 patch did not apply to horovod/torch/CMakeLists.txt"
     local -a flags=("${horovod_flags[@]}")
     mkdir -p "$work/out"
-    if ! env "${flags[@]}" MAKEFLAGS="-j$(nproc)" PATH="$venv/bin:$PATH" \
+    local path="$venv/bin:$PATH"
+    [[ -n "${cuda_home:-}" ]] && path="$cuda_home/bin:$path"
+    if ! env "${flags[@]}" MAKEFLAGS="-j$(nproc)" PATH="$path" \
         "${pip[@]}" wheel --no-build-isolation --no-deps -w "$work/out" "$src" \
         >"$work/build.log" 2>&1; then
         tail -n 40 "$work/build.log" >&2

@@ -94,7 +94,9 @@ def test_a_gpu_gets_cuda_torch_and_horovod_with_nccl_from_the_pip_package(tmp_pa
     assert out["nccl"] == ["pip:nvidia-nccl-cu13==2.29.7"]
     nccl = ROOT / ".venv/lib/python3.11/site-packages/nvidia/nccl"
     env = dict(flag.split("=", 1) for flag in out["horovod_env"])
-    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL"
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_GPU"] == "CUDA"
+    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == "75,80,86,89,90,100,120"  # what nvcc 13 builds
+    assert env["HOROVOD_NCCL_LINK"] == "SHARED"  # the package has no libnccl_static.a
     assert env["HOROVOD_NCCL_HOME"] == str(nccl)
     assert env["HOROVOD_NCCL_INCLUDE"] == f"{nccl}/include"
     assert env["HOROVOD_NCCL_LIB"] == f"{nccl}/lib"
@@ -112,7 +114,7 @@ def test_a_system_nccl_is_used_where_there_is_one(tmp_path: Path) -> None:
     assert out["nccl"] == [f"system:{system}"]
     env = dict(flag.split("=", 1) for flag in out["horovod_env"])
     assert env["HOROVOD_NCCL_HOME"] == str(system)
-    assert "HOROVOD_NCCL_LIB" not in env
+    assert "HOROVOD_NCCL_LIB" not in env and "HOROVOD_NCCL_LINK" not in env
     assert out["horovod_wheel_cache"][0].endswith("-cuda-system")
 
 
