@@ -59,7 +59,7 @@ STORE_FILE = "mlflow.db"  # a run directory's own MLflow store, unless the spec 
 ARTIFACTS_DIR = "mlartifacts"  # beside it, where that store keeps artifacts
 KEY_TAG = "nestor.key"
 PENDING = "pending-"
-SYNC_META = STORE_FILE + ".json"  # beside the run directory's copy: its generation, cursor
+SYNC_META = STORE_FILE + ".json"  # beside the run directory's copy: the cursor it matches
 SYNC_INTERVAL_S = 30.0  # the run directory's copy of a node-local store lags by at most this
 MOUNTS = Path("/proc/mounts")
 # Filesystems on which SQLite's locking is unreliable or refused (kernel and FUSE names).
