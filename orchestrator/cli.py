@@ -252,6 +252,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     from orchestrator.spec import SpecError
     from orchestrator.stopping import Interrupted, exit_code, install_handlers
     from orchestrator.stopping import clear as clear_stop
+    from orchestrator.visibility import RunDirNotShared
     from orchestrator.workflow import RunError, run_workflow
 
     out = console()
@@ -266,7 +267,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     except SpecError as exc:
         print_errors(console(stderr=True), exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
-    except RunError as exc:
+    except (RunError, RunDirNotShared) as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except OSError as exc:
@@ -430,6 +431,39 @@ def trainers() -> None:
     from orchestrator.summary import render_catalog
 
     render_catalog(console())
+
+
+@cli.command()
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text",
+              show_default=True)
+@click.option("--address", metavar="HOST:PORT",
+              help="The Ray cluster to ask (default: RAY_ADDRESS, else one started on this"
+              " machine); none is started.")
+@click.option("--no-ray", is_flag=True, help="Do not look for a Ray cluster.")
+@click.option("--run-dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              help="Check that every node of the Ray cluster sees this directory.")
+@click.option("--strict", is_flag=True,
+              help="Exit with status 1 when there is a warning (e.g. a GPU but a CPU-only build).")
+def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
+           strict: bool) -> None:
+    """Show what this machine will train with: torch's build (CPU or CUDA), CUDA,
+    NCCL, Horovod's operations, the GPUs on this node and the Ray cluster.
+
+    Warns in red when a GPU is here but torch or Horovod cannot use it.
+    """
+    from orchestrator.doctor import gather, render
+
+    report = gather(address, ray=not no_ray, run_dir=run_dir)
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(report, indent=2))
+        for warning in report["warnings"]:  # stdout stays JSON; the warning is still loud
+            click.echo(click.style(f"WARNING: {warning}", fg="red", bold=True), err=True)
+    else:
+        render(report, console())
+    if strict and report["warnings"]:
+        sys.exit(1)
 
 
 def _slurm_commands() -> None:

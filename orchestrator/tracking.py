@@ -13,6 +13,21 @@ a metric is logged with the timestamp of the event it comes from (MLflow
 keeps one point per key, step, timestamp and value), tags and terminal
 states are upserts, and an artifact is written to the same path.
 
+On a network filesystem (NFS, Lustre, GPFS, BeeGFS, CephFS, ...: the run
+directory's type read from ``/proc/mounts``) SQLite's file locks are not to
+be trusted: Lustre mounted without ``flock`` refuses them ("disk I/O error"),
+NFS may lose them. There the live store is kept on the driver's node-local
+disk (``NESTOR_LOCAL_STORE_DIR``, else ``$TMPDIR``, else ``/tmp``) and a
+consistent copy (SQLite's online backup, renamed into place whole) is put in
+the run directory every ``SYNC_INTERVAL_S`` seconds, at every stage's end and
+when the tracker closes. Beside that copy, ``mlflow.db.json`` records how far
+the projector had got when it was taken; a driver that opens the store again
+(``nestor resume``, on any node) starts from that copy and that position, so
+what MLflow lacks is projected again from the journal, idempotently. Artifacts
+stay in the run directory (plain files, one writer). Set
+``NESTOR_MLFLOW_LOCAL_STORE`` to ``always`` or ``never`` to override the
+detection, or ``tracking.uri`` to an MLflow server to have no file store at all.
+
 Each call's wait is bounded (``MLFLOW_HTTP_REQUEST_MAX_RETRIES`` and
 ``MLFLOW_HTTP_REQUEST_TIMEOUT`` default to 0 and 5 s here instead of
 MLflow's 7 retries and 120 s): a server that is down costs the projector a
@@ -21,15 +36,21 @@ short wait and a retry later, never the scheduling loop anything.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import hashlib
+import json
 import logging
 import math
 import os
+import tempfile
+import threading
 import time
 import uuid
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 log = logging.getLogger(__name__)
 
@@ -38,13 +59,76 @@ STORE_FILE = "mlflow.db"  # a run directory's own MLflow store, unless the spec 
 ARTIFACTS_DIR = "mlartifacts"  # beside it, where that store keeps artifacts
 KEY_TAG = "nestor.key"
 PENDING = "pending-"
+SYNC_META = STORE_FILE + ".json"  # beside the run directory's copy: the cursor it matches
+SYNC_INTERVAL_S = 30.0  # the run directory's copy of a node-local store lags by at most this
+MOUNTS = Path("/proc/mounts")
+# Filesystems on which SQLite's locking is unreliable or refused (kernel and FUSE names).
+NETWORK_FILESYSTEMS = frozenset({
+    "nfs", "nfs4", "lustre", "gpfs", "beegfs", "cifs", "smb3", "smbfs", "ceph", "fuse.ceph",
+    "fuse.cephfs", "glusterfs", "fuse.glusterfs", "fuse.sshfs", "panfs", "pvfs2", "orangefs",
+    "afs", "wekafs", "fuse.weka", "ocfs2", "gfs2", "fuse.gcsfuse", "fuse.s3fs", "9p",
+})
+
+
+def _unescape_mount(field: str) -> str:
+    """/proc/mounts writes space, tab, newline and backslash as octal escapes."""
+    for code, char in (("\\040", " "), ("\\011", "\t"), ("\\012", "\n"),
+                       ("\\134", "\\")):
+        field = field.replace(code, char)
+    return field
+
+
+def filesystem_type(path: Path, mounts: str | None = None) -> str:
+    """The type of the filesystem ``path`` is on: the longest mount point in
+    ``mounts`` (``/proc/mounts``' text; read when None) that contains it."""
+    if mounts is None:
+        try:
+            mounts = MOUNTS.read_text()
+        except OSError:
+            return "unknown"
+    target = Path(os.path.realpath(path))
+    best, kind = -1, "unknown"
+    for line in mounts.splitlines():
+        fields = line.split()
+        if len(fields) < 3:
+            continue
+        point = Path(_unescape_mount(fields[1]))
+        if (target == point or point in target.parents) and len(point.parts) > best:
+            best, kind = len(point.parts), fields[2]  # a later mount over the same point wins
+    return kind
+
+
+def on_network_filesystem(path: Path, mounts: str | None = None) -> bool:
+    """Whether SQLite should not keep a store at ``path`` (see the module's docstring)."""
+    override = os.environ.get("NESTOR_MLFLOW_LOCAL_STORE", "auto").lower()
+    if override in {"always", "1", "yes"}:
+        return True
+    if override in {"never", "0", "no"}:
+        return False
+    return filesystem_type(path, mounts) in NETWORK_FILESYSTEMS
+
+
+def local_store_path(run_dir: Path) -> Path:
+    """Where a run directory on a network filesystem keeps its live store on this node."""
+    base = os.environ.get("NESTOR_LOCAL_STORE_DIR") or tempfile.gettempdir()
+    run = str(Path(run_dir).resolve())
+    key = hashlib.sha256(run.encode()).hexdigest()[:16]
+    return Path(base) / f"nestor-mlflow-{os.getuid()}" / f"{Path(run).name[:40]}-{key}" / STORE_FILE
 
 
 def default_tracking_uri(run_dir: Path) -> str:
+    """The URI of the store the driver writes for ``run_dir`` when the spec names none.
+
+    On a network filesystem the first call in a process opens the node-local store
+    (``LocalStore.open``): it starts from the run directory's copy and winds the
+    projector's cursor back to that copy's. The projector asks for this URI before
+    it reads its cursor, so it reads the wound-back one."""
+    if on_network_filesystem(run_dir):
+        return f"sqlite:///{LocalStore.open(run_dir).live.resolve()}"
     return f"sqlite:///{(run_dir / STORE_FILE).resolve()}"
 
 
-def relocate_artifacts(run_dir: Path) -> list[str]:
+def relocate_artifacts(run_dir: Path, db: Path | None = None) -> list[str]:
     """Point the run directory's own store at its own ``mlartifacts/`` again.
 
     MLflow records artifact locations as absolute URIs and has no call to change
@@ -52,9 +136,10 @@ def relocate_artifacts(run_dir: Path) -> list[str]:
     storage, the cluster to a laptop) would otherwise have ``nestor resume``
     write plots and checkpoints under the old path, and ``nestor ui`` show
     "No Artifacts Recorded". Only the store nestor made (``mlflow.db`` beside
-    ``mlartifacts/``) is touched. Returns the old locations rewritten.
+    ``mlartifacts/``) is touched (``db``: its live copy on local disk, if there
+    is one). Returns the old locations rewritten.
     """
-    db = run_dir / STORE_FILE
+    db = db or run_dir / STORE_FILE
     if not db.is_file():
         return []
     import sqlite3
@@ -100,6 +185,130 @@ def make_store(db: Path) -> None:
     os.replace(tmp, db)
 
 
+def _put_whole(source: Path, target: Path) -> None:
+    """Copy the file ``source`` to ``target`` by plain reads and writes (no SQLite,
+    so no file locks on the network filesystem), written beside it and renamed
+    over it: a reader (``nestor ui``) sees the old copy or the new, never half."""
+    import shutil
+
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
+    try:
+        shutil.copyfile(source, tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(tmp, target)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _snapshot(live: Path, target: Path) -> None:
+    """A consistent copy of the SQLite file ``live`` (on local disk) at ``target``.
+
+    SQLite's online backup reads committed pages only, so the projector may go
+    on writing in its thread; the backup is made on local disk, then copied."""
+    import sqlite3
+
+    local = live.with_name(f".{live.name}.{os.getpid()}.{threading.get_ident()}.copy")
+    try:
+        with contextlib.closing(sqlite3.connect(f"{live.resolve().as_uri()}?mode=ro",
+                                                uri=True, timeout=30)) as src, \
+                contextlib.closing(sqlite3.connect(local)) as dst:
+            src.backup(dst)
+        _put_whole(local, target)
+    finally:
+        local.unlink(missing_ok=True)
+
+
+def _read_cursor(run_dir: Path) -> int | None:
+    """How far the projector got (its cursor file), None if it keeps none here."""
+    from orchestrator.projector import CURSOR_FILE
+
+    try:
+        return int((run_dir / CURSOR_FILE).read_text().strip() or 0)
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+class LocalStore:
+    """A run directory's SQLite store kept on this node's disk, copied back whole.
+
+    Opening it starts from the run directory's copy (or from nothing) and moves
+    the projector's cursor back to where that copy was taken: whatever a copy on
+    some node's disk held beyond it is projected again, from the journal."""
+
+    _open: ClassVar[weakref.WeakValueDictionary[Path, LocalStore]] = \
+        weakref.WeakValueDictionary()
+    _open_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def open(cls, run_dir: Path) -> LocalStore:
+        """The store for ``run_dir``: the one this process has open already (a second
+        tracker must not start it afresh under the first one's feet), else a new one."""
+        with cls._open_lock:
+            live = local_store_path(run_dir)
+            store = cls._open.get(live)
+            if store is None:
+                store = cls._open[live] = cls(run_dir)
+                # A strong reference: the projector (and its tracker) may be gone by
+                # exit, and the events it projected after the last copy with it.
+                atexit.register(store.sync_at_exit)
+            return store
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = Path(run_dir)
+        self.live = local_store_path(self.run_dir)
+        self.mirror = self.run_dir / STORE_FILE
+        self.meta = self.run_dir / SYNC_META
+        self.last_sync = time.monotonic()
+        self._lock = threading.Lock()
+        self.live.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for stale in (self.live, self.live.with_name(self.live.name + "-journal"),
+                      self.live.with_name(self.live.name + "-wal")):
+            stale.unlink(missing_ok=True)
+        cursor = 0
+        if self.mirror.is_file():  # never written in place: a byte copy is consistent
+            _put_whole(self.mirror, self.live)
+            with contextlib.suppress(FileNotFoundError, ValueError):
+                cursor = int(json.loads(self.meta.read_text()).get("cursor") or 0)
+        self._rewind_cursor(cursor)
+        log.info("MLflow store for %s (a %s filesystem) kept on local disk at %s",
+                 self.run_dir, filesystem_type(self.run_dir), self.live)
+
+    def _rewind_cursor(self, cursor: int) -> None:
+        from orchestrator.journal import write_atomic
+        from orchestrator.projector import CURSOR_FILE
+
+        now = _read_cursor(self.run_dir)
+        if now is not None and now > cursor:
+            log.info("MLflow's copy in %s was taken at event %d; the projector goes back"
+                     " there from %d", self.run_dir, cursor, now)
+            write_atomic(self.run_dir / CURSOR_FILE, str(cursor))
+
+    def sync(self) -> None:
+        """Copy the live store into the run directory, with the cursor it matches."""
+        from orchestrator.journal import write_atomic
+
+        with self._lock:
+            if not self.live.is_file():
+                return
+            cursor = _read_cursor(self.run_dir)  # read first: the copy holds at least this
+            _snapshot(self.live, self.mirror)
+            write_atomic(self.meta, json.dumps({
+                "cursor": cursor, "copied_at": time.time(), "host": os.uname().nodename,
+                "live": str(self.live)}))
+            self.last_sync = time.monotonic()
+
+    def sync_at_exit(self) -> None:
+        try:
+            self.sync()
+        except Exception as exc:  # the next driver re-projects from the last copy
+            log.warning("could not copy the MLflow store to %s at exit: %s", self.run_dir, exc)
+
+    def maybe_sync(self, now: bool = False) -> None:
+        if now or time.monotonic() - self.last_sync >= SYNC_INTERVAL_S:
+            self.sync()
+
+
 def _param_value(value: Any) -> str:
     text = str(value)
     return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
@@ -140,11 +349,16 @@ class Tracker:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.uri = uri or default_tracking_uri(self.run_dir)
         self.own_store = self.uri == default_tracking_uri(self.run_dir)
+        self.local: LocalStore | None = None
+        if self.own_store and on_network_filesystem(self.run_dir):
+            self.local = LocalStore.open(self.run_dir)
+        db = self.local.live if self.local else self.run_dir / STORE_FILE
         if self.own_store:
-            relocate_artifacts(self.run_dir)
+            relocate_artifacts(self.run_dir, db)
         self.experiment = experiment
         if self.own_store:
-            make_store(self.run_dir / STORE_FILE)
+            make_store(db)
+        self._stage_runs: set[str] = set()  # runs without a parent: their end is a sync point
         self.client = MlflowClient(tracking_uri=self.uri)
         self._experiment_id: str | None = None
         self.keys: dict[str, str] = {}  # run key -> MLflow run id, as found or made
@@ -195,6 +409,9 @@ class Tracker:
                 self.client.log_batch(run_id, params=[
                     Param(str(k), _param_value(v)) for k, v in params.items()])
         self.keys[key] = run_id
+        if parent is None:
+            self._stage_runs.add(run_id)
+        self._synced()
         return run_id
 
     def log_metrics(self, run_id: str, metrics: Mapping[str, Any], step: int = 0,
@@ -215,6 +432,7 @@ class Tracker:
         if numbers:
             self.client.log_batch(run_id, metrics=numbers)
         self.set_tags(run_id, odd)
+        self._synced()
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
@@ -231,9 +449,18 @@ class Tracker:
         """End a run: FINISHED, FAILED or KILLED (MLflow's terminal states)."""
         self.client.set_terminated(run_id, status,
                                    end_time=int((time.time() if at is None else at) * 1000))
+        self._synced(now=run_id in self._stage_runs)  # a stage's end: copy it now
+
+    def _synced(self, now: bool = False) -> None:
+        """Where the store is on local disk, copy it to the run directory when due."""
+        if self.local is not None:
+            self.local.maybe_sync(now)
 
     def close(self) -> None:
-        """Nothing is buffered here (the journal is); kept for symmetry with callers."""
+        """Nothing is buffered here (the journal is); a store kept on local disk is
+        copied to the run directory."""
+        if self.local is not None:
+            self.local.sync()
 
 
 def permanent(exc: BaseException) -> bool:

@@ -3,8 +3,16 @@
 # built against them. Idempotent and cached: the first run on a machine takes
 # minutes (the Horovod build), later runs take seconds.
 #
-#   scripts/setup.sh            # set up or verify .venv
-#   NESTOR_FORCE_SETUP=1 ...    # reinstall even if the stamp says it is current
+#   scripts/setup.sh              # set up or verify .venv
+#   scripts/setup.sh --print-plan # say what it would install and build, change nothing
+#   NESTOR_FORCE_SETUP=1 ...      # reinstall even if the stamp says it is current
+#   NESTOR_TORCH_FLAVOUR=cpu ...  # or cuda: override what nvidia-smi decides
+#
+# Flavour: where `nvidia-smi -L` lists a GPU, torch is PyPI's CUDA build
+# (requirements-cuda.lock) and Horovod is built with HOROVOD_GPU_OPERATIONS=NCCL,
+# against the system's NCCL or, where there is none, the nvidia-nccl-cu13 package
+# torch itself depends on. Everywhere else (CI, this project's own machine) the
+# CPU build (requirements.lock) and a Gloo-only Horovod, exactly as before.
 #
 # Why Horovod is built here rather than installed: PyPI has no Horovod wheel,
 # and the 0.28.1 sdist (the last release) pins C++14 while PyTorch 2.x headers
@@ -28,18 +36,98 @@ import sys
 sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
 PY
 
-# NCCL only where a GPU and the CUDA compiler are present; the wheel is cached
-# separately per flavour so a CPU build is never reused on a GPU machine.
-flavour=cpu
-if command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L >/dev/null 2>&1 && command -v nvcc >/dev/null 2>&1; then
-    flavour=cuda
+mode=install
+case "${1:-}" in
+    "") ;;
+    --print-plan) mode=plan ;;
+    *) die "unknown option ${1}; the one option is --print-plan" ;;
+esac
+
+# --- what to install: decided here, printed by --print-plan -------------------------
+
+# The flavour follows the GPU: nvidia-smi must be there AND list one (a node with
+# the tool but no working driver lists none and gets the CPU build).
+gpus=0
+if command -v nvidia-smi >/dev/null 2>&1; then
+    gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]' || true)
 fi
-wheel_dir="$cache_root/wheels/horovod-${horovod_version}-torch${torch_version}-${flavour}"
+flavour=${NESTOR_TORCH_FLAVOUR:-}
+case "$flavour" in
+    "") flavour=cpu; (( gpus > 0 )) && flavour=cuda ;;
+    cpu|cuda) ;;
+    *) die "NESTOR_TORCH_FLAVOUR must be cpu or cuda, but got '${flavour}'" ;;
+esac
+
+site="$venv/lib/python3.11/site-packages"
+horovod_flags=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
+               HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1)
+problem=""
+if [[ $flavour == cpu ]]; then
+    torch_pins=("torch==${torch_version}")   # the CPU wheel on disk (pip's find-links)
+    lock_files=("$repo/requirements.lock")
+    nccl_source=none
+else
+    torch_pins=(-r "$repo/requirements-cuda.lock")
+    lock_files=("$repo/requirements.lock" "$repo/requirements-cuda.lock")
+    nccl_pin=$(grep -E '^nvidia-nccl-cu[0-9]+==' "$repo/requirements-cuda.lock")
+    # CUDA 13's nvcc builds for compute capability 7.5 (Turing) and newer only;
+    # Horovod's own default list starts at 3.5 and would fail to compile.
+    horovod_flags+=(HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL
+                    "HOROVOD_BUILD_CUDA_CC_LIST=${HOROVOD_BUILD_CUDA_CC_LIST:-75,80,86,89,90,100,120}")
+    # The system's NCCL where it has one (a site's tuned build, NCCL_HOME from a
+    # module); otherwise the pip package's, which torch loads anyway.
+    if [[ -n "${HOROVOD_NCCL_HOME:-}" ]]; then
+        nccl_source="env:${HOROVOD_NCCL_HOME}"
+    elif [[ -n "${NCCL_HOME:-}" && -f "${NCCL_HOME}/include/nccl.h" ]]; then
+        nccl_source="system:${NCCL_HOME}"
+        horovod_flags+=("HOROVOD_NCCL_HOME=${NCCL_HOME}")
+    elif [[ -f /usr/include/nccl.h ]] && ldconfig -p 2>/dev/null | grep -q 'libnccl\.so'; then
+        nccl_source="system:/usr"
+    else
+        nccl_source="pip:${nccl_pin}"
+        nccl_home="$site/nvidia/nccl"
+        # The package ships libnccl.so.2 and no static library: link it shared
+        # (Horovod links NCCL statically by default).
+        horovod_flags+=("HOROVOD_NCCL_HOME=${nccl_home}" "HOROVOD_NCCL_INCLUDE=${nccl_home}/include"
+                        "HOROVOD_NCCL_LIB=${nccl_home}/lib" HOROVOD_NCCL_LINK=SHARED)
+    fi
+    # Horovod's GPU operations compile CUDA kernels: the toolkit must be there.
+    cuda_home=""
+    for candidate in "${CUDA_HOME:-}" "${CUDA_PATH:-}" /usr/local/cuda \
+                     "$(dirname "$(dirname "$(readlink -f "$(command -v nvcc || echo /nonexistent/bin/nvcc)")")")"; do
+        if [[ -n "$candidate" && -x "$candidate/bin/nvcc" && -f "$candidate/include/cuda_runtime.h" ]]; then
+            cuda_home=$candidate
+            break
+        fi
+    done
+    if [[ -n "$cuda_home" ]]; then
+        horovod_flags+=("HOROVOD_CUDA_HOME=${cuda_home}")
+    else
+        problem="a GPU build of Horovod needs the CUDA toolkit (bin/nvcc, include/cuda_runtime.h): set CUDA_HOME or put nvcc on PATH (e.g. 'module load cuda'); or set NESTOR_TORCH_FLAVOUR=cpu for a CPU-only set-up"
+    fi
+fi
+nccl_tag=""
+[[ $flavour == cuda ]] && nccl_tag="-${nccl_source%%:*}"
+wheel_dir="$cache_root/wheels/horovod-${horovod_version}-torch${torch_version}-${flavour}${nccl_tag}"
+
+if [[ $mode == plan ]]; then
+    printf 'gpus=%s\n' "$gpus"
+    printf 'flavour=%s\n' "$flavour"
+    printf 'torch=%s\n' "${torch_pins[*]}"
+    printf 'lock=%s\n' "${lock_files[@]#"$repo"/}"
+    [[ $flavour == cuda ]] && grep -E '^[A-Za-z]' "$repo/requirements-cuda.lock" | sed 's/^/pin=/'
+    printf 'nccl=%s\n' "$nccl_source"
+    printf 'horovod_env=%s\n' "${horovod_flags[@]}"
+    printf 'horovod_wheel_cache=%s\n' "$wheel_dir"
+    [[ -n "$problem" ]] && printf 'problem=%s\n' "$problem"
+    exit 0
+fi
+[[ -n "$problem" ]] && die "$problem"
 
 stamp_inputs() {
     # Everything that should trigger a reinstall when it changes.
-    cat "$repo/pyproject.toml" "$repo/requirements.lock" "$repo/scripts/setup.sh"
-    echo "$flavour"
+    cat "$repo/pyproject.toml" "${lock_files[@]}" "$repo/scripts/setup.sh"
+    echo "$flavour $nccl_source"
 }
 want_stamp=$(stamp_inputs | sha256sum | cut -d' ' -f1)
 stamp_file="$venv/.nestor-setup-stamp"
@@ -63,11 +151,24 @@ quiet_pip() {
     "${pip[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
 
-log "installing torch ${torch_version} and the pinned dependencies"
-# torch first and by exact version so that the CPU wheel on disk (pip's
-# find-links) is used rather than the registry's CUDA build.
-quiet_pip install --quiet "torch==${torch_version}"
-quiet_pip install --quiet -r "$repo/requirements.lock"
+log "installing torch ${torch_version} (${flavour}) and the pinned dependencies"
+if [[ $flavour == cpu ]]; then
+    # torch first and by exact version so that the CPU wheel on disk (pip's
+    # find-links) is used rather than the registry's CUDA build.
+    quiet_pip install --quiet "${torch_pins[@]}"
+    quiet_pip install --quiet -r "$repo/requirements.lock"
+else
+    # The CUDA pins replace the lock's torch==...+cpu line; the rest is the same.
+    quiet_pip install --quiet "${torch_pins[@]}"
+    grep -v '^torch==' "$repo/requirements.lock" >"$venv/requirements-no-torch.lock"
+    quiet_pip install --quiet -r "$venv/requirements-no-torch.lock" -r "$repo/requirements-cuda.lock"
+    if [[ $nccl_source == pip:* ]]; then
+        [[ -f "$nccl_home/include/nccl.h" ]] \
+            || die "${nccl_pin} is installed but has no include/nccl.h under $nccl_home"
+        # Horovod's FindNCCL looks for libnccl.so; the package ships libnccl.so.2 only.
+        [[ -e "$nccl_home/lib/libnccl.so" ]] || ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so"
+    fi
+fi
 
 build_horovod() {
     local work
@@ -81,11 +182,11 @@ build_horovod() {
         "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
     grep -q 'set(CMAKE_CXX_STANDARD 17)' "$src/horovod/torch/CMakeLists.txt" \
         || die "the C++17 patch did not apply to horovod/torch/CMakeLists.txt"
-    local -a flags=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
-                    HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1)
-    [[ $flavour == cuda ]] && flags+=(HOROVOD_GPU_OPERATIONS=NCCL)
+    local -a flags=("${horovod_flags[@]}")
     mkdir -p "$work/out"
-    if ! env "${flags[@]}" MAKEFLAGS="-j$(nproc)" PATH="$venv/bin:$PATH" \
+    local path="$venv/bin:$PATH"
+    [[ -n "${cuda_home:-}" ]] && path="$cuda_home/bin:$path"
+    if ! env "${flags[@]}" MAKEFLAGS="-j$(nproc)" PATH="$path" \
         "${pip[@]}" wheel --no-build-isolation --no-deps -w "$work/out" "$src" \
         >"$work/build.log" 2>&1; then
         tail -n 40 "$work/build.log" >&2
@@ -108,6 +209,9 @@ quiet_pip install --quiet --no-deps --no-build-isolation -e "$repo"
 check=$("$venv/bin/horovodrun" --check-build 2>&1) || die "horovodrun --check-build failed: $check"
 grep -q '\[X\] PyTorch' <<<"$check" || die "Horovod was built without PyTorch: $check"
 grep -q '\[X\] Gloo' <<<"$check" || die "Horovod was built without Gloo: $check"
+if [[ $flavour == cuda ]]; then
+    grep -q '\[X\] NCCL' <<<"$check" || die "Horovod was built without NCCL: $check"
+fi
 
 echo "$want_stamp" >"$stamp_file"
-log "ready: $venv (Horovod ${horovod_version} with PyTorch and Gloo, ${flavour})"
+log "ready: $venv (torch ${torch_version} ${flavour}; Horovod ${horovod_version} with PyTorch, Gloo$([[ $flavour == cuda ]] && echo ", NCCL (${nccl_source})"))"

@@ -1,0 +1,134 @@
+"""scripts/setup.sh picks the torch build for the machine: CUDA where nvidia-smi
+lists a GPU, the CPU build elsewhere. `--print-plan` runs the very decision the
+install takes and prints it, so a fake nvidia-smi on PATH reaches the GPU branch
+here without installing CUDA."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parents[2]
+SETUP = ROOT / "scripts" / "setup.sh"
+
+TWO_GPUS = """#!/bin/sh
+[ "$1" = "-L" ] || exit 2
+echo "GPU 0: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000000)"
+echo "GPU 1: NVIDIA H100 80GB HBM3 (UUID: GPU-00000000-0000-0000-0000-000000000001)"
+"""
+NO_DRIVER = """#!/bin/sh
+echo "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver." >&2
+exit 9
+"""
+
+
+def fake_tool(folder: Path, name: str, body: str) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / name).write_text(body)
+    (folder / name).chmod(0o755)
+
+
+def fake_cuda(tmp_path: Path) -> Path:
+    home = tmp_path / "cuda-13.0"
+    fake_tool(home / "bin", "nvcc", "#!/bin/sh\necho 'release 13.0'\n")
+    (home / "include").mkdir()
+    (home / "include" / "cuda_runtime.h").write_text("/* fake */\n")
+    return home
+
+
+def plan(tmp_path: Path, nvidia_smi: str | None, **env: str) -> dict[str, list[str]]:
+    """Run setup.sh --print-plan with nvidia_smi (a script body) first on PATH."""
+    fakebin = tmp_path / "bin"
+    fakebin.mkdir(exist_ok=True)
+    if nvidia_smi is not None:
+        fake_tool(fakebin, "nvidia-smi", nvidia_smi)
+    environ = {k: v for k, v in os.environ.items()
+               if k not in {"CUDA_HOME", "CUDA_PATH", "NCCL_HOME", "HOROVOD_NCCL_HOME",
+                            "NESTOR_TORCH_FLAVOUR"}}
+    environ.update(env, PATH=f"{fakebin}{os.pathsep}{os.environ['PATH']}",
+                   NESTOR_CACHE_DIR=str(tmp_path / "cache"))
+    result = subprocess.run([str(SETUP), "--print-plan"], capture_output=True, text=True,
+                            env=environ, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    out: dict[str, list[str]] = {}
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        out.setdefault(key, []).append(value)
+    assert not (tmp_path / "cache").exists(), "--print-plan must change nothing"
+    return out
+
+
+def lock_pins(name: str) -> list[str]:
+    return [line for line in (ROOT / name).read_text().splitlines()
+            if line and not line.startswith("#")]
+
+
+@pytest.mark.skipif(shutil.which("nvidia-smi") is not None, reason="this machine has nvidia-smi")
+def test_without_nvidia_smi_the_cpu_build_as_before(tmp_path: Path) -> None:
+    out = plan(tmp_path, None)
+    assert out["gpus"] == ["0"] and out["flavour"] == ["cpu"]
+    assert out["torch"] == ["torch==2.13.0"]  # the CPU wheel on disk, as CI installs it
+    assert out["lock"] == ["requirements.lock"]
+    assert out["nccl"] == ["none"]
+    assert not any("NCCL" in flag or "GPU" in flag for flag in out["horovod_env"])
+    cache = tmp_path / "cache/wheels/horovod-0.28.1-torch2.13.0-cpu"
+    assert out["horovod_wheel_cache"] == [str(cache)]
+
+
+def test_nvidia_smi_without_a_driver_is_no_gpu(tmp_path: Path) -> None:
+    out = plan(tmp_path, NO_DRIVER, CUDA_HOME=str(fake_cuda(tmp_path)))
+    assert out["gpus"] == ["0"] and out["flavour"] == ["cpu"]
+
+
+def test_a_gpu_gets_cuda_torch_and_horovod_with_nccl_from_the_pip_package(tmp_path: Path) -> None:
+    cuda = fake_cuda(tmp_path)
+    out = plan(tmp_path, TWO_GPUS, CUDA_HOME=str(cuda))
+    assert out["gpus"] == ["2"] and out["flavour"] == ["cuda"]
+    assert out["lock"] == ["requirements.lock", "requirements-cuda.lock"]
+    assert "torch===2.13.0" in out["pin"]  # `===`: never the 2.13.0+cpu wheel
+    assert "nvidia-nccl-cu13==2.29.7" in out["pin"]
+    assert out["nccl"] == ["pip:nvidia-nccl-cu13==2.29.7"]
+    nccl = ROOT / ".venv/lib/python3.11/site-packages/nvidia/nccl"
+    env = dict(flag.split("=", 1) for flag in out["horovod_env"])
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_GPU"] == "CUDA"
+    assert env["HOROVOD_BUILD_CUDA_CC_LIST"] == "75,80,86,89,90,100,120"  # what nvcc 13 builds
+    assert env["HOROVOD_NCCL_LINK"] == "SHARED"  # the package has no libnccl_static.a
+    assert env["HOROVOD_NCCL_HOME"] == str(nccl)
+    assert env["HOROVOD_NCCL_INCLUDE"] == f"{nccl}/include"
+    assert env["HOROVOD_NCCL_LIB"] == f"{nccl}/lib"
+    assert env["HOROVOD_CUDA_HOME"] == str(cuda)
+    assert env["HOROVOD_WITH_GLOO"] == "1"  # Gloo stays: CPU tensors and the controller
+    assert out["horovod_wheel_cache"][0].endswith("horovod-0.28.1-torch2.13.0-cuda-pip")
+    assert "problem" not in out
+
+
+def test_a_system_nccl_is_used_where_there_is_one(tmp_path: Path) -> None:
+    system = tmp_path / "nccl-2.27"
+    (system / "include").mkdir(parents=True)
+    (system / "include" / "nccl.h").write_text("/* fake */\n")
+    out = plan(tmp_path, TWO_GPUS, CUDA_HOME=str(fake_cuda(tmp_path)), NCCL_HOME=str(system))
+    assert out["nccl"] == [f"system:{system}"]
+    env = dict(flag.split("=", 1) for flag in out["horovod_env"])
+    assert env["HOROVOD_NCCL_HOME"] == str(system)
+    assert "HOROVOD_NCCL_LIB" not in env and "HOROVOD_NCCL_LINK" not in env
+    assert out["horovod_wheel_cache"][0].endswith("-cuda-system")
+
+
+def test_the_flavour_can_be_forced_and_is_checked(tmp_path: Path) -> None:
+    assert plan(tmp_path, TWO_GPUS, NESTOR_TORCH_FLAVOUR="cpu")["flavour"] == ["cpu"]
+    result = subprocess.run([str(SETUP), "--print-plan"], capture_output=True, text=True,
+                            env={**os.environ, "NESTOR_TORCH_FLAVOUR": "rocm"}, timeout=60,
+                            check=False)
+    assert result.returncode == 1
+    assert "NESTOR_TORCH_FLAVOUR must be cpu or cuda, but got 'rocm'" in result.stderr
+
+
+def test_the_two_locks_pin_the_same_torch() -> None:
+    cpu = [pin for pin in lock_pins("requirements.lock") if pin.startswith("torch==")]
+    cuda = [pin for pin in lock_pins("requirements-cuda.lock") if pin.startswith("torch")]
+    assert cpu == ["torch==2.13.0+cpu"] and cuda == ["torch===2.13.0"]
+    assert any(pin.startswith("nvidia-nccl-cu13==") for pin in lock_pins("requirements-cuda.lock"))
