@@ -111,6 +111,8 @@ class Projector:
         self._closing = True
         self._wake.set()
         self._thread.join(timeout=5)
+        if self._tracker is not None:
+            self._tracker.close()  # a store kept on local disk: its last copy, now
         left = self.behind
         if left:
             log.warning("%d journal events are not in MLflow at %s yet; `nestor resume %s`"

@@ -154,6 +154,10 @@ def run_workflow(
     run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
     started_ray = not ray.is_initialized()
     total = cluster_slots(workflow, slots, address)
+    if address is not None:  # a cluster started elsewhere: do all its nodes see run_dir?
+        from orchestrator.visibility import check_run_dir_shared
+
+        check_run_dir_shared(run_dir)
     reinstall_handlers()
     events = read_events(run_dir / JOURNAL_FILE)
     journal = Journal(run_dir / JOURNAL_FILE)
