@@ -27,9 +27,10 @@ member trains the same number of intervals, so :attr:`planned` is exact
 (``population`` × ``intervals`` trials) and the budget used is
 ``population × intervals × interval`` (failures aside). The first members to
 report an interval are compared with fewer peers (with one, none is exploited:
-the bottom and top sets hold at most half of the results, as in Ray Tune); a
-member that always reported first would never be exploited. With real trials
-the order of reports varies from interval to interval; Ray Tune's way out
+the bottom and top sets hold at most half of the results, as in Ray Tune), so
+a member whose next trial has not started yet is judged again at each later
+report of the same interval (the member whose trials start first, and so
+report first, would otherwise never be exploited). Ray Tune's way out
 (ranking against whatever each member reported last) compares models trained
 for different lengths instead.
 
@@ -254,21 +255,46 @@ class PBTSearch(Searcher):
         else:
             self._failures_in_row = 0
             self._last_good[member] = trial.id
+        self._reconsider(k)
         if k + 1 >= self.intervals:
             return  # this member is done
         self._ready.append(self._decide(trial, observation))
 
-    def _decide(self, trial: Trial, observation: Observation) -> _Next:
-        """The member's next trial: continue, exploit a top member, or retry."""
-        member, k = trial.member, trial.generation
-        assert member is not None
+    def _reconsider(self, k: int) -> None:
+        """Members that reported interval k and still wait for their next trial (not
+        asked yet) are judged again on what has been reported since: the member
+        whose trials start first, and so always report first, is not spared the
+        bottom quantile for ever. A decision changes only where the verdict does
+        (into or out of the bottom quantile), so a waiting exploit keeps its donor."""
+        for index, step in enumerate(self._ready):
+            if step.interval != k + 1 or step.origin not in ("continue", "exploit"):
+                continue
+            own = self._results[k].get(step.member)
+            if own is None or own.failed:
+                continue
+            if self._in_bottom(own) == (step.origin == "exploit"):
+                continue
+            self._ready[index] = self._decide(own.trial, own)
+
+    def _ranked(self, k: int) -> tuple[list[Observation], list[Observation], list[Observation]]:
+        """Interval k's successful results best first, its top and its bottom quantile."""
         ranked = sorted(
             (o for o in self._results[k].values() if o.values is not None),
             key=lambda o: (self._key(o.values), int(o.trial.id)),  # type: ignore[arg-type]
         )
         count = math.ceil(len(ranked) * self.quantile)
         count = min(count, len(ranked) // 2)
-        top, bottom = ranked[:count], ranked[len(ranked) - count :] if count else []
+        return ranked, ranked[:count], ranked[len(ranked) - count :] if count else []
+
+    def _in_bottom(self, observation: Observation) -> bool:
+        _, _, bottom = self._ranked(int(observation.trial.generation))
+        return any(o.trial.id == observation.trial.id for o in bottom)
+
+    def _decide(self, trial: Trial, observation: Observation) -> _Next:
+        """The member's next trial: continue, exploit a top member, or retry."""
+        member, k = trial.member, trial.generation
+        assert member is not None
+        ranked, top, bottom = self._ranked(k)
         if not observation.failed and all(o.trial.id != trial.id for o in bottom):
             return _Next(member, k + 1, dict(trial.config), trial.id, "continue")
         donors = [o for o in top if o.trial.member != member]

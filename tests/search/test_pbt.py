@@ -264,3 +264,25 @@ def test_made_by_name() -> None:
     assert isinstance(pbt, PBTSearch) and pbt.planned == 8
     with pytest.raises(ValueError, match="pbt search settings must be among seed, budget,"):
         make_searcher("pbt", SPACE, MIN, populaton=4)
+
+
+def test_a_member_that_reported_first_is_judged_again_while_it_waits() -> None:
+    """The member whose trial starts first reports first, against no peers: it
+    must not escape the bottom quantile for that, as long as its next trial
+    has not started when the others report."""
+    pbt = PBTSearch(SPACE, MIN, population=4, intervals=2, resample_probability=0.0, seed=1)
+    ids = first_interval(pbt, {0: 9.0, 1: 1.0, 2: 2.0, 3: 3.0})  # 0 first, and worst
+    second = {t.member: t for t in pbt.ask(4)}
+    assert second[0].origin == "exploit"
+    assert second[0].continue_from == ids[1]  # the top quarter: member 1
+    assert all(second[m].origin == "continue" for m in (1, 2, 3))
+    # A decision flips only with its verdict: once started, it stands.
+    started = PBTSearch(SPACE, MIN, population=4, intervals=2, seed=1)
+    first = {t.member: t for t in started.ask(4)}
+    started.tell(first[0].id, 9.0)
+    early = started.ask(1)[0]
+    assert (early.member, early.origin) == (0, "continue")
+    for member, value in ((1, 1.0), (2, 2.0), (3, 3.0)):
+        started.tell(first[member].id, value)
+    later = {t.member: t for t in started.ask(3)}
+    assert sorted(later) == [1, 2, 3] and early.id not in {t.id for t in later.values()}
