@@ -461,7 +461,7 @@ class SimulatedBackend(Backend):
             trial_id=_trial_id(launch), status="failed" if draw.failure else "ok",
             reason=draw.failure, metrics={**draw.metrics, "wall_time": draw.seconds},
             # where a real trial leaves its checkpoint: later trials may carry on from it
-            checkpoint=None if draw.failure else launch.request.checkpoint_dir)
+            checkpoint=None if draw.failure else getattr(launch.request, "checkpoint_dir", None))
         _, gang = self._running[launch.key]
         self._close(record, gang, "failed" if draw.failure else "ok", keep_gang=True)
         self._ready.append(Ended(launch.key, self._now, result))

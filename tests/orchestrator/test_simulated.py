@@ -224,13 +224,14 @@ def max_concurrent(backend: SimulatedBackend) -> int:
 
 
 def comparable(run_dir: Path) -> list[tuple[Any, ...]]:
-    """The journal without what differs between two runs by nature (wall time, pid)."""
+    """The journal without what differs between two runs by nature (wall time, pid,
+    the run directory in the paths of checkpoints)."""
     keep = []
     for e in read_events(run_dir / "journal.jsonl"):
         body = {k: v for k, v in e.items() if k not in ("time", "pid", "run_key", "run_id")}
         if "summary" in body:  # its wall time is the driver's, in real seconds
             body["summary"] = {k: v for k, v in body["summary"].items() if k != "wall_time_s"}
-        keep.append(json.dumps(body, sort_keys=True))
+        keep.append(json.dumps(body, sort_keys=True).replace(str(run_dir.resolve()), "RUN"))
     return keep
 
 
