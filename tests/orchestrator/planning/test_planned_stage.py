@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, fixed_trials
+from orchestrator.backends import SimulatedBackend, fixed_trials, lognormal_trials
 from orchestrator.journal import Journal, read_events
 from orchestrator.planning import plan_stage
 from orchestrator.simulate import simulate_workflow
@@ -46,7 +46,8 @@ def shapes(run_dir: Path) -> list[str]:
 
 def test_the_stage_is_planned_on_the_backends_slots_and_widens_its_last_trials(
         tmp_path: Path) -> None:
-    backend = SimulatedBackend(4, 8, fixed_trials(60.0), seed=1)  # 32 slots, not this host's
+    # 32 slots, not this host's; durations that differ, so trials end one by one
+    backend = SimulatedBackend(4, 8, lognormal_trials(60.0, 0.3), seed=1)
     simulate_workflow(planned(40), backend, tmp_path)
     plan = events(tmp_path, "stage_planned")
     assert len(plan) == 1 and plan[0]["slots"] == 32, plan
@@ -62,8 +63,14 @@ def test_the_stage_is_planned_on_the_backends_slots_and_widens_its_last_trials(
     wider = f"{tail[0]['dp']}x{tail[0]['mp']}"
     assert tail[0]["dp"] * tail[0]["mp"] > plan[0]["dp"] * plan[0]["mp"], tail
     assert wider in started[-tail[0]["left"]:]
-    # Trials running when it re-planned kept their gangs; nothing ever held more
-    # slots than the cluster has (the simulator refuses, and the ledger shows it).
+    # Trials running when it re-planned kept their gangs (none was stopped; each
+    # ended at its old shape); nothing ever held more slots than the cluster has.
+    assert all(a.outcome == "ok" for a in backend.attempts)
+    replanned_at = tail[0]["seq"]
+    before = [e for e in events(tmp_path, "trial_finished") if e["seq"] > replanned_at
+              and e["trial"]["id"] in {s["trial"]["id"] for s in events(tmp_path, "trial_started")
+                                       if s["seq"] < replanned_at}]
+    assert before and all(e["status"] == "completed" for e in before)
     assert peak_ranks(backend) <= 32
 
 
