@@ -35,14 +35,17 @@ class EarlyStopper:
         self.stopped: set[str] = set()
 
     def start(self, key: str) -> None:
-        self.trials[key] = self.study.ask()
-        self.stopped.discard(key)
+        """An attempt begins. The driver does not wait for this call, so the
+        attempt's first report may come first: whichever arrives first starts it."""
+        if key not in self.trials:
+            self.trials[key] = self.study.ask()
 
     def report(self, key: str, metrics: dict[str, float], step: int) -> None:
-        trial = self.trials.get(key)
         value = metrics.get(self.metric)
-        if trial is None or value is None:
+        if value is None:
             return
+        self.start(key)
+        trial = self.trials[key]
         trial.report(float(value), int(step))
         if trial.should_prune():
             self.stopped.add(key)
@@ -53,6 +56,7 @@ class EarlyStopper:
     def finish(self, key: str, value: float | None, pruned: bool) -> None:
         import optuna
 
+        self.stopped.discard(key)  # a retry starts with a clean slate
         trial = self.trials.pop(key, None)
         if trial is None:
             return

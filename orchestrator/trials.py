@@ -457,11 +457,10 @@ class TrialRunner:
         )
         hooks: dict[str, Any] = {}
         if self.stopper is not None:
-            import ray
 
             from orchestrator.pruning import AskToStop, ReportTo
 
-            ray.get(self.stopper.start.remote(trial.id))
+            self.stopper.start.remote(trial.id)  # not waited for: the loop never blocks
             hooks = {"report": ReportTo(self.stopper, trial.id),
                      "should_stop": AskToStop(self.stopper, trial.id)}
         key = f"{self.stage.name}/{trial.id}#{number}"

@@ -506,3 +506,23 @@ def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None
                     if "mlflow.parentRunId" not in r.data.tags]
     assert client.list_artifacts(stage_run.info.run_id, "best_checkpoint")
     assert len({e["gang"] for e in started}) == 1  # the second trial reused the warm gang
+
+
+def test_an_early_stopper_takes_a_report_that_comes_before_its_start() -> None:
+    """The driver does not wait for the stopper to register an attempt (its loop
+    never blocks on the actor), so the attempt's first report may come first."""
+    from orchestrator.pruning import EarlyStopper
+
+    stopper = EarlyStopper("median", "val_accuracy", "max", warmup_epochs=0,
+                           reduction_factor=3, startup_trials=1)
+    stopper.start("a")
+    for step in range(3):
+        stopper.report("a", {"val_accuracy": 0.9}, step)
+    stopper.finish("a", 0.9, pruned=False)
+    for step in range(3):  # "b" reports before its start call arrives
+        stopper.report("b", {"val_accuracy": 0.1}, step)
+    stopper.start("b")  # late: must not forget b's reports
+    assert stopper.should_stop("b")
+    stopper.finish("b", None, pruned=True)
+    stopper.start("b")  # a retry of b starts clean
+    assert not stopper.should_stop("b")
