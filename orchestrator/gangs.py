@@ -59,12 +59,25 @@ def slot_resource() -> str:
     return "GPU" if ray.cluster_resources().get("GPU") else "CPU"
 
 
-def cluster_slot_counts(resource: str) -> tuple[int, int]:
-    """The connected Ray cluster's ``resource`` slots now: (all, free)."""
+def cluster_slot_counts(resource: str, packing: int = 1) -> tuple[int, int]:
+    """The connected Ray cluster's ``resource`` slots now: (all, free); ``packing``
+    slots to one GPU where small trials share GPUs (``resources.gpus_per_trial``)."""
     import ray
 
-    return (int(ray.cluster_resources().get(resource, 0)),
-            int(ray.available_resources().get(resource, 0)))
+    return (int(ray.cluster_resources().get(resource, 0) * packing + 1e-9),
+            int(ray.available_resources().get(resource, 0) * packing + 1e-9))
+
+
+def gpu_packing(gpu_share: float) -> int:
+    """Ranks that share one GPU when each takes ``gpu_share`` of it (1, 1/2, 1/3...).
+
+    >>> gpu_packing(0.25)
+    4
+    """
+    packing = round(1 / gpu_share)
+    if not 0 < gpu_share <= 1 or abs(packing * gpu_share - 1) > 1e-6:
+        raise ValueError(f"a GPU share must be 1/k (1, 0.5, 0.25...), but got {gpu_share!r}")
+    return packing
 
 
 @dataclass(frozen=True, order=True)
@@ -233,12 +246,17 @@ class GangPool:
         env: dict[str, str] | None = None,
         executor_factory: Callable[[Shape], Any] | None = None,
         shared: bool = False,
+        gpu_share: float = 1.0,
     ) -> None:
+        """``gpu_share``: the share of a GPU each rank takes (a slot is then that share:
+        small trials packed several to a GPU)."""
         if slots < 1:
             raise ValueError(f"slots must be at least 1, but got {slots}")
         self.slots = slots
         self.oversubscribe = oversubscribe
         self.use_gpu = use_gpu
+        self.gpu_share = gpu_share
+        self.packing = gpu_packing(gpu_share) if use_gpu else 1
         self.rendezvous_timeout_s = rendezvous_timeout_s
         self.placement_timeout_s = placement_timeout_s
         # On a cluster other drivers use, this pool's own count is not enough: a new
@@ -327,7 +345,8 @@ class GangPool:
 
             if not ray.is_initialized():
                 return None
-            self._nodes = {n["NodeID"]: int(n["Resources"].get(self._slot_resource, 0))
+            self._nodes = {n["NodeID"]: int(n["Resources"].get(self._slot_resource, 0)
+                                            * self.packing + 1e-9)
                            for n in ray.nodes() if n.get("Alive")}
             self._nodes_read_s = now
         return self._nodes
@@ -344,12 +363,12 @@ class GangPool:
 
     def cluster_size(self) -> int:
         """The slots the whole Ray cluster has now (nodes may have left it)."""
-        return cluster_slot_counts(self._slot_resource)[0]
+        return cluster_slot_counts(self._slot_resource, self.packing)[0]
 
     def _cluster_free(self) -> int | None:
         if not self.shared:
             return None
-        return cluster_slot_counts(self._slot_resource)[1]
+        return cluster_slot_counts(self._slot_resource, self.packing)[1]
 
     @property
     def _slot_resource(self) -> str:
@@ -453,8 +472,8 @@ class GangPool:
         self.shutdown()
 
     def _start_executor(self, shape: Shape) -> GroupedRanks:
-        ranks = GroupedRanks(shape, use_gpu=self.use_gpu, env=self.env,
-                             rendezvous_timeout_s=self.rendezvous_timeout_s,
+        ranks = GroupedRanks(shape, use_gpu=self.use_gpu, gpu_share=self.gpu_share,
+                             env=self.env, rendezvous_timeout_s=self.rendezvous_timeout_s,
                              placement_timeout_s=self.placement_timeout_s)
         ranks.start()
         return ranks
@@ -508,20 +527,25 @@ class GroupTooBig(ValueError):
     would only run out the placement timeout."""
 
 
-def group_bundle(shape: Shape, use_gpu: bool = False) -> dict[str, float]:
-    """What one model-parallel group asks Ray for: one bundle, so one node.
+def group_bundle(shape: Shape, use_gpu: bool = False,
+                 gpu_share: float = 1.0) -> dict[str, float]:
+    """What one model-parallel group asks Ray for: one bundle, so one node; each rank
+    a CPU and ``gpu_share`` of a GPU (Ray's fractional GPUs pack small trials).
 
     >>> group_bundle(Shape(data=2, model=4), use_gpu=True)
     {'CPU': 4.0, 'GPU': 4.0}
+    >>> group_bundle(Shape(data=1, model=1), use_gpu=True, gpu_share=0.25)
+    {'CPU': 1.0, 'GPU': 0.25}
     """
     bundle = {"CPU": float(shape.model)}
     if use_gpu:
-        bundle["GPU"] = float(shape.model)
+        bundle["GPU"] = float(shape.model) * gpu_share
     return bundle
 
 
 def check_groups_fit(shape: Shape, use_gpu: bool = False,
-                     nodes: list[dict[str, Any]] | None = None) -> None:
+                     nodes: list[dict[str, Any]] | None = None,
+                     gpu_share: float = 1.0) -> None:
     """Raise GroupTooBig unless the live nodes, empty, could hold the gang's groups:
     one group on some node, and all ``dp`` of them, each whole on a node.
 
@@ -534,8 +558,9 @@ def check_groups_fit(shape: Shape, use_gpu: bool = False,
 
         nodes = ray.nodes()
     alive = [n for n in nodes if n.get("Alive")]
-    bundle = group_bundle(shape, use_gpu)
-    holds = [min(int(n["Resources"].get(k, 0) // v) for k, v in bundle.items()) for n in alive]
+    bundle = group_bundle(shape, use_gpu, gpu_share)
+    holds = [min(int(n["Resources"].get(k, 0) / v + 1e-9) for k, v in bundle.items())
+             for n in alive]
     wants = ", ".join(f"{v:g} {k}s" for k, v in bundle.items())
     resource = "GPU" if use_gpu else "CPU"
     if not any(holds):
@@ -576,10 +601,14 @@ class GroupedRanks:
 
     def __init__(self, shape: Shape, *, use_gpu: bool = False,
                  env: dict[str, str] | None = None, rendezvous_timeout_s: int = 60,
-                 placement_timeout_s: int = PLACEMENT_TIMEOUT_S) -> None:
+                 placement_timeout_s: int = PLACEMENT_TIMEOUT_S,
+                 gpu_share: float = 1.0) -> None:
         self.shape = shape
         self.use_gpu = use_gpu
+        self.gpu_share = gpu_share if use_gpu else 1.0
         self.env = dict(env or {})
+        if self.gpu_share < 1:  # the trainer caps its memory to its share of the GPU
+            self.env["NESTOR_GPU_SHARE"] = repr(self.gpu_share)
         self.rendezvous_timeout_s = rendezvous_timeout_s
         self.placement_timeout_s = placement_timeout_s
         self.workers: list[Any] = []
@@ -604,8 +633,8 @@ class GroupedRanks:
         import ray
         from ray.util.placement_group import placement_group
 
-        check_groups_fit(self.shape, self.use_gpu)
-        bundle = group_bundle(self.shape, self.use_gpu)
+        check_groups_fit(self.shape, self.use_gpu, gpu_share=self.gpu_share)
+        bundle = group_bundle(self.shape, self.use_gpu, self.gpu_share)
         self.placement_group = placement_group(
             [dict(bundle) for _ in range(self.shape.data)], strategy="PACK")
         if not self.placement_group.wait(timeout_seconds=self.placement_timeout_s):
@@ -629,7 +658,8 @@ class GroupedRanks:
                 placement_group=self.placement_group, placement_group_bundle_index=rank // mp,
                 placement_group_capture_child_tasks=False)  # a rank's own tasks go elsewhere
             self.workers.append(worker.options(
-                num_cpus=1, num_gpus=1 if self.use_gpu else 0, scheduling_strategy=where,
+                num_cpus=1, num_gpus=self.gpu_share if self.use_gpu else 0,
+                scheduling_strategy=where,
             ).remote(world_rank=rank, world_size=size))
         # Bounded: a rank whose process never comes up fails the start, not hangs it.
         self.node_ids = ray.get([w.node_id.remote() for w in self.workers],
@@ -661,6 +691,9 @@ class GroupedRanks:
         import ray
 
         ids = ray.get([w.get_gpu_ids.remote() for w in self.workers])
+        if self.gpu_share < 1:  # ranks share GPUs: each sees only its own, as cuda:0
+            return {rank: {"CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in gpu_ids)}
+                    for rank, gpu_ids in enumerate(ids)}
         by_node: dict[str, list[str]] = {}
         for node, gpu_ids in zip(self.node_ids, ids, strict=True):
             by_node.setdefault(node, []).extend(str(i) for i in gpu_ids)

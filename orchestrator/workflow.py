@@ -27,7 +27,7 @@ from orchestrator.events import (
     WorkflowResumed,
     WorkflowStarted,
 )
-from orchestrator.gangs import GangPool, cluster_slot_counts, slot_resource
+from orchestrator.gangs import GangPool, cluster_slot_counts, gpu_packing, slot_resource
 from orchestrator.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
 from orchestrator.stopping import Interrupted, on_stop_request, reinstall_handlers, stop_requested
@@ -113,7 +113,9 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
     elif not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, configure_logging=False,
                  runtime_env=joining_runtime_env())
-    available, idle = cluster_slot_counts(slot_resource())
+    resource = slot_resource()
+    packing = gpu_packing(workflow.resources.gpus_per_trial) if resource == "GPU" else 1
+    available, idle = cluster_slot_counts(resource, packing)
     if wanted is not None and wanted > available and not workflow.resources.oversubscribe:
         raise RunError(
             f"the workflow asks for {wanted} slots but the Ray cluster has {available}"
@@ -164,7 +166,8 @@ def run_workflow(
     projector = Projector(run_dir, workflow)  # MLflow, off the loop
     journal.on_append = projector.wake
     pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
-                    use_gpu=slot_resource() == "GPU", shared=address is not None)
+                    use_gpu=slot_resource() == "GPU", shared=address is not None,
+                    gpu_share=workflow.resources.gpus_per_trial)
     backend = RayBackend(pool)
     started = time.time()
     try:

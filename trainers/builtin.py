@@ -55,10 +55,19 @@ def device_for(par: Parallel) -> torch.device:
     """
     gpu_collectives = par.hvd is None or par.size == 1 or bool(par.hvd.cuda_built())
     if torch.cuda.is_available() and gpu_collectives:
-        index = par.local_rank % torch.cuda.device_count()
+        share = gpu_share()
+        # A rank that shares its GPU sees only that one; else local rank i has cuda:i.
+        index = 0 if share < 1 else par.local_rank % torch.cuda.device_count()
         torch.cuda.set_device(index)
+        if share < 1:  # packed with other trials: a runaway one fails alone, not all
+            torch.cuda.set_per_process_memory_fraction(share, index)
         return torch.device("cuda", index)
     return torch.device("cpu")
+
+
+def gpu_share() -> float:
+    """The share of its GPU this rank was given (``resources.gpus_per_trial``; 1: all)."""
+    return float(os.environ.get("NESTOR_GPU_SHARE") or 1.0)
 
 
 def make_optimizer(options: dict[str, Any], params: list[torch.nn.Parameter],

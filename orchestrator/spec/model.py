@@ -84,6 +84,17 @@ class Resources(Strict):
     memory_per_slot: PositiveInt | str | None = Field(
         None, description="memory one rank may use (4GiB, 512MiB); the planner keeps to it"
     )
+    gpus_per_trial: float = Field(
+        1.0, gt=0, le=1, description="share of a GPU each rank takes (1/k: 0.5, 0.25...) so"
+        " small trials pack several to a GPU; slots then count shares; ignored without GPUs"
+    )
+
+    @field_validator("gpus_per_trial")
+    @classmethod
+    def _one_over_k(cls, value: float) -> float:
+        if abs(round(1 / value) * value - 1) > 1e-6:
+            raise ValueError(f"must be 1/k (1, 0.5, 0.25, ...), but got {value!r}")
+        return value
 
     @field_validator("memory_per_slot")
     @classmethod

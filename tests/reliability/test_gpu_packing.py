@@ -1,0 +1,91 @@
+"""Small trials packed several to a GPU (``resources.gpus_per_trial: 0.25``), on a
+real Ray cluster whose node has one logical GPU (Ray hands out GPU ids and
+fractions exactly as on a GPU node; no CUDA is needed to schedule them).
+
+Four one-rank trials that each take a quarter of the GPU run at the same time,
+each told its share (the built-in trainer caps its CUDA memory to it) and shown
+only the GPU it shares. With a whole GPU per slot they ran one at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from nestor_harness import NESTOR, finished, kill_tagged, tagged_env
+
+pytestmark = pytest.mark.slow
+
+CLUSTER = """
+import json, sys
+from ray.cluster_utils import Cluster
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0,
+                                                        "include_dashboard": False})
+cluster.add_node(num_cpus=4, num_gpus=1)
+cluster.wait_for_nodes()
+print(json.dumps({"address": cluster.address}), flush=True)
+sys.stdin.read()  # until the test closes it
+cluster.shutdown()
+"""
+
+TRAINER = """
+import json, os, time
+
+
+def train(config, ctx):
+    began = time.time()
+    time.sleep(4)
+    with open(os.environ["RANK_LOG"], "a") as log:
+        log.write(json.dumps({"trial": config["x"], "began": began, "ended": time.time(),
+                              "share": os.environ.get("NESTOR_GPU_SHARE"),
+                              "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
+    return {"val_accuracy": -abs(config["x"])}
+"""
+
+
+def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
+    (tmp_path / "packed_trainer.py").write_text(TRAINER)
+    spec = tmp_path / "packed.yaml"
+    spec.write_text(textwrap.dedent("""
+        name: packed
+        resources: {gpus_per_trial: 0.25}
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "packed_trainer:train"}
+            search: {algorithm: random, budget: 4, seed: 1}
+            space: {x: {type: float, low: -1, high: 1}}
+        """))
+    log = tmp_path / "ranks.log"
+    env = tagged_env(tmp_path, PYTHONPATH=str(tmp_path), RANK_LOG=str(log),
+                     RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, stdin=subprocess.PIPE,
+                               stdout=subprocess.PIPE, text=True)
+    try:
+        address = json.loads(cluster.stdout.readline())["address"]
+        run_dir = tmp_path / "run"
+        driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
+                                 "--address", address], env=env, capture_output=True,
+                                text=True, timeout=400, check=False)
+        assert driver.returncode == 0, driver.stderr[-3000:]
+        done = finished(run_dir)
+        assert len(done) == 4 and all(e["status"] == "completed" for e in done.values())
+        ranks = [json.loads(line) for line in log.read_text().splitlines()]
+        assert len(ranks) == 4
+        assert {r["share"] for r in ranks} == {"0.25"}
+        assert len({r["gpus"] for r in ranks}) == 1 and "," not in ranks[0]["gpus"]
+        # all four at once: each began before any of them ended
+        assert max(r["began"] for r in ranks) < min(r["ended"] for r in ranks), ranks
+    finally:
+        cluster.stdin.close()
+        try:
+            cluster.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            cluster.kill()
+        kill_tagged(env["NESTOR_TEST_TAG"])
