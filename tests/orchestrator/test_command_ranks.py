@@ -18,11 +18,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+import ray.cloudpickle
 
 from orchestrator.gangs import GangPool, Shape
 from trainers import TrainerRef, TrialRequest, run_trial
 
 pytestmark = pytest.mark.slow
+
+# Ray's workers cannot import test modules; send this module's functions by value.
+ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BIN = Path(sys.executable).parent
 
@@ -53,6 +57,10 @@ dist.destroy_process_group()
 """
 
 
+def gang_layout() -> tuple[str | None, str | None]:
+    return os.environ.get("NESTOR_GANG_HOSTS"), os.environ.get("NESTOR_GANG_ADDR")
+
+
 def test_a_command_gang_runs_its_launcher_once_on_the_gangs_slots(ray_local: object,
                                                                  tmp_path: Path) -> None:
     script = tmp_path / "sum.py"
@@ -65,6 +73,7 @@ def test_a_command_gang_runs_its_launcher_once_on_the_gangs_slots(ray_local: obj
     with GangPool(slots=2, rendezvous_timeout_s=60) as pool:
         gang = pool.acquire(Shape(data=2))
         assert pool.busy_slots == 2  # both slots are the trial's while it runs
+        layouts = gang.executor.run(gang_layout)
         gang.submit(run_trial, request)
         first, second = gang.collect(timeout_s=300)
         pool.release(gang)
@@ -75,6 +84,8 @@ def test_a_command_gang_runs_its_launcher_once_on_the_gangs_slots(ray_local: obj
     # One launcher: exactly one rank 0 and one rank 1 in the command's output.
     assert out.count("rank 0 of 2") == 1 and out.count("rank 1 of 2") == 1, out
     host = socket.gethostname()  # the gang's ranks are on this host's Ray node
+    # every rank knows where the whole gang is; the first node's address is Ray's
+    assert layouts == [(f"{host}:2", ray.util.get_node_ip_address())] * 2
     argv = (logs / "command.txt").read_text().splitlines()
     assert argv[argv.index("-np") + 1] == "2" and argv[argv.index("-H") + 1] == f"{host}:2"
     assert (logs / "hostfile").read_text() == f"{host} slots=2\n"
