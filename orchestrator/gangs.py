@@ -19,6 +19,11 @@ its ColocatedStrategy wants the same number of ranks on every host. So
 actors in it itself, rank ``d * mp + m`` in bundle ``d``: exactly the groups
 ``trainers.parallel`` builds its model-parallel process sets from.
 
+A command trainer's gang is booked and started the same way, but only its
+rank 0 runs the command, a launcher (horovodrun, torchrun, srun) that starts
+the ranks itself on the slots the other ranks hold: each rank knows the
+gang's layout (:meth:`GroupedRanks.layout_env`) to tell the launcher.
+
 A gang whose rank died, or that ran past a trial's timeout, is discarded
 (its actors killed, its placement group removed) rather than reused, so the
 next trial gets fresh processes.
