@@ -19,6 +19,11 @@ its ColocatedStrategy wants the same number of ranks on every host. So
 actors in it itself, rank ``d * mp + m`` in bundle ``d``: exactly the groups
 ``trainers.parallel`` builds its model-parallel process sets from.
 
+A command trainer's gang is booked and started the same way, but only its
+rank 0 runs the command, a launcher (horovodrun, torchrun, srun) that starts
+the ranks itself on the slots the other ranks hold: each rank knows the
+gang's layout (:meth:`GroupedRanks.layout_env`) to tell the launcher.
+
 A gang whose rank died, or that ran past a trial's timeout, is discarded
 (its actors killed, its placement group removed) rather than reused, so the
 next trial gets fresh processes.
@@ -679,10 +684,27 @@ class GroupedRanks:
         one_per_host = list(dict(zip(hostnames, self.workers, strict=True)).values())
         shared.update(nics_to_env_var(detect_nics(
             settings, all_host_names=list(coordinator.hostnames), node_workers=one_per_host)))
+        shared.update(self.layout_env(hostnames))
         shared.update(self.env)
         gpus = self._visible_devices() if self.use_gpu else {}
         ray.get([w.update_env_vars.remote({**per_rank[rank], **shared, **gpus.get(rank, {})})
                  for rank, w in enumerate(self.workers)])
+
+    def layout_env(self, hostnames: Sequence[str]) -> dict[str, str]:
+        """Where the gang's ranks are, for a command trainer's launcher in rank 0
+        (``trainers._launch``): ranks per host in rank order, and the address of
+        rank 0's node (``MASTER_ADDR``, where torchrun's rendezvous listens).
+
+        Set once per gang, as Horovod's own variables are: a warm gang's ranks
+        stay where they are, trial after trial."""
+        import ray
+
+        from trainers._launch import GANG_ADDR_ENV, GANG_HOSTS_ENV, format_hosts, group_hosts
+
+        addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
+        first = addresses.get(self.node_ids[0]) if self.node_ids else None
+        return {GANG_HOSTS_ENV: format_hosts(group_hosts(hostnames)),
+                GANG_ADDR_ENV: first or hostnames[0]}
 
     def _visible_devices(self) -> dict[int, dict[str, str]]:
         """Each rank sees every GPU its node's ranks of this gang hold, in local-rank

@@ -136,9 +136,9 @@ class TrialRunner:
         self.trainer = TrainerRef.from_spec(trainer_spec, result_metric=objectives[0].metric)
         declared = workflow.declared_parallel(stage.name)
         self.planner: Any = None  # for parallel: auto, on the slots the backend has
-        if self.trainer.kind == "command":
-            self.shape = Shape(1, 1)  # one process that starts its own ranks, if any
-        elif declared.is_auto:
+        # A command trainer's gang is as wide as declared too: its rank 0 runs the
+        # command, which starts its own ranks on the slots the others hold.
+        if declared.is_auto:
             from orchestrator.planning import StagePlanner
 
             self.planner = StagePlanner(workflow, stage.name, backend.slots)

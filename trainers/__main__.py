@@ -5,6 +5,7 @@
     horovodrun -np 4 -H localhost:4 --gloo python -m trainers --trainer mlp \
         --data-parallel 2 --model-parallel 2
     python -m trainers --command "python3 fit.py" --param lr=0.1
+    python -m trainers --command "torchrun --nproc_per_node {np} fit.py" --data-parallel 2
     python -m trainers --function mypkg.fit:train --param lr=0.1
 
 Values are read as JSON where they parse (``2``, ``0.05``, ``true``,
@@ -93,10 +94,10 @@ def main(argv: list[str] | None = None) -> int:
             shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k != "epoch")
             print(f"[{request.trial_id}] step {step}: {shown}", flush=True)
 
-    from trainers._run import run_trial
+    from trainers._run import command_rank, run_trial
 
     result = run_trial(request, report=report)
-    rank = 0
+    rank = command_rank() if trainer.kind == "command" else 0  # only rank 0 ran it
     if trainer.kind != "command":
         from trainers.parallel import launched_size
 

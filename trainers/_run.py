@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 import traceback
 
@@ -31,7 +32,10 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     called on rank 0 as training makes progress (each batch; each output line
     of a command), so that a hung trial is found without a trial timeout.
 
-    Command trainers run once, as a subprocess of the calling process (no gang).
+    Command trainers run once, as a subprocess of rank 0 (of the calling process
+    when there is no gang): the command starts its own ranks (``horovodrun``,
+    ``torchrun``, ``srun``) on the slots the gang holds, so the other ranks
+    return at once, holding their slots until the trial ends.
     Every rank returns a result; rank 0's carries the metrics, and is first
     written to ``request.result_path`` when one is given. Failures (bad
     options, missing data, a crashing user function, a diverging loss) come
@@ -42,9 +46,13 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     rank = 0
     try:
         if request.trainer.kind == "command":
-            from trainers.command import run_command
+            rank = command_rank()
+            if rank == 0:
+                from trainers.command import run_command
 
-            result = run_command(request, report, should_stop, heartbeat)
+                result = run_command(request, report, should_stop, heartbeat)
+            else:  # the launcher in rank 0 starts the ranks; this one holds their slot
+                result = TrialResult(trial_id=request.trial_id, status="ok")
         else:
             from trainers.parallel import setup
 
@@ -72,3 +80,9 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
 
         write_json_durably(request.result_path, result.to_dict())
     return result
+
+
+def command_rank() -> int:
+    """This process's rank in its gang (0 outside one): the gang's worker actors
+    carry Horovod's ``HOROVOD_RANK`` from their start, before any ``hvd.init``."""
+    return int(os.environ.get("HOROVOD_RANK", "0") or 0)

@@ -19,6 +19,14 @@ The program gets the environment of the caller without Horovod's variables
 (its ranks are its own business) plus ``NESTOR_TRIAL_ID``,
 ``NESTOR_CHECKPOINT_DIR``, ``NESTOR_INIT_FROM``, ``NESTOR_DATA_PARALLEL`` and
 ``NESTOR_MODEL_PARALLEL``.
+
+A trial of several ranks runs the command once, in its gang's rank 0, as a
+launcher that starts the ranks itself (``horovodrun``, ``torchrun``,
+``srun``): its argv placeholders (``{np}``, ``{hosts}``, ``{hostfile}``,
+``{master_addr}``, ``{master_port}``, ``{nnodes}``, ``{nproc_per_node}``) and
+``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``NESTOR_HOSTS``,
+``NESTOR_NP`` and torchrun's ``PET_*`` say where the gang's slots are
+(:mod:`trainers._launch`).
 """
 
 from __future__ import annotations
@@ -30,12 +38,14 @@ import os
 import re
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from trainers._launch import PLACEHOLDERS, Layout, fill, format_hosts
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 
 LOG_LIMIT = 8 * 1024 * 1024
@@ -180,13 +190,57 @@ def run_command(request: TrialRequest, report: Report | None = None,
     started = time.perf_counter()
     trainer = request.trainer
     params = {**request.settings, **request.config}
-    argv = build_argv(trainer.argv or (), params, trainer.flag_prefix)
     pattern = re.compile(trainer.result_pattern)
     log_dir = Path(request.log_dir) if request.log_dir else None
-    if log_dir is not None:
-        log_dir.mkdir(parents=True, exist_ok=True)
-        (log_dir / "command.txt").write_text("\n".join(argv) + "\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("HOROVOD_")}
+    with contextlib.ExitStack() as cleanup:
+        if log_dir is not None:
+            log_dir.mkdir(parents=True, exist_ok=True)
+            files = log_dir
+        else:  # the hostfile needs a home for the command's life
+            files = Path(cleanup.enter_context(tempfile.TemporaryDirectory(
+                prefix="nestor-command-")))
+        try:
+            layout = Layout.here(request.data_parallel * request.model_parallel)
+        except ValueError as exc:
+            return _failed_early(request, str(exc), started)
+        hostfile = files / "hostfile"
+        hostfile.write_text(layout.hostfile_text())
+        try:
+            base = fill(trainer.argv or (), layout.values(hostfile))
+        except KeyError as exc:
+            return _failed_early(request, _placeholder_problem(exc.args[0], layout), started)
+        argv = build_argv(base, params, trainer.flag_prefix)
+        if log_dir is not None:
+            (log_dir / "command.txt").write_text("\n".join(argv) + "\n")
+        return _run(request, argv, pattern, log_dir, layout.env(hostfile), started, report,
+                    should_stop, heartbeat, log_limit)
+
+
+def _failed_early(request: TrialRequest, reason: str, started: float) -> TrialResult:
+    return TrialResult(trial_id=request.trial_id, status="failed", reason=reason,
+                       metrics={"wall_time": time.perf_counter() - started})
+
+
+def _placeholder_problem(name: str, layout: Layout) -> str:
+    """Why a placeholder of the command has no value, as a trial's reason."""
+    if name == "nproc_per_node":
+        return ("{nproc_per_node} needs the same number of ranks on every node, but the"
+                f" ranks are {format_hosts(layout.hosts)}; use {{hosts}} or {{hostfile}}")
+    return (f"the command names an unknown placeholder {{{name}}}"
+            f" (allowed: {', '.join('{' + p + '}' for p in PLACEHOLDERS)})")
+
+
+def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
+         log_dir: Path | None, launch_env: dict[str, str], started: float,
+         report: Report | None, should_stop: ShouldStop | None, heartbeat: Heartbeat | None,
+         log_limit: int) -> TrialResult:
+    """Start ``argv`` and follow it to its end (see :func:`run_command`)."""
+    trainer = request.trainer
+    # Horovod's variables are the gang's, not the command's (its ranks are its own);
+    # the gang's layout reaches it as the launch variables.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith(("HOROVOD_", "NESTOR_GANG_"))}
+    env.update(launch_env)
     env.update({
         "NESTOR_TRIAL_ID": request.trial_id,
         "NESTOR_CHECKPOINT_DIR": request.checkpoint_dir or "",

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.kinds import stage_kind
+from trainers._launch import PLACEHOLDERS, unknown_placeholders
 from trainers.catalog import TRAINERS, Option
 
 from .errors import allowed, did_you_mean, short
@@ -158,6 +159,8 @@ def _planned(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[
 
 def _trainer(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
     trainer = stage.trainer
+    if trainer.command is not None:
+        yield from _placeholders(here, trainer)
     if trainer.name is None:
         return
     if trainer.name not in TRAINERS:
@@ -179,6 +182,23 @@ def _trainer(here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
             message = option_mismatch(option, value)
             if message:
                 yield loc, message
+
+
+def _placeholders(here: tuple[Any, ...], trainer: Any) -> Iterator[Finding]:
+    """Every ``{name}`` in a command must be a placeholder nestor fills: a typo such
+    as ``{nprocs}`` would otherwise reach the launcher as text (or fail each trial).
+    A list command is pointed at the word; a string command at the command."""
+    words = trainer.argv
+    for index, name in unknown_placeholders(words):
+        loc = (*here, "trainer", "command")
+        if isinstance(trainer.command, list):
+            loc = (*loc, index)
+        yield loc, (
+            f"unknown placeholder {{{name}}} in {short(words[index])}"
+            f"{did_you_mean(name, PLACEHOLDERS)}"
+            f" (allowed: {', '.join('{' + p + '}' for p in PLACEHOLDERS)};"
+            f" write {{{{{name}}}}} for a literal {{{name}}})"
+        )
 
 
 def config_findings(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:

@@ -161,7 +161,9 @@ class Trainer(Strict):
     name: str | None = Field(None, description="a built-in trainer (see `nestor trainers`)")
     function: str | None = Field(None, description="a Python function, 'package.module:function'")
     command: str | list[str] | None = Field(
-        None, description="a program and its arguments; run without a shell"
+        None, description="a program and its arguments; run without a shell, once per trial"
+        " (in rank 0); {np}, {hosts}, {hostfile}, {master_addr}, {master_port}, {nnodes} and"
+        " {nproc_per_node} in its words say where the trial's slots are"
     )
     settings: dict[str, Scalar | list[Scalar]] = Field(
         default_factory=dict, description="fixed settings passed to every trial"

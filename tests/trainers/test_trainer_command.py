@@ -137,3 +137,94 @@ def test_a_flood_of_output_is_kept_bounded_with_a_note(tmp_path):
     text = log.read_text()
     assert "bytes of output left out here" in text and text.rstrip().endswith("FoM: 1.5")
     assert grown_kib < 100_000, f"memory grew by {grown_kib} KiB"
+
+
+ARGV_AND_ENV = (
+    "import json, os, sys\n"
+    "keys = ['WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'NESTOR_HOSTS', 'NESTOR_NP',\n"
+    "        'PET_NPROC_PER_NODE', 'PET_NNODES', 'NESTOR_GANG_HOSTS', 'HOROVOD_RANK']\n"
+    "print(json.dumps({'argv': sys.argv[1:], 'env': {k: os.environ.get(k) for k in keys}}))\n"
+    "print('FoM: 1')\n"
+)
+
+
+def _argv_and_env(result: object) -> dict:
+    import json
+
+    return json.loads(Path(result.logs["stdout"]).read_text().splitlines()[0])
+
+
+def test_placeholder_values_reach_the_program_literally(tmp_path):
+    # A log directory whose path has spaces, quotes and a shell expansion: the
+    # hostfile's path must arrive as one word, unexpanded, and nothing may run.
+    odd = tmp_path / "it's a \"run\" $(touch pwned) dir"
+    odd.mkdir()
+    script = tmp_path / "show.py"
+    script.write_text(ARGV_AND_ENV)
+    request = TrialRequest(
+        "cmd", TrainerRef.command([PY, str(script), "{hostfile}", "-np={np}", "{{np}}",
+                                   '{"json": {np}}']),
+        config={"lr": "{np}"}, data_parallel=2, model_parallel=2, log_dir=str(odd / "logs"))
+    result = run_trial(request)
+    assert result.ok, result.reason
+    seen = _argv_and_env(result)
+    hostfile = odd / "logs" / "hostfile"
+    assert seen["argv"] == [str(hostfile), "-np=4", "{np}", '{"json": 4}', "--lr={np}"]
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
+    host, slots = hostfile.read_text().split()
+    assert slots == "slots=4" and host
+    env = seen["env"]
+    assert env["WORLD_SIZE"] == "4" and env["NESTOR_NP"] == "4"
+    assert env["NESTOR_HOSTS"] == f"{host}:4" and env["PET_NPROC_PER_NODE"] == "4"
+    assert env["MASTER_ADDR"] == "127.0.0.1" and int(env["MASTER_PORT"]) > 0
+
+
+def test_a_gangs_layout_fills_the_placeholders_and_stays_out_of_the_env(tmp_path, monkeypatch):
+    monkeypatch.setenv("NESTOR_GANG_HOSTS", "node-a:2,node-b:2")
+    monkeypatch.setenv("NESTOR_GANG_ADDR", "10.0.0.7")
+    monkeypatch.setenv("HOROVOD_RANK", "0")
+    script = tmp_path / "show.py"
+    script.write_text(ARGV_AND_ENV)
+    request = TrialRequest(
+        "cmd", TrainerRef.command([PY, str(script), "{hosts}", "{nnodes}", "{nproc_per_node}",
+                                   "{master_addr}"]),
+        data_parallel=4, log_dir=str(tmp_path / "logs"))
+    result = run_trial(request)
+    assert result.ok, result.reason
+    seen = _argv_and_env(result)
+    assert seen["argv"] == ["node-a:2,node-b:2", "2", "2", "10.0.0.7"]
+    assert (tmp_path / "logs" / "hostfile").read_text() == "node-a slots=2\nnode-b slots=2\n"
+    env = seen["env"]
+    assert env["MASTER_ADDR"] == "10.0.0.7" and env["PET_NNODES"] == "2"
+    # the gang's own variables are not the launcher's
+    assert env["NESTOR_GANG_HOSTS"] is None and env["HOROVOD_RANK"] is None
+
+
+def test_nproc_per_node_on_uneven_nodes_fails_the_trial_saying_why(tmp_path, monkeypatch):
+    monkeypatch.setenv("NESTOR_GANG_HOSTS", "node-a:3,node-b:1")
+    request = TrialRequest("cmd", TrainerRef.command([PY, "-c", "print('FoM: 1')",
+                                                      "{nproc_per_node}"]), data_parallel=4)
+    result = run_trial(request)
+    assert result.status == "failed"
+    assert result.reason.startswith("{nproc_per_node} needs the same number of ranks on every"
+                                    " node, but the ranks are node-a:3,node-b:1")
+
+
+def test_an_unknown_placeholder_fails_the_trial_naming_it(tmp_path):
+    marker = tmp_path / "ran"
+    request = TrialRequest("cmd", TrainerRef.command(
+        [PY, "-c", f"open({str(marker)!r}, 'w')", "{nprocs}"]))
+    result = run_trial(request)
+    assert result.status == "failed" and not marker.exists()
+    assert result.reason.startswith("the command names an unknown placeholder {nprocs}")
+
+
+def test_the_other_ranks_of_a_command_gang_only_hold_their_slots(tmp_path, monkeypatch):
+    # The launcher in rank 0 starts every rank; a second launcher would start them twice.
+    marker = tmp_path / "ran"
+    monkeypatch.setenv("HOROVOD_RANK", "1")
+    request = TrialRequest("cmd", TrainerRef.command(
+        [PY, "-c", f"open({str(marker)!r}, 'w'); print('FoM: 1')"]), data_parallel=2,
+        result_path=str(tmp_path / "result.json"))
+    result = run_trial(request)
+    assert result.ok and not marker.exists() and not (tmp_path / "result.json").exists()
