@@ -343,7 +343,8 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
 
 
 def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
-             o: dict[str, Any] | None) -> list[str]:
+             o: dict[str, Any] | None, e2e: dict[str, Any] | None = None,
+             splan: dict[str, Any] | None = None) -> list[str]:
     lines = ["## Headline figures", ""]
     if t and "single" in t:
         for label, r in t["single"]["rows"].items():
@@ -379,6 +380,25 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
                          f" (start-up {r['startup_s']:.1f} s)")
         lines.append("- per-trial overhead, steady state, trivial trials 2 at a time: "
                      + "; ".join(cells))
+    if e2e and "time_s" in e2e.get("verdict", {}):
+        v, s = e2e["verdict"]["time_s"], e2e["summary"]
+        lines.append(f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots,"
+                     f" median time to val accuracy {e2e['threshold']:g}): auto"
+                     f" {s['auto']['median_time_s']:.0f} s, best hand-picked `{v['best']}`"
+                     f" {s[v['best']]['median_time_s']:.0f} s (auto / best"
+                     f" {v['auto_over_best']:.2f}), worst `{v['worst']}`"
+                     f" {s[v['worst']]['median_time_s']:.0f} s (worst / auto"
+                     f" {v['worst_over_auto']:.2f})")
+    if splan:
+        cells = []
+        for table in splan["tables"]:
+            rows = {r["label"]: r for r in table["rows"] if r.get("shape")}
+            cells.append(f"generations of {table['population']}: " + ", ".join(
+                f"{label} {rows[label]['speedup']:.0f}x" for label in
+                ("HPO", "HPO+DP", "HPO+DP+MP") if label in rows))
+        lines.append(f"- SIMULATED combined table, {splan['nodes']} nodes, cost model of this"
+                     " machine (seed's estimate: HPO 11x, HPO+DP 38x, HPO+DP+MP 56x): "
+                     + "; ".join(cells))
     return [*lines, ""]
 
 
@@ -392,7 +412,8 @@ def render(results: Path, out_md: Path) -> Path:
              " `bench/results/*.json`. Every figure is compared only with figures measured in"
              " the same run on the same machine, stated beside each section. On a shared"
              " machine the load average says how much to trust a figure.", ""]
-    lines += headline(t, sim, o)
+    e2e, splan = _load(results, "e2e-planning"), _load(results, "simulate-planning")
+    lines += headline(t, sim, o, e2e, splan)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -410,10 +431,8 @@ def render(results: Path, out_md: Path) -> Path:
     gangs = _load(results, "gang-start")
     lines += gang_start_section(gangs) if gangs else [
         "## Starting gangs on real Ray", "", "Not run.", ""]
-    e2e = _load(results, "e2e-planning")
     lines += e2e_planning_section(e2e) if e2e else [
         "## `parallel: auto` against hand-picked shapes, end to end", "", "Not run.", ""]
-    splan = _load(results, "simulate-planning")
     lines += simulate_planning_section(splan) if splan else [
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     out_md.write_text("\n".join(lines))

@@ -93,3 +93,40 @@ def test_a_run_that_never_reaches_the_threshold_counts_its_whole_stage(tmp_path:
     got = e2e.read_run(tmp_path / "fixed")
     assert not got["reached"] and got["time_to_threshold_s"] == pytest.approx(22.0)
     assert got["slot_s_to_threshold"] == pytest.approx(40.0) and got["profile_s"] == 0.0
+
+
+def test_the_report_labels_the_simulation_and_states_the_goals(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import report
+
+    monkeypatch.setattr("bench.machine.RESULTS", tmp_path)
+    monkeypatch.setattr("bench.machine.ROOT", tmp_path)
+    simulate_planning.main(["--nodes", "2", "--populations", "2", "--generations", "1",
+                            "--epochs", "1"])
+    machine = json.loads((tmp_path / "simulate-planning.json").read_text())["machine"]
+
+    def row(seconds: float, reached: bool = True) -> dict[str, object]:
+        return {"reached": reached, "time_to_threshold_s": seconds, "plan": None}
+
+    auto = [dict(row(10.0), plan={"shape": "1x1", "why": "fastest"}), row(12.0)]
+    summary = {arm: {"median_time_s": t, "median_slot_s": 2 * t, "mean_slot_s_total": 3 * t,
+                     "reached": 2, "seeds": 2, "runs": 8}
+               for arm, t in (("auto", 11.0), ("1x1", 10.5), ("1x2", 30.0))}
+    (tmp_path / "e2e-planning.json").write_text(json.dumps({
+        "machine": machine, "dataset": "mnist5k", "epochs": 2, "per_rank_batch": 64,
+        "global_max": 128, "budget": 8, "slots": 2, "threshold": 0.95, "lr_range": [0.005, 0.2],
+        "seeds": 2, "arms": ["auto", "1x1", "1x2"], "profile": {"seconds": 90.0},
+        "rows": {"auto": auto, "1x1": [row(10.0), row(11.0)],
+                 "1x2": [row(30.0), row(30.0, reached=False)]},
+        "summary": summary,
+        "verdict": {"time_s": {"best": "1x1", "worst": "1x2", "auto_over_best": 11 / 10.5,
+                               "worst_over_auto": 30 / 11, "within_10pct_of_best": True,
+                               "2x_better_than_worst": True}}}))
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "at 2 nodes — a SIMULATION" in text and "**Simulated, not measured.**" in text
+    assert "ring allreduce alpha" in text and "busy ranks on the node" in text
+    assert "auto / best hand-picked (`1x1`) 1.05 (goal ≤ 1.10: met)" in text
+    assert "worst (`1x2`) / auto 2.73 (goal ≥ 2: met)" in text
+    assert "| `1x2` | 30.0 | 30 / ≥30 |" in text
+    assert "measured the profile (90 s, once" in text
+    assert "- SIMULATED combined table, 2 nodes" in text
