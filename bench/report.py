@@ -473,7 +473,11 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
              " ranks x seconds of every training run up to then (runs cut by it counted in"
              " part). A seed that never reached the threshold counts at its whole stage (≥)."
              " This machine is a shared 2-core one: other engineers' jobs ran beside these"
-             " (see the load average), so single runs vary a lot; compare medians.", ""]
+             " (see the load average), so single runs vary a lot; compare medians. The"
+             " shapes do not train alike: dp doubles the global batch and the learning rate"
+             " (linear rule), and model-parallel runs reached other accuracies than 1x1 for"
+             " the same learning rates; so whether a run crosses the threshold is part of"
+             " what is compared, not only its speed.", ""]
     rows = []
     for arm, x in s.items():
         by_seed = " / ".join(f"{'' if r['reached'] else '≥'}{r['time_to_threshold_s']:.0f}"
