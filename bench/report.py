@@ -4,8 +4,8 @@ Reads what the benchmarks of one ``make bench`` (or ``make bench-quick``)
 wrote: ``tables.json`` (the seed's three tables), ``simulate.json`` (the real
 scheduler on 2,048 simulated slots), the newest ``orchestration-*.json`` with
 the per-trial overhead and, where a GPU machine ran them, ``gpu-tables.json``,
-shown in its own section; ``e2e-planning.json`` (``parallel: auto`` against
-hand-picked shapes through ``nestor run``) and ``simulate-planning.json`` (the
+shown in its own section; ``e2e-planning*.json`` (``parallel: auto`` against
+hand-picked shapes through ``nestor run``, a section each) and ``simulate-planning.json`` (the
 seed's combined table simulated at 128 nodes). A missing file becomes a line
 saying that part was not run.
 
@@ -343,7 +343,7 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
 
 
 def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
-             o: dict[str, Any] | None, e2e: dict[str, Any] | None = None,
+             o: dict[str, Any] | None, e2e_runs: list[dict[str, Any]] | None = None,
              splan: dict[str, Any] | None = None) -> list[str]:
     lines = ["## Headline figures", ""]
     if t and "single" in t:
@@ -380,14 +380,16 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
                          f" (start-up {r['startup_s']:.1f} s)")
         lines.append("- per-trial overhead, steady state, trivial trials 2 at a time: "
                      + "; ".join(cells))
-    if e2e and "time_s" in e2e.get("verdict", {}):
-        v, s = e2e["verdict"]["time_s"], e2e["summary"]
+    for e2e in e2e_runs or []:
+        if "time_s" not in e2e.get("verdict", {}):
+            continue
+        v, sm = e2e["verdict"]["time_s"], e2e["summary"]
         lines.append(f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots,"
                      f" median time to val accuracy {e2e['threshold']:g}): auto"
-                     f" {s['auto']['median_time_s']:.0f} s, best hand-picked `{v['best']}`"
-                     f" {s[v['best']]['median_time_s']:.0f} s (auto / best"
+                     f" {sm['auto']['median_time_s']:.0f} s, best hand-picked `{v['best']}`"
+                     f" {sm[v['best']]['median_time_s']:.0f} s (auto / best"
                      f" {v['auto_over_best']:.2f}), worst `{v['worst']}`"
-                     f" {s[v['worst']]['median_time_s']:.0f} s (worst / auto"
+                     f" {sm[v['worst']]['median_time_s']:.0f} s (worst / auto"
                      f" {v['worst_over_auto']:.2f})")
     if splan:
         cells = []
@@ -412,8 +414,9 @@ def render(results: Path, out_md: Path) -> Path:
              " `bench/results/*.json`. Every figure is compared only with figures measured in"
              " the same run on the same machine, stated beside each section. On a shared"
              " machine the load average says how much to trust a figure.", ""]
-    e2e, splan = _load(results, "e2e-planning"), _load(results, "simulate-planning")
-    lines += headline(t, sim, o, e2e, splan)
+    e2e_runs = [json.loads(f.read_text()) for f in sorted(results.glob("e2e-planning*.json"))]
+    splan = _load(results, "simulate-planning")
+    lines += headline(t, sim, o, e2e_runs, splan)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -431,8 +434,11 @@ def render(results: Path, out_md: Path) -> Path:
     gangs = _load(results, "gang-start")
     lines += gang_start_section(gangs) if gangs else [
         "## Starting gangs on real Ray", "", "Not run.", ""]
-    lines += e2e_planning_section(e2e) if e2e else [
-        "## `parallel: auto` against hand-picked shapes, end to end", "", "Not run.", ""]
+    for run in e2e_runs:
+        lines += e2e_planning_section(run)
+    if not e2e_runs:
+        lines += ["## `parallel: auto` against hand-picked shapes, end to end", "", "Not run.",
+                  ""]
     lines += simulate_planning_section(splan) if splan else [
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     out_md.write_text("\n".join(lines))
@@ -456,7 +462,8 @@ def gang_start_section(g: dict[str, Any]) -> list[str]:
 def e2e_planning_section(e: dict[str, Any]) -> list[str]:
     """bench/e2e_planning_bench.py: parallel: auto against each hand-picked shape, nestor run."""
     s, v = e["summary"], e.get("verdict", {})
-    lines = ["## `parallel: auto` against hand-picked shapes, end to end", "",
+    lines = [f"## `parallel: auto` against hand-picked shapes, end to end (threshold"
+             f" {e['threshold']:g})", "",
              machine_line(e["machine"]), "",
              f"The same HPO stage run by `nestor run` once per arm and seed: random search over"
              f" the learning rate ({e['lr_range'][0]:g}-{e['lr_range'][1]:g}, log) of the"
