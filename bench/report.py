@@ -500,7 +500,8 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
         lines += [f"`auto` chose {', '.join(plans)} (e.g. \"{why}\")."
                   + (f" Its first run measured the profile ({e['profile']['seconds']:.0f} s,"
                      " once; cached per trainer, settings and machine, and not counted above)."
-                     if e.get("profile") else ""), ""]
+                     if e.get("profile") else " Its profile was already in the cache (measured"
+                     " by an earlier run of this trainer on this machine)."), ""]
     for what, label in (("time_s", "time"), ("slot_s", "slot-seconds")):
         if what in v:
             x = v[what]
