@@ -130,3 +130,6 @@ def test_the_report_labels_the_simulation_and_states_the_goals(
     assert "| `1x2` | 30.0 | 30 / ≥30 |" in text
     assert "measured the profile (90 s, once" in text
     assert "- SIMULATED combined table, 2 nodes" in text
+    assert "`1x2` reached the threshold in 2/2 seeds" not in text
+    assert "- noise: `auto` ran the very shape of the `1x1` arm on the same seeds;" \
+           " their medians differ by +5%" in text
