@@ -50,8 +50,8 @@ bench: setup
 # The seed's tables, overhead (steady state over 1,000 trials; Tune's default,
 # about a second a trial, capped at 50) and 2,048 simulated slots at small sizes
 # (about 10 minutes on 2 quiet cores; bench/REPORT.md says which sizes); parallel:
-# auto against the hand-picked shapes through nestor run, 3 seeds (about 15 minutes),
-# and the seed's combined table simulated at 128 nodes (seconds).
+# auto against the hand-picked shapes through nestor run, 3 seeds (12 nestor runs:
+# 28 minutes on these 2 shared cores at load 11-28), and the seed's combined table simulated at 128 nodes (seconds).
 bench-quick: setup
 	$(PY) -m bench.tables --quick
 	$(PY) -m bench.simulate --quick

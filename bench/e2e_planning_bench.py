@@ -29,7 +29,7 @@ flagged. The profile that ``auto`` measures on its first run is cached (per
 trainer, settings and machine) and reported apart, with its cost.
 
     .venv/bin/python bench/e2e_planning_bench.py              # 5 seeds
-    .venv/bin/python bench/e2e_planning_bench.py --quick      # 3 seeds: ~15 min on 2 cores
+    .venv/bin/python bench/e2e_planning_bench.py --quick      # 3 seeds: 28 min at load 11-28
 
 Writes bench/results/e2e-planning.json.
 """
