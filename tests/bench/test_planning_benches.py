@@ -109,8 +109,8 @@ def test_the_report_labels_the_simulation_and_states_the_goals(
         return {"reached": reached, "time_to_threshold_s": seconds, "plan": None}
 
     auto = [dict(row(10.0), plan={"shape": "1x1", "why": "fastest"}), row(12.0)]
-    summary = {arm: {"median_time_s": t, "median_slot_s": 2 * t, "mean_slot_s_total": 3 * t,
-                     "reached": 2, "seeds": 2, "runs": 8}
+    summary = {arm: {"median_time_s": t, "mean_time_s": t, "median_slot_s": 2 * t,
+                     "mean_slot_s_total": 3 * t, "reached": 2, "seeds": 2, "runs": 8}
                for arm, t in (("auto", 11.0), ("1x1", 10.5), ("1x2", 30.0))}
     (tmp_path / "e2e-planning.json").write_text(json.dumps({
         "machine": machine, "dataset": "mnist5k", "epochs": 2, "per_rank_batch": 64,
@@ -127,7 +127,7 @@ def test_the_report_labels_the_simulation_and_states_the_goals(
     assert "ring allreduce alpha" in text and "busy ranks on the node" in text
     assert "auto / best hand-picked (`1x1`) 1.05 (goal ≤ 1.10: met)" in text
     assert "worst (`1x2`) / auto 2.73 (goal ≥ 2: met)" in text
-    assert "| `1x2` | 30.0 | 30 / ≥30 |" in text
+    assert "| `1x2` | 30.0 | 30.0 | 30 / ≥30 |" in text
     assert "measured the profile (90 s, once" in text
     assert "- SIMULATED combined table, 2 nodes" in text
     assert "`1x2` reached the threshold in 2/2 seeds" not in text
