@@ -43,16 +43,22 @@ bench: setup
 	$(PY) -m bench.tables
 	$(PY) -m bench.simulate
 	$(PY) bench/gang_start_bench.py
+	$(PY) bench/e2e_planning_bench.py
+	$(PY) -m bench.simulate_planning
 	$(PY) -m bench.report
 
 # The seed's tables, overhead (steady state over 1,000 trials; Tune's default,
 # about a second a trial, capped at 50) and 2,048 simulated slots at small sizes
-# (about 10 minutes on 2 quiet cores; bench/REPORT.md says which sizes).
+# (about 10 minutes on 2 quiet cores; bench/REPORT.md says which sizes); parallel:
+# auto against the hand-picked shapes through nestor run, 3 seeds (12 nestor runs:
+# 28 minutes on these 2 shared cores at load 11-28), and the seed's combined table simulated at 128 nodes (seconds).
 bench-quick: setup
 	$(PY) -m bench.tables --quick
 	$(PY) -m bench.simulate --quick
 	$(PY) bench/gang_start_bench.py --gangs 8
 	$(PY) bench/orchestration_bench.py --parts overhead --trials 250,1000 --tune-new-actor-cap 50
+	$(PY) bench/e2e_planning_bench.py --quick
+	$(PY) -m bench.simulate_planning --quick
 	$(PY) -m bench.report
 
 # The tables on a GPU machine (nvidia-smi must find one), kept apart in

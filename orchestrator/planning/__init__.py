@@ -7,7 +7,8 @@ The pieces, one job each (none imports torch or Ray at import time):
 - `_profiler`: runs a few real training steps per shape (``trainers.probe``);
 - `_cost`: the alpha-beta cost model, fitted to a profile, and its checks;
 - `_planner`: the choice under the batch cap, memory and slots, and re-planning;
-- `_stage`: a spec stage's inputs to the planner; `_table`: `nestor plan`'s table.
+- `_stage`: a spec stage's inputs to the planner; `_table`: `nestor plan`'s table;
+- `_simulated`: simulated trials that last what the cost model predicts.
 
 >>> from orchestrator.planning import Goal, Limits, choose   # doctest: +SKIP
 >>> choose(model, Limits(slots=8, per_rank_batch=64, global_batch_max=256),
@@ -48,6 +49,7 @@ from ._planner import (
 from ._profile import CommSample, Profile, StepSample, profile_key
 from ._profiler import ProfileError, default_shapes, profile
 from ._runtime import StagePlanner, shape_of
+from ._simulated import cost_model_trials, predicted_run_s
 from ._stage import StagePlanInputs, plan_stage, stage_inputs, stage_model, trial_settings
 
 __all__ = [
@@ -55,8 +57,8 @@ __all__ = [
     "CommSample", "ComputeParams", "CostModel", "Goal", "Limits", "ModelSize",
     "NoFeasibleShape", "Plan", "Profile", "ProfileError", "Replan", "Shape", "SplitLayer",
     "StagePlanInputs", "StagePlanner", "StepSample", "calibrate", "checks", "choose",
-    "coefficients",
+    "coefficients", "cost_model_trials",
     "default_shapes", "evaluate", "fit_comm", "fit_compute", "model_size", "plan_stage",
-    "prior_model", "profile", "profile_key", "replan", "shape_of", "stage_inputs", "stage_model",
-    "trial_settings",
+    "predicted_run_s", "prior_model", "profile", "profile_key", "replan", "shape_of",
+    "stage_inputs", "stage_model", "trial_settings",
 ]
