@@ -43,16 +43,22 @@ bench: setup
 	$(PY) -m bench.tables
 	$(PY) -m bench.simulate
 	$(PY) bench/gang_start_bench.py
+	$(PY) bench/multifidelity_bench.py --seeds 20
+	$(PY) bench/search_fidelity_bench.py
 	$(PY) -m bench.report
 
 # The seed's tables, overhead (steady state over 1,000 trials; Tune's default,
 # about a second a trial, capped at 50) and 2,048 simulated slots at small sizes
-# (about 10 minutes on 2 quiet cores; bench/REPORT.md says which sizes).
+# (about 10 minutes on 2 quiet cores; bench/REPORT.md says which sizes), the
+# simulated multi-fidelity table at 5 seeds (seconds) and the mnist5k searches on
+# one slot-second budget at the quick size (about 12 minutes; 2 seeds, not 5).
 bench-quick: setup
 	$(PY) -m bench.tables --quick
 	$(PY) -m bench.simulate --quick
 	$(PY) bench/gang_start_bench.py --gangs 8
 	$(PY) bench/orchestration_bench.py --parts overhead --trials 250,1000 --tune-new-actor-cap 50
+	$(PY) bench/multifidelity_bench.py --seeds 5
+	$(PY) bench/search_fidelity_bench.py --quick
 	$(PY) -m bench.report
 
 # The tables on a GPU machine (nvidia-smi must find one), kept apart in
