@@ -487,7 +487,8 @@ def fidelity_section(f: dict[str, Any], out: Path) -> list[str]:
              f" {p['seeds']} seeds, a seed that never reached it counted at its whole budget (≥,"
              " a lower bound; ranked on the median slot-seconds). *Test*: the accuracy on the"
              " test split (never trained or chosen on) of the model with the best validation"
-             " accuracy. *Runs*: every training run, completed, failed or cut." + _loaded(
+             " accuracy. *Runs*: every training run, completed, failed or cut (a PBT interval"
+             " and a promotion are runs of their own, a few epochs each)." + _loaded(
                  f["machine"]), ""]
     from bench.stats import rank_key
 
@@ -537,11 +538,12 @@ def pbt_verdict(f: dict[str, Any]) -> str:
     beaten = [n for n, s in others.items() if rank_key(pbt) < rank_key(s)]
     if len(beaten) == len(others):
         return (f"Goal (issue 18), PBT in less slot time than every fixed-hyperparameter search:"
-                f" met on the medians ({pbt.cell()} slot-s); compare the ranges before reading"
-                " more into it.")
+                f" met on the medians (PBT {pbt.cell()} slot-s); compare the ranges before"
+                " reading more into it.")
     missed = ", ".join(n for n in others if n not in beaten)
     return (f"Goal (issue 18), PBT in less slot time than every fixed-hyperparameter search:"
-            f" not met here; PBT's median {pbt.cell()} slot-s is not below that of {missed}.")
+            f" not met here; PBT's slot-seconds to the threshold ({pbt.cell()}) have a median"
+            f" no lower than those of {missed}.")
 
 
 def multifidelity_section(m: dict[str, Any]) -> list[str]:

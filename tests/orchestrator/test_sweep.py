@@ -275,3 +275,24 @@ def test_a_sweep_whose_every_trial_fails_exits_non_zero_and_says_why(tmp_path: P
     assert "no licence for the solver" in result.stderr and "Traceback" not in result.stderr
     data = json.loads((tmp_path / "run" / "results.json").read_text())
     assert data["stages"][0]["n_failed"] == 2  # the run is still recorded in full
+
+
+@pytest.mark.slow
+def test_an_asha_sweep_continues_promoted_trials_from_their_checkpoints(tmp_path: Path) -> None:
+    """The flags reach the engine: rungs of 1 and 2 epochs, promoted trials carry on."""
+    result = subprocess.run(
+        [NESTOR, "sweep", "--trainer", "mlp", "--set", "dataset=digits",
+         "--set", "max_train_samples=300", "--param", "lr=float:0.005:0.2:log",
+         "--algo", "asha", "--min-budget", "1", "--max-budget", "2", "--eta", "2",
+         "--budget", "5", "--parallel", "2", "--seed", "1", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, check=False, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    spec = (tmp_path / "run" / "spec.yaml").read_text()
+    assert "algorithm: asha" in spec and "reduction_factor: 2" in spec
+    finished = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").open()]
+    finished = [e for e in finished if e["event"] == "trial_finished"]
+    assert len(finished) == 5
+    promoted = [e for e in finished if e["trial"].get("continue_from")]
+    assert promoted and all(e["trial"]["budget"] == 2 for e in promoted)
+    assert all(len(e["history"]) == 2 for e in promoted)  # 1 epoch carried, 1 trained
