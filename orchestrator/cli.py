@@ -173,7 +173,9 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 @click.option("--schedule", type=click.Choice(["generational", "async"]),
               help="Genetic: wait for each generation, or breed as each result returns.")
 @click.option("--demes", type=click.IntRange(min=1), help="Genetic: islands, with migration.")
-@click.option("--budget", type=click.IntRange(min=1), help="Most trials to run.")
+@click.option("--budget", type=click.IntRange(min=1),
+              help="Most trials to run (pbt, asha, hyperband: each interval or promotion,"
+              " continuing a checkpoint, is a trial of its own).")
 @click.option("--population", type=click.IntRange(min=2),
               help="Genetic: individuals per generation. pbt: members training side by side"
               " (default 8).")
