@@ -27,7 +27,7 @@ for the top fidelity (``epochs``); ASHA and Hyperband promote configurations
 from ``min_budget`` epochs by ``eta`` and continue them from checkpoints; PBT
 trains a population in intervals of epochs, exploiting and exploring.
 
-    .venv/bin/python bench/search_fidelity_bench.py --quick   # about 12 minutes here
+    .venv/bin/python bench/search_fidelity_bench.py --quick   # 12 minutes on 2 loaded cores
     .venv/bin/python bench/search_fidelity_bench.py           # the full sizes (hours)
 """
 
@@ -93,8 +93,9 @@ QUICK = Profile(
     interval=1, budget_slot_s=80.0, threshold=0.92, seeds=2, slots=2, startup_trials=3,
     notes=["quick profile: 1,000 of the 4,000 training images, a small CNN (8 channels,"
            " 64 units), at most 4 epochs a configuration (rungs 1, 2, 4), PBT 4 members,"
-           " 80 slot-seconds per search, threshold val accuracy 0.92, 2 seeds (not the"
-           " issue's 5 or more), BOHB left out; use `make bench` for the full sizes"],
+           " 80 slot-seconds per search, threshold val accuracy 0.92, 2 seeds unless"
+           " overridden (the issue asks 5 or more), BOHB left out; use `make bench` for the"
+           " full sizes"],
 )
 
 SearchBlock = Callable[[Profile, int], dict[str, Any]]
