@@ -35,7 +35,8 @@ test-fast: setup
 
 # Benchmarks: each prints its table and writes bench/results/*.json. Minutes,
 # not seconds; run them on a quiet machine (numbers are compared side by side
-# within one run).
+# within one run). The mnist5k searches on one slot-second budget (7 searches x
+# 5 seeds x 600 slot-s on 2 slots) take about 3 hours on their own.
 bench: setup
 	$(PY) bench/search_bench.py
 	$(PY) bench/trainers_bench.py
@@ -45,13 +46,18 @@ bench: setup
 	$(PY) bench/gang_start_bench.py
 	$(PY) bench/e2e_planning_bench.py
 	$(PY) -m bench.simulate_planning
+	$(PY) bench/multifidelity_bench.py --seeds 20
+	$(PY) bench/search_fidelity_bench.py
 	$(PY) -m bench.report
 
 # The seed's tables, overhead (steady state over 1,000 trials; Tune's default,
 # about a second a trial, capped at 50) and 2,048 simulated slots at small sizes
 # (about 10 minutes on 2 quiet cores; bench/REPORT.md says which sizes); parallel:
 # auto against the hand-picked shapes through nestor run, 3 seeds (12 nestor runs:
-# 28 minutes on these 2 shared cores at load 11-28), and the seed's combined table simulated at 128 nodes (seconds).
+# 28 minutes on these 2 shared cores at load 11-28); the seed's combined table
+# simulated at 128 nodes (seconds); the simulated multi-fidelity table at 5 seeds
+# (seconds) and the mnist5k searches on one slot-second budget at the quick size
+# (about 12 minutes; 2 seeds, not 5).
 bench-quick: setup
 	$(PY) -m bench.tables --quick
 	$(PY) -m bench.simulate --quick
@@ -59,6 +65,8 @@ bench-quick: setup
 	$(PY) bench/orchestration_bench.py --parts overhead --trials 250,1000 --tune-new-actor-cap 50
 	$(PY) bench/e2e_planning_bench.py --quick
 	$(PY) -m bench.simulate_planning --quick
+	$(PY) bench/multifidelity_bench.py --seeds 5
+	$(PY) bench/search_fidelity_bench.py --quick
 	$(PY) -m bench.report
 
 # The tables on a GPU machine (nvidia-smi must find one), kept apart in

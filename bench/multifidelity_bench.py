@@ -16,6 +16,8 @@ reaches the quality counts at all it spent, and the table says how many did.
 
     .venv/bin/python bench/multifidelity_bench.py              # 10 seeds, a few seconds
     .venv/bin/python bench/multifidelity_bench.py --seeds 20 --parallel 8
+
+It writes bench/results/multifidelity.json, which `python -m bench.report` renders.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import machine
 from search import Objective, Searcher, make_searcher
 from search._fidelity import span
 from search.space import FloatParam, SearchSpace
@@ -96,12 +99,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--parallel", type=int, default=4, help="simulated slots")
     args = parser.parse_args(argv)
+    start = machine.describe()
     print(
         f"epochs to a 27-epoch model with loss <= {QUALITY} (median over {args.seeds} seeds,"
         f" {args.parallel} slots; every epoch of every trial counted)"
     )
     header = ["search", "median epochs", "quartiles", "reached"]
     rows = []
+    records: list[dict[str, Any]] = []
     for name, (algorithm, settings) in SEARCHES.items():
         runs = []
         for seed in range(args.seeds):
@@ -114,11 +119,17 @@ def main(argv: list[str] | None = None) -> None:
         reached = sum(r for _, r in runs)
         median = f"{statistics.median(spent):.0f}"
         rows.append([name, median, f"{q1:.0f}-{q3:.0f}", f"{reached}/{len(runs)}"])
+        records.append({"search": name, "algorithm": algorithm, "settings": settings,
+                        "median_epochs": statistics.median(spent), "q1": q1, "q3": q3,
+                        "reached": reached, "seeds": len(runs), "epochs": spent})
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
     for row in rows:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    result = {"machine": machine.finish(start), "seeds": args.seeds, "parallel": args.parallel,
+              "max_epochs": MAX_EPOCHS, "quality": QUALITY, "rows": records}
+    print(f"written: {machine.write_result('multifidelity', result)}")
 
 
 if __name__ == "__main__":

@@ -344,7 +344,8 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
 
 def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
              o: dict[str, Any] | None, e2e_runs: list[dict[str, Any]] | None = None,
-             splan: dict[str, Any] | None = None) -> list[str]:
+             splan: dict[str, Any] | None = None,
+             f: dict[str, Any] | None = None) -> list[str]:
     lines = ["## Headline figures", ""]
     if t and "single" in t:
         for label, r in t["single"]["rows"].items():
@@ -401,7 +402,21 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         lines.append(f"- SIMULATED combined table, {splan['nodes']} nodes, cost model of this"
                      " machine (seed's estimate: HPO 11x, HPO+DP 38x, HPO+DP+MP 56x): "
                      + "; ".join(cells))
+    if f:
+        lines.append(fidelity_headline(f))
     return [*lines, ""]
+
+
+def fidelity_headline(f: dict[str, Any]) -> str:
+    """``mnist5k, 50 slot-s each: slot-s to val 0.92 pbt 20, ...; test of the best ...``."""
+    from bench.stats import rank_key
+
+    p = f["profile"]
+    ranked = sorted(f["searches"].items(), key=lambda kv: rank_key(_summary(kv[1]["slot_s"])))
+    cells = "; ".join(f"{name} {_summary(r['slot_s']).cell()} (test {_spread(r['test'])})"
+                      for name, r in ranked)
+    return (f"- mnist5k searches, {p['budget_slot_s']:g} slot-s each ({p['name']}, {p['seeds']}"
+            f" seeds), median [min–max] slot-s to val accuracy {p['threshold']}, ranked: {cells}")
 
 
 def render(results: Path, out_md: Path) -> Path:
@@ -416,7 +431,8 @@ def render(results: Path, out_md: Path) -> Path:
              " machine the load average says how much to trust a figure.", ""]
     e2e_runs = [json.loads(f.read_text()) for f in sorted(results.glob("e2e-planning*.json"))]
     splan = _load(results, "simulate-planning")
-    lines += headline(t, sim, o, e2e_runs, splan)
+    fidelity = _load(results, "search-fidelity")
+    lines += headline(t, sim, o, e2e_runs, splan, fidelity)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -441,6 +457,11 @@ def render(results: Path, out_md: Path) -> Path:
                   ""]
     lines += simulate_planning_section(splan) if splan else [
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
+    lines += fidelity_section(fidelity, out) if fidelity else [
+        SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
+    multi = _load(results, "multifidelity")
+    lines += multifidelity_section(multi) if multi else [
+        "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
     out_md.write_text("\n".join(lines))
     return out_md
 
@@ -578,6 +599,121 @@ def simulate_planning_section(p: dict[str, Any]) -> list[str]:
               f" {p['nodes'] * p['slots_per_node']} slots x the row's makespan.", ""]
     return lines
 
+
+
+def _spread(data: dict[str, Any], fmt: str = "{:.3f}") -> str:
+    from bench.stats import Spread
+
+    return Spread(**data).cell(fmt)
+
+
+def _loaded(m: dict[str, Any] | None) -> str:
+    """A sentence when the machine was busy with more than this benchmark."""
+    if not m:
+        return ""
+    load = max([*m.get("load_average_at_start", [0.0])[:1], *m.get("load_average_at_end",
+                                                                    [0.0])[:1]])
+    if load < 0.75 * m.get("cores", 1):
+        return ""
+    return (f" These numbers come from a loaded machine ({m.get('cores')} cores shared with"
+            f" other work, 1-minute load up to {load:.1f}): every search ran under the same"
+            " load, interleaved seed by seed, but times are noisier than on a quiet machine.")
+
+
+def fidelity_section(f: dict[str, Any], out: Path) -> list[str]:
+    """bench/search_fidelity_bench.py: the searches on one slot-second budget on mnist5k."""
+    p = f["profile"]
+    fixed = ", ".join(f"{k} {v}" for k, v in p["fixed"].items())
+    lines = [SEARCH_FIDELITY_TITLE, "", machine_line(f["machine"]), "",
+             f"Profile `{p['name']}`; total wall {f['wall_s']:.0f} s."
+             + "".join(f" Note: {n}." for n in p["notes"]), "",
+             f"The built-in CNN on mnist5k (settings `{p['settings']}`"
+             f"{', ' + fixed if fixed else ''})"
+             " tuned over lr, batch size and momentum by each search, every one a real nestor"
+             f" workflow on {p['slots']} slots with the same budget of **{p['budget_slot_s']:g}"
+             " slot-seconds** (its trials' rank-seconds; the engine stops the workflow when they"
+             " are spent, and trials cut then count as runs). Random, TPE and genetic train each"
+             f" configuration {p['epochs']} epochs; ASHA, Hyperband and BOHB promote from"
+             f" {p['min_budget']} epoch by eta {p['eta']} and continue promoted trials from their"
+             f" checkpoints; PBT trains {p['population']} members in intervals of"
+             f" {p['interval']} epoch, exploiting and exploring. *Time to threshold*: from the"
+             f" stage's start until a trial first reached validation accuracy {p['threshold']}"
+             " (slot-seconds include the trials still running then); median [min–max] over all"
+             f" {p['seeds']} seeds, a seed that never reached it counted at its whole budget (≥,"
+             " a lower bound; ranked on the median slot-seconds). *Test*: the accuracy on the"
+             " test split (never trained or chosen on) of the model with the best validation"
+             " accuracy. *Runs*: every training run, completed, failed or cut (a PBT interval"
+             " and a promotion are runs of their own, a few epochs each)." + _loaded(
+                 f["machine"]), ""]
+    from bench.stats import rank_key
+
+    ranked = sorted(f["searches"].items(), key=lambda kv: rank_key(_summary(kv[1]["slot_s"])))
+    rows = [[str(i), name, _cell(r["slot_s"]), _cell(r["wall_s"]), _spread(r["test"]),
+             _spread(r["val"]), _spread(r["runs"], "{:.0f}"), _spread(r["spent_slot_s"], "{:.0f}")]
+            for i, (name, r) in enumerate(ranked, start=1)]
+    lines += _table(["rank", "search", "slot-s to threshold", "wall s to threshold",
+                     "test acc. of best", "val acc. of best", "runs", "slot-s spent"], rows)
+    verdict = pbt_verdict(f)
+    if verdict:
+        lines += [verdict, ""]
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(6, 3))
+    for i, (_, r) in enumerate(ranked):
+        for seed in r["seeds"]:
+            reached = seed["slot_s_to_threshold"] is not None
+            value = seed["slot_s_to_threshold"] if reached else seed["slot_seconds"]
+            ax.plot([value], [i], "o" if reached else "^", color="C0" if reached else "C3",
+                    fillstyle="full" if reached else "none")
+    ax.set_yticks(range(len(ranked)), [name for name, _ in ranked])
+    ax.invert_yaxis()
+    ax.set_xlabel("slot-seconds to threshold (△: never, whole budget)")
+    fig.tight_layout()
+    name = f"{FIGURES}/search-fidelity.png"
+    fig.savefig(out / name, dpi=90)
+    plt.close(fig)
+    return [*lines, f"![slot-seconds to the threshold, per seed]({name})", ""]
+
+
+SEARCH_FIDELITY_TITLE = "## Searches on one slot-second budget (mnist5k CNN)"
+FIXED_SEARCHES = ("random", "tpe", "genetic", "asha", "hyperband", "bohb (hyperband + tpe)")
+
+
+def pbt_verdict(f: dict[str, Any]) -> str:
+    """Issue 18's goal, read from the medians: PBT to the threshold in less slot time
+    than every search whose trials keep their hyperparameters fixed."""
+    searches = f["searches"]
+    if "pbt" not in searches:
+        return ""
+    from bench.stats import rank_key
+
+    pbt = _summary(searches["pbt"]["slot_s"])
+    others = {n: _summary(searches[n]["slot_s"]) for n in FIXED_SEARCHES if n in searches}
+    if not others or pbt.median is None:
+        return ""
+    beaten = [n for n, s in others.items() if rank_key(pbt) < rank_key(s)]
+    if len(beaten) == len(others):
+        return (f"Goal (issue 18), PBT in less slot time than every fixed-hyperparameter search:"
+                f" met on the medians (PBT {pbt.cell()} slot-s); compare the ranges before"
+                " reading more into it.")
+    missed = ", ".join(n for n in others if n not in beaten)
+    return (f"Goal (issue 18), PBT in less slot time than every fixed-hyperparameter search:"
+            f" not met here; PBT's slot-seconds to the threshold ({pbt.cell()}) have a median"
+            f" no lower than those of {missed}.")
+
+
+def multifidelity_section(m: dict[str, Any]) -> list[str]:
+    """bench/multifidelity_bench.py: epochs to a quality on simulated training."""
+    rows = [[r["search"], f"{r['median_epochs']:.0f}", f"{r['q1']:.0f}–{r['q3']:.0f}",
+             f"{r['reached']}/{r['seeds']}"] for r in m["rows"]]
+    return ["## Multi-fidelity searches on simulated training", "",
+            machine_line(m.get("machine")), "",
+            f"A simulated model on a 3-D sphere (no real training; `bench/multifidelity_bench.py`"
+            " says how loss and noise evolve): epochs until a model trained the full"
+            f" {m['max_epochs']} epochs has loss at most {m['quality']:g}, every epoch of every"
+            f" trial counted on {m['parallel']} simulated slots (a continued trial from its"
+            " checkpoint); a seed that never got there counts at all it spent. Median and"
+            f" quartiles over {m['seeds']} seeds.", "",
+            *_table(["search", "median epochs", "quartiles", "reached"], rows)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -237,3 +237,41 @@ def rank_key(summary: SeedSummary) -> tuple[float, int]:
     if summary.median is None:
         return (math.inf, 1)
     return (summary.median, int(summary.median_is_lower_bound))
+
+
+@dataclass(frozen=True)
+class Spread:
+    """Median, min and max of a figure over the seeds that have one (``n`` of ``seeds``).
+
+    For figures that are not times to a threshold (a best model's test accuracy,
+    runs counted): a seed without one (no completed trial) is not a lower bound
+    of anything, so it is left out, and ``n < seeds`` says so beside the figure.
+    """
+
+    n: int
+    seeds: int
+    median: float | None
+    low: float | None
+    high: float | None
+
+    def cell(self, fmt: str = "{:.3f}") -> str:
+        if self.median is None:
+            return f"none (0/{self.seeds})"
+        text = fmt.format(self.median)
+        if self.seeds > 1:
+            text += f" [{fmt.format(self.low)}–{fmt.format(self.high)}]"
+        if self.n < self.seeds:
+            text += f", {self.n}/{self.seeds} seeds"
+        return text
+
+
+def spread(values: Sequence[float | None]) -> Spread:
+    """The spread of a figure over seeds, those without one (None, NaN) counted apart.
+
+    >>> spread([0.95, None, 0.97, 0.96]).cell()
+    '0.960 [0.950–0.970], 3/4 seeds'
+    """
+    finite = sorted(float(v) for v in values if _finite(v))  # type: ignore[arg-type]
+    if not finite:
+        return Spread(0, len(values), None, None, None)
+    return Spread(len(finite), len(values), statistics.median(finite), finite[0], finite[-1])

@@ -159,19 +159,43 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
 @click.option("--algo", "algorithm",
-              type=click.Choice(["genetic", "bayesian", "random", "grid", "auto"]),
+              type=click.Choice(["genetic", "bayesian", "random", "grid", "auto", "pbt",
+                                 "asha", "hyperband"]),
               default="genetic", show_default=True,
               help="auto picks one from the space, the budget and the trials at once"
-              " (`nestor validate` on the saved spec says what and why).")
+              " (`nestor validate` on the saved spec says what and why). pbt, asha and"
+              " hyperband train trials in stretches of --fidelity and continue them from"
+              " their checkpoints (weights and optimizer state), so no epoch is paid twice.")
 @click.option("--sampler", type=click.Choice(["tpe", "gp", "cmaes"]),
-              help="Bayesian: Optuna's sampler (default tpe).")
+              help="Bayesian: Optuna's sampler (default tpe). asha, hyperband: tpe draws new"
+              " configurations from a TPE fitted on the highest full rung (BOHB-style);"
+              " left out, they are random.")
 @click.option("--schedule", type=click.Choice(["generational", "async"]),
               help="Genetic: wait for each generation, or breed as each result returns.")
 @click.option("--demes", type=click.IntRange(min=1), help="Genetic: islands, with migration.")
-@click.option("--budget", type=click.IntRange(min=1), help="Most trials to run.")
+@click.option("--budget", type=click.IntRange(min=1),
+              help="Most trials to run (pbt, asha, hyperband: each interval or promotion,"
+              " continuing a checkpoint, is a trial of its own).")
 @click.option("--population", type=click.IntRange(min=2),
-              help="Genetic: individuals per generation.")
+              help="Genetic: individuals per generation. pbt: members training side by side"
+              " (default 8).")
 @click.option("--generations", type=click.IntRange(min=1), help="Genetic: generations.")
+@click.option("--interval", type=click.FloatRange(min=0, min_open=True),
+              help="pbt: --fidelity units (epochs) each member trains between exploit/explore"
+              " steps (default 1).")
+@click.option("--intervals", type=click.IntRange(min=1),
+              help="pbt: intervals each member trains (default: as many as --budget allows,"
+              " 10 without).")
+@click.option("--min-budget", type=click.FloatRange(min=0, min_open=True),
+              help="asha, hyperband: the first rung's --fidelity budget (default 1 epoch).")
+@click.option("--max-budget", type=click.FloatRange(min=0, min_open=True),
+              help="asha, hyperband: the top rung's budget; must be min-budget x eta^k"
+              " (default 27).")
+@click.option("--eta", type=click.IntRange(min=2),
+              help="asha, hyperband: reduction factor, keep 1 in eta per rung (default 3).")
+@click.option("--fidelity", metavar="SETTING",
+              help="pbt, asha, hyperband: the trainer setting a trial's budget sets; it trains"
+              " up to it, on from its checkpoint (default epochs).")
 @click.option("--metric", help="Metric to optimize (default: val_accuracy, or fom for --cmd).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
               help="Direction (default: max for val_accuracy, min for a command's FoM).")
@@ -190,7 +214,9 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           settings: tuple[str, ...], algorithm: str, sampler: str | None,
           schedule: str | None, demes: int | None, budget: int | None,
-          population: int | None, generations: int | None, metric: str | None,
+          population: int | None, generations: int | None, interval: float | None,
+          intervals: int | None, min_budget: float | None, max_budget: float | None,
+          eta: int | None, fidelity: str | None, metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
           address: str | None) -> None:
@@ -200,8 +226,13 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     nestor sweep --trainer cnn --set dataset=mnist5k --set epochs=1 --dp 2 \\
         --param lr=float:1e-3:0.2:log --param batch_size=int:32:128:log --budget 8
     nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --algo bayesian --budget 20
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \\
+        --population 8 --interval 1 --intervals 6 --parallel 2
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \\
+        --min-budget 1 --max-budget 9 --eta 3 --sampler tpe --parallel 2
 
-    The flags become a spec, saved in the run directory as spec.yaml, so the
+    An option of another --algo than the one asked for is an error, not
+    ignored. The flags become a spec, saved in the run directory as spec.yaml, so the
     sweep can be resumed and rerun like any workflow.
     """
     from orchestrator.spec import SpecError, load_spec_text
@@ -215,7 +246,9 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             algorithm=algorithm, budget=budget, population=population,
             generations=generations, metric=metric, mode=mode, fom_pattern=fom_pattern,
             dp=dp, mp=mp, parallel=parallel, slots=slots, seed=seed,
-            sampler=sampler, schedule=schedule, demes=demes,
+            sampler=sampler, schedule=schedule, demes=demes, interval=interval,
+            intervals=intervals, min_budget=min_budget, max_budget=max_budget, eta=eta,
+            fidelity=fidelity,
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

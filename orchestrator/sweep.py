@@ -6,6 +6,14 @@ so a sweep is validated, journalled, resumed and tracked exactly like
 
     nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --param n=int:1:8 \
                  --algo genetic --population 8 --generations 4
+
+Searches that continue trials from checkpoints take the trainer setting their
+budget sets (``--fidelity``, epochs by default) and their own schedule:
+
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \
+                 --population 8 --interval 1 --intervals 6
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \
+                 --min-budget 1 --max-budget 9 --eta 3 --sampler tpe      # BOHB
 """
 
 from __future__ import annotations
@@ -15,6 +23,25 @@ from typing import Any
 import yaml
 
 PARAM_FORMS = "NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log] or NAME=choice:A,B,..."
+
+OPTION_OWNERS: dict[str, tuple[str, ...]] = {
+    "sampler": ("bayesian", "asha", "hyperband"),
+    "population": ("genetic", "pbt"),
+    "generations": ("genetic",),
+    "schedule": ("genetic",),
+    "demes": ("genetic",),
+    "interval": ("pbt",),
+    "intervals": ("pbt",),
+    "min_budget": ("asha", "hyperband"),
+    "max_budget": ("asha", "hyperband"),
+    "reduction_factor": ("asha", "hyperband"),
+    "fidelity": ("pbt", "asha", "hyperband"),
+}
+"""Which ``--algo`` each search option belongs to (the spec's field names)."""
+
+FLAGS = {"min_budget": "--min-budget", "max_budget": "--max-budget",
+         "reduction_factor": "--eta"}
+"""Spec field -> its flag, where the two are spelled differently."""
 
 
 def _number(text: str, kind: type, where: str) -> Any:
@@ -87,14 +114,23 @@ def build_spec(
     sampler: str | None = None,
     schedule: str | None = None,
     demes: int | None = None,
+    interval: float | None = None,
+    intervals: int | None = None,
+    min_budget: float | None = None,
+    max_budget: float | None = None,
+    eta: int | None = None,
+    fidelity: str | None = None,
 ) -> dict[str, Any]:
     """The workflow spec (as data) that these sweep flags describe.
 
-    Algorithm options must belong to the algorithm asked for (``--sampler``
-    to bayesian; ``--population``, ``--generations``, ``--schedule`` and
-    ``--demes`` to genetic): silently dropping one would run another search
-    than the one the command line reads as. ``--algo auto`` plans for the
-    trials ``--parallel`` (or ``--slots`` / ranks per trial) runs at once.
+    Algorithm options must belong to the algorithm asked for (see
+    :data:`OPTION_OWNERS`: ``--sampler`` to bayesian and, as tpe, to
+    hyperband and asha (BOHB-style); ``--population`` to genetic and pbt;
+    ``--interval`` and ``--intervals`` to pbt; ``--min-budget``,
+    ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to all
+    three): silently dropping one would run another search than the one the
+    command line reads as. ``--algo auto`` plans for the trials ``--parallel``
+    (or ``--slots`` / ranks per trial) runs at once.
     """
     if (trainer is None) == (command is None):
         raise ValueError("give exactly one of --trainer NAME or --cmd COMMAND")
@@ -116,23 +152,29 @@ def build_spec(
     search: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
     if budget is not None:
         search["budget"] = budget
-    options: dict[str, tuple[str, Any]] = {
-        "sampler": ("bayesian", sampler),
-        "population": ("genetic", population),
-        "generations": ("genetic", generations),
-        "schedule": ("genetic", schedule),
-        "demes": ("genetic", demes),
+    options: dict[str, Any] = {
+        "sampler": sampler, "population": population, "generations": generations,
+        "schedule": schedule, "demes": demes, "interval": interval, "intervals": intervals,
+        "min_budget": min_budget, "max_budget": max_budget, "reduction_factor": eta,
+        "fidelity": fidelity,
     }
-    misplaced = [
-        f"--{k}" for k, (owner, v) in options.items() if v is not None and owner != algorithm
-    ]
+    misplaced = [k for k, v in options.items() if v is not None
+                 and algorithm not in OPTION_OWNERS[k]]
     if misplaced:
-        owners = sorted({options[m[2:]][0] for m in misplaced})
-        verb = "applies" if len(misplaced) == 1 else "apply"
+        by_owners: dict[tuple[str, ...], list[str]] = {}
+        for key in misplaced:
+            by_owners.setdefault(OPTION_OWNERS[key], []).append(FLAGS.get(key, f"--{key}"))
+        clauses = [
+            f"{' and '.join(flags)} {'applies' if len(flags) == 1 else 'apply'} to --algo"
+            f" {' or '.join(owners)}" for owners, flags in by_owners.items()
+        ]
+        raise ValueError(f"{', '.join(clauses)}, not {algorithm}")
+    if sampler is not None and algorithm in ("asha", "hyperband") and sampler != "tpe":
         raise ValueError(
-            f"{' and '.join(misplaced)} {verb} to --algo {' or '.join(owners)}, not {algorithm}"
+            f"--sampler for --algo {algorithm} must be tpe (BOHB-style; leave it out for"
+            f" random configurations), but got {sampler}"
         )
-    search.update({k: v for k, (_, v) in options.items() if v is not None})
+    search.update({k: v for k, v in options.items() if v is not None})
     if algorithm == "auto":
         at_once = parallel if parallel is not None else slots // (dp * mp) if slots else None
         if at_once:

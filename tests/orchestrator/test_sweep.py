@@ -71,7 +71,9 @@ def test_command_sweeps_minimize_a_figure_of_merit_by_default() -> None:
 def test_conflicting_flags_are_refused() -> None:
     with pytest.raises(ValueError, match="exactly one of --trainer NAME or --cmd"):
         sweep_spec(command="python3 fit.py")
-    with pytest.raises(ValueError, match="apply to --algo genetic, not random"):
+    message = ("--population applies to --algo genetic or pbt, --generations applies to"
+               " --algo genetic, not random")
+    with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="random")
 
 
@@ -86,7 +88,8 @@ def test_sampler_schedule_and_demes_reach_the_search() -> None:
 
 
 def test_algorithm_options_must_belong_to_the_algorithm() -> None:
-    with pytest.raises(ValueError, match="--sampler applies to --algo bayesian, not genetic"):
+    with pytest.raises(ValueError, match="--sampler applies to --algo bayesian or asha or"
+                                         " hyperband, not genetic"):
         sweep_spec(sampler="gp")
     message = "--schedule and --demes apply to --algo genetic, not auto"
     with pytest.raises(ValueError, match=message):
@@ -105,6 +108,97 @@ def test_auto_plans_for_the_trials_the_sweep_runs_at_once() -> None:
     assert stage.auto_choice().label() == "genetic async 32, 2 demes"
     stage = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")
     assert stage.search.parallel is None
+
+
+def continuing(algorithm: str, **overrides: object) -> dict:
+    """A sweep spec for a search that continues trials, without genetic's flags."""
+    return sweep_spec(**{"algorithm": algorithm, "population": None, "generations": None,
+                         **overrides})
+
+
+def test_pbt_flags_reach_the_search() -> None:
+    stage = load_spec_text(spec_yaml(continuing(
+        "pbt", population=4, interval=2, intervals=3, fidelity="epochs", parallel=2,
+    ))).stage("sweep")
+    search = stage.search
+    assert (search.algorithm, search.population, search.interval, search.intervals) == (
+        "pbt", 4, 2, 3)
+    assert search.fidelity == "epochs"
+    assert stage.planned_trials() == 12  # 4 members x 3 intervals
+    assert stage.search_label() == "pbt 4 members, exploit every 2 epochs"
+
+
+@pytest.mark.parametrize("algorithm", ["asha", "hyperband"])
+def test_halving_flags_reach_the_search(algorithm: str) -> None:
+    stage = load_spec_text(spec_yaml(continuing(
+        algorithm, min_budget=1, max_budget=9, eta=3, budget=20,
+    ))).stage("sweep")
+    search = stage.search
+    assert (search.min_budget, search.max_budget, search.reduction_factor) == (1, 9, 3)
+    assert search.sampler == "random"
+    assert stage.search_label() == f"{algorithm} 1-9 epochs, eta 3"
+
+
+def test_sampler_tpe_makes_hyperband_bohb() -> None:
+    stage = load_spec_text(spec_yaml(continuing(
+        "hyperband", sampler="tpe", min_budget=1, max_budget=4, eta=2,
+    ))).stage("sweep")
+    assert stage.search.sampler == "tpe"
+    assert stage.search_label() == "hyperband 1-4 epochs, eta 2, TPE"
+
+
+@pytest.mark.parametrize(
+    ("algorithm", "overrides", "message"),
+    [
+        ("random", {"eta": 3}, "--eta applies to --algo asha or hyperband, not random"),
+        ("bayesian", {"interval": 1.0}, "--interval applies to --algo pbt, not bayesian"),
+        ("asha", {"intervals": 4}, "--intervals applies to --algo pbt, not asha"),
+        ("pbt", {"min_budget": 1.0, "max_budget": 9.0},
+         "--min-budget and --max-budget apply to --algo asha or hyperband, not pbt"),
+        ("pbt", {"generations": 3}, "--generations applies to --algo genetic, not pbt"),
+        ("genetic", {"fidelity": "epochs"},
+         "--fidelity applies to --algo pbt or asha or hyperband, not genetic"),
+        ("hyperband", {"sampler": "cmaes"}, "--sampler for --algo hyperband must be tpe"),
+        ("pbt", {"sampler": "tpe"}, "--sampler applies to --algo bayesian or asha or"
+                                    " hyperband, not pbt"),
+    ],
+)
+def test_options_of_another_search_are_refused(algorithm: str, overrides: dict,
+                                               message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        continuing(algorithm, **overrides)
+
+
+def test_rungs_that_do_not_fit_are_a_spec_error() -> None:
+    from orchestrator.spec import SpecError
+
+    with pytest.raises(SpecError, match="min_budget x reduction_factor"):
+        load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=10, eta=3)))
+
+
+def test_cli_refuses_a_wrong_combination_with_exit_2() -> None:
+    result = subprocess.run([NESTOR, "sweep", "--trainer", "cnn", "--param", "lr=float:0.01:0.1",
+                             "--algo", "random", "--interval", "2"],
+                            capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 2
+    assert "--interval applies to --algo pbt, not random" in result.stderr
+    assert "Traceback" not in result.stderr
+    result = subprocess.run([NESTOR, "sweep", "--trainer", "cnn", "--param", "lr=float:0.01:0.1",
+                             "--algo", "hyperband", "--max-budget", "10"],
+                            capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "max_budget must be min_budget x reduction_factor^k" in result.stderr
+
+
+def test_help_explains_the_continuing_searches() -> None:
+    result = subprocess.run([NESTOR, "sweep", "--help"], capture_output=True, text=True,
+                            check=False, timeout=60)
+    text = " ".join(result.stdout.split())
+    assert result.returncode == 0
+    for flag in ("--interval", "--intervals", "--min-budget", "--max-budget", "--eta",
+                 "--fidelity"):
+        assert flag in text
+    assert "BOHB" in text and "checkpoints" in text
 
 
 def test_cli_errors_exit_2_without_traceback() -> None:
@@ -181,3 +275,24 @@ def test_a_sweep_whose_every_trial_fails_exits_non_zero_and_says_why(tmp_path: P
     assert "no licence for the solver" in result.stderr and "Traceback" not in result.stderr
     data = json.loads((tmp_path / "run" / "results.json").read_text())
     assert data["stages"][0]["n_failed"] == 2  # the run is still recorded in full
+
+
+@pytest.mark.slow
+def test_an_asha_sweep_continues_promoted_trials_from_their_checkpoints(tmp_path: Path) -> None:
+    """The flags reach the engine: rungs of 1 and 2 epochs, promoted trials carry on."""
+    result = subprocess.run(
+        [NESTOR, "sweep", "--trainer", "mlp", "--set", "dataset=digits",
+         "--set", "max_train_samples=300", "--param", "lr=float:0.005:0.2:log",
+         "--algo", "asha", "--min-budget", "1", "--max-budget", "2", "--eta", "2",
+         "--budget", "5", "--parallel", "2", "--seed", "1", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, check=False, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    spec = (tmp_path / "run" / "spec.yaml").read_text()
+    assert "algorithm: asha" in spec and "reduction_factor: 2" in spec
+    finished = [json.loads(line) for line in (tmp_path / "run" / "journal.jsonl").open()]
+    finished = [e for e in finished if e["event"] == "trial_finished"]
+    assert len(finished) == 5
+    promoted = [e for e in finished if e["trial"].get("continue_from")]
+    assert promoted and all(e["trial"]["budget"] == 2 for e in promoted)
+    assert all(len(e["history"]) == 2 for e in promoted)  # 1 epoch carried, 1 trained
