@@ -40,7 +40,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             ", ".join(stage.from_) or "-",
             workflow.trainer_of(name).describe(),
             stage.search_label(),
-            str(stage.planned_trials()),
+            str(workflow.planned_trials(name)),
             f"{parallel.ranks} ({parallel.data}x{parallel.model})",
             str(at_once) if at_once else "[red]0: too few slots[/]",
         )

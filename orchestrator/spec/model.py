@@ -824,6 +824,22 @@ class Workflow(Strict):
             trainer = trainer.model_copy(update={"settings": settings})
         return trainer
 
+    def planned_trials(self, name: str) -> int:
+        """Trials the stage plans; a train stage that replays a pbt source's winning
+        schedule runs one chained trial per interval of it."""
+        stage = self.stage(name)
+        if getattr(stage, "replay", False):
+            for ref in stage.from_:
+                source = self.stage(ref)
+                search = getattr(source, "search", None)
+                if isinstance(search, PbtSearch):
+                    from search import make_searcher
+
+                    return int(make_searcher("pbt", source.search_space(),  # type: ignore[union-attr]
+                                             [("objective", "max")],
+                                             **search.settings()).intervals)
+        return stage.planned_trials()
+
     def declared_parallel(self, name: str) -> Parallel:
         """The stage's parallel as written (inherited through `from:`), auto included."""
         stage = self.stage(name)

@@ -214,3 +214,14 @@ stages:
         ("val_accuracy", "max"), ("train_time", "min")
     ]
     assert stage.early_stopping.rule == "asha"
+
+
+def test_a_train_stage_replaying_a_pbt_schedule_plans_a_trial_per_interval() -> None:
+    spec = Path(__file__).parents[2] / "configs" / "mnist-pbt.yaml"
+    workflow = load_spec(spec)
+    assert workflow.planned_trials("population") == 16  # 4 members x 4 intervals
+    assert workflow.planned_trials("replayed") == 4  # the winner's 4 intervals, chained
+    assert workflow.planned_trials("halving") == 12
+    plan = CliRunner().invoke(cli, ["validate", str(spec)])
+    row = next(line for line in plan.output.splitlines() if " replayed " in line)
+    assert row.split()[-4] == "4", row
