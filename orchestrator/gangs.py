@@ -85,18 +85,27 @@ def gpu_packing(gpu_share: float) -> int:
     return packing
 
 
+BACKENDS = ("horovod", "torch")
+
+
 @dataclass(frozen=True, order=True)
 class Shape:
-    """The ranks of one trial: data-parallel x model-parallel."""
+    """The ranks of one trial: data-parallel x model-parallel, and what they talk over
+    (``horovod``, or ``torch`` for torch.distributed): gangs of another backend are
+    not interchangeable, so the backend is part of what a warm gang is reused for."""
 
     data: int = 1
     model: int = 1
+    backend: str = "horovod"
 
     def __post_init__(self) -> None:
         for name in ("data", "model"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be a positive integer, but got {value!r}")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, but got"
+                             f" {self.backend!r}")
 
     @property
     def ranks(self) -> int:
@@ -113,9 +122,15 @@ class Shape:
 STALL_ENV = {
     "HOROVOD_STALL_CHECK_TIME_SECONDS": "60",
     "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": "300",
+    # torch.distributed's counterpart: a collective fails after this long (trainers.comm)
+    "NESTOR_COLLECTIVE_TIMEOUT_S": "300",
 }
-# Rank failures after which the gang's Horovod state is not to be trusted.
-HOROVOD_BROKE = ("HorovodInternalError", "Horovod has been shut down")
+# Rank failures after which the gang's communication state is not to be trusted:
+# Horovod's, and torch.distributed's (a collective timed out, a peer's socket
+# closed, the process group aborted).
+HOROVOD_BROKE = ("HorovodInternalError", "Horovod has been shut down", "DistBackendError",
+                 "DistNetworkError", "Connection closed by peer", "Connection reset by peer",
+                 "ProcessGroupGloo", "Timed out waiting", "NCCL error")
 
 
 def stall_env(env: dict[str, str] | None = None) -> dict[str, str]:
@@ -126,7 +141,8 @@ def stall_env(env: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def horovod_broke(result: Any) -> bool:
-    """Did this rank's trial fail inside Horovod (a stall shutdown, a lost peer)?"""
+    """Did this rank's trial fail inside its backend's collectives (a Horovod stall
+    shutdown, a lost peer, a torch.distributed timeout)?"""
     text = f"{getattr(result, 'reason', '') or ''}\n{getattr(result, 'details', '') or ''}"
     return getattr(result, "status", None) == "failed" and any(w in text for w in HOROVOD_BROKE)
 
@@ -587,15 +603,19 @@ def check_groups_fit(shape: Shape, use_gpu: bool = False,
 
 
 class GroupedRanks:
-    """The Horovod ranks of one gang, one placement-group bundle per model-parallel group.
+    """The ranks of one gang, one placement-group bundle per model-parallel group.
 
     Rank ``r`` runs in bundle ``r // mp``: the ranks ``d*mp .. d*mp+mp-1`` that
-    ``trainers.parallel`` makes one model-parallel process set share a bundle,
-    hence a node. The ranks are Horovod's own worker actors
-    (``horovod.ray.worker.BaseHorovodWorker``) wired up by Horovod's own
+    ``trainers.parallel`` makes one model-parallel group share a bundle,
+    hence a node. On the Horovod backend the ranks are Horovod's own worker
+    actors (``horovod.ray.worker.BaseHorovodWorker``) wired up by Horovod's own
     ``Coordinator`` (local and cross ranks by node, the Gloo rendezvous), so
     inside a rank this is indistinguishable from a ``RayExecutor`` gang: only
-    where the ranks sit differs.
+    where the ranks sit differs. On the torch backend they are
+    ``trainers.rank_actor.RankActor``s told their rank, local rank (by node)
+    and rank 0's address and a free port there; each joins the
+    torch.distributed process group the first time a trial needs it, and
+    Horovod is never imported.
 
     >>> ranks = GroupedRanks(Shape(data=2, model=2))      # doctest: +SKIP
     >>> ranks.start()                                     # doctest: +SKIP
@@ -607,8 +627,9 @@ class GroupedRanks:
     def __init__(self, shape: Shape, *, use_gpu: bool = False,
                  env: dict[str, str] | None = None, rendezvous_timeout_s: int = 60,
                  placement_timeout_s: int = PLACEMENT_TIMEOUT_S,
-                 gpu_share: float = 1.0) -> None:
+                 gpu_share: float = 1.0, backend: str | None = None) -> None:
         self.shape = shape
+        self.backend = backend or shape.backend
         self.use_gpu = use_gpu
         self.gpu_share = gpu_share if use_gpu else 1.0
         self.env = dict(env or {})
@@ -649,15 +670,13 @@ class GroupedRanks:
                 f" not placed within {self.placement_timeout_s} s; the cluster has"
                 f" {ray.available_resources().get(resource, 0):g} {resource}s free")
 
-    def _start_ranks(self) -> None:
+    def _spawn(self, actor_class: type) -> list[str]:
+        """One actor of ``actor_class`` per rank, rank r in bundle r // mp; their hostnames."""
         import ray
-        from horovod.ray.runner import Coordinator, RayExecutor
-        from horovod.ray.utils import detect_nics, nics_to_env_var
-        from horovod.ray.worker import BaseHorovodWorker
         from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
         size, mp = self.shape.ranks, self.shape.model
-        worker = ray.remote(BaseHorovodWorker)
+        worker = ray.remote(actor_class)
         for rank in range(size):
             where = PlacementGroupSchedulingStrategy(
                 placement_group=self.placement_group, placement_group_bundle_index=rank // mp,
@@ -669,9 +688,34 @@ class GroupedRanks:
         # Bounded: a rank whose process never comes up fails the start, not hangs it.
         self.node_ids = ray.get([w.node_id.remote() for w in self.workers],
                                 timeout=self.rendezvous_timeout_s)
-        hostnames = ray.get([w.hostname.remote() for w in self.workers],
-                            timeout=self.rendezvous_timeout_s)
+        return ray.get([w.hostname.remote() for w in self.workers],
+                       timeout=self.rendezvous_timeout_s)
 
+    def _start_ranks(self) -> None:
+        from trainers.comm import BACKEND_ENV
+
+        if self.backend == "torch":
+            per_rank, shared, hostnames = self._torch_rendezvous()
+        else:
+            per_rank, shared, hostnames = self._horovod_rendezvous()
+        shared.update(self.layout_env(hostnames))
+        shared[BACKEND_ENV] = self.backend
+        shared.update(self.env)
+        self._set_env(per_rank, shared)
+
+    def _set_env(self, per_rank: list[dict[str, str]], shared: dict[str, str]) -> None:
+        import ray
+
+        gpus = self._visible_devices() if self.use_gpu else {}
+        ray.get([w.update_env_vars.remote({**per_rank[rank], **shared, **gpus.get(rank, {})})
+                 for rank, w in enumerate(self.workers)])
+
+    def _horovod_rendezvous(self) -> tuple[list[dict[str, str]], dict[str, str], list[str]]:
+        from horovod.ray.runner import Coordinator, RayExecutor
+        from horovod.ray.utils import detect_nics, nics_to_env_var
+        from horovod.ray.worker import BaseHorovodWorker
+
+        hostnames = self._spawn(BaseHorovodWorker)
         settings = RayExecutor.create_settings(
             timeout_s=self.rendezvous_timeout_s,
             placement_group_timeout_s=self.placement_timeout_s)
@@ -684,11 +728,26 @@ class GroupedRanks:
         one_per_host = list(dict(zip(hostnames, self.workers, strict=True)).values())
         shared.update(nics_to_env_var(detect_nics(
             settings, all_host_names=list(coordinator.hostnames), node_workers=one_per_host)))
-        shared.update(self.layout_env(hostnames))
-        shared.update(self.env)
-        gpus = self._visible_devices() if self.use_gpu else {}
-        ray.get([w.update_env_vars.remote({**per_rank[rank], **shared, **gpus.get(rank, {})})
-                 for rank, w in enumerate(self.workers)])
+        return [per_rank[rank] for rank in range(self.shape.ranks)], shared, hostnames
+
+    def _torch_rendezvous(self) -> tuple[list[dict[str, str]], dict[str, str], list[str]]:
+        """Each rank's place, and where they meet: a free port on rank 0's node (its
+        address is the layout's ``NESTOR_GANG_ADDR``). The process group itself is
+        made by the ranks, in their first trial (trainers.comm)."""
+        import ray
+
+        from trainers.comm import LOCAL_RANK_ENV, LOCAL_SIZE_ENV, PORT_ENV, RANK_ENV, SIZE_ENV
+        from trainers.rank_actor import RankActor
+
+        hostnames = self._spawn(RankActor)
+        port = ray.get(self.workers[0].free_port.remote(), timeout=self.rendezvous_timeout_s)
+        per_rank = []
+        for rank, node in enumerate(self.node_ids):
+            peers = [r for r, n in enumerate(self.node_ids) if n == node]
+            per_rank.append({RANK_ENV: str(rank), SIZE_ENV: str(self.shape.ranks),
+                             LOCAL_RANK_ENV: str(peers.index(rank)),
+                             LOCAL_SIZE_ENV: str(len(peers))})
+        return per_rank, {PORT_ENV: str(port)}, hostnames
 
     def layout_env(self, hostnames: Sequence[str]) -> dict[str, str]:
         """Where the gang's ranks are, for a command trainer's launcher in rank 0

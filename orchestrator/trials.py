@@ -151,7 +151,7 @@ class TrialRunner:
             self._journalled_plan = bool(planned)  # journalled: neither profile nor plan again
             self._choose()
         else:
-            self.shape = Shape(int(declared.data), int(declared.model))
+            self.shape = self._gang_shape(int(declared.data), int(declared.model))
         self.state_path = run_dir / "searcher" / f"{stage.name}.json"
         self.records: dict[str, TrialRecord] = {}
         self.running: dict[str, Attempt] = {}  # by trial id
@@ -213,9 +213,14 @@ class TrialRunner:
             record = self.records.get(trial.id)
             self.queue.append((trial, (record.attempts if record else 0) + 1))
 
+    def _gang_shape(self, dp: int, mp: int) -> Shape:
+        """The gang a dp x mp trial of this stage runs on (the planner's shapes, and the
+        spec's, say nothing of the backend)."""
+        return Shape(dp, mp, backend=self.workflow.backend_of(self.stage.name))
+
     def _choose(self) -> None:
         chosen = self.planner.first()
-        self.shape = Shape(chosen.shape.dp, chosen.shape.mp)
+        self.shape = self._gang_shape(chosen.shape.dp, chosen.shape.mp)
         self._plan = chosen
 
     def _restore_plan(self, mine: list[dict[str, Any]]) -> None:
@@ -228,7 +233,7 @@ class TrialRunner:
         shaped = [e for e in mine if e["event"] in ("stage_planned", "stage_replanned")]
         if shaped:
             shape = shape_of(shaped[-1])
-            self.shape = Shape(shape.dp, shape.mp)
+            self.shape = self._gang_shape(shape.dp, shape.mp)
             return
         profile = self.planner.profile
         self.journal.record(StagePlanned(
@@ -249,7 +254,7 @@ class TrialRunner:
         decision = self.planner.tail(left=left, running=running, current=current)
         if decision is None or decision.shape == current:
             return
-        self.shape = Shape(decision.shape.dp, decision.shape.mp)
+        self.shape = self._gang_shape(decision.shape.dp, decision.shape.mp)
         self.journal.record(StageReplanned(
             stage=self.stage.name, dp=self.shape.data, mp=self.shape.model, left=left,
             running=len(self.running), reason=decision.reason))
@@ -449,6 +454,7 @@ class TrialRunner:
             config=dict(trial.config),
             data_parallel=self.shape.data,
             model_parallel=self.shape.model,
+            backend=self.shape.backend,
             checkpoint_dir=str(self.run_dir / "checkpoints" / trial_dir),
             log_dir=str(self.run_dir / "logs" / trial_dir),
             timeout=self.stage.trial.timeout,

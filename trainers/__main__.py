@@ -4,6 +4,8 @@
     horovodrun -np 2 -H localhost:2 --gloo python -m trainers --trainer cnn --data-parallel 2
     horovodrun -np 4 -H localhost:4 --gloo python -m trainers --trainer mlp \
         --data-parallel 2 --model-parallel 2
+    torchrun --standalone --nproc_per_node 2 -m trainers --backend torch --trainer cnn \
+        --data-parallel 2
     python -m trainers --command "python3 fit.py" --param lr=0.1
     python -m trainers --command "torchrun --nproc_per_node {np} fit.py" --data-parallel 2
     python -m trainers --function mypkg.fit:train --param lr=0.1
@@ -57,6 +59,9 @@ def parser() -> argparse.ArgumentParser:
                    help="data-parallel ranks")
     p.add_argument("--model-parallel", "--mp", dest="mp", type=int, default=1,
                    help="model-parallel ranks (write --model-parallel under horovodrun)")
+    p.add_argument("--backend", choices=("horovod", "torch"),
+                   help="what the ranks communicate over (default: horovod; torch under"
+                        " torchrun)")
     p.add_argument("--trial-id", default="cli")
     p.add_argument("--checkpoint-dir")
     p.add_argument("--init-from", help="checkpoint file or directory to start from")
@@ -87,6 +92,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpoint_dir=args.checkpoint_dir, init_from=args.init_from,
         init_groups=split(args.init_groups) if args.init_groups else None,
         freeze=split(args.freeze), log_dir=args.log_dir, timeout=args.timeout,
+        backend=args.backend,
     )
 
     def report(metrics: dict[str, float], step: int) -> None:
@@ -99,12 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     result = run_trial(request, report=report)
     rank = command_rank() if trainer.kind == "command" else 0  # only rank 0 ran it
     if trainer.kind != "command":
-        from trainers.parallel import launched_size
+        from trainers.parallel import process_rank
 
-        if launched_size() > 1:
-            import horovod.torch as hvd
-
-            rank = hvd.rank() if hvd.is_initialized() else 0
+        rank = process_rank(args.backend)
     if rank == 0:
         text = json.dumps(result.to_dict(), indent=None if args.quiet else 2, default=str)
         print(text, flush=True)

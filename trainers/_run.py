@@ -14,10 +14,11 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
               heartbeat: Heartbeat | None = None) -> TrialResult:
     """Run one trial in this process and return how it ended; never raises for the trial's faults.
 
-    Built-in and function trainers: call it in **every rank** of a Horovod
-    gang of ``request.data_parallel * request.model_parallel`` ranks, at the
-    same time, with the same request (a plain single process when both are 1).
-    It initialises Horovod once per process and the process sets a shape needs
+    Built-in and function trainers: call it in **every rank** of a gang of
+    ``request.data_parallel * request.model_parallel`` ranks (Horovod, or
+    torch.distributed with ``request.backend="torch"``), at the same time,
+    with the same request (a plain single process when both are 1). It
+    initialises the backend once per process and the groups a shape needs
     once per shape, so a warm gang may run trial after trial::
 
         executor = horovod.ray.RayExecutor(settings, num_workers=dp * mp)
@@ -56,7 +57,7 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
         else:
             from trainers.parallel import setup
 
-            par = setup(request.data_parallel, request.model_parallel)
+            par = setup(request.data_parallel, request.model_parallel, request.backend)
             rank = par.rank
             if request.trainer.kind == "builtin":
                 from trainers.builtin import run_builtin
@@ -83,6 +84,9 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
 
 
 def command_rank() -> int:
-    """This process's rank in its gang (0 outside one): the gang's worker actors
-    carry Horovod's ``HOROVOD_RANK`` from their start, before any ``hvd.init``."""
-    return int(os.environ.get("HOROVOD_RANK", "0") or 0)
+    """This process's rank in its gang (0 outside one): the gang's ranks carry it
+    from their start (``HOROVOD_RANK``; ``NESTOR_GANG_RANK`` in a torch gang), before
+    any backend is initialised."""
+    from trainers.comm import RANK_ENV
+
+    return int(os.environ.get("HOROVOD_RANK") or os.environ.get(RANK_ENV) or 0)

@@ -155,6 +155,8 @@ class TrialRequest:
     trial carries on from when it has none of its own yet: weights, optimizer
     state, epoch and history (a PBT exploit, a successive-halving promotion);
     it trains on up to its own ``epochs``.
+    ``backend``: what the ranks communicate over, ``horovod`` or ``torch``
+    (torch.distributed); None: the gang's (``NESTOR_GANG_COMM``), else Horovod.
     ``log_dir``: where a command trainer's stdout and stderr are kept.
     ``workdir``: a command trainer's working directory (default: current).
     ``timeout``: seconds before a command trainer is killed.
@@ -174,6 +176,7 @@ class TrialRequest:
     init_groups: tuple[str, ...] | None = None
     freeze: tuple[str, ...] = ()
     continue_from: str | None = None
+    backend: str | None = None
     log_dir: str | None = None
     workdir: str | None = None
     timeout: float | None = None
@@ -198,6 +201,8 @@ class TrialRequest:
                 raise TypeError(f"{name} must be a sequence of group names, but got a string")
             if value is not None:
                 object.__setattr__(self, name, tuple(value))
+        if self.backend not in (None, "horovod", "torch"):
+            raise ValueError(f"backend must be horovod or torch, but got {self.backend!r}")
         object.__setattr__(self, "settings", dict(self.settings))
         object.__setattr__(self, "config", dict(self.config))
 

@@ -1,11 +1,12 @@
 """The training loop of the built-in trainers (``mlp``, ``cnn``), for any dp x mp.
 
-Every rank runs this same function. Data parallelism: Horovod's
-`DistributedOptimizer` averages gradients over the rank's data-parallel
-process set (optionally compressed to fp16); parameters and optimizer state
-start equal by broadcast. Model parallelism: the wide layers are
-`ShardedLinear`s (see models.py). With both, gradients of split weights are
-averaged only over their data-parallel group (the ranks holding the same
+Every rank runs this same function, over Horovod or torch.distributed
+(trainers.comm). Data parallelism: gradients are averaged over the rank's
+data-parallel group (Horovod's `DistributedOptimizer`, or torch's
+`DistributedDataParallel`; optionally compressed to fp16); parameters and
+optimizer state start equal by broadcast. Model parallelism: the wide layers
+are `ShardedLinear`s (see models.py). With both, gradients of split weights
+are averaged only over their data-parallel group (the ranks holding the same
 shard); replicated weights get the same average in every group, since the
 ranks of a model-parallel group compute identical gradients for them.
 
@@ -50,10 +51,10 @@ def _set_threads(par: Parallel) -> None:
 def device_for(par: Parallel) -> torch.device:
     """The rank's GPU (by local rank) where CUDA is present, else the CPU.
 
-    With several ranks the GPU is used only if Horovod was built with CUDA
-    (NCCL): a CPU-only (Gloo) Horovod cannot reduce GPU tensors.
+    With several ranks the GPU is used only if the backend can reduce GPU
+    tensors (NCCL): a CPU-only (Gloo) Horovod cannot.
     """
-    gpu_collectives = par.hvd is None or par.size == 1 or bool(par.hvd.cuda_built())
+    gpu_collectives = par.comm is None or par.size == 1 or par.comm.gpu_tensors()
     if torch.cuda.is_available() and gpu_collectives:
         share = gpu_share()
         # A rank that shares its GPU sees only that one; else local rank i has cuda:i.
@@ -101,27 +102,17 @@ def warmup_factor(step: int, warmup_steps: int) -> float:
 
 
 def _broadcast(model: torch.nn.Module, optimizer: Any, par: Parallel) -> None:
-    """Start every rank of a data-parallel group from its root's weights and state."""
-    hvd = par.hvd
-    has_state = bool(optimizer.state_dict()["state"])
-    if par.mp == 1:
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
-        # Skipped on a fresh optimizer: Horovod would take a zero-gradient step
-        # to create state, which with weight decay moves the weights.
-        if has_state:
-            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-        return
-    # Split weights differ across a model-parallel group, so broadcast inside
-    # each data-parallel group (hvd.broadcast_parameters is global only).
+    """Start every rank of a data-parallel group from its root's weights and state.
+
+    Per data-parallel group, not globally: split weights differ across a
+    model-parallel group. A fresh optimizer has no state to send."""
+    comm = par.comm
     for name, tensor in sorted(model.state_dict().items()):
-        hvd.broadcast_(tensor, root_rank=par.dp_root, name=f"bcast.{name}",
-                       process_set=par.dp_set)
-    if has_state:
-        for index, entry in sorted(optimizer.state_dict()["state"].items()):
-            for key, value in sorted(entry.items()):
-                if torch.is_tensor(value) and value.dim() > 0:
-                    hvd.broadcast_(value, root_rank=par.dp_root, name=f"bcast.opt.{index}.{key}",
-                                   process_set=par.dp_set)
+        comm.broadcast_(tensor, par.dp_root, par.dp_set, f"bcast.{name}")
+    for index, entry in sorted(optimizer.state_dict()["state"].items()):
+        for key, value in sorted(entry.items()):
+            if torch.is_tensor(value) and value.dim() > 0:
+                comm.broadcast_(value, par.dp_root, par.dp_set, f"bcast.opt.{index}.{key}")
 
 
 def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, par: Parallel,
@@ -168,11 +159,10 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
     start_epoch = 0
     saved_optimizer = None
     latest = ckpt.latest_checkpoint(request.checkpoint_dir)
-    if par.hvd is not None and par.size > 1:
+    if par.comm is not None and par.size > 1:
         # Rank 0 decides which checkpoint to resume from: on a shared file
         # system another rank might see an older listing.
-        chosen = par.hvd.broadcast_object(str(latest) if latest else None, root_rank=0,
-                                          name="ckpt.latest")
+        chosen = par.comm.broadcast_object(str(latest) if latest else None, 0, "ckpt.latest")
         latest = Path(chosen) if chosen else None
     if latest is None and request.continue_from:  # another trial's: carry on from it
         latest = ckpt.resolve_source(request.continue_from)
@@ -198,13 +188,10 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
         raise TrialFailed(f"freeze {list(request.freeze)} leaves no parameters to train")
     lr = scaled_lr(options, par.dp)
     optimizer: Any = make_optimizer(options, [p for _, p in named], lr)
+    net: torch.nn.Module = model  # what trains: the model, or DDP's wrapper of it
     if par.dp > 1:
-        hvd = par.hvd
-        compression = hvd.Compression.fp16 if options["fp16_allreduce"] else hvd.Compression.none
-        optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=named, compression=compression,
-            process_set=par.dp_set if par.dp_set is not None else hvd.global_process_set,
-        )
+        net, optimizer = par.comm.data_parallel(model, optimizer, named, par.dp_set,
+                                                options["fp16_allreduce"])
     names = [n for n, _ in named]
     if saved_optimizer is not None:
         ckpt.load_optimizer_state(optimizer, saved_optimizer, names, model)
@@ -233,7 +220,7 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
                 group["lr"] = lr * warmup_factor(epoch * steps + step, warmup_steps)
             xb = torch.from_numpy(train_x[idx]).to(device, non_blocking=True)
             yb = torch.from_numpy(train_y[idx]).to(device, non_blocking=True)
-            out = model(xb)
+            out = net(xb)
             batch_loss = F.cross_entropy(out, yb, reduction="sum")
             optimizer.zero_grad()
             (batch_loss * (par.dp / batch_size)).backward()

@@ -102,8 +102,8 @@ def full_state_dict(model: Any, par: Any) -> dict[str, Any]:
     full = {}
     for name, tensor in model.state_dict().items():
         if name in owners and par is not None and par.mp > 1:
-            tensor = par.hvd.allgather(tensor.detach().contiguous(), name=f"ckpt.{name}",
-                                       process_set=par.mp_set)
+            tensor = par.comm.allgather(tensor.detach().contiguous(), par.mp_set,
+                                        f"ckpt.{name}")
         full[name] = tensor.detach().cpu().clone()
     return full
 
@@ -195,8 +195,8 @@ def full_optimizer_state(optimizer: Any, names: list[str], model: Any, par: Any)
         for key, value in sorted(entry.items()):
             if (hasattr(value, "shape") and name in owners and par is not None and par.mp > 1
                     and tuple(value.shape) == tuple(params[index].shape)):
-                value = par.hvd.allgather(value.contiguous(), name=f"ckpt.opt.{name}.{key}",
-                                          process_set=par.mp_set)
+                value = par.comm.allgather(value.contiguous(), par.mp_set,
+                                           f"ckpt.opt.{name}.{key}")
             out[key] = value.detach().cpu().clone() if hasattr(value, "detach") else value
         state[name] = out
     groups = []

@@ -2,8 +2,9 @@
 
     trainer: {function: "trainers.examples:softmax_digits", settings: {epochs: 3}}
 
-It trains a softmax classifier on scikit-learn's digits, data-parallel over
-``ctx.dp_set`` with Horovod when the trial has several ranks, reports
+It trains a softmax classifier on scikit-learn's digits, data-parallel
+(``ctx.distribute``: Horovod or torch.distributed, as the trial's backend
+is) when the trial has several ranks, reports
 validation accuracy each epoch, honours ``should_stop()``, and returns its
 final metrics. Model parallelism is not used (an mp > 1 trial just repeats
 the work in each model-parallel rank).
@@ -29,13 +30,7 @@ def softmax_digits(config: dict[str, Any], ctx: Any) -> dict[str, float]:
     torch.manual_seed(seed)
     model = torch.nn.Linear(64, splits.num_classes)
     optimizer: Any = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
-    if ctx.dp_size > 1:
-        hvd = ctx.hvd
-        optimizer = hvd.DistributedOptimizer(
-            optimizer, named_parameters=model.named_parameters(),
-            process_set=ctx.dp_set if ctx.dp_set is not None else hvd.global_process_set,
-        )
-        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    net, optimizer = ctx.distribute(model, optimizer)
 
     def accuracy(x: np.ndarray, y: np.ndarray) -> float:
         with torch.no_grad():
@@ -48,7 +43,7 @@ def softmax_digits(config: dict[str, Any], ctx: Any) -> dict[str, float]:
                                        rank=ctx.dp_rank, size=ctx.dp_size):
             xb = torch.from_numpy(splits.train.x[idx]).flatten(1)
             yb = torch.from_numpy(splits.train.y[idx])
-            loss = F.cross_entropy(model(xb), yb, reduction="sum") * (ctx.dp_size / size)
+            loss = F.cross_entropy(net(xb), yb, reduction="sum") * (ctx.dp_size / size)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()

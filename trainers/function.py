@@ -49,9 +49,14 @@ def resolve_function(path: str) -> Callable[..., Any]:
 class TrialContext:
     """What a user trainer function knows about its trial (one per rank).
 
-    ``dp_set``/``mp_set`` are Horovod process sets for collectives inside
-    the data- or model-parallel group (None when the group has one rank);
-    ``hvd`` is ``horovod.torch`` (None in a plain single process).
+    ``backend`` is what the ranks communicate over (``horovod`` or ``torch``;
+    None in a plain single process) and ``comm`` its collectives
+    (trainers.comm: ``allreduce_sum``, ``allgather``, ``broadcast_``...).
+    ``dp_set``/``mp_set`` are its groups for collectives inside the data- or
+    model-parallel group (None when the group has one rank): Horovod process
+    sets or torch.distributed groups. ``hvd`` is ``horovod.torch`` on the
+    Horovod backend (None otherwise), for code that calls Horovod itself.
+    :meth:`distribute` makes a model and optimizer data-parallel on either.
     """
 
     trial_id: str
@@ -107,6 +112,27 @@ class TrialContext:
     @property
     def hvd(self) -> Any:
         return self.par.hvd
+
+    @property
+    def backend(self) -> str | None:
+        return self.par.backend
+
+    @property
+    def comm(self) -> Any:
+        return self.par.comm
+
+    def distribute(self, model: Any, optimizer: Any, *, fp16: bool = False) -> tuple[Any, Any]:
+        """Data parallelism on whichever backend the trial runs: returns (what to call
+        forward on, what to step). Gradients are averaged over the data-parallel group
+        (Horovod's DistributedOptimizer, or torch's DistributedDataParallel) and every
+        rank starts from its group root's weights. Unchanged when dp is 1."""
+        if self.par.dp == 1 or self.par.comm is None:
+            return model, optimizer
+        comm = self.par.comm
+        for name, tensor in sorted(model.state_dict().items()):
+            comm.broadcast_(tensor, self.par.dp_root, self.par.dp_set, f"ctx.bcast.{name}")
+        named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+        return comm.data_parallel(model, optimizer, named, self.par.dp_set, fp16)
 
     def report(self, metrics: dict[str, float], step: int) -> None:
         """Record per-epoch metrics; rank 0 passes them on to the orchestrator."""

@@ -1,16 +1,18 @@
-"""Horovod set-up for one trial shape (dp x mp), and the model-parallel collectives.
+"""Set-up for one trial shape (dp x mp) over Horovod or torch.distributed, and the
+model-parallel collectives.
 
 Rank layout: global rank = dp_rank * mp + mp_rank, so the ranks of one
 model-parallel group are neighbours (on one node when a gang is packed,
 where their per-layer allgathers are cheapest). Each model-parallel group
 {d*mp .. d*mp+mp-1} and each data-parallel group {m, m+mp, m+2mp, ..} is a
-Horovod process set.
+group of the backend (trainers.comm): a Horovod process set or a
+torch.distributed group.
 
 `setup` may be called again and again in the same processes (a warm gang
-runs trial after trial): Horovod is initialised once, with dynamic process
-sets, and each group's process set is added the first time a shape needs it
-and reused afterwards. Every rank must call `setup` with the same shape at
-the same point, since adding a process set is collective.
+runs trial after trial): the backend is initialised once (Horovod with
+dynamic process sets), and each group is added the first time a shape needs
+it and reused afterwards. Every rank must call `setup` with the same shape
+at the same point, since adding a group is collective.
 """
 
 from __future__ import annotations
@@ -19,26 +21,41 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
+from trainers.comm import Comm, HorovodComm, TorchComm, backend_from_env, torch_launched_size
+
 _LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
-_process_sets: dict[tuple[int, ...], Any] = {}
+_comms: dict[str, Comm] = {}
 
 
-def launched_size() -> int:
-    """How many ranks a launcher (horovodrun, Ray, mpirun) started, 1 if none."""
+def launched_size(backend: str | None = None) -> int:
+    """How many ranks a launcher (a gang, horovodrun, torchrun, mpirun) started, 1 if none."""
+    if backend_from_env(backend) == "torch":
+        return torch_launched_size()
     for name in _LAUNCHER_SIZE_VARS:
         if os.environ.get(name, "").isdigit():
             return int(os.environ[name])
     return 1
 
 
+def process_rank(backend: str | None = None) -> int:
+    """This process's rank once a trial has initialised its backend (0 before, or alone)."""
+    comm = _comms.get(backend_from_env(backend))
+    try:
+        return comm.rank() if comm is not None else 0
+    except (RuntimeError, ValueError):  # shut down since
+        return 0
+
+
 @dataclass
 class Parallel:
     """Where this process sits in a trial of ``dp`` x ``mp`` ranks.
 
-    ``hvd`` is the ``horovod.torch`` module, or None in a plain single
-    process (dp = mp = 1 and no launcher). ``dp_set``/``mp_set`` are Horovod
-    process sets, or None when the group has one rank (nothing to
-    communicate); a group of all ranks is Horovod's global process set.
+    ``comm`` is the backend's collectives (trainers.comm), or None in a plain
+    single process (dp = mp = 1 and no launcher). ``dp_set``/``mp_set`` are
+    its groups, or None when the group has one rank (nothing to communicate);
+    a group of all ranks is the backend's global one. ``hvd`` is the
+    ``horovod.torch`` module on the Horovod backend (for user code that
+    calls it directly), else None.
     """
 
     dp: int
@@ -46,7 +63,7 @@ class Parallel:
     rank: int = 0
     local_rank: int = 0
     local_size: int = 1
-    hvd: Any = None
+    comm: Comm | None = None
     dp_set: Any = None
     mp_set: Any = None
     dp_ranks: tuple[int, ...] = field(default_factory=tuple)
@@ -73,80 +90,93 @@ class Parallel:
     def is_root(self) -> bool:
         return self.rank == 0
 
+    @property
+    def hvd(self) -> Any:
+        return self.comm.hvd if isinstance(self.comm, HorovodComm) else None
 
-def _process_set(hvd: Any, ranks: tuple[int, ...]) -> Any:
-    if len(ranks) == 1:
-        return None
-    if len(ranks) == hvd.size():
-        return hvd.global_process_set
-    existing = _process_sets.get(ranks)
-    if existing is None or existing.process_set_id is None:
-        existing = hvd.add_process_set(list(ranks))
-        _process_sets[ranks] = existing
-    return existing
+    @property
+    def backend(self) -> str | None:
+        return None if self.comm is None else self.comm.backend
 
 
-def _ensure_horovod() -> Any:
+def _horovod() -> Comm:
     try:
         import horovod.torch as hvd
     except ImportError as exc:  # pragma: no cover - depends on the install
         raise ImportError(
-            "data or model parallelism needs Horovod built with PyTorch (horovod.torch);"
-            " run scripts/setup.sh"
+            "data or model parallelism on the horovod backend needs Horovod built with"
+            " PyTorch (horovod.torch); run scripts/setup.sh, or use backend: torch"
         ) from exc
     if hvd.is_initialized() and os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") != "1":
         # Someone (a launcher's wrapper, user code) initialised Horovod without
         # dynamic process sets: start it again with them.
         hvd.shutdown()
-        _process_sets.clear()
+        _comms.pop("horovod", None)
     if not hvd.is_initialized():
-        _process_sets.clear()
+        _comms.pop("horovod", None)
         hvd.init(process_sets="dynamic")
-    return hvd
+    if "horovod" not in _comms:
+        _comms["horovod"] = HorovodComm(hvd)
+    return _comms["horovod"]
 
 
-def setup(dp: int, mp: int) -> Parallel:
-    """Initialise (once) Horovod and the process sets a dp x mp trial needs.
+def _torch() -> Comm:
+    import torch.distributed as dist
 
-    Raises ValueError when the running ranks do not match dp x mp.
+    if "torch" not in _comms or not dist.is_initialized():
+        _comms["torch"] = TorchComm()
+    return _comms["torch"]
+
+
+def _single_process_comm() -> Comm | None:
+    """A one-rank Horovod someone already initialised (user code may call hvd), else None."""
+    try:
+        import horovod.torch as maybe_hvd
+
+        if maybe_hvd.is_initialized() and maybe_hvd.size() == 1:
+            return _comms.setdefault("horovod", HorovodComm(maybe_hvd))
+    except ImportError:  # pragma: no cover - depends on the install
+        pass
+    return None
+
+
+def setup(dp: int, mp: int, backend: str | None = None) -> Parallel:
+    """Initialise (once) the backend and the groups a dp x mp trial needs.
+
+    ``backend``: ``horovod`` or ``torch``; None takes the gang's (``NESTOR_GANG_COMM``),
+    else Horovod. Raises ValueError when the running ranks do not match dp x mp.
     """
     for name, value in (("data_parallel", dp), ("model_parallel", mp)):
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise ValueError(f"{name} must be an integer of at least 1, but got {value!r}")
-    if dp * mp == 1 and launched_size() == 1:
-        hvd = None
-        try:
-            import horovod.torch as maybe_hvd
-
-            if maybe_hvd.is_initialized() and maybe_hvd.size() == 1:
-                hvd = maybe_hvd
-        except ImportError:  # pragma: no cover - depends on the install
-            pass
-        return Parallel(1, 1, hvd=hvd, dp_ranks=(0,), mp_ranks=(0,))
-    hvd = _ensure_horovod()
-    if hvd.size() != dp * mp:
+    backend = backend_from_env(backend)
+    if dp * mp == 1 and launched_size(backend) == 1:
+        comm = _single_process_comm() if backend == "horovod" else None
+        return Parallel(1, 1, comm=comm, dp_ranks=(0,), mp_ranks=(0,))
+    comm = _horovod() if backend == "horovod" else _torch()
+    if comm.size() != dp * mp:
         raise ValueError(
             f"a trial of {dp} data x {mp} model-parallel ranks needs {dp * mp} ranks, but"
-            f" {hvd.size()} are running"
+            f" {comm.size()} are running"
         )
-    rank = hvd.rank()
+    rank = comm.rank()
     dp_rank, mp_rank = divmod(rank, mp)
-    # Adding process sets is collective: every rank adds every group, in one order.
+    # Adding groups is collective: every rank adds every group, in one order.
     for group in range(dp):
-        _process_set(hvd, tuple(range(group * mp, group * mp + mp)))
+        comm.group(tuple(range(group * mp, group * mp + mp)))
     for group in range(mp):
-        _process_set(hvd, tuple(range(group, dp * mp, mp)))
+        comm.group(tuple(range(group, dp * mp, mp)))
     mp_ranks = tuple(range(dp_rank * mp, dp_rank * mp + mp))
     dp_ranks = tuple(range(mp_rank, dp * mp, mp))
     return Parallel(
         dp,
         mp,
         rank=rank,
-        local_rank=hvd.local_rank(),
-        local_size=hvd.local_size(),
-        hvd=hvd,
-        dp_set=_process_set(hvd, dp_ranks),
-        mp_set=_process_set(hvd, mp_ranks),
+        local_rank=comm.local_rank(),
+        local_size=comm.local_size(),
+        comm=comm,
+        dp_set=comm.group(dp_ranks),
+        mp_set=comm.group(mp_ranks),
         dp_ranks=dp_ranks,
         mp_ranks=mp_ranks,
     )
@@ -211,8 +241,7 @@ def _make_functions() -> tuple[Any, Any]:
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
             par = ctx.par
-            total = par.hvd.allreduce(grad.contiguous(), op=par.hvd.Sum, name=f"{ctx.name}.in",
-                                      process_set=par.mp_set)
+            total = par.comm.allreduce_sum(grad.contiguous(), par.mp_set, f"{ctx.name}.in")
             return total, None, None
 
     class GatherFeatures(torch.autograd.Function):
@@ -220,9 +249,8 @@ def _make_functions() -> tuple[Any, Any]:
         def forward(ctx: Any, local: Any, par: Parallel, name: str, widths: list[int]) -> Any:
             ctx.offset = sum(widths[: par.mp_rank])
             ctx.width = widths[par.mp_rank]
-            gathered = par.hvd.allgather(
-                local.detach().t().contiguous(), name=f"{name}.out", process_set=par.mp_set
-            )
+            gathered = par.comm.allgather(local.detach().t().contiguous(), par.mp_set,
+                                          f"{name}.out")
             return gathered.t().contiguous()
 
         @staticmethod
@@ -235,22 +263,20 @@ def _make_functions() -> tuple[Any, Any]:
 
 def allreduce_sum(values: list[float], par: Parallel, process_set: Any, name: str) -> list[float]:
     """Sum a few floats over a process set (None: this rank alone)."""
-    if process_set is None or par.hvd is None:
+    if process_set is None or par.comm is None:
         return list(values)
     import torch
 
-    total = par.hvd.allreduce(
-        torch.tensor(values, dtype=torch.float64), op=par.hvd.Sum, name=name,
-        process_set=process_set,
-    )
+    total = par.comm.allreduce_sum(torch.tensor(values, dtype=torch.float64), process_set, name)
     return [float(v) for v in total]
 
 
 def broadcast_flag(flag: bool, par: Parallel, name: str) -> bool:
     """Rank 0's answer, on every rank: keeps decisions such as stopping collective."""
-    if par.hvd is None or par.size == 1:
+    if par.comm is None or par.size == 1:
         return flag
     import torch
 
-    value = par.hvd.broadcast(torch.tensor([1 if flag else 0]), root_rank=0, name=name)
+    value = torch.tensor([1 if flag else 0])
+    par.comm.broadcast_(value, 0, None, name)
     return bool(value.item())

@@ -13,7 +13,7 @@ because the parts scale differently with the shape:
   and, for the split layers, with 1/mp);
 - ``gather_s``: the model-parallel collectives inside forward and backward
   (an allgather of each split layer's output and an allreduce of its input's
-  gradient), timed around the real Horovod calls;
+  gradient), timed around the real backend calls;
 - ``allreduce_s``: the data-parallel gradient average, one fused
   ``grouped_allreduce`` as Horovod's tensor fusion would issue it. It is not
   overlapped with backward here, so the sum of the parts is the step time of
@@ -43,21 +43,21 @@ from typing import Any
 DEFAULT_COMM_BYTES = (4_096, 65_536, 524_288, 2_097_152, 8_388_608)
 
 
-class _TimedHorovod:
-    """``horovod.torch`` with its allgather and allreduce calls timed.
+class _TimedComm:
+    """A backend's collectives with its allgather and allreduce calls timed.
 
-    The split layers call collectives through ``Parallel.hvd``; swapping in
+    The split layers call collectives through ``Parallel.comm``; swapping in
     this wrapper measures exactly those calls (the real ones run), and
     nothing else the rank does.
     """
 
-    def __init__(self, hvd: Any) -> None:
-        self._hvd = hvd
+    def __init__(self, comm: Any) -> None:
+        self._comm = comm
         self.seconds = 0.0
         self.calls = 0
 
     def __getattr__(self, name: str) -> Any:
-        return getattr(self._hvd, name)
+        return getattr(self._comm, name)
 
     def _timed(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         tick = time.perf_counter()
@@ -68,10 +68,10 @@ class _TimedHorovod:
             self.calls += 1
 
     def allgather(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed(self._hvd.allgather, *args, **kwargs)
+        return self._timed(self._comm.allgather, *args, **kwargs)
 
-    def allreduce(self, *args: Any, **kwargs: Any) -> Any:
-        return self._timed(self._hvd.allreduce, *args, **kwargs)
+    def allreduce_sum(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed(self._comm.allreduce_sum, *args, **kwargs)
 
 
 def _rss_bytes() -> int:
@@ -79,25 +79,23 @@ def _rss_bytes() -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _comm_bench(hvd: Any, sizes: tuple[int, ...], reps: int) -> list[dict[str, Any]]:
+def _comm_bench(comm: Any, sizes: tuple[int, ...], reps: int) -> list[dict[str, Any]]:
     """Median seconds of an allreduce and an allgather of each size over all ranks."""
     import torch
 
-    size = hvd.size()
+    size = comm.size()
+    everyone = comm.group(tuple(range(size)))
     points: list[dict[str, Any]] = []
     for nbytes in sizes:
         numel = max(1, nbytes // 4)
         full = torch.ones(numel, dtype=torch.float32)
         share = torch.ones(max(1, numel // size), dtype=torch.float32)
-        for kind, fn, tensor in (("allreduce", hvd.allreduce, full),
-                                 ("allgather", hvd.allgather, share)):
+        for kind, fn, tensor in (("allreduce", comm.allreduce_sum, full),
+                                 ("allgather", comm.allgather, share)):
             times = []
             for rep in range(reps + 2):
                 tick = time.perf_counter()
-                if kind == "allreduce":
-                    fn(tensor, op=hvd.Sum, name=f"probe.{kind}.{nbytes}")
-                else:
-                    fn(tensor, name=f"probe.{kind}.{nbytes}")
+                fn(tensor, everyone, f"probe.{kind}.{nbytes}")
                 if rep >= 2:  # the first calls negotiate the tensor name
                     times.append(time.perf_counter() - tick)
             moved = numel * 4 if kind == "allreduce" else share.numel() * 4 * size
@@ -125,21 +123,21 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any] | None:
     trainer = job["trainer"]
     dp, mp = int(job["dp"]), int(job["mp"])
     options = resolve_options(trainer, job.get("settings", {}), job.get("config", {}))
-    par = setup(dp, mp)
+    par = setup(dp, mp, job.get("backend"))
     device = device_for(par)
     splits = splits_of(options)
     rss_before = _rss_bytes()
     timed = None
-    if par.hvd is not None and mp > 1:
-        timed = _TimedHorovod(par.hvd)
-        par.hvd = timed  # the split layers hold this Parallel: their collectives are timed
+    comm = par.comm
+    if comm is not None and mp > 1:
+        timed = _TimedComm(comm)
+        par.comm = timed  # type: ignore[assignment]  # the split layers' collectives, timed
     arch = make_arch(trainer, options, splits.image_shape, splits.num_classes)
     model = build_model(arch, par, seed=options["seed"]).to(device)
     params = [p for p in model.parameters() if p.requires_grad]
     optimizer = make_optimizer(options, params, options["lr"])
-    hvd = timed._hvd if timed is not None else par.hvd
-    if hvd is not None and dp > 1:
-        _ = hvd.allreduce(torch.zeros(1), name="probe.warm")
+    if comm is not None and dp > 1:
+        _ = comm.allreduce_sum(torch.zeros(1), None, "probe.warm")
     split_names = set(sharded_layers(model))
     split_params = sum(p.numel() for n, p in model.named_parameters() if n in split_names)
 
@@ -164,9 +162,7 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any] | None:
             reduced = 0.0
             if dp > 1:
                 grads = [p.grad for p in params]
-                averaged = hvd.grouped_allreduce(
-                    grads, op=hvd.Average, name="probe.grads",
-                    process_set=par.dp_set if par.dp_set is not None else hvd.global_process_set)
+                averaged = comm.allreduce_mean(grads, par.dp_set, "probe.grads")
                 for p, g in zip(params, averaged, strict=True):
                     p.grad.copy_(g)
                 reduced = time.perf_counter() - backward_done
@@ -190,13 +186,14 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any] | None:
         row.update({"batch": batch, "peak_memory_bytes": peak})
         rows.append(row)
 
-    comm: list[dict[str, Any]] = []
-    if hvd is not None and par.size > 1:
-        comm = _comm_bench(hvd, tuple(job.get("comm_bytes", DEFAULT_COMM_BYTES)),
-                           int(job.get("comm_reps", 10)))
+    points: list[dict[str, Any]] = []
+    if comm is not None and par.size > 1:
+        points = _comm_bench(comm, tuple(job.get("comm_bytes", DEFAULT_COMM_BYTES)),
+                             int(job.get("comm_reps", 10)))
 
-    mine = {"rows": rows, "comm": comm}
-    everyone = hvd.allgather_object(mine) if hvd is not None and par.size > 1 else [mine]
+    mine = {"rows": rows, "comm": points}
+    everyone = (comm.allgather_object(mine, "probe.results")
+                if comm is not None and par.size > 1 else [mine])
     if par.rank != 0:
         return None
     # The slowest rank sets the pace of a synchronous step.
@@ -207,7 +204,7 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any] | None:
             merged[key] = max(r["rows"][i][key] for r in everyone)
         slowest.append(merged)
     comm_max = [dict(p, seconds=max(r["comm"][i]["seconds"] for r in everyone))
-                for i, p in enumerate(comm)]
+                for i, p in enumerate(points)]
     return {
         "dp": dp, "mp": mp, "device": device.type, "threads": torch.get_num_threads(),
         "rows": slowest, "comm": comm_max,

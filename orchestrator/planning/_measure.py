@@ -50,7 +50,7 @@ def trainer_args(options: Mapping[str, Any]) -> list[str]:
 
 
 def measure_wave(trainer: str, options: Mapping[str, Any], dp: int, mp: int, at_once: int = 1,
-                 *, timeout: float = 600) -> Wave:
+                 *, timeout: float = 600, backend: str = "horovod") -> Wave:
     """Run ``at_once`` trials of dp x mp at the same time; their epochs' times."""
     with tempfile.TemporaryDirectory(prefix="nestor-measure-") as tmp:
         procs = []
@@ -59,7 +59,8 @@ def measure_wave(trainer: str, options: Mapping[str, Any], dp: int, mp: int, at_
             argv = launcher_argv(dp * mp, [
                 "-m", "trainers", "--trainer", trainer, "--quiet", "--json", str(out),
                 "--trial-id", f"measure-{i}", "--data-parallel", str(dp),
-                "--model-parallel", str(mp), *trainer_args(options)])
+                "--model-parallel", str(mp), "--backend", backend, *trainer_args(options)],
+                backend)
             procs.append((subprocess.Popen(argv, cwd=REPO, env=rank_env(), text=True,
                                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                            start_new_session=True), out))

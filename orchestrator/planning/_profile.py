@@ -96,8 +96,9 @@ class Profile:
                        self.train_samples, self.seconds_spent, self.notes)
 
 
-def machine() -> dict[str, Any]:
-    """What makes a profile valid elsewhere: the kind of machine, not its name."""
+def machine(backend: str = "horovod") -> dict[str, Any]:
+    """What makes a profile valid elsewhere: the kind of machine, not its name, and
+    (when not Horovod, the default) the backend the ranks communicate over."""
     cpu = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -107,8 +108,12 @@ def machine() -> dict[str, Any]:
     except OSError:
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return {"cpu": cpu, "cores": cores, "gpus": _gpu_names(), "python": platform.python_version(),
-            "torch": _version("torch"), "horovod": _version("horovod")}
+    info = {"cpu": cpu, "cores": cores, "gpus": _gpu_names(),
+            "python": platform.python_version(), "torch": _version("torch"),
+            "horovod": _version("horovod")}
+    if backend != "horovod":  # only then: Horovod profiles keep their cached keys
+        info["backend"] = backend
+    return info
 
 
 def _version(package: str) -> str | None:

@@ -1,7 +1,8 @@
 """The profiling step: a few real training steps at each candidate shape.
 
-Each shape is one short Horovod job (``horovodrun --gloo``, or a plain
-process for 1 x 1) running ``python -m trainers.probe``; every rank gets one
+Each shape is one short job of real ranks (``horovodrun --gloo``, or
+``torchrun`` for a stage on the torch backend, or a plain process for 1 x 1)
+running ``python -m trainers.probe``; every rank gets one
 thread (``OMP_NUM_THREADS=1``), as a slot is one core: that is how a trial's
 ranks run under Ray too. The shapes profiled are the small ones that fit the
 slots at hand; the cost model predicts the rest. Results are cached (see
@@ -74,10 +75,14 @@ def rank_env() -> dict[str, str]:
     return env
 
 
-def launcher_argv(ranks: int, module_args: list[str]) -> list[str]:
-    """``python -m ...`` as ``ranks`` Horovod ranks over Gloo on this machine."""
+def launcher_argv(ranks: int, module_args: list[str], backend: str = "horovod") -> list[str]:
+    """``python -m ...`` as ``ranks`` ranks over Gloo on this machine: Horovod's, or
+    torch.distributed's (torchrun)."""
     if ranks == 1:
         return [sys.executable, *module_args]
+    if backend == "torch":
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", str(ranks), *module_args]
     horovodrun = str(Path(sys.executable).parent / "horovodrun")
     return [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
             sys.executable, *module_args]
@@ -85,15 +90,17 @@ def launcher_argv(ranks: int, module_args: list[str]) -> list[str]:
 
 def probe_shape(trainer: str, settings: Mapping[str, Any], config: Mapping[str, Any],
                 dp: int, mp: int, batches: Sequence[int], *, steps: int = 5, warmup: int = 2,
-                timeout: float = 300) -> dict[str, Any]:
+                timeout: float = 300, backend: str = "horovod") -> dict[str, Any]:
     """Run the probe as dp x mp real ranks; return rank 0's measurements."""
     with tempfile.TemporaryDirectory(prefix="nestor-probe-") as tmp:
         job_path, out_path = Path(tmp) / "job.json", Path(tmp) / "out.json"
         job_path.write_text(json.dumps({
             "trainer": trainer, "settings": dict(settings), "config": dict(config),
             "dp": dp, "mp": mp, "batches": list(batches), "steps": steps, "warmup": warmup,
+            "backend": backend,
         }))
-        argv = launcher_argv(dp * mp, ["-m", "trainers.probe", str(job_path), str(out_path)])
+        argv = launcher_argv(dp * mp, ["-m", "trainers.probe", str(job_path), str(out_path)],
+                             backend)
         code, out = run_argv(argv, env=rank_env(), timeout=timeout)
         if code != 0 or not out_path.is_file():
             raise ProfileError(
@@ -104,13 +111,13 @@ def probe_shape(trainer: str, settings: Mapping[str, Any], config: Mapping[str, 
 def profile(trainer: str, options: Mapping[str, Any], *, shapes: Sequence[tuple[int, int]],
             batches: Sequence[int] = DEFAULT_BATCHES, steps: int = 8,
             repeats: int = 2, places: Sequence[Path] = (), refresh: bool = False,
-            echo: Callable[[str], None] | None = None) -> Profile:
+            echo: Callable[[str], None] | None = None, backend: str = "horovod") -> Profile:
     """The profile of ``trainer`` with ``options`` at ``shapes``: from the cache, or measured.
 
     ``options`` are the trainer's settings and fixed hyperparameters (what a
     trial would get); only the cost-relevant ones are passed to the probe.
     """
-    info = machine()
+    info = machine(backend)
     key = profile_key(trainer, options, info, batches)
     if not refresh:
         cached = load(key, places)
@@ -127,7 +134,8 @@ def profile(trainer: str, options: Mapping[str, Any], *, shapes: Sequence[tuple[
         for dp, mp in sorted(set(shapes)):
             if echo is not None:
                 echo(f"profiling {trainer} at dp {dp} x mp {mp} (batches {list(batches)})")
-            got = probe_shape(trainer, probe_options, {}, dp, mp, batches, steps=steps)
+            got = probe_shape(trainer, probe_options, {}, dp, mp, batches, steps=steps,
+                              backend=backend)
             train_samples = int(got["train_samples"])
             for row in got["rows"]:
                 sample = StepSample(

@@ -50,7 +50,8 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
     if found is None and (measure or do_profile):
         shapes = default_shapes(min(slots, cores), inputs.size.max_model_parallel())
         found = profile(inputs.trainer, inputs.options, shapes=shapes, places=places,
-                        echo=lambda line: console.print(f"[dim]{line}[/]"))
+                        echo=lambda line: console.print(f"[dim]{line}[/]"),
+                        backend=inputs.backend)
     model = stage_model(inputs, found)
     limits, goal = inputs.limits, inputs.goal
     cap = limits.global_batch_max or "none"
@@ -105,7 +106,8 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
                 console.print(f"[dim]measuring {at_once} x {shape} for {goal.epochs}"
                               f" epoch(s)[/]")
                 measured[(shape, at_once)] = measure_wave(
-                    inputs.trainer, inputs.options, shape.dp, shape.mp, at_once).run_s
+                    inputs.trainer, inputs.options, shape.dp, shape.mp, at_once,
+                    backend=inputs.backend).run_s
             return measured[(shape, at_once)]
 
         rows_out = with_measured(rows_out, wave, goal)

@@ -53,7 +53,8 @@ class StagePlanner:
         """``(fn, *args)``: profile the stage's trainer where it runs, a Ray task's worth
         (a few training steps at the fewest shapes that identify the cost model)."""
         shapes = default_shapes(min(self.slots, 2), self.inputs.size.max_model_parallel())
-        return (measure_profile, self.inputs.trainer, dict(self.inputs.options), shapes)
+        return (measure_profile, self.inputs.trainer, dict(self.inputs.options), shapes,
+                self.inputs.backend)
 
     def first(self) -> Plan:
         """The shape for the whole stage, as at its start."""
@@ -76,12 +77,12 @@ class StagePlanner:
                       warm=warm)
 
 
-def measure_profile(trainer: str, options: dict[str, Any],
-                    shapes: list[tuple[int, int]]) -> dict[str, Any]:
+def measure_profile(trainer: str, options: dict[str, Any], shapes: list[tuple[int, int]],
+                    backend: str = "horovod") -> dict[str, Any]:
     """Profile ``trainer`` on the machine this runs on (cached there), as a record."""
     from ._profiler import profile
 
-    return profile(trainer, options, shapes=shapes).to_record()
+    return profile(trainer, options, shapes=shapes, backend=backend).to_record()
 
 
 def shape_of(record: dict[str, Any]) -> Shape:

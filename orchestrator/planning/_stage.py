@@ -41,6 +41,7 @@ class StagePlanInputs:
     size: ModelSize
     limits: Limits
     goal: Goal
+    backend: str = "horovod"  # what its ranks communicate over (profiled with it)
 
 
 def reference_options(workflow: Workflow, name: str) -> tuple[str, dict[str, Any]]:
@@ -110,12 +111,13 @@ def stage_inputs(workflow: Workflow, name: str, slots: int, *, runs: int | None 
             search.mode == "mu_plus_lambda") else search.population
     goal = Goal(runs=stage.planned_trials() if runs is None else runs,
                 epochs=int(options["epochs"]), generation=generation)
-    return StagePlanInputs(name, trainer, options, model_size(trainer, options), limits, goal)
+    return StagePlanInputs(name, trainer, options, model_size(trainer, options), limits, goal,
+                           backend=workflow.backend_of(name))
 
 
 def stage_profile(inputs: StagePlanInputs, places: Sequence[Path] = ()) -> Profile | None:
     """The cached profile for this stage's trainer, settings and machine, if any."""
-    key = profile_key(inputs.trainer, inputs.options, machine(), DEFAULT_BATCHES)
+    key = profile_key(inputs.trainer, inputs.options, machine(inputs.backend), DEFAULT_BATCHES)
     return load(key, places)
 
 

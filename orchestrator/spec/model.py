@@ -563,6 +563,9 @@ class _StageBase(Strict):
     from_: list[str] = Field(default_factory=list, alias="from")
     trainer: Trainer | None = None
     parallel: Parallel = Parallel()
+    backend: Literal["horovod", "torch"] = Field(
+        "horovod", description="what a trial's ranks communicate over: horovod, or torch"
+        " (torch.distributed: DDP, Gloo on CPU and NCCL on GPU)")
     batch: Batch | None = Field(
         None, description="global batch cap and lr rule; batch_size becomes per rank"
     )
@@ -846,6 +849,13 @@ class Workflow(Strict):
         if "parallel" in stage.model_fields_set or not stage.from_:
             return stage.parallel
         return self.declared_parallel(stage.from_[0])
+
+    def backend_of(self, name: str) -> str:
+        """The stage's communication backend, inherited through `from:` with its parallel."""
+        stage = self.stage(name)
+        if "backend" in stage.model_fields_set or not stage.from_:
+            return stage.backend
+        return self.backend_of(stage.from_[0])
 
     def batch_of(self, name: str) -> Batch | None:
         stage = self.stage(name)

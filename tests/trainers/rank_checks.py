@@ -1,4 +1,5 @@
-"""Rank-side checks, run under horovodrun by the tests: ``python rank_checks.py CHECK OUTDIR``.
+"""Rank-side checks, run under horovodrun or torchrun by the tests:
+``python rank_checks.py CHECK OUTDIR``.
 
 Each rank writes ``OUTDIR/CHECK-<rank>.json``; the test reads and judges them.
 """
@@ -102,9 +103,10 @@ def warm(out: Path) -> dict[str, Any]:
         ("dp2_after_failures", _request("h", 2, 1)),
     ]:
         results[name] = run_trial(request).to_dict()
-    import horovod.torch as hvd
+    from trainers.parallel import process_rank, setup
 
-    results["rank"] = hvd.rank()
+    results["rank"] = process_rank()
+    results["backend"] = setup(2, 1).backend  # what the trials above ran on
     return results
 
 
@@ -137,6 +139,6 @@ CHECKS = {"mp_equivalence": mp_equivalence, "warm": warm, "hybrid": hybrid}
 if __name__ == "__main__":
     check, outdir = sys.argv[1], Path(sys.argv[2])
     result = CHECKS[check](outdir)
-    import horovod.torch as hvd
+    from trainers.parallel import process_rank
 
-    (outdir / f"{check}-{hvd.rank()}.json").write_text(json.dumps(result, default=str))
+    (outdir / f"{check}-{process_rank()}.json").write_text(json.dumps(result, default=str))

@@ -1,4 +1,5 @@
-"""Data, model and hybrid parallelism with real Horovod ranks over Gloo (no mocks)."""
+"""Data, model and hybrid parallelism with real ranks over Gloo (no mocks), on both
+backends: Horovod (horovodrun) and torch.distributed (torchrun)."""
 
 from __future__ import annotations
 
@@ -25,8 +26,8 @@ def _close(a: list[float], b: list[float], rel: float = 1e-5) -> bool:
     )
 
 
-def test_mp2_gives_the_unsplit_models_output_and_gradients(horovodrun, tmp_path):
-    done = horovodrun(2, [str(HERE / "rank_checks.py"), "mp_equivalence", str(tmp_path)])
+def test_mp2_gives_the_unsplit_models_output_and_gradients(ranks, tmp_path):
+    done = ranks(2, [str(HERE / "rank_checks.py"), "mp_equivalence", str(tmp_path)])
     assert done.returncode == 0, done.stdout[-4000:]
     reports = _rank_files(tmp_path, "mp_equivalence", 2)
     assert sorted(r["mp_rank"] for r in reports) == [0, 1]
@@ -81,12 +82,12 @@ def test_dp2_follows_dp1s_loss_curve_with_the_same_global_batch(trainers_cli, tm
     assert dp2["metrics"]["test_accuracy"] == pytest.approx(single["metrics"]["test_accuracy"])
 
 
-def test_dp2_by_mp2_matches_the_unsplit_single_process_run(horovodrun, tmp_path):
+def test_dp2_by_mp2_matches_the_unsplit_single_process_run(ranks, tmp_path):
     import torch
     from rank_checks import HYBRID_CONFIG, HYBRID_SETTINGS
 
     single = _single(tmp_path, "cnn", HYBRID_SETTINGS, HYBRID_CONFIG)
-    done = horovodrun(4, [str(HERE / "rank_checks.py"), "hybrid", str(tmp_path)], timeout=240)
+    done = ranks(4, [str(HERE / "rank_checks.py"), "hybrid", str(tmp_path)], timeout=240)
     assert done.returncode == 0, done.stdout[-4000:]
     reports = _rank_files(tmp_path, "hybrid", 4)
     # Every rank's story at once: a rank that fails first makes the others fail with
@@ -110,11 +111,12 @@ def test_dp2_by_mp2_matches_the_unsplit_single_process_run(horovodrun, tmp_path)
         assert torch.allclose(ours[name], ref[name], atol=1e-4), name
 
 
-def test_a_warm_gang_runs_trial_after_trial_of_different_shapes(horovodrun, tmp_path):
-    done = horovodrun(2, [str(HERE / "rank_checks.py"), "warm", str(tmp_path)])
+def test_a_warm_gang_runs_trial_after_trial_of_different_shapes(ranks, tmp_path):
+    done = ranks(2, [str(HERE / "rank_checks.py"), "warm", str(tmp_path)])
     assert done.returncode == 0, done.stdout[-4000:]
     by_rank = {r["rank"]: r for r in _rank_files(tmp_path, "warm", 2)}
     root = by_rank[0]
+    assert root["backend"] == by_rank[1]["backend"] == ranks.backend
     for name in ("dp2", "mp2", "dp2_again", "dp2_fp16", "dp2_per_rank", "function",
                  "dp2_after_failures"):
         assert root[name]["status"] == "ok", (name, root[name]["reason"], root[name]["details"])

@@ -1,0 +1,319 @@
+"""The collectives a trial's ranks use, over Horovod or over torch.distributed.
+
+Horovod is the default the mission names; it is also unmaintained (0.28.1,
+2023) and needs source patches to build against torch 2.x. So the same
+trainer code runs on either backend through one small surface: :class:`Comm`.
+Its two implementations differ only where the libraries do:
+
+- groups: a Horovod dynamic process set, or a ``torch.distributed`` group
+  (both are created collectively, by every rank, in one order);
+- data parallelism: Horovod's ``DistributedOptimizer`` (it averages gradients
+  as they are ready) or torch's ``DistributedDataParallel`` (it wraps the
+  model, and averages bucketed gradients in backward); both average over the
+  data-parallel group, so a trial trains the same on either;
+- uneven ``allgather`` (model-parallel shares of 32 + 31 features): Horovod
+  gathers tensors whose first dimensions differ; torch's Gloo does not, so
+  :class:`TorchComm` pads to the largest and trims.
+
+Every ``root`` is a global rank; every ``group`` is what :meth:`Comm.group`
+returned (None: this rank alone, so nothing to communicate).
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+BACKENDS = ("horovod", "torch")
+DEFAULT_BACKEND = "horovod"
+# Set in each rank of a gang by the orchestrator (orchestrator.gangs): which
+# backend the gang was started for, and (torch) who the rank is and where the
+# ranks meet. A command trainer's program sees none of them (trainers.command).
+BACKEND_ENV = "NESTOR_GANG_COMM"
+RANK_ENV, SIZE_ENV = "NESTOR_GANG_RANK", "NESTOR_GANG_SIZE"
+LOCAL_RANK_ENV, LOCAL_SIZE_ENV = "NESTOR_GANG_LOCAL_RANK", "NESTOR_GANG_LOCAL_SIZE"
+ADDR_ENV, PORT_ENV = "NESTOR_GANG_ADDR", "NESTOR_GANG_PORT"  # rank 0's node, its free port
+# How long a torch collective waits for a peer before it fails (Horovod's
+# counterpart is HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, set by the gang too).
+TIMEOUT_ENV = "NESTOR_COLLECTIVE_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 300
+
+
+def backend_from_env(backend: str | None = None) -> str:
+    """``backend`` if given, else the gang's (``NESTOR_GANG_COMM``), else Horovod."""
+    chosen = backend or os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
+    if chosen not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, but got {chosen!r}")
+    return chosen
+
+
+class Comm:
+    """One process's view of its trial's ranks, and the collectives among them."""
+
+    backend: str = ""
+
+    def size(self) -> int:
+        raise NotImplementedError
+
+    def rank(self) -> int:
+        raise NotImplementedError
+
+    def local_rank(self) -> int:
+        raise NotImplementedError
+
+    def local_size(self) -> int:
+        raise NotImplementedError
+
+    def group(self, ranks: tuple[int, ...]) -> Any:
+        """The group of ``ranks``, made (collectively) the first time it is asked for."""
+        raise NotImplementedError
+
+    def gpu_tensors(self) -> bool:
+        """Can its collectives take CUDA tensors (NCCL), or only CPU ones (Gloo)?"""
+        raise NotImplementedError
+
+    def allreduce_sum(self, tensor: Any, group: Any, name: str) -> Any:
+        raise NotImplementedError
+
+    def allreduce_mean(self, tensors: list[Any], group: Any, name: str) -> list[Any]:
+        """Average several tensors over ``group`` (a data-parallel gradient step)."""
+        raise NotImplementedError
+
+    def allgather(self, tensor: Any, group: Any, name: str) -> Any:
+        """The group's tensors concatenated along dim 0, in rank order; their first
+        dimensions may differ."""
+        raise NotImplementedError
+
+    def broadcast_(self, tensor: Any, root: int, group: Any, name: str) -> None:
+        """Overwrite ``tensor`` in place with global rank ``root``'s."""
+        raise NotImplementedError
+
+    def broadcast_object(self, obj: Any, root: int, name: str) -> Any:
+        raise NotImplementedError
+
+    def allgather_object(self, obj: Any, name: str) -> list[Any]:
+        raise NotImplementedError
+
+    def data_parallel(self, model: Any, optimizer: Any, named: list[tuple[str, Any]],
+                      group: Any, fp16: bool) -> tuple[Any, Any]:
+        """(what to call forward on, what to step) so that gradients are averaged over
+        the data-parallel ``group``; ``fp16`` compresses what is sent."""
+        raise NotImplementedError
+
+
+class HorovodComm(Comm):
+    """``horovod.torch`` with dynamic process sets (one init per process)."""
+
+    backend = "horovod"
+
+    def __init__(self, hvd: Any) -> None:
+        self.hvd = hvd
+        self._sets: dict[tuple[int, ...], Any] = {}
+
+    def size(self) -> int:
+        return int(self.hvd.size())
+
+    def rank(self) -> int:
+        return int(self.hvd.rank())
+
+    def local_rank(self) -> int:
+        return int(self.hvd.local_rank())
+
+    def local_size(self) -> int:
+        return int(self.hvd.local_size())
+
+    def group(self, ranks: tuple[int, ...]) -> Any:
+        if len(ranks) == 1:
+            return None
+        if len(ranks) == self.size():
+            return self.hvd.global_process_set
+        existing = self._sets.get(ranks)
+        if existing is None or existing.process_set_id is None:
+            existing = self.hvd.add_process_set(list(ranks))
+            self._sets[ranks] = existing
+        return existing
+
+    def gpu_tensors(self) -> bool:
+        return bool(self.hvd.cuda_built())
+
+    def allreduce_sum(self, tensor: Any, group: Any, name: str) -> Any:
+        return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=name,
+                                  process_set=self._set(group))
+
+    def allreduce_mean(self, tensors: list[Any], group: Any, name: str) -> list[Any]:
+        return self.hvd.grouped_allreduce(tensors, op=self.hvd.Average, name=name,
+                                          process_set=self._set(group))
+
+    def allgather(self, tensor: Any, group: Any, name: str) -> Any:
+        return self.hvd.allgather(tensor, name=name, process_set=self._set(group))
+
+    def broadcast_(self, tensor: Any, root: int, group: Any, name: str) -> None:
+        self.hvd.broadcast_(tensor, root_rank=root, name=name, process_set=self._set(group))
+
+    def broadcast_object(self, obj: Any, root: int, name: str) -> Any:
+        return self.hvd.broadcast_object(obj, root_rank=root, name=name)
+
+    def allgather_object(self, obj: Any, name: str) -> list[Any]:
+        return list(self.hvd.allgather_object(obj, name=name))
+
+    def data_parallel(self, model: Any, optimizer: Any, named: list[tuple[str, Any]],
+                      group: Any, fp16: bool) -> tuple[Any, Any]:
+        hvd = self.hvd
+        compression = hvd.Compression.fp16 if fp16 else hvd.Compression.none
+        return model, hvd.DistributedOptimizer(optimizer, named_parameters=named,
+                                               compression=compression,
+                                               process_set=self._set(group))
+
+    def _set(self, group: Any) -> Any:
+        return self.hvd.global_process_set if group is None else group
+
+
+class TorchComm(Comm):
+    """``torch.distributed``: Gloo on CPU, NCCL where the ranks have GPUs.
+
+    Initialised once per process, from the gang's ``NESTOR_GANG_*`` variables, or
+    from torchrun's (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...) when a
+    user launches ``python -m trainers`` under torchrun.
+    """
+
+    backend = "torch"
+
+    def __init__(self) -> None:
+        import torch.distributed as dist
+
+        self.dist = dist
+        self._groups: dict[tuple[int, ...], Any] = {}
+        if not dist.is_initialized():
+            init_torch_distributed()
+
+    def size(self) -> int:
+        return int(self.dist.get_world_size())
+
+    def rank(self) -> int:
+        return int(self.dist.get_rank())
+
+    def local_rank(self) -> int:
+        return int(_env(LOCAL_RANK_ENV, "LOCAL_RANK", default=0))
+
+    def local_size(self) -> int:
+        return int(_env(LOCAL_SIZE_ENV, "LOCAL_WORLD_SIZE", default=1))
+
+    def group(self, ranks: tuple[int, ...]) -> Any:
+        if len(ranks) == 1:
+            return None
+        if len(ranks) == self.size():
+            return self.dist.group.WORLD
+        existing = self._groups.get(ranks)
+        if existing is None:
+            # Collective over the whole world, members or not, in the same order.
+            existing = self.dist.new_group(list(ranks))
+            self._groups[ranks] = existing
+        return existing
+
+    def gpu_tensors(self) -> bool:
+        return "nccl" in str(self.dist.get_backend())
+
+    def allreduce_sum(self, tensor: Any, group: Any, name: str) -> Any:
+        out = tensor.clone()
+        self.dist.all_reduce(out, op=self.dist.ReduceOp.SUM, group=self._group(group))
+        return out
+
+    def allreduce_mean(self, tensors: list[Any], group: Any, name: str) -> list[Any]:
+        import torch
+
+        flat = torch.cat([t.reshape(-1) for t in tensors])
+        self.dist.all_reduce(flat, op=self.dist.ReduceOp.SUM, group=self._group(group))
+        flat /= self.dist.get_world_size(self._group(group))
+        out, offset = [], 0
+        for t in tensors:
+            out.append(flat[offset:offset + t.numel()].view_as(t))
+            offset += t.numel()
+        return out
+
+    def allgather(self, tensor: Any, group: Any, name: str) -> Any:
+        import torch
+
+        pg = self._group(group)
+        members = self.dist.get_world_size(pg)
+        lengths = [torch.zeros(1, dtype=torch.int64, device=tensor.device)
+                   for _ in range(members)]
+        self.dist.all_gather(lengths, torch.tensor([tensor.shape[0]], device=tensor.device),
+                             group=pg)
+        longest = max(int(n) for n in lengths)
+        padded = tensor.new_zeros((longest, *tensor.shape[1:]))
+        padded[:tensor.shape[0]] = tensor
+        parts = [torch.empty_like(padded) for _ in range(members)]
+        self.dist.all_gather(parts, padded.contiguous(), group=pg)
+        return torch.cat([part[:int(n)] for part, n in zip(parts, lengths, strict=True)])
+
+    def broadcast_(self, tensor: Any, root: int, group: Any, name: str) -> None:
+        self.dist.broadcast(tensor, src=root, group=self._group(group))
+
+    def broadcast_object(self, obj: Any, root: int, name: str) -> Any:
+        box = [obj]
+        self.dist.broadcast_object_list(box, src=root)
+        return box[0]
+
+    def allgather_object(self, obj: Any, name: str) -> list[Any]:
+        out: list[Any] = [None] * self.size()
+        self.dist.all_gather_object(out, obj)
+        return out
+
+    def data_parallel(self, model: Any, optimizer: Any, named: list[tuple[str, Any]],
+                      group: Any, fp16: bool) -> tuple[Any, Any]:
+        from torch.nn.parallel import DistributedDataParallel
+
+        device = next(model.parameters()).device
+        # Weights are broadcast by the trainer (per data-parallel group, from its
+        # root), optimizer state with them: DDP need not do it again.
+        ddp = DistributedDataParallel(
+            model, process_group=self._group(group),
+            device_ids=[device.index] if device.type == "cuda" else None,
+            broadcast_buffers=False, init_sync=False)
+        if fp16:
+            from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+
+            ddp.register_comm_hook(self._group(group), default_hooks.fp16_compress_hook)
+        return ddp, optimizer
+
+    def _group(self, group: Any) -> Any:
+        return self.dist.group.WORLD if group is None else group
+
+
+def _env(*names: str, default: Any = None) -> Any:
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return value
+    return default
+
+
+def torch_launched_size() -> int:
+    """Ranks a gang (``NESTOR_GANG_SIZE``) or torchrun (``WORLD_SIZE``) started; 1 if none."""
+    return int(_env(SIZE_ENV, "WORLD_SIZE", default=1))
+
+
+def init_torch_distributed() -> None:
+    """Join the gang's process group: Gloo, and NCCL for CUDA tensors where there is a GPU."""
+    import torch
+    import torch.distributed as dist
+
+    rank = int(_env(RANK_ENV, "RANK", default=0))
+    size = torch_launched_size()
+    addr = _env(ADDR_ENV, "MASTER_ADDR", default="127.0.0.1")
+    port = _env(PORT_ENV, "MASTER_PORT")
+    if port is None:
+        raise RuntimeError(
+            f"the torch backend needs its rendezvous: {ADDR_ENV}/{PORT_ENV} (set by a"
+            " nestor gang) or MASTER_ADDR/MASTER_PORT (set by torchrun)")
+    timeout = datetime.timedelta(seconds=float(_env(TIMEOUT_ENV, default=DEFAULT_TIMEOUT_S)))
+    # On a GPU node each tensor goes by its device: CUDA ones over NCCL, the few
+    # CPU ones (metrics, flags, objects) over Gloo, as Horovod does.
+    backend = "gloo"
+    if torch.cuda.is_available() and dist.is_nccl_available():
+        backend = "cpu:gloo,cuda:nccl"
+        torch.cuda.set_device(int(_env(LOCAL_RANK_ENV, "LOCAL_RANK", default=0))
+                              % torch.cuda.device_count())
+    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank,
+                            world_size=size, timeout=timeout)
