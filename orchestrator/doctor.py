@@ -229,7 +229,8 @@ def warnings_for(report: dict[str, Any]) -> list[str]:
     if torch.get("version") is None:
         warnings.append(f"torch cannot be imported ({torch.get('error')}): {RESETUP}")
     if hvd.get("version") is None:
-        warnings.append(f"Horovod cannot be imported ({hvd.get('error')}): {RESETUP}")
+        warnings.append(f"Horovod cannot be imported ({hvd.get('error')}): {RESETUP}; or give"
+                        " stages `backend: torch` (torch.distributed), which needs no Horovod")
     if gpus:
         if torch.get("build") == "CPU":
             warnings.append(

@@ -90,6 +90,7 @@ class TrialStarted(Event):
     shape: str
     startup_s: float = 0.0  # starting a new gang for it: slot time, not the trial's
     adopted: bool = _optional(False)  # journalled by a resumed driver that found its result
+    comm: str = _optional("horovod")  # what its ranks communicate over: horovod or torch
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -238,6 +238,7 @@ class Projector:
             run = self._trial_run(event)
             tracker.set_tags(run, {"nestor.status": "running", "nestor.attempts": event["attempt"],
                                    "nestor.shape": event.get("shape", ""),
+                                   "nestor.backend": event.get("comm", "horovod"),
                                    "nestor.gang": event.get("gang")})
         elif kind == "trial_attempt_failed":
             run = self._trial_run(event)

@@ -41,7 +41,9 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             workflow.trainer_of(name).describe(),
             stage.search_label(),
             str(workflow.planned_trials(name)),
-            f"{parallel.ranks} ({parallel.data}x{parallel.model})",
+            f"{parallel.ranks} ({parallel.data}x{parallel.model})"
+            + ("" if workflow.backend_of(name) == "horovod" or parallel.ranks == 1
+               else f" {workflow.backend_of(name)}"),
             str(at_once) if at_once else "[red]0: too few slots[/]",
         )
     console.print(table)

@@ -292,7 +292,7 @@ class TrialRunner:
         if (trial.id, number) not in begun:  # killed before it journalled the start
             self.journal.record(TrialStarted(
                 stage=self.stage.name, trial=trial.to_dict(), attempt=number, gang=None,
-                shape=str(self.shape), adopted=True))
+                shape=str(self.shape), adopted=True, comm=self.shape.backend))
         self._finish_attempt(attempt, self._outcome(attempt, event), event, adopted=True)
         return True
 
@@ -325,7 +325,8 @@ class TrialRunner:
                 attempt.progress_due = event.at + self.stage.trial.progress_timeout
             self.journal.record(TrialStarted(
                 stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
-                gang=event.gang, shape=str(attempt.shape), startup_s=round(event.startup_s, 3)))
+                gang=event.gang, shape=str(attempt.shape), startup_s=round(event.startup_s, 3),
+                comm=attempt.shape.backend))
         elif isinstance(event, Ended):
             del self.running[trial_id]
             del self.keys[event.key]

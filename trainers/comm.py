@@ -270,7 +270,7 @@ class TorchComm(Comm):
         ddp = DistributedDataParallel(
             model, process_group=self._group(group),
             device_ids=[device.index] if device.type == "cuda" else None,
-            broadcast_buffers=False, init_sync=False)
+            forward_sync_buffers=False, init_sync=False)
         if fp16:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -299,14 +299,6 @@ def init_torch_distributed() -> None:
     import torch
     import torch.distributed as dist
 
-    rank = int(_env(RANK_ENV, "RANK", default=0))
-    size = torch_launched_size()
-    addr = _env(ADDR_ENV, "MASTER_ADDR", default="127.0.0.1")
-    port = _env(PORT_ENV, "MASTER_PORT")
-    if port is None:
-        raise RuntimeError(
-            f"the torch backend needs its rendezvous: {ADDR_ENV}/{PORT_ENV} (set by a"
-            " nestor gang) or MASTER_ADDR/MASTER_PORT (set by torchrun)")
     timeout = datetime.timedelta(seconds=float(_env(TIMEOUT_ENV, default=DEFAULT_TIMEOUT_S)))
     # On a GPU node each tensor goes by its device: CUDA ones over NCCL, the few
     # CPU ones (metrics, flags, objects) over Gloo, as Horovod does.
@@ -315,5 +307,14 @@ def init_torch_distributed() -> None:
         backend = "cpu:gloo,cuda:nccl"
         torch.cuda.set_device(int(_env(LOCAL_RANK_ENV, "LOCAL_RANK", default=0))
                               % torch.cuda.device_count())
-    dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank,
-                            world_size=size, timeout=timeout)
+    if os.environ.get(PORT_ENV):  # a nestor gang: its rank, size and rank 0's free port
+        dist.init_process_group(
+            backend, init_method=f"tcp://{os.environ.get(ADDR_ENV) or '127.0.0.1'}"
+                                 f":{os.environ[PORT_ENV]}",
+            rank=int(os.environ[RANK_ENV]), world_size=torch_launched_size(), timeout=timeout)
+    elif os.environ.get("MASTER_PORT"):  # torchrun (its store), or a user's own launcher
+        dist.init_process_group(backend, init_method="env://", timeout=timeout)
+    else:
+        raise RuntimeError(
+            f"the torch backend needs its rendezvous: {ADDR_ENV}/{PORT_ENV} (set by a"
+            " nestor gang) or MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE (set by torchrun)")

@@ -87,8 +87,9 @@ def test_torch_trials_share_a_warm_gang_without_horovod(tmp_path: Path) -> None:
         assert not any(s["horovod_imported"] for s in seen), seen
         # One gang, warm: the same two processes ran all three trials.
         assert len({s["pid"] for s in seen}) == 2
-        gangs = {e["gang"] for e in events(run_dir) if e["event"] == "trial_started"}
-        assert len(gangs) == 1, gangs
+        started = [e for e in events(run_dir) if e["event"] == "trial_started"]
+        assert len({e["gang"] for e in started}) == 1, started
+        assert {e.get("comm") for e in started} == {"torch"}  # journalled, for MLflow
         assert wait_for_no_tagged(env["NESTOR_TEST_TAG"]) == {}
     finally:
         kill_tagged(env["NESTOR_TEST_TAG"])
