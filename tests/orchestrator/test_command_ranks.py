@@ -14,11 +14,11 @@ import os
 import socket
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import ray.cloudpickle
+from rank_helpers import HOROVOD_SUM, TORCH_SUM, command_sweep_spec
 
 from orchestrator.gangs import GangPool, Shape
 from trainers import TrainerRef, TrialRequest, run_trial
@@ -29,32 +29,6 @@ pytestmark = pytest.mark.slow
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BIN = Path(sys.executable).parent
-
-HOROVOD_SUM = """
-import os
-import horovod.torch as hvd
-import torch
-
-hvd.init()
-total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
-print(f"rank {hvd.rank()} of {hvd.size()} pid {os.getpid()}", flush=True)
-if hvd.rank() == 0:
-    print(f"FoM: {total}", flush=True)
-"""
-
-TORCH_SUM = """
-import sys
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-total = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(total)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} args {sys.argv[1:]}", flush=True)
-if dist.get_rank() == 0:
-    print(f"FoM: {total.item() + float(sys.argv[1].split('=')[1])}", flush=True)
-dist.destroy_process_group()
-"""
 
 
 def gang_layout() -> tuple[str | None, str | None]:
@@ -98,20 +72,7 @@ def test_nestor_run_gives_a_torchrun_command_trainer_its_parallel_ranks(tmp_path
                 "{nproc_per_node}", "--master_addr", "{master_addr}", "--master_port",
                 "{master_port}", str(script)]
     spec = tmp_path / "spec.yaml"
-    spec.write_text(textwrap.dedent(f"""
-        name: torchrun-sweep
-        resources: {{slots: 2}}
-        stages:
-          - name: tune
-            kind: hpo
-            trainer: {{command: {json.dumps(torchrun)}}}
-            parallel: {{data: 2}}
-            search: {{algorithm: grid}}
-            space:
-              x: {{type: categorical, values: [10, 20]}}
-            objective: {{metric: fom, mode: min}}
-            trial: {{timeout: 240}}
-        """))
+    spec.write_text(command_sweep_spec("torchrun-sweep", torchrun))
     run_dir = tmp_path / "run"
     done = subprocess.run([str(BIN / "nestor"), "run", str(spec), "--run-dir", str(run_dir)],
                           capture_output=True, text=True, timeout=600, check=False,
