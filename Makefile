@@ -44,6 +44,7 @@ bench: setup
 	$(PY) -m bench.tables
 	$(PY) -m bench.simulate
 	$(PY) bench/gang_start_bench.py
+	$(PY) bench/planning_bench.py
 	$(PY) bench/e2e_planning_bench.py
 	$(PY) -m bench.simulate_planning
 	$(PY) bench/multifidelity_bench.py --seeds 20

@@ -5,7 +5,8 @@ wrote: ``tables.json`` (the seed's three tables), ``simulate.json`` (the real
 scheduler on 2,048 simulated slots), the newest ``orchestration-*.json`` with
 the per-trial overhead and, where a GPU machine ran them, ``gpu-tables.json``,
 shown in its own section; ``e2e-planning*.json`` (``parallel: auto`` against
-hand-picked shapes through ``nestor run``, a section each) and ``simulate-planning.json`` (the
+hand-picked shapes through ``nestor run``, a section each), ``planning.json`` (the cost
+model's predicted against measured time per epoch) and ``simulate-planning.json`` (the
 seed's combined table simulated at 128 nodes). A missing file becomes a line
 saying that part was not run.
 
@@ -455,6 +456,8 @@ def render(results: Path, out_md: Path) -> Path:
     if not e2e_runs:
         lines += ["## `parallel: auto` against hand-picked shapes, end to end", "", "Not run.",
                   ""]
+    planning = _load(results, "planning")
+    lines += planning_section(planning) if planning else [PLANNING_TITLE, "", "Not run.", ""]
     lines += simulate_planning_section(splan) if splan else [
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     lines += fidelity_section(fidelity, out) if fidelity else [
@@ -544,6 +547,34 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
                      " variation at this size: differences between arms smaller than that are"
                      " not resolved here")
     return [*lines, ""]
+
+
+PLANNING_TITLE = "## The cost model against measured epochs"
+
+
+def planning_section(p: dict[str, Any]) -> list[str]:
+    """bench/planning_bench.py: predicted against measured time per epoch, every shape here."""
+    lines = [PLANNING_TITLE, "", machine_line(p["machine"]), "",
+             f"The cost model fitted to a profile of the built-in `{p['trainer']}` (a few real"
+             " training steps at each profiled shape, on real Horovod ranks), against real"
+             f" trials of {p['epochs']} epoch(s) (the first left out as warm-up) at per-rank"
+             f" batch {p['per_rank_batch']}: best of {len(p['rows'][0]['measured_all_s'])}"
+             " interleaved runs per shape, training steps only. `predicted` uses the model"
+             " fitted to the whole profile; `held out` the model fitted without that shape's"
+             " steps, i.e. a prediction for a shape the profile never trained at.", ""]
+    rows = []
+    for r in p["rows"]:
+        held = (f"{r['held_out_s']:.2f} ({r['held_out_error']:+.0%})"
+                if r.get("held_out_s") is not None else "—")
+        rows.append([f"{r['dp']}x{r['mp']}", str(r["at_once"]), str(r["global_batch"]),
+                     f"{r['measured_s']:.2f}", f"{r['predicted_s']:.2f} ({r['error']:+.0%})",
+                     held])
+    lines += _table(["shape", "trials at once", "global batch", "measured s / epoch",
+                     "predicted s", "held out s"], rows)
+    worst = max(p["rows"], key=lambda r: abs(r["error"]))
+    lines.append(f"- largest error: {worst['dp']}x{worst['mp']} x {worst['at_once']} at once,"
+                 f" {worst['error']:+.0%}")
+    return [*lines, "", f"Command: `{p['command']}`.", ""]
 
 
 def simulate_planning_section(p: dict[str, Any]) -> list[str]:

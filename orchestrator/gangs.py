@@ -751,19 +751,30 @@ class GroupedRanks:
 
     def layout_env(self, hostnames: Sequence[str]) -> dict[str, str]:
         """Where the gang's ranks are, for a command trainer's launcher in rank 0
-        (``trainers._launch``): ranks per host in rank order, and the address of
-        rank 0's node (``MASTER_ADDR``, where torchrun's rendezvous listens).
+        (``trainers._launch``): ranks per host in rank order, the address of
+        rank 0's node (``MASTER_ADDR``, where torchrun's rendezvous listens), and
+        each rank's Ray node (numbered by first rank: a per-node launch runs on
+        each node's first rank).
 
         Set once per gang, as Horovod's own variables are: a warm gang's ranks
         stay where they are, trial after trial."""
         import ray
 
-        from trainers._launch import GANG_ADDR_ENV, GANG_HOSTS_ENV, format_hosts, group_hosts
+        from trainers._launch import (
+            GANG_ADDR_ENV,
+            GANG_HOSTS_ENV,
+            GANG_NODES_ENV,
+            format_hosts,
+            group_hosts,
+        )
 
         addresses = {n["NodeID"]: n.get("NodeManagerAddress") for n in ray.nodes()}
         first = addresses.get(self.node_ids[0]) if self.node_ids else None
+        number: dict[str, int] = {}
+        nodes = [number.setdefault(node, len(number)) for node in self.node_ids]
         return {GANG_HOSTS_ENV: format_hosts(group_hosts(hostnames)),
-                GANG_ADDR_ENV: first or hostnames[0]}
+                GANG_ADDR_ENV: first or hostnames[0],
+                GANG_NODES_ENV: ",".join(str(n) for n in nodes)}
 
     def _visible_devices(self) -> dict[int, dict[str, str]]:
         """Each rank sees every GPU its node's ranks of this gang hold, in local-rank

@@ -89,6 +89,7 @@ class TrialRecord:
     finished_at: float | None = None
     checkpoint: str | None = None
     history: list[dict[str, Any]] = field(default_factory=list)  # per-epoch metrics
+    shape: str | None = None  # of its last attempt ("2x1"): a re-plan widens later trials
 
 
 class SkipTrial(Exception):
@@ -136,6 +137,8 @@ class TrialRunner:
         self.trainer = TrainerRef.from_spec(trainer_spec, result_metric=objectives[0].metric)
         declared = workflow.declared_parallel(stage.name)
         self.planner: Any = None  # for parallel: auto, on the slots the backend has
+        self.planned_shape: str | None = None  # the plan's first shape ("4x1")
+        self.replans: list[dict[str, Any]] = []  # the tail's re-plans: dp, mp, left, reason
         # A command trainer's gang is as wide as declared too: its rank 0 runs the
         # command, which starts its own ranks on the slots the others hold.
         if declared.is_auto:
@@ -179,6 +182,7 @@ class TrialRunner:
             if kind == "trial_started":
                 record = self._record(event["trial"])
                 record.attempts = max(record.attempts, event["attempt"])
+                record.shape = event.get("shape") or record.shape
             elif kind in ("trial_finished", "trial_attempt_failed"):
                 record = self._record(event["trial"])
                 record.attempts = max(record.attempts, event.get("attempt", 0))
@@ -231,6 +235,7 @@ class TrialRunner:
         from orchestrator.planning import shape_of
 
         shaped = [e for e in mine if e["event"] in ("stage_planned", "stage_replanned")]
+        self._note_plans(shaped)
         if shaped:
             shape = shape_of(shaped[-1])
             self.shape = self._gang_shape(shape.dp, shape.mp)
@@ -242,6 +247,15 @@ class TrialRunner:
             measured=self.planner.measured,
             profile=None if profile is None else profile.to_record()))
         log.info("stage %s: %s", self.stage.name, self._plan.why())
+        self.planned_shape = str(self.shape)
+
+    def _note_plans(self, shaped: list[dict[str, Any]]) -> None:
+        """The journalled plan's first shape and the tail's re-plans since (results say
+        which trials a re-plan widened)."""
+        if shaped:
+            self.planned_shape = f"{shaped[0]['dp']}x{shaped[0]['mp']}"
+        self.replans = [{k: e[k] for k in ("dp", "mp", "left", "reason")}
+                        for e in shaped if e["event"] == "stage_replanned"]
 
     def _replan_tail(self) -> None:
         """Fewer trials left than fit at once: the next ones may get wider."""
@@ -260,6 +274,8 @@ class TrialRunner:
             running=len(self.running), reason=decision.reason))
         log.info("stage %s: %d trial(s) left, now %s: %s", self.stage.name, left,
                  decision.shape, decision.reason)
+        self.replans.append({"dp": decision.shape.dp, "mp": decision.shape.mp, "left": left,
+                             "reason": decision.reason})
 
     def _result_path(self, trial_id: str, number: int) -> Path:
         return self.run_dir / "attempts" / self.stage.name / trial_id / f"{number}.json"
@@ -440,6 +456,7 @@ class TrialRunner:
 
         record = self._record(trial.to_dict())
         record.attempts = number
+        record.shape = str(self.shape)
         try:
             extras = dict(self.request_extras(trial))
         except SkipTrial as exc:
@@ -664,6 +681,27 @@ class TrialRunner:
         subclasses add their results."""
         return self.summary()
 
+    def _plan_summary(self) -> dict[str, Any]:
+        """A planned stage's first shape and its tail's re-plans, for results."""
+        if self.planned_shape is None:
+            return {}
+        return {"planned_shape": self.planned_shape, "replans": list(self.replans),
+                "lr_rule": self.settings.get("lr_scaling")}
+
+    def _batch_of(self, record: TrialRecord) -> dict[str, Any]:
+        """The global batch and learning rate a planned stage's trial trained with: they
+        follow its data-parallel width (``batch:``, ``lr_rule``), which a re-plan changes."""
+        if self.planned_shape is None or record.shape is None or not self.trainer_spec.name:
+            return {}
+        from orchestrator.planning import trial_batch
+
+        dp = int(record.shape.split("x")[0])
+        try:
+            batch, lr = trial_batch(self.trainer_spec.name, self.settings, record.config, dp)
+        except (ValueError, KeyError):  # a trainer without these options
+            return {}
+        return {"global_batch": batch, "lr": lr}
+
     def summary(self) -> dict[str, Any]:
         best = self.searcher.best()
         best_record = self.records.get(best.trial.id) if best else None
@@ -687,10 +725,12 @@ class TrialRunner:
                     "generation": r.generation, "deme": r.deme, "parents": r.parents,
                     "attempts": r.attempts, "slot_seconds": round(r.slot_seconds, 3),
                     "startup_slot_seconds": round(r.startup_slot_seconds, 3),
-                    "reason": r.reason, "metrics": r.metrics,
+                    "reason": r.reason, "metrics": r.metrics, "shape": r.shape,
+                    **self._batch_of(r),
                 }
                 for r in self.records.values()
             ],
+            **self._plan_summary(),
             "n_trials": len(self.records),
             "n_runs": sum(r.attempts for r in self.records.values()),
             "n_failed": sum(1 for r in finished if r.status == "failed"),

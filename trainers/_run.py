@@ -36,7 +36,8 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     Command trainers run once, as a subprocess of rank 0 (of the calling process
     when there is no gang): the command starts its own ranks (``horovodrun``,
     ``torchrun``, ``srun``) on the slots the gang holds, so the other ranks
-    return at once, holding their slots until the trial ends.
+    return at once, holding their slots until the trial ends. A command that
+    names ``{node_rank}`` runs once per node instead, on each node's first rank.
     Every rank returns a result; rank 0's carries the metrics, and is first
     written to ``request.result_path`` when one is given. Failures (bad
     options, missing data, a crashing user function, a diverging loss) come
@@ -47,13 +48,12 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     rank = 0
     try:
         if request.trainer.kind == "command":
-            rank = command_rank()
-            if rank == 0:
-                from trainers.command import run_command
+            from trainers.command import run_command_rank
 
-                result = run_command(request, report, should_stop, heartbeat)
-            else:  # the launcher in rank 0 starts the ranks; this one holds their slot
-                result = TrialResult(trial_id=request.trial_id, status="ok")
+            rank = command_rank()
+            # A launcher runs in rank 0 (once per node where it names {node_rank}); the
+            # ranks it starts use the slots the others hold.
+            result = run_command_rank(request, rank, report, should_stop, heartbeat)
         else:
             from trainers.parallel import setup
 

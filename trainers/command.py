@@ -26,13 +26,17 @@ launcher that starts the ranks itself (``horovodrun``, ``torchrun``,
 ``{master_addr}``, ``{master_port}``, ``{nnodes}``, ``{nproc_per_node}``) and
 ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``NESTOR_HOSTS``,
 ``NESTOR_NP`` and torchrun's ``PET_*`` say where the gang's slots are
-(:mod:`trainers._launch`).
+(:mod:`trainers._launch`). A command that names ``{node_rank}`` runs instead
+once per node, on each node's first rank (:func:`run_command_rank`), with
+``NODE_RANK`` and ``PET_NODE_RANK`` set too; the logs of node k > 0 go to
+``<log_dir>/node<k>/``.
 """
 
 from __future__ import annotations
 
 import collections
 import contextlib
+import dataclasses
 import math
 import os
 import re
@@ -45,7 +49,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trainers._launch import PLACEHOLDERS, Layout, fill, format_hosts
+from trainers._launch import (
+    PLACEHOLDERS,
+    Layout,
+    Node,
+    fill,
+    format_hosts,
+    next_launch,
+    per_node,
+    share_port,
+)
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 
 LOG_LIMIT = 8 * 1024 * 1024
@@ -183,15 +196,53 @@ def _parse(value: str) -> float | str:
     return number
 
 
+# How long another node's first rank waits for rank 0's node to publish the master
+# port of a per-node launch, when the trial has no timeout of its own.
+PORT_WAIT_S = 600.0
+
+
+def run_command_rank(request: TrialRequest, rank: int, report: Report | None = None,
+                     should_stop: ShouldStop | None = None,
+                     heartbeat: Heartbeat | None = None) -> TrialResult:
+    """Gang rank ``rank``'s part of a command trial (every rank calls it, as
+    :func:`trainers.run_trial` does).
+
+    A launcher runs in rank 0 only; the other ranks hold their slots and return
+    at once. A command naming ``{node_rank}`` runs on the first rank of every
+    node: rank 0's result is the trial's, another node's is ok when its command
+    exits 0 (its failure fails the trial)."""
+    launch = next_launch()  # counted in every rank, so the gang's ranks agree on it
+    np = request.data_parallel * request.model_parallel
+    if not per_node(request.trainer.argv or ()):
+        if rank == 0:
+            return run_command(request, report, should_stop, heartbeat)
+        return TrialResult(trial_id=request.trial_id, status="ok")
+    try:
+        node = Node.here(rank, np)
+    except ValueError as exc:
+        return _failed_early(request, str(exc), time.perf_counter())
+    if not node.leader:  # the command on this node's first rank starts this one
+        return TrialResult(trial_id=request.trial_id, status="ok")
+    return run_command(request, report if rank == 0 else None, should_stop, heartbeat,
+                       node=node, launch=launch)
+
+
 def run_command(request: TrialRequest, report: Report | None = None,
                 should_stop: ShouldStop | None = None, heartbeat: Heartbeat | None = None, *,
-                log_limit: int = LOG_LIMIT) -> TrialResult:
-    """Run a command trainer once and read its result; never raises for the command's faults."""
+                log_limit: int = LOG_LIMIT, node: Node | None = None,
+                launch: int = 0) -> TrialResult:
+    """Run a command trainer once and read its result; never raises for the command's faults.
+
+    With ``node`` (a per-node launch), on that node: node 0's run is the
+    trial's and reads its result; another node's only has to exit 0, and logs
+    to ``<log_dir>/node<k>/``."""
     started = time.perf_counter()
     trainer = request.trainer
     params = {**request.settings, **request.config}
     pattern = re.compile(trainer.result_pattern)
     log_dir = Path(request.log_dir) if request.log_dir else None
+    if log_dir is not None and node is not None and node.rank > 0:
+        log_dir = log_dir / f"node{node.rank}"
     with contextlib.ExitStack() as cleanup:
         if log_dir is not None:
             log_dir.mkdir(parents=True, exist_ok=True)
@@ -201,8 +252,13 @@ def run_command(request: TrialRequest, report: Report | None = None,
                 prefix="nestor-command-")))
         try:
             layout = Layout.here(request.data_parallel * request.model_parallel)
-        except ValueError as exc:
-            return _failed_early(request, str(exc), started)
+            if node is not None:
+                port = layout.master_port
+                if node.count > 1:
+                    port = share_port(launch, node, port, request.timeout or PORT_WAIT_S)
+                layout = dataclasses.replace(layout, master_port=port, node=node)
+        except (ValueError, TimeoutError) as exc:
+            return _failed_early(request, _on_node(node, str(exc)), started)
         hostfile = files / "hostfile"
         hostfile.write_text(layout.hostfile_text())
         try:
@@ -212,8 +268,17 @@ def run_command(request: TrialRequest, report: Report | None = None,
         argv = build_argv(base, params, trainer.flag_prefix)
         if log_dir is not None:
             (log_dir / "command.txt").write_text("\n".join(argv) + "\n")
-        return _run(request, argv, pattern, log_dir, layout.env(hostfile), started, report,
-                    should_stop, heartbeat, log_limit)
+        result = _run(request, argv, pattern, log_dir, layout.env(hostfile), started, report,
+                      should_stop, heartbeat, log_limit,
+                      need_result=node is None or node.rank == 0)
+        if not result.ok and node is not None and node.rank > 0:
+            result.reason = _on_node(node, result.reason or "")
+        return result
+
+
+def _on_node(node: Node | None, reason: str) -> str:
+    """A per-node launch's reason says which node (rank 0's needs no name)."""
+    return f"node {node.rank}: {reason}" if node is not None and node.rank > 0 else reason
 
 
 def _failed_early(request: TrialRequest, reason: str, started: float) -> TrialResult:
@@ -233,8 +298,10 @@ def _placeholder_problem(name: str, layout: Layout) -> str:
 def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
          log_dir: Path | None, launch_env: dict[str, str], started: float,
          report: Report | None, should_stop: ShouldStop | None, heartbeat: Heartbeat | None,
-         log_limit: int) -> TrialResult:
-    """Start ``argv`` and follow it to its end (see :func:`run_command`)."""
+         log_limit: int, *, need_result: bool = True) -> TrialResult:
+    """Start ``argv`` and follow it to its end (see :func:`run_command`).
+
+    ``need_result=False``: an exit status of 0 is success; no result line is read."""
     trainer = request.trainer
     # Horovod's variables are the gang's, not the command's (its ranks are its own);
     # the gang's layout reaches it as the launch variables.
@@ -345,6 +412,10 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         else:
             reason = f"command exited with status {returncode}{tail}{where}"
         return failed(reason, logs=logs, details=details)
+    if not need_result:
+        return TrialResult(trial_id=request.trial_id, status="ok",
+                           metrics={"wall_time": time.perf_counter() - started},
+                           stopped_early=ended_by == "stop", logs=logs)
     found = out.last_match or err.last_match
     if found is None:
         if ended_by == "stop":

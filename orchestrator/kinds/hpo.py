@@ -142,6 +142,7 @@ class HpoKind(StageKind):
                 f"{s['start']:g}-{s['until']:g}: "
                 + ", ".join(f"{k}={fmt(v)}" for k, v in s["config"].items()) for s in schedule)
             lines.append(f"winner's schedule (a train stage from: {name} replays it): {steps}")
+        lines += replanned_lines(summary)
         lines.append(f"{name} stopped: {summary.get('stop_reason')}")
         return lines
 
@@ -177,6 +178,36 @@ class HpoKind(StageKind):
             makers.append(("population", lambda: plot_population(
                 name, summary["pbt"], plots / f"{name}-population.png")))
         return makers
+
+
+def replanned_lines(summary: dict[str, Any]) -> list[str]:
+    """What a planned stage's tail re-plan changed: its last trials ran at another
+    data-parallel width, so at another global batch and learning rate (``lr_rule``).
+    Named trial by trial, since a searched lr differs per trial; nothing when the
+    width never changed."""
+    from orchestrator.tables import fmt
+
+    first = summary.get("planned_shape")
+    replans = summary.get("replans") or []
+    trials = summary.get("trials") or []
+    moved = [t for t in trials if t.get("shape") and first and t["shape"] != first]
+    if not moved:
+        return []
+    widths = {first.split("x")[0], *(t["shape"].split("x")[0] for t in moved)}
+    if len(widths) == 1:  # only the model-parallel split changed: same batch and lr
+        return []
+    name = summary["name"]
+    to = ", ".join(f"to {r['dp']}x{r['mp']} with {r['left']} trial(s) left" for r in replans)
+    each = "; ".join(f"{t['id']} at {t['shape']}: global batch {t.get('global_batch', '?')},"
+                     f" lr {fmt(t['lr']) if t.get('lr') is not None else '?'}" for t in moved)
+    kept = [t for t in trials if t.get("shape") == first]
+    batches = sorted({t["global_batch"] for t in kept if t.get("global_batch") is not None})
+    others = (f"; the other {len(kept)} ran at {first}, global batch"
+              f" {', '.join(str(b) for b in batches) or '?'}") if kept else ""
+    return [f"{name} re-planned its tail ({to or 'to another shape'}): {len(moved)} trial(s)"
+            " ran at another data-parallel width, so at another global batch and learning"
+            f" rate (the trial's lr scaled by lr_rule {summary.get('lr_rule') or 'none'}):"
+            f" {each}{others}"]
 
 
 def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],

@@ -50,7 +50,14 @@ from ._profile import CommSample, Profile, StepSample, profile_key
 from ._profiler import ProfileError, default_shapes, profile
 from ._runtime import StagePlanner, shape_of
 from ._simulated import cost_model_trials, predicted_run_s
-from ._stage import StagePlanInputs, plan_stage, stage_inputs, stage_model, trial_settings
+from ._stage import (
+    StagePlanInputs,
+    plan_stage,
+    stage_inputs,
+    stage_model,
+    trial_batch,
+    trial_settings,
+)
 
 __all__ = [
     "ALGORITHMS", "GANG_START_S", "HYSTERESIS", "Candidate", "Check", "CommParams",
@@ -60,5 +67,5 @@ __all__ = [
     "coefficients", "cost_model_trials",
     "default_shapes", "evaluate", "fit_comm", "fit_compute", "model_size", "plan_stage",
     "predicted_run_s", "prior_model", "profile", "profile_key", "replan", "shape_of",
-    "stage_inputs", "stage_model", "trial_settings",
+    "stage_inputs", "stage_model", "trial_batch", "trial_settings",
 ]

@@ -137,6 +137,22 @@ def plan_stage(workflow: Workflow, name: str, slots: int, *, profile: Profile | 
     return choose(stage_model(inputs, profile), inputs.limits, inputs.goal)
 
 
+def trial_batch(trainer: str, settings: Mapping[str, Any], config: Mapping[str, Any],
+                dp: int) -> tuple[int, float]:
+    """The global batch and the learning rate a trial of built-in ``trainer`` trains
+    with on ``dp`` data-parallel ranks (as ``trainers.builtin`` computes them).
+
+    >>> trial_batch("cnn", trial_settings("sqrt"), {"batch_size": 32, "lr": 0.1}, 4)
+    (128, 0.2)
+    """
+    from trainers.catalog import resolve_options
+
+    options = resolve_options(trainer, settings, config)
+    per_rank = bool(options.get("batch_per_rank"))
+    factor = {"none": 1.0, "linear": float(dp), "sqrt": math.sqrt(dp)}[options["lr_scaling"]]
+    return int(options["batch_size"]) * (dp if per_rank else 1), float(options["lr"]) * factor
+
+
 def trial_settings(lr_rule: str) -> dict[str, Any]:
     """What a trial of a stage with ``batch:`` adds to its built-in trainer's settings:
     batch_size per rank, lr scaled with the data-parallel size by the rule."""

@@ -133,3 +133,34 @@ def test_the_report_labels_the_simulation_and_states_the_goals(
     assert "`1x2` reached the threshold in 2/2 seeds" not in text
     assert "- noise: `auto` ran the very shape of the `1x1` arm on the same seeds;" \
            " their medians differ by +5%" in text
+
+
+def test_the_report_shows_the_cost_model_against_measured_epochs(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/planning_bench.py's planning.json gets its section; without it, "Not run"."""
+    from bench import report
+
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "## The cost model against measured epochs\n\nNot run." in text
+
+    def row(dp: int, mp: int, at_once: int, measured: float, predicted: float,
+            held: float | None) -> dict[str, object]:
+        return {"dp": dp, "mp": mp, "at_once": at_once, "global_batch": 64 * dp,
+                "measured_s": measured, "measured_all_s": [measured, measured + 0.5],
+                "predicted_s": predicted, "error": predicted / measured - 1,
+                "held_out_s": held, "held_out_error": held / measured - 1 if held else None}
+
+    (tmp_path / "planning.json").write_text(json.dumps({
+        "machine": "a test machine", "trainer": "cnn", "per_rank_batch": 64, "epochs": 3,
+        "rows": [row(1, 1, 1, 2.0, 2.2, 2.5), row(2, 1, 1, 1.5, 1.2, 1.8),
+                 row(1, 1, 2, 2.4, 2.4, None)],
+        "command": "python bench/planning_bench.py --cached"}))
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    section = text.split("## The cost model against measured epochs")[1].split("\n## ")[0]
+    assert "machine: a test machine" in section
+    assert "`cnn`" in section and "best of 2 interleaved runs" in section
+    assert "| 1x1 | 1 | 64 | 2.00 | 2.20 (+10%) | 2.50 (+25%) |" in section
+    assert "| 2x1 | 1 | 128 | 1.50 | 1.20 (-20%) | 1.80 (+20%) |" in section
+    assert "| 1x1 | 2 | 64 | 2.40 | 2.40 (+0%) | — |" in section
+    assert "- largest error: 2x1 x 1 at once, -20%" in section
+    assert "python bench/planning_bench.py --cached" in section

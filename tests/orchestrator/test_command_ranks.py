@@ -11,14 +11,17 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import socket
 import subprocess
 import sys
-import textwrap
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import ray.cloudpickle
+from rank_helpers import HOROVOD_SUM, TORCH_SUM, command_sweep_spec, ray_cluster
 
 from orchestrator.gangs import GangPool, Shape
 from trainers import TrainerRef, TrialRequest, run_trial
@@ -29,32 +32,6 @@ pytestmark = pytest.mark.slow
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
 
 BIN = Path(sys.executable).parent
-
-HOROVOD_SUM = """
-import os
-import horovod.torch as hvd
-import torch
-
-hvd.init()
-total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
-print(f"rank {hvd.rank()} of {hvd.size()} pid {os.getpid()}", flush=True)
-if hvd.rank() == 0:
-    print(f"FoM: {total}", flush=True)
-"""
-
-TORCH_SUM = """
-import sys
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-total = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(total)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()} args {sys.argv[1:]}", flush=True)
-if dist.get_rank() == 0:
-    print(f"FoM: {total.item() + float(sys.argv[1].split('=')[1])}", flush=True)
-dist.destroy_process_group()
-"""
 
 
 def gang_layout() -> tuple[str | None, str | None]:
@@ -98,20 +75,7 @@ def test_nestor_run_gives_a_torchrun_command_trainer_its_parallel_ranks(tmp_path
                 "{nproc_per_node}", "--master_addr", "{master_addr}", "--master_port",
                 "{master_port}", str(script)]
     spec = tmp_path / "spec.yaml"
-    spec.write_text(textwrap.dedent(f"""
-        name: torchrun-sweep
-        resources: {{slots: 2}}
-        stages:
-          - name: tune
-            kind: hpo
-            trainer: {{command: {json.dumps(torchrun)}}}
-            parallel: {{data: 2}}
-            search: {{algorithm: grid}}
-            space:
-              x: {{type: categorical, values: [10, 20]}}
-            objective: {{metric: fom, mode: min}}
-            trial: {{timeout: 240}}
-        """))
+    spec.write_text(command_sweep_spec("torchrun-sweep", torchrun))
     run_dir = tmp_path / "run"
     done = subprocess.run([str(BIN / "nestor"), "run", str(spec), "--run-dir", str(run_dir)],
                           capture_output=True, text=True, timeout=600, check=False,
@@ -126,3 +90,81 @@ def test_nestor_run_gives_a_torchrun_command_trainer_its_parallel_ranks(tmp_path
     for event in finished:
         out = Path(event["logs"]["stdout"]).read_text()
         assert "rank 0 of 2" in out and "rank 1 of 2" in out, out
+
+
+@pytest.fixture(scope="module")
+def two_nodes() -> Iterator[tuple[str, dict[str, str]]]:
+    """A Ray cluster of two 1-CPU nodes on this host: a 2-rank gang spans both."""
+    env = dict(os.environ, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    with ray_cluster(env, [{"num_cpus": 1}] * 2) as cluster:
+        yield cluster["address"], env
+
+
+def _nestor_run(spec: Path, run_dir: Path, cluster: tuple[str, dict[str, str]]
+                ) -> tuple[subprocess.CompletedProcess[str], list[dict]]:
+    address, env = cluster
+    done = subprocess.run([str(BIN / "nestor"), "run", str(spec), "--run-dir", str(run_dir),
+                           "--address", address], capture_output=True, text=True, timeout=600,
+                          check=False, env=env)
+    journal = run_dir / "journal.jsonl"
+    assert journal.exists(), done.stderr[-4000:]
+    return done, [json.loads(line) for line in journal.read_text().splitlines()]
+
+
+def test_a_torchrun_command_naming_node_rank_runs_once_on_each_node(
+        tmp_path: Path, two_nodes: tuple[str, dict[str, str]]) -> None:
+    script = tmp_path / "sum.py"
+    script.write_text(TORCH_SUM)
+    torchrun = [str(BIN / "torchrun"), "--nnodes", "{nnodes}", "--node_rank", "{node_rank}",
+                "--nproc_per_node", "{nproc_per_node}", "--master_addr", "{master_addr}",
+                "--master_port", "{master_port}", str(script)]
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(command_sweep_spec("torchrun-per-node", torchrun))
+    done, events = _nestor_run(spec, tmp_path / "run", two_nodes)
+    assert done.returncode == 0, done.stderr[-4000:]
+    finished = [e for e in events if e["event"] == "trial_finished"]
+    assert not [e for e in events if e["event"] == "trial_attempt_failed"]
+    # 1 + 2 from the allreduce of the two nodes' ranks, plus the trial's own x
+    assert sorted(e["value"] for e in finished) == [13.0, 23.0], finished
+    for event in finished:
+        logs = Path(event["logs"]["stdout"]).parent
+        first = (logs / "stdout.log").read_text()
+        second = (logs / "node1" / "stdout.log").read_text()
+        # one torchrun a node, each starting its node's one rank: rank 0 on node 0 ...
+        assert "rank 0 of 2 node 0" in first and "rank 1 of" not in first, first
+        assert "rank 1 of 2 node 1" in second and "rank 0 of" not in second, second
+        argv = [(logs / "command.txt").read_text().splitlines(),
+                (logs / "node1" / "command.txt").read_text().splitlines()]
+        for node, words in enumerate(argv):
+            given = {flag: words[words.index(flag) + 1]
+                     for flag in ("--nnodes", "--node_rank", "--nproc_per_node", "--master_port")}
+            assert given == {"--nnodes": "2", "--node_rank": str(node), "--nproc_per_node": "1",
+                             "--master_port": argv[0][argv[0].index("--master_port") + 1]}
+
+
+FAILS_ON_NODE_1 = """
+import sys, time
+if sys.argv[1] == "1":
+    print("node 1 gives up", flush=True)
+    sys.exit(3)
+time.sleep(90)  # node 0 would succeed, much later
+print("FoM: 1.0", flush=True)
+"""
+
+
+def test_a_per_node_command_failing_on_one_node_fails_the_trial(
+        tmp_path: Path, two_nodes: tuple[str, dict[str, str]]) -> None:
+    script = tmp_path / "fails.py"
+    script.write_text(FAILS_ON_NODE_1)
+    spec = tmp_path / "spec.yaml"
+    command = [sys.executable, str(script), "{node_rank}"]
+    spec.write_text(command_sweep_spec("fails-per-node", command).replace(
+        "trial: {timeout: 240}", "trial: {timeout: 240, retries: 0}"))
+    began = time.monotonic()
+    _, events = _nestor_run(spec, tmp_path / "run", two_nodes)
+    finished = [e for e in events if e["event"] == "trial_finished"]
+    assert len(finished) == 2 and {e["status"] for e in finished} == {"failed"}, finished
+    for event in finished:
+        assert "node 1: command exited with status 3" in event["reason"], event
+    # the trials ended when node 1 failed, not when node 0's command would have
+    assert time.monotonic() - began < 90, events

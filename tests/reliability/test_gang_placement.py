@@ -28,6 +28,7 @@ from typing import Any
 
 import pytest
 from nestor_harness import NESTOR, events, finished, kill_tagged, tagged_env
+from rank_helpers import ray_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -184,20 +185,6 @@ def test_a_group_no_node_can_hold_fails_at_once_naming_mp_and_the_largest_node(
 
 
 # The same cluster, joined by ``nestor run --address``: the engine's own path.
-CLUSTER = f"""
-import json, sys
-from ray.cluster_utils import Cluster
-
-cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 0,
-                                                         "include_dashboard": False}})
-for _ in range({NODES}):
-    cluster.add_node(num_cpus={CPUS})
-cluster.wait_for_nodes()
-print(json.dumps({{"address": cluster.address}}), flush=True)
-sys.stdin.read()  # until the test closes it
-cluster.shutdown()
-"""
-
 TRAINER = """
 import json, os, time
 
@@ -237,17 +224,16 @@ def test_a_dp_x_mp_sweep_run_by_nestor_keeps_every_group_on_one_node(tmp_path: P
     log = tmp_path / "ranks.log"
     env = tagged_env(tmp_path, PYTHONPATH=str(tmp_path), RANK_LOG=str(log),
                      RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
     try:
-        address = json.loads(cluster.stdout.readline())["address"]
-        run_dir = tmp_path / "run"
-        began = time.monotonic()
-        driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
-                                 "--address", address], env=env, capture_output=True,
-                                text=True, timeout=400, check=False)
-        took = time.monotonic() - began
-        assert driver.returncode == 0, driver.stderr[-3000:]
+        with ray_cluster(env, [{"num_cpus": CPUS}] * NODES) as cluster:
+            address = cluster["address"]
+            run_dir = tmp_path / "run"
+            began = time.monotonic()
+            driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
+                                     "--address", address], env=env, capture_output=True,
+                                    text=True, timeout=400, check=False)
+            took = time.monotonic() - began
+            assert driver.returncode == 0, driver.stderr[-3000:]
         done = finished(run_dir)
         assert len(done) == 6 and all(e["status"] == "completed" for e in done.values()), done
         failed = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]
@@ -267,9 +253,4 @@ def test_a_dp_x_mp_sweep_run_by_nestor_keeps_every_group_on_one_node(tmp_path: P
         print(f"\n6 trials of 2x2 on {NODES} nodes of {CPUS} CPUs: {took:.1f} s,"
               f" {len({r['pid'] for r in ranks})} rank processes")
     finally:
-        cluster.stdin.close()
-        try:
-            cluster.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            cluster.kill()
         kill_tagged(env["NESTOR_TEST_TAG"])

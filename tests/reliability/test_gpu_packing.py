@@ -12,27 +12,14 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 from nestor_harness import NESTOR, finished, kill_tagged, tagged_env
+from rank_helpers import ray_cluster
 
 pytestmark = pytest.mark.slow
-
-CLUSTER = """
-import json, sys
-from ray.cluster_utils import Cluster
-
-cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0,
-                                                        "include_dashboard": False})
-cluster.add_node(num_cpus=4, num_gpus=1)
-cluster.wait_for_nodes()
-print(json.dumps({"address": cluster.address}), flush=True)
-sys.stdin.read()  # until the test closes it
-cluster.shutdown()
-"""
 
 TRAINER = """
 import json, os, time
@@ -65,14 +52,12 @@ def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
     log = tmp_path / "ranks.log"
     env = tagged_env(tmp_path, PYTHONPATH=str(tmp_path), RANK_LOG=str(log),
                      RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
     try:
-        address = json.loads(cluster.stdout.readline())["address"]
-        run_dir = tmp_path / "run"
-        driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
-                                 "--address", address], env=env, capture_output=True,
-                                text=True, timeout=400, check=False)
+        with ray_cluster(env, [{"num_cpus": 4, "num_gpus": 1}]) as cluster:
+            run_dir = tmp_path / "run"
+            driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
+                                     "--address", cluster["address"]], env=env,
+                                    capture_output=True, text=True, timeout=400, check=False)
         assert driver.returncode == 0, driver.stderr[-3000:]
         done = finished(run_dir)
         assert len(done) == 4 and all(e["status"] == "completed" for e in done.values())
@@ -83,9 +68,4 @@ def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
         # all four at once: each began before any of them ended
         assert max(r["began"] for r in ranks) < min(r["ended"] for r in ranks), ranks
     finally:
-        cluster.stdin.close()
-        try:
-            cluster.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            cluster.kill()
         kill_tagged(env["NESTOR_TEST_TAG"])

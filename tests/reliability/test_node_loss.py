@@ -16,7 +16,6 @@ import json
 import secrets
 import signal
 import subprocess
-import sys
 import textwrap
 import time
 from pathlib import Path
@@ -24,27 +23,11 @@ from pathlib import Path
 import psutil
 import pytest
 from nestor_harness import NESTOR, events, finished, kill_tagged, tagged_env
+from rank_helpers import ray_cluster
 
 pytestmark = pytest.mark.slow
 
 NODES = 4
-
-CLUSTER = f"""
-NODES = {NODES}
-import json, sys, time
-from ray import ray_constants
-from ray.cluster_utils import Cluster
-
-cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 0,
-                                                         "include_dashboard": False}})
-nodes = [cluster.add_node(num_cpus=1, resources={{f"node{{i}}": 1}}) for i in range(NODES)]
-cluster.wait_for_nodes()
-raylets = {{n.node_id: n.all_processes[ray_constants.PROCESS_TYPE_RAYLET][0].process.pid
-            for n in nodes}}
-print(json.dumps({{"address": cluster.address, "raylets": raylets}}), flush=True)
-sys.stdin.read()  # until the test closes it
-cluster.shutdown()
-"""
 
 TRAINER = """
 import json, os, time
@@ -98,52 +81,46 @@ def test_a_node_lost_mid_sweep_retries_its_trial_on_the_others_and_loses_nothing
     log = tmp_path / "ranks.log"
     env = tagged_env(tmp_path, PYTHONPATH=str(tmp_path), RANK_LOG=str(log),
                      RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
-    cluster = subprocess.Popen([sys.executable, "-c", CLUSTER], env=env, stdin=subprocess.PIPE,
-                               stdout=subprocess.PIPE, text=True)
+    cluster_nodes = [{"num_cpus": 1, "resources": {f"node{i}": 1}} for i in range(NODES)]
     driver = None
     try:
-        info = json.loads(cluster.stdout.readline())
-        run_dir = tmp_path / "run"
-        driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
-                                   "--address", info["address"]], env=env,
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        deadline = time.monotonic() + 240
-        victim = None
-        while victim is None and driver.poll() is None and time.monotonic() < deadline:
-            ranks = rank_log(log)
-            if len(ranks) >= 2:
-                victim = ranks[0]
-            time.sleep(0.1)
-        assert victim is not None, "no trial started"
-        lose_node(info["raylets"][victim["node"]])
-        _, stderr = driver.communicate(timeout=400)
-        assert driver.returncode == 0, stderr
+        with ray_cluster(env, cluster_nodes) as info:
+            run_dir = tmp_path / "run"
+            driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
+                                       "--address", info["address"]], env=env,
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            deadline = time.monotonic() + 240
+            victim = None
+            while victim is None and driver.poll() is None and time.monotonic() < deadline:
+                ranks = rank_log(log)
+                if len(ranks) >= 2:
+                    victim = ranks[0]
+                time.sleep(0.1)
+            assert victim is not None, "no trial started"
+            lose_node(info["raylets"][victim["node"]])
+            _, stderr = driver.communicate(timeout=400)
+            assert driver.returncode == 0, stderr
 
-        done = finished(run_dir)
-        assert len(done) == 6 and all(e["status"] == "completed" for e in done.values()), done
-        failed = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]
-        assert failed, "the lost node failed no attempt"
-        assert any("died" in e["reason"] or "rank" in e["reason"] for e in failed), failed
-        ranks = rank_log(log)
-        hit = victim["trial"]
-        retried = [r for r in ranks if r["trial"] == hit and r["pid"] != victim["pid"]]
-        assert retried and all(r["node"] != victim["node"] for r in retried[-2:]), ranks
-        by_trial: dict[float, set[str]] = {}
-        for r in ranks:
-            by_trial.setdefault(r["trial"], set()).add(r["node"])
-        assert any(len(nodes) == 2 for nodes in by_trial.values())  # gangs span nodes
-        # Nothing left running: every rank that ever ran is gone.
-        alive = [r for r in ranks if psutil.pid_exists(r["pid"])
-                 and psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE]
-        assert not alive, alive
-        print(f"\nnode loss: {len(failed)} attempt(s) failed ({failed[0]['reason']!r}),"
-              f" {len(done)} trials completed")
+            done = finished(run_dir)
+            assert len(done) == 6 and all(e["status"] == "completed" for e in done.values()), done
+            failed = [e for e in events(run_dir) if e["event"] == "trial_attempt_failed"]
+            assert failed, "the lost node failed no attempt"
+            assert any("died" in e["reason"] or "rank" in e["reason"] for e in failed), failed
+            ranks = rank_log(log)
+            hit = victim["trial"]
+            retried = [r for r in ranks if r["trial"] == hit and r["pid"] != victim["pid"]]
+            assert retried and all(r["node"] != victim["node"] for r in retried[-2:]), ranks
+            by_trial: dict[float, set[str]] = {}
+            for r in ranks:
+                by_trial.setdefault(r["trial"], set()).add(r["node"])
+            assert any(len(nodes) == 2 for nodes in by_trial.values())  # gangs span nodes
+            # Nothing left running: every rank that ever ran is gone.
+            alive = [r for r in ranks if psutil.pid_exists(r["pid"])
+                     and psutil.Process(r["pid"]).status() != psutil.STATUS_ZOMBIE]
+            assert not alive, alive
+            print(f"\nnode loss: {len(failed)} attempt(s) failed ({failed[0]['reason']!r}),"
+                  f" {len(done)} trials completed")
     finally:
         if driver is not None and driver.poll() is None:
             driver.kill()
-        cluster.stdin.close()
-        try:
-            cluster.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            cluster.kill()
         kill_tagged(env["NESTOR_TEST_TAG"])

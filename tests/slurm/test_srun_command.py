@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import json
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 from _slurm_helpers import nestor, node_count, submitted_id, wait_job
+from rank_helpers import command_sweep_spec
 
 pytestmark = pytest.mark.slow
 
@@ -44,20 +44,7 @@ def test_srun_starts_a_command_trainers_ranks_in_a_submitted_sweep(
     script.write_text(SUM)
     command = ["srun", "--overlap", "-n", "{np}", sys.executable, str(script)]
     spec = tmp_path / "spec.yaml"
-    spec.write_text(textwrap.dedent(f"""
-        name: srunsweep
-        resources: {{slots: 2}}
-        stages:
-          - name: tune
-            kind: hpo
-            trainer: {{command: {json.dumps(command)}}}
-            parallel: {{data: 2}}
-            search: {{algorithm: grid}}
-            space:
-              x: {{type: categorical, values: [10, 20]}}
-            objective: {{metric: fom, mode: min}}
-            trial: {{timeout: 240}}
-        """))
+    spec.write_text(command_sweep_spec("srunsweep", command))
     run_dir = tmp_path / "run"
     nodes = min(node_count(local_slurm), 2)
     job = submitted_id(nestor("submit", str(spec), "--nodes", str(nodes), "--time", "10:00",

@@ -179,6 +179,31 @@ stages:
     assert trainer.result_pattern == "acc=(\\S+)"
 
 
+def test_a_torchrun_command_launched_per_node_validates(tmp_path: Path) -> None:
+    """``{node_rank}`` is a placeholder, and the one that runs a command once per node."""
+    spec = tmp_path / "per-node.yaml"
+    spec.write_text("""
+name: per-node
+stages:
+  - name: tune
+    kind: hpo
+    parallel: {data: 4}
+    trainer:
+      command: [torchrun, --nnodes, "{nnodes}", --node_rank, "{node_rank}", --nproc_per_node,
+                "{nproc_per_node}", --master_addr, "{master_addr}", --master_port,
+                "{master_port}", fit.py, "--tag={{node_rank}}"]
+    search: {algorithm: random, budget: 2}
+    space: {lr: {type: float, low: 0.001, high: 0.1}}
+    objective: {metric: fom, mode: min}
+""")
+    result = CliRunner().invoke(cli, ["validate", str(spec)])
+    assert result.exit_code == 0, result.output
+    from trainers._launch import per_node
+
+    argv = load_spec(spec).stage("tune").trainer.argv
+    assert per_node(argv) and not per_node([w for w in argv if w != "{node_rank}"])
+
+
 def test_independent_stages_keep_written_order() -> None:
     workflow = load_spec_text(
         """

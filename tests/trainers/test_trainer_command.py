@@ -142,7 +142,8 @@ def test_a_flood_of_output_is_kept_bounded_with_a_note(tmp_path):
 ARGV_AND_ENV = (
     "import json, os, sys\n"
     "keys = ['WORLD_SIZE', 'MASTER_ADDR', 'MASTER_PORT', 'NESTOR_HOSTS', 'NESTOR_NP',\n"
-    "        'PET_NPROC_PER_NODE', 'PET_NNODES', 'NESTOR_GANG_HOSTS', 'HOROVOD_RANK']\n"
+    "        'PET_NPROC_PER_NODE', 'PET_NNODES', 'NESTOR_GANG_HOSTS', 'HOROVOD_RANK',\n"
+    "        'NODE_RANK', 'PET_NODE_RANK', 'NESTOR_GANG_NODES']\n"
     "print(json.dumps({'argv': sys.argv[1:], 'env': {k: os.environ.get(k) for k in keys}}))\n"
     "print('FoM: 1')\n"
 )
@@ -217,6 +218,93 @@ def test_an_unknown_placeholder_fails_the_trial_naming_it(tmp_path):
     result = run_trial(request)
     assert result.status == "failed" and not marker.exists()
     assert result.reason.startswith("the command names an unknown placeholder {nprocs}")
+
+
+PER_NODE = ["--nnodes={nnodes}", "--node_rank={node_rank}", "--nproc_per_node={nproc_per_node}",
+            "--master_addr={master_addr}", "--master_port={master_port}", "{np}"]
+
+
+def _per_node(tmp_path: Path, monkeypatch, rank: int, nodes: str, script: str = ARGV_AND_ENV,
+              port: int = 29123) -> tuple[object, list[tuple]]:
+    """Gang rank ``rank`` of a per-node command, its ranks on ``nodes``; the port
+    rank 0's node would publish through Ray is ``port``."""
+    import trainers.command
+
+    shared: list[tuple] = []
+
+    def share_port(launch, node, picked, timeout_s):
+        shared.append((node.rank, node.count, timeout_s))
+        return port if node.rank else picked
+
+    monkeypatch.setattr(trainers.command, "share_port", share_port)
+    monkeypatch.setenv("NESTOR_GANG_HOSTS", "node-a:2,node-b:2")
+    monkeypatch.setenv("NESTOR_GANG_ADDR", "10.0.0.7")
+    monkeypatch.setenv("NESTOR_GANG_NODES", nodes)
+    monkeypatch.setenv("HOROVOD_RANK", str(rank))
+    path = tmp_path / "show.py"
+    path.write_text(script)
+    request = TrialRequest("cmd", TrainerRef.command([PY, str(path), *PER_NODE]),
+                           data_parallel=4, log_dir=str(tmp_path / "logs"), timeout=30,
+                           result_path=str(tmp_path / "result.json"))
+    return run_trial(request), shared
+
+
+def test_a_per_node_command_runs_on_each_nodes_first_rank_with_its_node_rank(tmp_path,
+                                                                            monkeypatch):
+    # rank 2 is the first of node 1 (ranks 0 and 1 are on node 0)
+    result, shared = _per_node(tmp_path, monkeypatch, 2, "0,0,1,1")
+    assert result.ok, result.reason
+    seen = _argv_and_env(result)
+    assert seen["argv"] == ["--nnodes=2", "--node_rank=1", "--nproc_per_node=2",
+                            "--master_addr=10.0.0.7", "--master_port=29123", "4"]
+    env = seen["env"]
+    assert env["NODE_RANK"] == "1" and env["PET_NODE_RANK"] == "1" and env["PET_NNODES"] == "2"
+    assert env["MASTER_PORT"] == "29123" and env["WORLD_SIZE"] == "4"
+    assert env["NESTOR_GANG_NODES"] is None and env["HOROVOD_RANK"] is None
+    assert shared == [(1, 2, 30)]  # it waited for rank 0's node's port, within the timeout
+    # node 1 logs beside rank 0's; its result is not the trial's (no FoM needed) and
+    # only rank 0 writes the trial's result file
+    assert Path(result.logs["stdout"]) == tmp_path / "logs" / "node1" / "stdout.log"
+    assert not (tmp_path / "result.json").exists()
+
+
+def test_a_per_node_commands_node_0_is_rank_0_and_publishes_its_port(tmp_path, monkeypatch):
+    result, shared = _per_node(tmp_path, monkeypatch, 0, "0,1,0,1")
+    assert result.ok and result.metrics["result"] == 1.0, result.reason
+    seen = _argv_and_env(result)
+    assert seen["argv"][:3] == ["--nnodes=2", "--node_rank=0", "--nproc_per_node=2"]
+    assert seen["argv"][4] == f"--master_port={seen['env']['MASTER_PORT']}"
+    assert shared == [(0, 2, 30)]
+    assert Path(result.logs["stdout"]) == tmp_path / "logs" / "stdout.log"
+    assert (tmp_path / "result.json").exists()
+
+
+@pytest.mark.parametrize(("rank", "nodes"), [(1, "0,0,1,1"), (3, "0,0,1,1"), (2, "0,1,0,1")])
+def test_a_per_node_commands_other_ranks_only_hold_their_slots(tmp_path, monkeypatch, rank,
+                                                               nodes):
+    marker = tmp_path / "ran"
+    result, shared = _per_node(tmp_path, monkeypatch, rank, nodes,
+                               script=f"open({str(marker)!r}, 'w')\n")
+    assert result.ok and result.metrics == {} and not marker.exists() and not shared
+
+
+def test_a_per_node_command_failing_on_another_node_fails_saying_which(tmp_path, monkeypatch):
+    result, _ = _per_node(tmp_path, monkeypatch, 1, "0,1,1,1",
+                          script="import sys\nprint('bad node')\nsys.exit(3)\n")
+    assert result.status == "failed"
+    assert result.reason.startswith("node 1: command exited with status 3"), result.reason
+
+
+def test_a_per_node_command_outside_a_gang_is_node_0_of_1(tmp_path):
+    path = tmp_path / "show.py"
+    path.write_text(ARGV_AND_ENV)
+    request = TrialRequest("cmd", TrainerRef.command([PY, str(path), *PER_NODE]),
+                           data_parallel=2, log_dir=str(tmp_path / "logs"))
+    result = run_trial(request)
+    assert result.ok and result.metrics["result"] == 1.0, result.reason
+    argv = _argv_and_env(result)["argv"]
+    assert argv[:4] == ["--nnodes=1", "--node_rank=0", "--nproc_per_node=2",
+                        "--master_addr=127.0.0.1"]
 
 
 def test_the_other_ranks_of_a_command_gang_only_hold_their_slots(tmp_path, monkeypatch):

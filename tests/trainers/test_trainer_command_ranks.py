@@ -13,36 +13,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from rank_helpers import HOROVOD_SUM, TORCH_SUM
 
 from trainers import TrainerRef, TrialRequest, run_trial
 
 pytestmark = pytest.mark.slow
 
 BIN = Path(sys.executable).parent
-
-HOROVOD_SUM = """
-import horovod.torch as hvd
-import torch
-
-hvd.init()
-total = hvd.allreduce(torch.tensor([float(hvd.rank() + 1)]), op=hvd.Sum).item()
-print(f"rank {hvd.rank()} of {hvd.size()}", flush=True)
-if hvd.rank() == 0:
-    print(f"FoM: {total}", flush=True)
-"""
-
-TORCH_SUM = """
-import torch
-import torch.distributed as dist
-
-dist.init_process_group("gloo")
-total = torch.tensor([float(dist.get_rank() + 1)])
-dist.all_reduce(total)
-print(f"rank {dist.get_rank()} of {dist.get_world_size()}", flush=True)
-if dist.get_rank() == 0:
-    print(f"FoM: {total.item()}", flush=True)
-dist.destroy_process_group()
-"""
 
 
 def _trial(tmp_path: Path, argv: list[str], script: str) -> tuple[object, str]:

@@ -19,6 +19,7 @@ from orchestrator.planning import plan_stage
 from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
 from orchestrator.stopping import Interrupted
+from orchestrator.tables import fmt
 from orchestrator.workflow import StageScheduler
 
 
@@ -72,6 +73,51 @@ def test_the_stage_is_planned_on_the_backends_slots_and_widens_its_last_trials(
                                        if s["seq"] < replanned_at}]
     assert before and all(e["status"] == "completed" for e in before)
     assert peak_ranks(backend) <= 32
+
+
+def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr(
+        tmp_path: Path) -> None:
+    """A re-plan that widens dp changes the last trials' global batch and, by the
+    stage's lr_rule (linear here), their learning rate: `nestor results` says so."""
+    from click.testing import CliRunner
+
+    from orchestrator.cli import cli
+    from trainers.catalog import TRAINERS
+
+    backend = SimulatedBackend(4, 8, lognormal_trials(60.0, 0.3), seed=1)
+    simulate_workflow(planned(40), backend, tmp_path)
+    (plan,) = events(tmp_path, "stage_planned")
+    widths = {e["trial"]["id"]: (int(e["shape"].split("x")[0]), e["trial"]["config"]["lr"])
+              for e in events(tmp_path, "trial_started")}
+    wider = {t: w for t, w in widths.items() if w[0] != plan["dp"]}
+    assert wider, "no re-plan changed the data-parallel width"
+    done = CliRunner().invoke(cli, ["results", str(tmp_path)], terminal_width=10_000)
+    assert done.exit_code == 0, done.output
+    text = " ".join(done.output.split())  # rich may wrap a long line
+    assert "tune re-planned its tail (to " in text, text
+    assert f"{len(wider)} trial(s) ran at another data-parallel width" in text, text
+    per_rank = TRAINERS["cnn"].options["batch_size"].default
+    for trial, (dp, lr) in wider.items():
+        assert (f"{trial} at {dp}x1: global batch {per_rank * dp}, lr {fmt(lr * dp)}"
+                in text), (trial, text)
+    assert f"the other {40 - len(wider)} ran at {plan['dp']}x{plan['mp']}, global batch" \
+           f" {per_rank * plan['dp']}" in text
+    # A driver that resumes the stage rebuilds the same account from the journal
+    # (on other slots, where it would plan otherwise).
+    from orchestrator.kinds.hpo import HpoRunner, replanned_lines
+
+    log = read_events(tmp_path / "journal.jsonl")
+    journal = Journal(tmp_path / "resumed.jsonl")
+    try:
+        workflow = planned(40)
+        runner = HpoRunner(workflow, workflow.stage("tune"), run_dir=tmp_path, journal=journal,
+                           backend=SimulatedBackend(8, 8, fixed_trials(60.0), seed=2),
+                           events=log)
+        runner.restore(log)
+    finally:
+        journal.close()
+    (line,) = replanned_lines(runner.summary())
+    assert " ".join(line.split()) in text
 
 
 def peak_ranks(backend: SimulatedBackend) -> int:
