@@ -21,8 +21,10 @@ actors in it itself, rank ``d * mp + m`` in bundle ``d``: exactly the groups
 
 A command trainer's gang is booked and started the same way, but only its
 rank 0 runs the command, a launcher (horovodrun, torchrun, srun) that starts
-the ranks itself on the slots the other ranks hold: each rank knows the
-gang's layout (:meth:`GroupedRanks.layout_env`) to tell the launcher.
+the ranks itself on the slots the other ranks hold; or, when the command
+names ``{node_rank}``, the first rank of each node runs it once for its node.
+Each rank knows the gang's layout (:meth:`GroupedRanks.layout_env`) to tell
+the launcher.
 
 A gang whose rank died, or that ran past a trial's timeout, is discarded
 (its actors killed, its placement group removed) rather than reused, so the
