@@ -59,3 +59,31 @@ def test_a_failing_probe_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
     with pytest.raises(profiler.ProfileError, match="profiling mlp at 1x1 failed"):
         profiler.probe_shape("mlp", {"dataset": "digits", "width": 0}, {}, 1, 1, [8])
+
+
+def test_a_torch_stage_is_profiled_on_torch_ranks_under_its_own_key(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's ranks, not horovodrun's: a site without Horovod can still plan."""
+    from trainers.catalog import resolve_options
+
+    monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
+    options = resolve_options("mlp", OPTIONS, {})
+    launched: list[list[str]] = []
+    real_run = profiler.run_argv
+
+    def recording(argv: list[str], **kwargs: object) -> tuple[int, str]:
+        launched.append(argv)
+        return real_run(argv, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(profiler, "run_argv", recording)
+    got = profile("mlp", options, shapes=[(2, 1), (1, 2)], batches=(8,), steps=2, repeats=1,
+                  backend="torch")
+    assert all("torch.distributed.run" in argv and "horovodrun" not in " ".join(argv)
+               for argv in launched), launched
+    by_shape = {(s.dp, s.mp): s for s in got.steps}
+    assert by_shape[(2, 1)].allreduce_s > 0 and by_shape[(1, 2)].gather_s > 0
+    assert {c.kind for c in got.comm} == {"allreduce", "allgather"}
+    assert got.machine["backend"] == "torch"
+    # Not the Horovod profile's key: the two backends' collectives cost differently.
+    horovod_key = profiler.profile_key("mlp", options, profiler.machine(), (8,))
+    assert got.key != horovod_key
