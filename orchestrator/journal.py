@@ -100,21 +100,17 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
 
 def write_atomic(path: Path, data: str) -> None:
     """Replace ``path`` with ``data`` all at once: a reader (or a resume after a
-    kill) sees the old content or the new, never a mix."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
+    kill) sees the old content or the new, never a mix (trainers.durable, which
+    the ranks use for checkpoints and results). A full disk is DiskFull."""
+    from trainers.durable import replace_durably
+
+    payload = data.encode()
     try:
-        with open(tmp, "w") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
+        replace_durably(path, lambda handle: handle.write(payload))
     except OSError as exc:
-        if tmp.exists():
-            tmp.unlink()
         if _full(exc):
-            raise DiskFull(path, len(data.encode())) from None
+            raise DiskFull(path, len(payload)) from None
         raise
-    os.replace(tmp, path)
 
 
 class Journal:
