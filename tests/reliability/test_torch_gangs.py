@@ -119,3 +119,42 @@ def test_a_collective_one_torch_rank_never_joins_fails_and_retries_on_a_new_gang
         assert wait_for_no_tagged(env["NESTOR_TEST_TAG"]) == {}
     finally:
         kill_tagged(env["NESTOR_TEST_TAG"])
+
+
+def test_a_model_parallel_torch_gang_trains_as_one_process_would(tmp_path: Path) -> None:
+    """mp = 2 on a torch gang placed by nestor (its own ranks, groups and rendezvous)
+    follows the unsplit model's loss curve."""
+    from trainers import TrainerRef, TrialRequest, run_trial
+
+    settings = {"dataset": "digits", "epochs": 2, "max_train_samples": 300, "seed": 2}
+    config = {"width": 33, "batch_size": 30, "lr": 0.1}
+    spec = tmp_path / "mp.yaml"
+    spec.write_text(textwrap.dedent(f"""
+        name: torch-mp
+        resources: {{slots: 2}}
+        stages:
+          - name: fit
+            kind: train
+            trainer: {{name: mlp, settings: {json.dumps(settings)}}}
+            config: {json.dumps(config)}
+            backend: torch
+            parallel: {{data: 1, model: 2}}
+        """))
+    env = tagged_env(tmp_path)
+    run_dir = tmp_path / "run"
+    try:
+        done = nestor("run", str(spec), "--run-dir", str(run_dir), env=env, timeout=400)
+        assert done.returncode == 0, done.stderr[-3000:]
+        (result,) = finished(run_dir).values()
+        assert result["status"] == "completed", result
+        started = [e for e in events(run_dir) if e["event"] == "trial_started"]
+        assert [(e["shape"], e.get("comm")) for e in started] == [("1x2", "torch")]
+        alone = run_trial(TrialRequest("alone", TrainerRef.builtin("mlp"), settings=settings,
+                                       config=config))
+        assert alone.ok, alone.details
+        ours = [h["train_loss"] for h in result["history"]]
+        ref = [h["train_loss"] for h in alone.history]
+        assert len(ours) == 2 and ours == pytest.approx(ref, rel=1e-5)
+        assert wait_for_no_tagged(env["NESTOR_TEST_TAG"]) == {}
+    finally:
+        kill_tagged(env["NESTOR_TEST_TAG"])
