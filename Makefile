@@ -40,6 +40,7 @@ test-fast: setup
 bench: setup
 	$(PY) bench/search_bench.py
 	$(PY) bench/trainers_bench.py
+	$(PY) bench/backend_bench.py
 	$(PY) bench/orchestration_bench.py
 	$(PY) -m bench.tables
 	$(PY) -m bench.simulate

@@ -462,11 +462,34 @@ def render(results: Path, out_md: Path) -> Path:
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     lines += fidelity_section(fidelity, out) if fidelity else [
         SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
+    backends = _load(results, "backends")
+    lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
     multi = _load(results, "multifidelity")
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
     out_md.write_text("\n".join(lines))
     return out_md
+
+
+BACKENDS_TITLE = "## Horovod against torch.distributed, the same trials"
+
+
+def backends_section(b: dict[str, Any]) -> list[str]:
+    """bench/backend_bench.py: the two trial backends on the same real trials, paired."""
+    lines = [BACKENDS_TITLE, "", machine_line(b["machine"]), "",
+             f"The built-in CNN on mnist5k through `python -m trainers`, under `horovodrun"
+             f" --gloo` and under `torchrun` (`--backend torch`: DDP over Gloo), alternating,"
+             f" {b['repeats']} repeat(s) of {b['epochs']} epochs (the first not counted):"
+             f" dp 2 at batch {b['batch_per_rank']} per rank, and mp 2 with fully connected"
+             f" layers of {b['mp_width']} units split in two. Medians over repeats; the ratio"
+             " is taken repeat by repeat. Both backends start from the same seed, so their loss"
+             " curves must agree.", ""]
+    rows = [[case, f"{r['horovod_samples_per_s']:.0f}", f"{r['torch_samples_per_s']:.0f}",
+             f"{r['torch_over_horovod']:.2f}", f"{r['max_train_loss_diff']:.2g}"]
+            for case, r in b["cases"].items()]
+    lines += _table(["case", "horovod samples/s", "torch samples/s", "torch / horovod",
+                     "largest train-loss difference"], rows)
+    return [*lines, "", f"Command: `{b['command']}`.", ""]
 
 
 def gang_start_section(g: dict[str, Any]) -> list[str]:

@@ -32,18 +32,22 @@ HOROVODRUN = Path(sys.executable).parent / "horovodrun"
 
 
 def run_trial(ranks: int, dp: int, mp: int, settings: dict, config: dict,
-              timeout: float) -> dict:
-    """One trial through the CLI; returns rank 0's result dict."""
+              timeout: float, backend: str = "horovod") -> dict:
+    """One trial through the CLI, under horovodrun or torchrun (``backend``); returns
+    rank 0's result dict."""
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "result.json"
         args = ["-m", "trainers", "--quiet", "--json", str(out), "--trainer", "cnn",
-                "--data-parallel", str(dp), "--model-parallel", str(mp)]
+                "--data-parallel", str(dp), "--model-parallel", str(mp), "--backend", backend]
         for k, v in settings.items():
             args += ["--set", f"{k}={json.dumps(v)}"]
         for k, v in config.items():
             args += ["--param", f"{k}={json.dumps(v)}"]
         if ranks == 1:
             cmd = [sys.executable, *args]
+        elif backend == "torch":
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                   "--nproc_per_node", str(ranks), *args]
         else:
             cmd = [str(HOROVODRUN), "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
                    sys.executable, *args]

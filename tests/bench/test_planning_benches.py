@@ -164,3 +164,18 @@ def test_the_report_shows_the_cost_model_against_measured_epochs(
     assert "| 1x1 | 2 | 64 | 2.40 | 2.40 (+0%) | — |" in section
     assert "- largest error: 2x1 x 1 at once, -20%" in section
     assert "python bench/planning_bench.py --cached" in section
+
+
+def test_the_report_shows_the_two_backends_side_by_side(tmp_path: Path) -> None:
+    """bench/backend_bench.py's backends.json gets its section; without it, "Not run"."""
+    from bench import report
+
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert f"{report.BACKENDS_TITLE}\n\nNot run." in text
+    case = {"horovod_samples_per_s": 700.0, "torch_samples_per_s": 1050.0,
+            "torch_over_horovod": 1.5, "max_train_loss_diff": 0.0}
+    (tmp_path / "backends.json").write_text(json.dumps({
+        "machine": "2 cores", "repeats": 3, "epochs": 3, "batch_per_rank": 64, "mp_width": 2048,
+        "command": "python bench/backend_bench.py", "cases": {"dp2": case}}))
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "| dp2 | 700 | 1050 | 1.50 | 0 |" in text
