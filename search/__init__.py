@@ -61,8 +61,21 @@ def settings_of(algorithm: str) -> list[str]:
     if algorithm not in ALGORITHMS:
         names = ", ".join([*ALGORITHMS, "auto"])
         raise ValueError(f"algorithm must be one of {names}, but got {algorithm!r}")
-    parameters = inspect.signature(ALGORITHMS[algorithm].__init__).parameters.values()
-    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return _keywords(ALGORITHMS[algorithm])
+
+
+def _keywords(cls: type) -> list[str]:
+    """Keyword-only parameters of ``cls.__init__``; where it passes ``**settings`` on,
+    its base's come first (a subclass adds settings, it does not repeat the base's)."""
+    own = cls.__dict__.get("__init__")
+    if own is None:
+        return _keywords(cls.__mro__[1])
+    parameters = inspect.signature(own).parameters.values()
+    names = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        inherited = _keywords(cls.__mro__[1])
+        return [*inherited, *(n for n in names if n not in inherited)]
+    return names
 
 
 def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
