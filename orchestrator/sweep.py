@@ -12,6 +12,7 @@ budget sets (``--fidelity``, epochs by default) and their own schedule:
 
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \
                  --population 8 --interval 1 --intervals 6
+    nestor sweep ... --algo pbt --explore pb2      # PB2: a GP bandit picks the numbers
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \
                  --min-budget 1 --max-budget 9 --eta 3 --sampler tpe      # BOHB
 """
@@ -32,6 +33,7 @@ OPTION_OWNERS: dict[str, tuple[str, ...]] = {
     "demes": ("genetic",),
     "interval": ("pbt",),
     "intervals": ("pbt",),
+    "explore": ("pbt",),
     "min_budget": ("asha", "hyperband"),
     "max_budget": ("asha", "hyperband"),
     "reduction_factor": ("asha", "hyperband"),
@@ -116,6 +118,7 @@ def build_spec(
     demes: int | None = None,
     interval: float | None = None,
     intervals: int | None = None,
+    explore: str | None = None,
     min_budget: float | None = None,
     max_budget: float | None = None,
     eta: int | None = None,
@@ -126,7 +129,7 @@ def build_spec(
     Algorithm options must belong to the algorithm asked for (see
     :data:`OPTION_OWNERS`: ``--sampler`` to bayesian and, as tpe, to
     hyperband and asha (BOHB-style); ``--population`` to genetic and pbt;
-    ``--interval`` and ``--intervals`` to pbt; ``--min-budget``,
+    ``--interval``, ``--intervals`` and ``--explore`` to pbt; ``--min-budget``,
     ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to all
     three): silently dropping one would run another search than the one the
     command line reads as. ``--algo auto`` plans for the trials ``--parallel``
@@ -155,8 +158,8 @@ def build_spec(
     options: dict[str, Any] = {
         "sampler": sampler, "population": population, "generations": generations,
         "schedule": schedule, "demes": demes, "interval": interval, "intervals": intervals,
-        "min_budget": min_budget, "max_budget": max_budget, "reduction_factor": eta,
-        "fidelity": fidelity,
+        "explore": explore, "min_budget": min_budget, "max_budget": max_budget,
+        "reduction_factor": eta, "fidelity": fidelity,
     }
     misplaced = [k for k, v in options.items() if v is not None
                  and algorithm not in OPTION_OWNERS[k]]

@@ -478,6 +478,11 @@ class PbtSearch(_ContinuingSearch):
         default_factory=lambda: [0.8, 1.2], min_length=1,
         description="factors a continuous hyperparameter is multiplied by when explored",
     )
+    explore: Literal["perturb", "pb2"] = Field(
+        "perturb", description="how an exploiting member's numbers change: perturb (PBT), or"
+        " pb2: chosen by a GP bandit on how each interval's hyperparameters changed the"
+        " reward (population-based bandits; categoricals are still resampled)",
+    )
 
 
 class _HalvingSearch(_ContinuingSearch):
@@ -657,6 +662,20 @@ class HpoStage(_StageBase):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
 
+    @model_validator(mode="after")
+    def _pb2_has_numbers(self) -> HpoStage:
+        """PB2's GP bandit chooses numbers: a space of categoricals leaves it nothing."""
+        if isinstance(self.search, PbtSearch) and self.search.explore == "pb2":
+            kinds = {name: spec.type for name, spec in self.space.items()}
+            if not any(kind in ("float", "int") for kind in kinds.values()):
+                searched = ", ".join(n for n, k in kinds.items() if k != "constant") or "none"
+                raise ValueError(
+                    "search.explore pb2 needs a float or int parameter in space for its GP"
+                    f" bandit to choose, but the searched ones are categorical ({searched});"
+                    " use explore: perturb"
+                )
+        return self
+
     @property
     def objectives(self) -> list[Objective]:
         return self.objective
@@ -682,8 +701,9 @@ class HpoStage(_StageBase):
         if isinstance(search, BayesianSearch):
             return f"bayesian {search.sampler}"
         if isinstance(search, PbtSearch):
+            pb2 = ", pb2 (GP-bandit explore)" if search.explore == "pb2" else ""
             return (f"pbt {search.population} members, exploit every"
-                    f" {search.interval:g} {search.fidelity}")
+                    f" {search.interval:g} {search.fidelity}{pb2}")
         if isinstance(search, _HalvingSearch):
             bohb = ", TPE" if search.sampler == "tpe" else ""
             return (f"{search.algorithm} {search.min_budget:g}-{search.max_budget:g}"

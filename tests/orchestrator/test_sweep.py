@@ -128,6 +128,17 @@ def test_pbt_flags_reach_the_search() -> None:
     assert stage.search_label() == "pbt 4 members, exploit every 2 epochs"
 
 
+def test_explore_pb2_reaches_the_pbt_search_and_its_label() -> None:
+    stage = load_spec_text(spec_yaml(continuing(
+        "pbt", population=4, intervals=3, explore="pb2",
+    ))).stage("sweep")
+    assert stage.search.explore == "pb2"
+    assert stage.search_label() == "pbt 4 members, exploit every 1 epochs, pb2 (GP-bandit explore)"
+    assert stage.planned_trials() == 12
+    with pytest.raises(ValueError, match="--explore applies to --algo pbt, not asha"):
+        continuing("asha", explore="pb2")
+
+
 @pytest.mark.parametrize("algorithm", ["asha", "hyperband"])
 def test_halving_flags_reach_the_search(algorithm: str) -> None:
     stage = load_spec_text(spec_yaml(continuing(
