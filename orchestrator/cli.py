@@ -199,7 +199,9 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               help="asha, hyperband: reduction factor, keep 1 in eta per rung (default 3).")
 @click.option("--fidelity", metavar="SETTING",
               help="pbt, asha, hyperband: the trainer setting a trial's budget sets; it trains"
-              " up to it, on from its checkpoint (default epochs).")
+              " up to it, on from its checkpoint (default epochs). auto: may pick Hyperband"
+              " (BOHB-style) over it, up to the trainer's value (--set epochs=27); the"
+              " budget still counts full trainings.")
 @click.option("--metric", help="Metric to optimize (default: val_accuracy, or fom for --cmd).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
               help="Direction (default: max for val_accuracy, min for a command's FoM).")

@@ -37,7 +37,7 @@ OPTION_OWNERS: dict[str, tuple[str, ...]] = {
     "min_budget": ("asha", "hyperband"),
     "max_budget": ("asha", "hyperband"),
     "reduction_factor": ("asha", "hyperband"),
-    "fidelity": ("pbt", "asha", "hyperband"),
+    "fidelity": ("pbt", "asha", "hyperband", "auto"),
 }
 """Which ``--algo`` each search option belongs to (the spec's field names)."""
 
@@ -130,9 +130,10 @@ def build_spec(
     :data:`OPTION_OWNERS`: ``--sampler`` to bayesian and, as tpe, to
     hyperband and asha (BOHB-style); ``--population`` to genetic and pbt;
     ``--interval``, ``--intervals`` and ``--explore`` to pbt; ``--min-budget``,
-    ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to all
-    three): silently dropping one would run another search than the one the
-    command line reads as. ``--algo auto`` plans for the trials ``--parallel``
+    ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to those
+    three, and to auto, which may then pick Hyperband over it): silently
+    dropping one would run another search than the one the command line reads
+    as. ``--algo auto`` plans for the trials ``--parallel``
     (or ``--slots`` / ranks per trial) runs at once.
     """
     if (trainer is None) == (command is None):

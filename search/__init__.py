@@ -51,7 +51,7 @@ ALGORITHMS: dict[str, type[Searcher]] = {
 }
 
 
-AUTO_SETTINGS = ("seed", "budget", "parallel")
+AUTO_SETTINGS = ("seed", "budget", "parallel", "max_fidelity")
 
 
 def settings_of(algorithm: str) -> list[str]:
@@ -106,8 +106,9 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
     ``make_searcher(spec.search.algorithm, space, objectives,
     **spec.search.model_dump(exclude={"algorithm"}))``
 
-    ``"auto"`` takes ``seed``, ``budget`` and ``parallel`` (trials pending at
-    once; default 1), builds what :func:`choose_search` picks and keeps the
+    ``"auto"`` takes ``seed``, ``budget``, ``parallel`` (trials pending at
+    once; default 1) and ``max_fidelity`` (a trial's full length where it can
+    be trained in stretches; default None), builds what :func:`choose_search` picks and keeps the
     choice, with its reason, in the searcher's ``auto_choice``. The state is
     the chosen searcher's, and the same arguments choose the same again, so
     an auto search restores like any other.
@@ -117,7 +118,13 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
         return ALGORITHMS[algorithm](space, objectives, **settings)
     parallel = settings.get("parallel")
     parallel = 1 if parallel is None else parallel  # the spec's default is None
-    choice = choose_search(space, objectives, budget=settings.get("budget"), parallel=parallel)
+    choice = choose_search(
+        space,
+        objectives,
+        budget=settings.get("budget"),
+        parallel=parallel,
+        max_fidelity=settings.get("max_fidelity"),
+    )
     searcher = ALGORITHMS[choice.algorithm](
         space, objectives, seed=settings.get("seed", 0), **choice.settings
     )

@@ -35,7 +35,7 @@ def test_a_pb2_population_killed_midway_resumes_and_runs_no_trial_twice(
 ) -> None:
     workflow = load_spec_text(SPEC)
     stage = workflow.stage("tune")
-    assert stage.search_label().endswith("pb2 (GP-bandit explore)")
+    assert stage.search_label() == "pb2 4 members, exploit every 1 epochs"
     run_dir = tmp_path / "run"
     first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=200.0)
     with pytest.raises(Interrupted):

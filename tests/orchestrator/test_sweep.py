@@ -128,12 +128,24 @@ def test_pbt_flags_reach_the_search() -> None:
     assert stage.search_label() == "pbt 4 members, exploit every 2 epochs"
 
 
+def test_auto_with_a_fidelity_picks_hyperband_over_the_trainers_epochs() -> None:
+    auto = dict(algorithm="auto", population=None, generations=None, budget=20, parallel=2)
+    stage = load_spec_text(spec_yaml(sweep_spec(
+        **auto, fidelity="epochs", settings=["dataset=digits", "epochs=27"],
+    ))).stage("sweep")
+    assert stage.search.fidelity == "epochs"
+    assert stage.auto_choice().label() == "hyperband tpe (bohb), rungs 1-27, eta 3, 1 iteration(s)"
+    assert stage.planned_trials() == 69
+    plain = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")  # epochs=2
+    assert plain.auto_choice().algorithm == "bayesian"
+
+
 def test_explore_pb2_reaches_the_pbt_search_and_its_label() -> None:
     stage = load_spec_text(spec_yaml(continuing(
         "pbt", population=4, intervals=3, explore="pb2",
     ))).stage("sweep")
     assert stage.search.explore == "pb2"
-    assert stage.search_label() == "pbt 4 members, exploit every 1 epochs, pb2 (GP-bandit explore)"
+    assert stage.search_label() == "pb2 4 members, exploit every 1 epochs"
     assert stage.planned_trials() == 12
     with pytest.raises(ValueError, match="--explore applies to --algo pbt, not asha"):
         continuing("asha", explore="pb2")
@@ -168,7 +180,7 @@ def test_sampler_tpe_makes_hyperband_bohb() -> None:
          "--min-budget and --max-budget apply to --algo asha or hyperband, not pbt"),
         ("pbt", {"generations": 3}, "--generations applies to --algo genetic, not pbt"),
         ("genetic", {"fidelity": "epochs"},
-         "--fidelity applies to --algo pbt or asha or hyperband, not genetic"),
+         "--fidelity applies to --algo pbt or asha or hyperband or auto, not genetic"),
         ("hyperband", {"sampler": "cmaes"}, "--sampler for --algo hyperband must be tpe"),
         ("pbt", {"sampler": "tpe"}, "--sampler applies to --algo bayesian or asha or"
                                     " hyperband, not pbt"),
