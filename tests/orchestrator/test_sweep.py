@@ -319,3 +319,28 @@ def test_an_asha_sweep_continues_promoted_trials_from_their_checkpoints(tmp_path
     promoted = [e for e in finished if e["trial"].get("continue_from")]
     assert promoted and all(e["trial"]["budget"] == 2 for e in promoted)
     assert all(len(e["history"]) == 2 for e in promoted)  # 1 epoch carried, 1 trained
+
+
+@pytest.mark.slow
+def test_a_pb2_sweep_trains_a_population_and_reports_it_as_pbt_does(tmp_path: Path) -> None:
+    """--explore pb2 reaches the engine; the PBT summary, schedule and population plot
+    come out as for PBT."""
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [NESTOR, "sweep", "--trainer", "mlp", "--set", "dataset=digits",
+         "--set", "max_train_samples=300", "--param", "lr=float:0.005:0.2:log",
+         "--param", "width=int:16:64:log", "--algo", "pbt", "--explore", "pb2",
+         "--population", "4", "--intervals", "4", "--parallel", "2", "--seed", "1",
+         "--run-dir", str(run_dir)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "explore: pb2" in (run_dir / "spec.yaml").read_text()
+    events = [json.loads(line) for line in (run_dir / "journal.jsonl").open()]
+    finished = [e for e in events if e["event"] == "trial_finished"]
+    assert len(finished) == 16 and all(e["status"] == "completed" for e in finished)
+    assert any(e["trial"]["origin"] == "exploit" for e in finished)
+    stage = json.loads((run_dir / "results.json").read_text())["stages"][0]
+    assert len(stage["pbt"]["members"]) == 4
+    assert [s["until"] for s in stage["pbt"]["schedule"]] == [1, 2, 3, 4]
+    assert (run_dir / "plots" / "sweep-population.png").stat().st_size > 0
