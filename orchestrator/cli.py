@@ -186,6 +186,10 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 @click.option("--intervals", type=click.IntRange(min=1),
               help="pbt: intervals each member trains (default: as many as --budget allows,"
               " 10 without).")
+@click.option("--explore", type=click.Choice(["perturb", "pb2"]),
+              help="pbt: perturb the copied numbers at random (default), or pb2: choose them"
+              " by a GP bandit on how each interval's hyperparameters changed the reward"
+              " (population-based bandits).")
 @click.option("--min-budget", type=click.FloatRange(min=0, min_open=True),
               help="asha, hyperband: the first rung's --fidelity budget (default 1 epoch).")
 @click.option("--max-budget", type=click.FloatRange(min=0, min_open=True),
@@ -195,7 +199,9 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               help="asha, hyperband: reduction factor, keep 1 in eta per rung (default 3).")
 @click.option("--fidelity", metavar="SETTING",
               help="pbt, asha, hyperband: the trainer setting a trial's budget sets; it trains"
-              " up to it, on from its checkpoint (default epochs).")
+              " up to it, on from its checkpoint (default epochs). auto: may pick Hyperband"
+              " (BOHB-style) over it, up to the trainer's value (--set epochs=27); the"
+              " budget still counts full trainings.")
 @click.option("--metric", help="Metric to optimize (default: val_accuracy, or fom for --cmd).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
               help="Direction (default: max for val_accuracy, min for a command's FoM).")
@@ -215,8 +221,8 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           settings: tuple[str, ...], algorithm: str, sampler: str | None,
           schedule: str | None, demes: int | None, budget: int | None,
           population: int | None, generations: int | None, interval: float | None,
-          intervals: int | None, min_budget: float | None, max_budget: float | None,
-          eta: int | None, fidelity: str | None, metric: str | None,
+          intervals: int | None, explore: str | None, min_budget: float | None,
+          max_budget: float | None, eta: int | None, fidelity: str | None, metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
           address: str | None) -> None:
@@ -227,7 +233,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
         --param lr=float:1e-3:0.2:log --param batch_size=int:32:128:log --budget 8
     nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --algo bayesian --budget 20
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \\
-        --population 8 --interval 1 --intervals 6 --parallel 2
+        --population 8 --interval 1 --intervals 6 --parallel 2 [--explore pb2]
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \\
         --min-budget 1 --max-budget 9 --eta 3 --sampler tpe --parallel 2
 
@@ -247,8 +253,8 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             generations=generations, metric=metric, mode=mode, fom_pattern=fom_pattern,
             dp=dp, mp=mp, parallel=parallel, slots=slots, seed=seed,
             sampler=sampler, schedule=schedule, demes=demes, interval=interval,
-            intervals=intervals, min_budget=min_budget, max_budget=max_budget, eta=eta,
-            fidelity=fidelity,
+            intervals=intervals, explore=explore, min_budget=min_budget,
+            max_budget=max_budget, eta=eta, fidelity=fidelity,
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

@@ -12,6 +12,7 @@ budget sets (``--fidelity``, epochs by default) and their own schedule:
 
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \
                  --population 8 --interval 1 --intervals 6
+    nestor sweep ... --algo pbt --explore pb2      # PB2: a GP bandit picks the numbers
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \
                  --min-budget 1 --max-budget 9 --eta 3 --sampler tpe      # BOHB
 """
@@ -32,10 +33,11 @@ OPTION_OWNERS: dict[str, tuple[str, ...]] = {
     "demes": ("genetic",),
     "interval": ("pbt",),
     "intervals": ("pbt",),
+    "explore": ("pbt",),
     "min_budget": ("asha", "hyperband"),
     "max_budget": ("asha", "hyperband"),
     "reduction_factor": ("asha", "hyperband"),
-    "fidelity": ("pbt", "asha", "hyperband"),
+    "fidelity": ("pbt", "asha", "hyperband", "auto"),
 }
 """Which ``--algo`` each search option belongs to (the spec's field names)."""
 
@@ -116,6 +118,7 @@ def build_spec(
     demes: int | None = None,
     interval: float | None = None,
     intervals: int | None = None,
+    explore: str | None = None,
     min_budget: float | None = None,
     max_budget: float | None = None,
     eta: int | None = None,
@@ -126,10 +129,11 @@ def build_spec(
     Algorithm options must belong to the algorithm asked for (see
     :data:`OPTION_OWNERS`: ``--sampler`` to bayesian and, as tpe, to
     hyperband and asha (BOHB-style); ``--population`` to genetic and pbt;
-    ``--interval`` and ``--intervals`` to pbt; ``--min-budget``,
-    ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to all
-    three): silently dropping one would run another search than the one the
-    command line reads as. ``--algo auto`` plans for the trials ``--parallel``
+    ``--interval``, ``--intervals`` and ``--explore`` to pbt; ``--min-budget``,
+    ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to those
+    three, and to auto, which may then pick Hyperband over it): silently
+    dropping one would run another search than the one the command line reads
+    as. ``--algo auto`` plans for the trials ``--parallel``
     (or ``--slots`` / ranks per trial) runs at once.
     """
     if (trainer is None) == (command is None):
@@ -155,8 +159,8 @@ def build_spec(
     options: dict[str, Any] = {
         "sampler": sampler, "population": population, "generations": generations,
         "schedule": schedule, "demes": demes, "interval": interval, "intervals": intervals,
-        "min_budget": min_budget, "max_budget": max_budget, "reduction_factor": eta,
-        "fidelity": fidelity,
+        "explore": explore, "min_budget": min_budget, "max_budget": max_budget,
+        "reduction_factor": eta, "fidelity": fidelity,
     }
     misplaced = [k for k, v in options.items() if v is not None
                  and algorithm not in OPTION_OWNERS[k]]

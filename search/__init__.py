@@ -51,7 +51,7 @@ ALGORITHMS: dict[str, type[Searcher]] = {
 }
 
 
-AUTO_SETTINGS = ("seed", "budget", "parallel")
+AUTO_SETTINGS = ("seed", "budget", "parallel", "max_fidelity")
 
 
 def settings_of(algorithm: str) -> list[str]:
@@ -61,8 +61,21 @@ def settings_of(algorithm: str) -> list[str]:
     if algorithm not in ALGORITHMS:
         names = ", ".join([*ALGORITHMS, "auto"])
         raise ValueError(f"algorithm must be one of {names}, but got {algorithm!r}")
-    parameters = inspect.signature(ALGORITHMS[algorithm].__init__).parameters.values()
-    return [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return _keywords(ALGORITHMS[algorithm])
+
+
+def _keywords(cls: type) -> list[str]:
+    """Keyword-only parameters of ``cls.__init__``; where it passes ``**settings`` on,
+    its base's come first (a subclass adds settings, it does not repeat the base's)."""
+    own = cls.__dict__.get("__init__")
+    if own is None:
+        return _keywords(cls.__mro__[1])
+    parameters = inspect.signature(own).parameters.values()
+    names = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        inherited = _keywords(cls.__mro__[1])
+        return [*inherited, *(n for n in names if n not in inherited)]
+    return names
 
 
 def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
@@ -93,8 +106,9 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
     ``make_searcher(spec.search.algorithm, space, objectives,
     **spec.search.model_dump(exclude={"algorithm"}))``
 
-    ``"auto"`` takes ``seed``, ``budget`` and ``parallel`` (trials pending at
-    once; default 1), builds what :func:`choose_search` picks and keeps the
+    ``"auto"`` takes ``seed``, ``budget``, ``parallel`` (trials pending at
+    once; default 1) and ``max_fidelity`` (a trial's full length where it can
+    be trained in stretches; default None), builds what :func:`choose_search` picks and keeps the
     choice, with its reason, in the searcher's ``auto_choice``. The state is
     the chosen searcher's, and the same arguments choose the same again, so
     an auto search restores like any other.
@@ -104,7 +118,13 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
         return ALGORITHMS[algorithm](space, objectives, **settings)
     parallel = settings.get("parallel")
     parallel = 1 if parallel is None else parallel  # the spec's default is None
-    choice = choose_search(space, objectives, budget=settings.get("budget"), parallel=parallel)
+    choice = choose_search(
+        space,
+        objectives,
+        budget=settings.get("budget"),
+        parallel=parallel,
+        max_fidelity=settings.get("max_fidelity"),
+    )
     searcher = ALGORITHMS[choice.algorithm](
         space, objectives, seed=settings.get("seed", 0), **choice.settings
     )

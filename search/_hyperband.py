@@ -91,20 +91,25 @@ def hyperband_brackets(rungs: int, reduction_factor: int) -> list[list[int]]:
 
 
 class _SuccessiveHalving(Searcher):
-    """What ASHA and Hyperband share: rungs, proposals (random or TPE), ranking."""
+    """What ASHA and Hyperband share: rungs, proposals (random or TPE), ranking.
+
+    Its constructor holds the settings both take, their defaults and their
+    checks; a subclass adds only its own settings (Hyperband's ``iterations``)
+    and passes the rest on (``settings_of`` follows the ``**settings``).
+    """
 
     def __init__(
         self,
         space: SearchSpace,
         objectives: Any,
         *,
-        seed: int,
-        budget: int | None,
-        min_budget: int | float,
-        max_budget: int | float,
-        reduction_factor: int,
-        sampler: str,
-        startup_trials: int,
+        seed: int = 0,
+        budget: int | None = None,
+        min_budget: int | float = 1,
+        max_budget: int | float = 27,
+        reduction_factor: int = 3,
+        sampler: Literal["random", "tpe"] = "random",
+        startup_trials: int = 10,
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
         check_one_objective(self.algorithm, self.objectives)
@@ -266,24 +271,8 @@ class ASHASearch(_SuccessiveHalving):
 
     algorithm = "asha"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | None = None,
-        min_budget: int | float = 1,
-        max_budget: int | float = 27,
-        reduction_factor: int = 3,
-        sampler: Literal["random", "tpe"] = "random",
-        startup_trials: int = 10,
-    ) -> None:
-        super().__init__(
-            space, objectives, seed=seed, budget=budget, min_budget=min_budget,
-            max_budget=max_budget, reduction_factor=reduction_factor, sampler=sampler,
-            startup_trials=startup_trials,
-        )  # fmt: skip
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        super().__init__(space, objectives, **settings)
         self._promoted: set[str] = set()
 
     @property
@@ -353,22 +342,13 @@ class HyperbandSearch(_SuccessiveHalving):
         space: SearchSpace,
         objectives: Any,
         *,
-        seed: int = 0,
-        budget: int | None = None,
-        min_budget: int | float = 1,
-        max_budget: int | float = 27,
-        reduction_factor: int = 3,
         iterations: int | None = None,
-        sampler: Literal["random", "tpe"] = "random",
-        startup_trials: int = 10,
+        **settings: Any,
     ) -> None:
-        super().__init__(
-            space, objectives, seed=seed, budget=budget, min_budget=min_budget,
-            max_budget=max_budget, reduction_factor=reduction_factor, sampler=sampler,
-            startup_trials=startup_trials,
-        )  # fmt: skip
+        super().__init__(space, objectives, **settings)
+        budget = self.budget
         self._settings["iterations"] = iterations
-        self.brackets = hyperband_brackets(len(self.rungs), reduction_factor)
+        self.brackets = hyperband_brackets(len(self.rungs), self.reduction_factor)
         per_iteration = sum(sum(b) for b in self.brackets)
         if iterations is not None:
             check_int("iterations", iterations, 1)

@@ -49,7 +49,22 @@ stage can replay (:meth:`best_schedule` for the winner); :meth:`history` is a
 member's own trials; :func:`schedules_from_state` reads both out of a
 journalled state without rebuilding the search.
 
-PB2 (a GP bandit choosing the explored values) is not implemented.
+With ``explore="pb2"`` the search is PB2 (population-based bandits,
+Parker-Holder et al., 2020; Ray Tune's ``PB2``): the exploit step is the
+same, but the explored numbers are not random perturbations of the donor's:
+they maximize the upper confidence bound of a Gaussian process (time-varying
+kernel) fitted on every interval trained so far, from (interval, reward of
+the checkpoint, hyperparameters) to the change of reward that interval
+brought (``search/_pb2.py``). Categorical parameters are still kept or
+redrawn as in PBT. Where there is nothing to fit yet (fewer than two
+intervals trained from a checkpoint, so always at the first exploit) or the
+donor's own last interval is not among the data (it trained from scratch,
+or a retry has no checkpoint), it perturbs as PBT does. The choice is made
+when the exploiting trial is asked (with every result told by then), from
+a generator seeded by the search's seed and the trial's id; a restore
+takes the recorded numbers from the journal instead of refitting the GP
+(everything else is recomputed and checked), so a resumed PB2 continues
+exactly, and fast.
 
 >>> from search.space import FloatParam, SearchSpace
 >>> space = SearchSpace([FloatParam("lr", 1e-4, 1e-1, log=True)])
@@ -65,12 +80,15 @@ import random
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 from search._base import Observation, Searcher, Trial, observations_from_state
 from search._fidelity import budget_used, check_int, check_number, check_one_objective, span
 from search._sampling import sample_config, sample_value
 from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+
+EXPLORES = ("perturb", "pb2")
+MIN_PB2_POINTS = 2  # intervals trained from a checkpoint before PB2's GP is fitted
 
 
 @dataclass(frozen=True)
@@ -115,6 +133,7 @@ class _Next:
     config: dict[str, Scalar] | None  # None: draw one (interval 0)
     continue_from: str | None = None
     origin: str = "random"
+    base: dict[str, Scalar] | None = None  # PB2: explore around this config when asked
 
 
 class PBTSearch(Searcher):
@@ -124,7 +143,9 @@ class PBTSearch(Searcher):
     per interval, default 1 epoch), ``intervals`` (per member; left out, as
     many as ``budget`` needs, 10 without a budget), ``quantile`` (share of
     members that exploit / are copied, in (0, 0.5]), ``resample_probability``
-    and ``perturbation_factors``. ``budget`` counts trials (one per member and
+    and ``perturbation_factors``, and ``explore``: "perturb" (PBT) or "pb2"
+    (the numbers an exploiting member trains with next are picked by a GP
+    bandit; see the module). ``budget`` counts trials (one per member and
     interval); it must leave every member at least one interval.
     """
 
@@ -143,6 +164,7 @@ class PBTSearch(Searcher):
         quantile: float = 0.25,
         resample_probability: float = 0.25,
         perturbation_factors: Sequence[float] = (0.8, 1.2),
+        explore: Literal["perturb", "pb2"] = "perturb",
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
         given_intervals = intervals
@@ -174,6 +196,15 @@ class PBTSearch(Searcher):
             check_number("perturbation_factors", factor)
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
+        if explore not in EXPLORES:
+            raise ValueError(f"explore must be one of {', '.join(EXPLORES)}, but got {explore!r}")
+        numeric = [p for p in space.searched if isinstance(p, FloatParam | IntParam)]
+        if explore == "pb2" and not numeric:
+            raise ValueError(
+                "explore pb2 needs at least one float or int parameter for its GP bandit to"
+                " choose, but the space has only categorical ones"
+                f" ({', '.join(p.name for p in space.searched)}): use explore perturb"
+            )
         if budget is not None and budget < population:
             raise ValueError(
                 f"budget must be at least population ({population}) so that every member"
@@ -190,7 +221,7 @@ class PBTSearch(Searcher):
         self._settings.update(
             population=population, interval=interval, intervals=given_intervals,
             quantile=quantile, resample_probability=resample_probability,
-            perturbation_factors=list(perturbation_factors),
+            perturbation_factors=list(perturbation_factors), explore=explore,
         )  # fmt: skip
         self.population, self.interval, self.intervals = population, interval, intervals
         self.quantile = float(quantile)
@@ -202,6 +233,10 @@ class PBTSearch(Searcher):
         self._last_good: dict[int, str] = {}  # member -> its latest successful trial
         self._seeds: list[dict[str, Scalar]] = []
         self._failures_in_row = 0
+        self.explore = explore
+        self._numeric: list[FloatParam | IntParam] = numeric  # type: ignore[assignment]
+        self._replaying: dict[str, Trial] | None = None  # a restore's recorded trials
+        self.pb2_log: list[dict[str, Any]] = []  # PB2: per explored trial, how it was chosen
 
     # --- sizes ----------------------------------------------------------------------------
 
@@ -223,7 +258,9 @@ class PBTSearch(Searcher):
         while self._ready and len(trials) < n:
             step = self._ready.pop(0)
             config, origin = step.config, step.origin
-            if config is None and self._seeds:
+            if config is None and step.base is not None:
+                config = self._pb2_explore(step)
+            elif config is None and self._seeds:
                 config, origin = self._seeds.pop(0), "warm-start"
             elif config is None:
                 config = sample_config(self.space, self._rng)
@@ -302,10 +339,24 @@ class PBTSearch(Searcher):
             donors = ranked[:1]
         if donors:
             donor = donors[self._rng.randrange(len(donors))]
-            return _Next(member, k + 1, self._explore(donor.config), donor.trial.id, "exploit")
+            return self._exploring(member, k + 1, donor.config, donor.trial.id, "exploit")
         # Failed, and nobody has reported this interval yet: its own last checkpoint.
         own = self._last_good.get(member)
-        return _Next(member, k + 1, self._explore(trial.config), own, "retry")
+        return self._exploring(member, k + 1, trial.config, own, "retry")
+
+    def _exploring(
+        self,
+        member: int,
+        interval: int,
+        base: Mapping[str, Scalar],
+        continue_from: str | None,
+        origin: str,
+    ) -> _Next:
+        """A next trial with explored hyperparameters: perturbed now (PBT), or chosen
+        by the GP bandit when it is asked (PB2: with every result told by then)."""
+        if self.explore == "pb2":
+            return _Next(member, interval, None, continue_from, origin, base=dict(base))
+        return _Next(member, interval, self._explore(base), continue_from, origin)
 
     def _explore(self, config: Mapping[str, Scalar]) -> dict[str, Scalar]:
         rng = self._rng
@@ -328,6 +379,79 @@ class PBTSearch(Searcher):
                 else:
                     explored[param.name] = float(min(max(moved, param.low), param.high))
         return explored
+
+    # --- PB2 --------------------------------------------------------------------------
+
+    def _pb2_explore(self, step: _Next) -> dict[str, Scalar]:
+        """The explored config of a PB2 exploit or retry (see the module docstring)."""
+        import numpy as np
+
+        from search import _pb2
+
+        assert step.base is not None
+        trial_id = str(self.n_asked)  # the id the trial about to be made gets
+        data = self._changes()
+        context = next((d for d in data if d[4] == step.continue_from), None)
+        if len(data) < MIN_PB2_POINTS or context is None:
+            self.pb2_log.append({"trial": trial_id, "chosen_by": "perturb", "points": len(data)})
+            return self._explore(step.base)
+        rng = self._rng
+        explored: dict[str, Scalar] = {}
+        for param in self.space.searched:
+            if isinstance(param, CategoricalParam):
+                keep = rng.random() >= self.resample_probability
+                explored[param.name] = step.base[param.name] if keep else sample_value(param, rng)
+        recorded = (self._replaying or {}).get(trial_id)
+        if recorded is not None:  # a restore: the journal's GP choice, not a refit
+            explored.update({p.name: recorded.config[p.name] for p in self._numeric})
+            self.pb2_log.append({"trial": trial_id, "chosen_by": "journal"})
+            return {p.name: explored[p.name] for p in self.space.searched}
+        pending = [  # explored for this interval already: spread out from them (Ray's PB2)
+            [_to_unit(p, t.config[p.name]) for p in self._numeric]
+            for t in self._book.trials.values()
+            if t.generation == step.interval and t.origin in ("exploit", "retry")
+        ]
+        unit, info = _pb2.select(
+            np.array([d[0] for d in data], dtype=float),
+            np.array([d[1] for d in data], dtype=float),
+            np.array([d[2] for d in data], dtype=float),
+            np.array([d[3] for d in data], dtype=float),
+            time=float(context[0]),
+            reward_before=context[1],
+            pending=np.array(pending, dtype=float).reshape(len(pending), len(self._numeric)),
+            rng=np.random.default_rng([self.seed % 2**32, int(trial_id)]),
+        )
+        for param, u in zip(self._numeric, unit, strict=True):
+            explored[param.name] = _from_unit(param, float(u))
+        self.pb2_log.append({"trial": trial_id, "chosen_by": "gp", **info})
+        return {p.name: explored[p.name] for p in self.space.searched}
+
+    def _reward(self, observation: Observation) -> float:
+        """The value as a reward: larger is better, whatever the objective's mode."""
+        return -self.objectives[0].sign * observation.value
+
+    def _changes(self) -> list[tuple[int, float, list[float], float, str]]:
+        """(interval, reward before, hyperparameters in [0, 1], change of reward per
+        budget unit, trial id) of every successful trial that continued a successful one."""
+        results = self._results_by_id()
+        data = []
+        for observation in self._book.observations:
+            trial = observation.trial
+            before = results.get(trial.continue_from or "")
+            if observation.failed or before is None or before.failed:
+                continue
+            start, until = span(trial, self._book.trials)
+            change = (self._reward(observation) - self._reward(before)) / (until - start)
+            unit = [_to_unit(p, trial.config[p.name]) for p in self._numeric]
+            data.append((trial.generation, self._reward(before), unit, change, trial.id))
+        return data
+
+    def _replay_ask(self, n: int, recorded: list[Trial], event: Any) -> None:
+        self._replaying = {t.id: t for t in recorded}
+        try:
+            super()._replay_ask(n, recorded, event)
+        finally:
+            self._replaying = None
 
     def _warm_start(self, observations: list[Observation]) -> None:
         good = [o for o in observations if o.values is not None]
@@ -361,6 +485,25 @@ class PBTSearch(Searcher):
 
     def _results_by_id(self) -> dict[str, Observation]:
         return {o.trial.id: o for o in self._book.observations}
+
+
+def _to_unit(param: FloatParam | IntParam, value: Any) -> float:
+    """``value`` scaled to [0, 1] over the parameter's range (its log where ``log``)."""
+    low, high, x = float(param.low), float(param.high), float(value)
+    if param.log:
+        low, high, x = math.log(low), math.log(high), math.log(x)
+    return 0.0 if high == low else min(max((x - low) / (high - low), 0.0), 1.0)
+
+
+def _from_unit(param: FloatParam | IntParam, unit: float) -> Scalar:
+    low, high = float(param.low), float(param.high)
+    if param.log:
+        value = math.exp(math.log(low) + unit * (math.log(high) - math.log(low)))
+    else:
+        value = low + unit * (high - low)
+    if isinstance(param, IntParam):
+        return int(min(max(round(value), param.low), param.high))
+    return float(min(max(value, param.low), param.high))
 
 
 def _step(

@@ -25,7 +25,7 @@ class HpoRunner(TrialRunner):
 
         objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
         searcher = make_searcher(
-            stage.search.algorithm, stage.search_space(), objectives, **stage.search.settings()
+            stage.search.algorithm, stage.search_space(), objectives, **stage.search_settings()
         )
         super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
                          trainer_spec=stage.trainer, **kwargs)
@@ -53,7 +53,7 @@ class HpoRunner(TrialRunner):
             budget = trial.budget
             if float(budget).is_integer():
                 budget = int(budget)
-            fidelity = getattr(self.stage.search, "fidelity", "epochs")
+            fidelity = getattr(self.stage.search, "fidelity", None) or "epochs"
             extras["settings"] = {fidelity: budget}
         if trial.continue_from is not None:
             parent = self.records.get(trial.continue_from)

@@ -27,6 +27,7 @@ from search.space import (
     SearchSpace,
 )
 from trainers import TrainerRef
+from trainers.catalog import TRAINERS
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -417,6 +418,11 @@ class GridSearch(_SearchBase):
         return min(total, self.budget) if self.budget else total
 
 
+FIDELITY_SETTINGS = ("epochs",)
+"""Built-in trainer settings that set how long a trial trains and that the trainer
+continues from a checkpoint (``trainers/builtin.py`` trains on up to them)."""
+
+
 class AutoSearch(_SearchBase):
     """Let nestor pick the search from the space, the budget and the parallelism.
 
@@ -431,16 +437,32 @@ class AutoSearch(_SearchBase):
         description="trials pending at once that the choice plans for; default 1"
         " (nestor sweep sets it from --parallel or --slots)",
     )
+    fidelity: str | None = Field(
+        None,
+        description="a trainer setting that sets how long a trial trains (epochs) and that"
+        " the trainer continues from a checkpoint: auto may then pick a multi-fidelity"
+        " search (Hyperband, BOHB-style) up to the trainer's value of it; budget still"
+        " counts full trainings",
+    )
 
-    def choose(self, space: SearchSpace, objectives: Any) -> AutoChoice:
-        return choose_search(space, objectives, budget=self.budget, parallel=self.parallel or 1)
+    def settings(self) -> dict[str, Any]:
+        """The fidelity is the stage's business: the searcher gets its full value
+        (``HpoStage.search_settings``)."""
+        return self.model_dump(exclude={"algorithm", "fidelity"})
 
-    def planned_trials(self, space: SearchSpace) -> int:
-        # The objectives change which model is picked, never how many trials it
-        # plans (the budget, or every combination for grid, chosen before them).
-        choice = self.choose(space, [("objective", "min")])
+    def choose(
+        self, space: SearchSpace, objectives: Any, max_fidelity: int | None = None
+    ) -> AutoChoice:
+        return choose_search(space, objectives, budget=self.budget, parallel=self.parallel or 1,
+                             max_fidelity=max_fidelity)
+
+    def planned_trials(self, space: SearchSpace, objectives: Any = None,
+                       max_fidelity: int | None = None) -> int:
+        choice = self.choose(space, objectives or [("objective", "min")], max_fidelity)
         if choice.algorithm == "grid":
             return GridSearch(algorithm="grid", budget=self.budget).planned_trials(space)
+        if choice.algorithm == "hyperband":  # its budget counts its own (shorter) trials
+            return int(choice.settings["budget"])
         return self.budget or 20
 
 
@@ -477,6 +499,11 @@ class PbtSearch(_ContinuingSearch):
     perturbation_factors: list[Annotated[float, Field(gt=0)]] = Field(
         default_factory=lambda: [0.8, 1.2], min_length=1,
         description="factors a continuous hyperparameter is multiplied by when explored",
+    )
+    explore: Literal["perturb", "pb2"] = Field(
+        "perturb", description="how an exploiting member's numbers change: perturb (PBT), or"
+        " pb2: chosen by a GP bandit on how each interval's hyperparameters changed the"
+        " reward (population-based bandits; categoricals are still resampled)",
     )
 
 
@@ -660,6 +687,50 @@ class HpoStage(_StageBase):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
 
+    @model_validator(mode="after")
+    def _fidelity_is_honoured(self) -> HpoStage:
+        """An auto search's fidelity must be a setting the trainer trains a trial's
+        length by, and continues from a checkpoint, with a full value to split."""
+        fidelity = getattr(self.search, "fidelity", None)
+        if not isinstance(self.search, AutoSearch) or fidelity is None:
+            return self
+        where = f"search.fidelity {fidelity!r}"
+        name = self.trainer.name
+        if name in TRAINERS:
+            lengths = [s for s in FIDELITY_SETTINGS if s in TRAINERS[name].settings]
+            if fidelity not in lengths:
+                raise ValueError(
+                    f"search.fidelity must be a setting that sets how long a {name} trial"
+                    f" trains and that it continues from a checkpoint, but got {fidelity!r}"
+                    f" (allowed: {', '.join(lengths)})")
+        elif fidelity not in self.trainer.settings:
+            raise ValueError(
+                f"{where} needs trainer.settings.{fidelity}: a trial's full length, which the"
+                f" {self.trainer.kind} trainer must honour (and continue from the checkpoint"
+                " it is given), but the settings have none")
+        value = self.max_fidelity()
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(f"trainer.settings.{fidelity}, the full length {where} splits,"
+                             f" must be a positive integer, but got {value!r}")
+        if fidelity in self.space:
+            raise ValueError(f"{where} is what a multi-fidelity search sets per trial, so it"
+                             " cannot be searched in space too, but space has it")
+        return self
+
+    @model_validator(mode="after")
+    def _pb2_has_numbers(self) -> HpoStage:
+        """PB2's GP bandit chooses numbers: a space of categoricals leaves it nothing."""
+        if isinstance(self.search, PbtSearch) and self.search.explore == "pb2":
+            kinds = {name: spec.type for name, spec in self.space.items()}
+            if not any(kind in ("float", "int") for kind in kinds.values()):
+                searched = ", ".join(n for n, k in kinds.items() if k != "constant") or "none"
+                raise ValueError(
+                    "search.explore pb2 needs a float or int parameter in space for its GP"
+                    f" bandit to choose, but the searched ones are categorical ({searched});"
+                    " use explore: perturb"
+                )
+        return self
+
     @property
     def objectives(self) -> list[Objective]:
         return self.objective
@@ -671,7 +742,30 @@ class HpoStage(_StageBase):
         return SearchSpace(tuple(spec.to_param(name) for name, spec in self.space.items()))
 
     def planned_trials(self) -> int:
+        if isinstance(self.search, AutoSearch):
+            return self.search.planned_trials(self.search_space(),
+                                              [o.model_dump() for o in self.objectives],
+                                              self.max_fidelity())
         return self.search.planned_trials(self.search_space())
+
+    def max_fidelity(self) -> int | None:
+        """An auto search's fidelity at its full value: the trainer's setting (for a
+        built-in trainer, its default where the spec leaves it out); None without one."""
+        fidelity = getattr(self.search, "fidelity", None)
+        if not isinstance(self.search, AutoSearch) or fidelity is None:
+            return None
+        value = self.trainer.settings.get(fidelity)
+        if value is None and self.trainer.name in TRAINERS:
+            value = TRAINERS[self.trainer.name].settings[fidelity].default
+        return value  # type: ignore[return-value]
+
+    def search_settings(self) -> dict[str, Any]:
+        """``search.make_searcher``'s keywords for this stage's search: the search's
+        own settings, and for auto with a fidelity, its full value."""
+        settings = self.search.settings()
+        if isinstance(self.search, AutoSearch) and self.search.fidelity is not None:
+            settings["max_fidelity"] = self.max_fidelity()
+        return settings
 
     def search_label(self) -> str:
         choice = self.auto_choice()
@@ -685,7 +779,8 @@ class HpoStage(_StageBase):
         if isinstance(search, BayesianSearch):
             return f"bayesian {search.sampler}"
         if isinstance(search, PbtSearch):
-            return (f"pbt {search.population} members, exploit every"
+            name = "pb2" if search.explore == "pb2" else "pbt"  # pb2: pbt, GP-bandit explore
+            return (f"{name} {search.population} members, exploit every"
                     f" {search.interval:g} {search.fidelity}")
         if isinstance(search, _HalvingSearch):
             bohb = ", TPE" if search.sampler == "tpe" else ""
@@ -697,7 +792,8 @@ class HpoStage(_StageBase):
         """What ``algorithm: auto`` picks for this stage (None for a named algorithm)."""
         if not isinstance(self.search, AutoSearch):
             return None
-        return self.search.choose(self.search_space(), [o.model_dump() for o in self.objectives])
+        return self.search.choose(self.search_space(), [o.model_dump() for o in self.objectives],
+                                  self.max_fidelity())
 
 
 class EnsembleStage(_StageBase):

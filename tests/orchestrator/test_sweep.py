@@ -128,6 +128,29 @@ def test_pbt_flags_reach_the_search() -> None:
     assert stage.search_label() == "pbt 4 members, exploit every 2 epochs"
 
 
+def test_auto_with_a_fidelity_picks_hyperband_over_the_trainers_epochs() -> None:
+    auto = dict(algorithm="auto", population=None, generations=None, budget=20, parallel=2)
+    stage = load_spec_text(spec_yaml(sweep_spec(
+        **auto, fidelity="epochs", settings=["dataset=digits", "epochs=27"],
+    ))).stage("sweep")
+    assert stage.search.fidelity == "epochs"
+    assert stage.auto_choice().label() == "hyperband tpe (bohb), rungs 1-27, eta 3, 1 iteration(s)"
+    assert stage.planned_trials() == 69
+    plain = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")  # epochs=2
+    assert plain.auto_choice().algorithm == "bayesian"
+
+
+def test_explore_pb2_reaches_the_pbt_search_and_its_label() -> None:
+    stage = load_spec_text(spec_yaml(continuing(
+        "pbt", population=4, intervals=3, explore="pb2",
+    ))).stage("sweep")
+    assert stage.search.explore == "pb2"
+    assert stage.search_label() == "pb2 4 members, exploit every 1 epochs"
+    assert stage.planned_trials() == 12
+    with pytest.raises(ValueError, match="--explore applies to --algo pbt, not asha"):
+        continuing("asha", explore="pb2")
+
+
 @pytest.mark.parametrize("algorithm", ["asha", "hyperband"])
 def test_halving_flags_reach_the_search(algorithm: str) -> None:
     stage = load_spec_text(spec_yaml(continuing(
@@ -157,7 +180,7 @@ def test_sampler_tpe_makes_hyperband_bohb() -> None:
          "--min-budget and --max-budget apply to --algo asha or hyperband, not pbt"),
         ("pbt", {"generations": 3}, "--generations applies to --algo genetic, not pbt"),
         ("genetic", {"fidelity": "epochs"},
-         "--fidelity applies to --algo pbt or asha or hyperband, not genetic"),
+         "--fidelity applies to --algo pbt or asha or hyperband or auto, not genetic"),
         ("hyperband", {"sampler": "cmaes"}, "--sampler for --algo hyperband must be tpe"),
         ("pbt", {"sampler": "tpe"}, "--sampler applies to --algo bayesian or asha or"
                                     " hyperband, not pbt"),
@@ -296,3 +319,29 @@ def test_an_asha_sweep_continues_promoted_trials_from_their_checkpoints(tmp_path
     promoted = [e for e in finished if e["trial"].get("continue_from")]
     assert promoted and all(e["trial"]["budget"] == 2 for e in promoted)
     assert all(len(e["history"]) == 2 for e in promoted)  # 1 epoch carried, 1 trained
+
+
+@pytest.mark.slow
+def test_a_pb2_sweep_trains_a_population_and_reports_it_as_pbt_does(tmp_path: Path) -> None:
+    """--explore pb2 reaches the engine; the PBT summary, schedule and population plot
+    come out as for PBT. (Only optimizer settings are searched: an exploit loads the
+    donor's weights, so a searched width would not fit them.)"""
+    run_dir = tmp_path / "run"
+    result = subprocess.run(
+        [NESTOR, "sweep", "--trainer", "mlp", "--set", "dataset=digits",
+         "--set", "max_train_samples=300", "--param", "lr=float:0.005:0.2:log",
+         "--param", "momentum=float:0.5:0.95", "--algo", "pbt", "--explore", "pb2",
+         "--population", "4", "--intervals", "4", "--parallel", "2", "--seed", "1",
+         "--run-dir", str(run_dir)],
+        capture_output=True, text=True, check=False, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "explore: pb2" in (run_dir / "spec.yaml").read_text()
+    events = [json.loads(line) for line in (run_dir / "journal.jsonl").open()]
+    finished = [e for e in events if e["event"] == "trial_finished"]
+    assert len(finished) == 16 and all(e["status"] == "completed" for e in finished)
+    assert any(e["trial"]["origin"] == "exploit" for e in finished)
+    stage = json.loads((run_dir / "results.json").read_text())["stages"][0]
+    assert len(stage["pbt"]["members"]) == 4
+    assert [s["until"] for s in stage["pbt"]["schedule"]] == [1, 2, 3, 4]
+    assert (run_dir / "plots" / "sweep-population.png").stat().st_size > 0

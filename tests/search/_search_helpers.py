@@ -82,6 +82,9 @@ FACTORIES: dict[str, Callable[..., Searcher]] = {
         space, obj, budget=6, startup_trials=3, sampler="gp", **kw
     ),
     "pbt": lambda space, obj, **kw: PBTSearch(space, obj, population=4, intervals=3, **kw),
+    "pb2": lambda space, obj, **kw: PBTSearch(
+        space, obj, population=4, intervals=5, explore="pb2", **kw
+    ),
     "asha": lambda space, obj, **kw: ASHASearch(space, obj, budget=14, max_budget=9, **kw),
     "asha-tpe": lambda space, obj, **kw: ASHASearch(
         space, obj, budget=14, max_budget=9, sampler="tpe", startup_trials=3, **kw
@@ -92,7 +95,7 @@ FACTORIES: dict[str, Callable[..., Searcher]] = {
     ),
 }
 # PBT and successive halving rank trials on one metric to decide which continue.
-ONE_OBJECTIVE_ONLY = {"cmaes", "pbt", "asha", "asha-tpe", "hyperband", "bohb"}
+ONE_OBJECTIVE_ONLY = {"cmaes", "pbt", "pb2", "asha", "asha-tpe", "hyperband", "bohb"}
 MULTI_OBJECTIVE = [name for name in FACTORIES if name not in ONE_OBJECTIVE_ONLY]
 
 

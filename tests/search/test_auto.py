@@ -78,8 +78,86 @@ def test_an_auto_search_runs_and_restores() -> None:
         ({"population": 8}, "auto search settings must be among seed, budget, parallel"),
         ({"parallel": 0}, "parallel must be a positive integer, but got 0"),
         ({"budget": 0}, "budget must be a positive integer or None, but got 0"),
+        ({"max_fidelity": 2.5}, "max_fidelity must be a positive integer or None, but got 2.5"),
+        ({"max_fidelity": 0}, "max_fidelity must be a positive integer or None, but got 0"),
     ],
 )
 def test_auto_settings_are_checked(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_searcher("auto", box(3), MIN, **kwargs)
+
+
+# --- multi-fidelity: trials that can be trained in stretches --------------------------------
+
+OLD_CASES = [
+    (box(7), MIN, 300, 2), (box(7), MIN, 130, 2), (box(7), MIN, 20, 1), (box(7), MIN, 8, 1),
+    (box(7), MIN, 1000, 64), (MIXED, MIN, 100, 2), (box(1), MIN, 300, 1),
+    (box(3), [Objective("a", "min"), Objective("b", "max")], 300, 2),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("space", "objectives", "budget", "parallel"), OLD_CASES)
+@pytest.mark.parametrize("max_fidelity", [None, 3, 10])
+def test_without_a_fidelity_that_splits_auto_picks_as_before(
+    space: SearchSpace, objectives: list, budget: int, parallel: int, max_fidelity: int | None
+) -> None:
+    """No fidelity, or one that does not split into 3 whole rungs (3 epochs: 1, 3;
+    10: neither 3 nor 2 divides it twice): the old rules, unchanged."""
+    before = choose_search(space, objectives, budget=budget, parallel=parallel)
+    assert before.algorithm != "hyperband"
+    assert choose_search(space, objectives, budget=budget, parallel=parallel,
+                         max_fidelity=max_fidelity) == before  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("max_fidelity", "budget", "rungs", "iterations", "trials"),
+    [
+        (27, 20, (1, 27, 3), 1, 69),  # 540 epochs: one iteration of 357
+        (27, 130, (1, 27, 3), 9, 621),
+        (9, 30, (1, 9, 3), 3, 66),  # brackets 9/3/1, 5/1, 3: 22 trials, 87 epochs
+        (12, 15, (3, 12, 2), 2, 28),  # 12 = 3 x 2^2
+        (81, 40, (1, 81, 3), 2, 412),
+    ],
+)
+def test_a_fidelity_that_splits_picks_hyperband_within_the_same_training(
+    max_fidelity: int, budget: int, rungs: tuple, iterations: int, trials: int
+) -> None:
+    choice = choose_search(MIXED, MIN, budget=budget, parallel=4, max_fidelity=max_fidelity)
+    low, high, eta = rungs
+    assert choice.algorithm == "hyperband"
+    assert choice.label() == (f"hyperband tpe (bohb), rungs {low}-{high}, eta {eta},"
+                              f" {iterations} iteration(s)")  # fmt: skip
+    assert choice.settings == {
+        "budget": trials, "iterations": iterations, "min_budget": low, "max_budget": high,
+        "reduction_factor": eta, "sampler": "tpe", "startup_trials": 10,
+    }  # fmt: skip
+    assert f"budget of {budget} full trainings" in choice.reason
+    assert "continue from their checkpoints" in choice.reason
+    # What it trains, run for real, stays within budget x max_fidelity, and uses most of it.
+    searcher = make_searcher("auto", MIXED, MIN, seed=1, budget=budget, parallel=4,
+                             max_fidelity=max_fidelity)  # fmt: skip
+    assert searcher.algorithm == "hyperband" and searcher.auto_choice == choice
+    drive(searcher, loss, parallel=4)
+    assert searcher.done() and len(searcher.trials) == trials
+    assert 0.5 * budget * max_fidelity < searcher.budget_used <= budget * max_fidelity
+    assert max(t.budget for t in searcher.trials.values()) == max_fidelity
+
+
+def test_multi_fidelity_comes_before_the_parallelism_rule_but_after_tiny_budgets() -> None:
+    many = choose_search(box(7), MIN, budget=1000, parallel=64, max_fidelity=27)
+    assert many.algorithm == "hyperband"  # asynchronous enough: brackets overlap
+    assert choose_search(box(7), MIN, budget=8, parallel=1, max_fidelity=27).label() == "random"
+    # 11 full trainings of 27 epochs (297) do not pay for one iteration (357).
+    assert choose_search(box(7), MIN, budget=11, parallel=1, max_fidelity=27).algorithm == (
+        "bayesian")
+    categorical = SearchSpace((CategoricalParam("a", (1, 2, 3)),))
+    assert choose_search(categorical, MIN, budget=20, max_fidelity=27).algorithm == "grid"
+
+
+def test_an_auto_hyperband_restores() -> None:
+    settings = {"seed": 2, "budget": 20, "parallel": 2, "max_fidelity": 9}
+    searcher = make_searcher("auto", MIXED, MIN, **settings)
+    drive(searcher, loss, steps=30)
+    resumed = make_searcher("auto", MIXED, MIN, **settings)
+    resumed.restore(json.loads(json.dumps(searcher.state())))
+    assert resumed.state() == searcher.state()

@@ -9,7 +9,14 @@ from collections import Counter
 import pytest
 from _search_helpers import MIN, MIXED, loss
 
-from search import ASHASearch, Failure, HyperbandSearch, Searcher, make_searcher
+from search import (
+    ASHASearch,
+    Failure,
+    HyperbandSearch,
+    Searcher,
+    make_searcher,
+    settings_of,
+)
 from search._hyperband import hyperband_brackets, rung_budgets
 from search.space import FloatParam, SearchSpace
 
@@ -280,6 +287,20 @@ def test_restore_takes_tpe_proposals_from_the_journal() -> None:
 def test_bad_settings_are_refused(algorithm: str, settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_searcher(algorithm, MIXED, MIN, **settings)
+
+
+def test_hyperband_takes_ashas_settings_and_iterations() -> None:
+    """One constructor holds the shared settings: Hyperband adds only its own."""
+    assert settings_of("hyperband") == [*settings_of("asha"), "iterations"]
+    shared = {"seed": 2, "budget": 50, "min_budget": 2, "max_budget": 18,
+              "reduction_factor": 3, "sampler": "random", "startup_trials": 4}  # fmt: skip
+    asha, hyperband = ASHASearch(LINE, MIN, **shared), HyperbandSearch(LINE, MIN, **shared)
+    for searcher in (asha, hyperband):
+        assert searcher.rungs == [2, 6, 18] and searcher.startup_trials == 4
+        assert {k: searcher.state()["settings"][k] for k in shared} == shared
+    assert hyperband.state()["settings"]["iterations"] is None
+    with pytest.raises(TypeError, match="iterations"):
+        ASHASearch(LINE, MIN, iterations=2)
 
 
 @pytest.mark.parametrize("algorithm", ["asha", "hyperband"])

@@ -246,7 +246,9 @@ def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
         "auto": model.AutoSearch,
     }[algorithm]
     spec = spec_class(algorithm=algorithm, budget=8)
-    searcher = make_searcher(algorithm, MIXED, MIN, **spec.model_dump(exclude={"algorithm"}))
+    # settings(): the spec's fields less those that are the stage's business (a fidelity)
+    assert set(spec.settings()) <= set(spec.model_dump()) - {"algorithm"}
+    searcher = make_searcher(algorithm, MIXED, MIN, **spec.settings())
     picked = searcher.auto_choice.algorithm if searcher.auto_choice else algorithm
     assert searcher.algorithm == picked
     assert searcher.planned == spec.planned_trials(MIXED)

@@ -1,0 +1,71 @@
+"""PB2 (``pbt`` with ``explore: pb2``) under the scheduler: a killed driver resumes."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_simulated import finished, journal
+
+from orchestrator.backends import SimulatedBackend, lognormal_trials
+from orchestrator.journal import Journal, read_events
+from orchestrator.simulate import simulate_workflow
+from orchestrator.spec import load_spec_text
+from orchestrator.stopping import Interrupted
+from orchestrator.workflow import StageScheduler
+from search import Objective, make_searcher
+
+SPEC = textwrap.dedent("""
+    name: pb2
+    stages:
+      - name: tune
+        kind: hpo
+        trainer: {function: "orchestrator.simulate:simulated_trial"}
+        search: {algorithm: pbt, explore: pb2, population: 4, interval: 1, intervals: 6,
+                 quantile: 0.5, seed: 3}
+        space:
+          x: {type: float, low: 0, high: 1}
+          y: {type: float, low: 0, high: 1}
+    """)
+
+
+def test_a_pb2_population_killed_midway_resumes_and_runs_no_trial_twice(
+    tmp_path: Path,
+) -> None:
+    workflow = load_spec_text(SPEC)
+    stage = workflow.stage("tune")
+    assert stage.search_label() == "pb2 4 members, exploit every 1 epochs"
+    run_dir = tmp_path / "run"
+    first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=200.0)
+    with pytest.raises(Interrupted):
+        simulate_workflow(workflow, first, run_dir)
+    before = len(finished(run_dir))
+    assert 0 < before < 24
+    again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
+    log = Journal(run_dir / "journal.jsonl")
+    try:
+        StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
+                       events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
+    finally:
+        log.close()
+        again.shutdown()
+    done = finished(run_dir)
+    assert len(done) == 24 and all(e["status"] == "completed" for e in done.values())
+    ended = [e["trial"]["id"] for e in journal(run_dir, "trial_finished")]
+    assert len(ended) == len(set(ended)), "a finished trial ran again"
+    for event in done.values():
+        source = event["trial"].get("continue_from")
+        if source is not None:
+            assert done[source]["seq"] < event["seq"]
+    # The journalled search log rebuilds the search: its GP picks are in it.
+    entries: list = []
+    for event in journal(run_dir, "search"):
+        for index, entry in enumerate(event["entries"], start=event["start"]):
+            if index == len(entries):
+                entries.append(entry)
+    objectives = [Objective(o.metric, o.mode) for o in stage.objectives]
+    rebuilt = make_searcher("pbt", stage.search_space(), objectives, **stage.search.settings())
+    rebuilt.restore({**rebuilt.state(), "events": entries})
+    assert rebuilt.done() and len(rebuilt.trials) == 24
+    assert any(e["chosen_by"] == "journal" for e in rebuilt.pb2_log)
