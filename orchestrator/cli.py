@@ -211,6 +211,10 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               help="Data-parallel ranks per trial.")
 @click.option("--mp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Model-parallel ranks per trial.")
+@click.option("--backend", type=click.Choice(["horovod", "torch"]), default="horovod",
+              show_default=True,
+              help="What a trial's ranks communicate over: Horovod, or torch.distributed"
+              " (DDP; needs no Horovod). Matters when --dp or --mp is above 1.")
 @click.option("--parallel", type=click.IntRange(min=1),
               help="Trials at once (uses parallel x dp x mp slots).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -223,7 +227,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           population: int | None, generations: int | None, interval: float | None,
           intervals: int | None, explore: str | None, min_budget: float | None,
           max_budget: float | None, eta: int | None, fidelity: str | None, metric: str | None,
-          mode: str | None, fom_pattern: str | None, dp: int, mp: int,
+          mode: str | None, fom_pattern: str | None, dp: int, mp: int, backend: str,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
           address: str | None) -> None:
     """Run a one-stage HPO sweep from flags, without writing a spec.
@@ -231,6 +235,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     \b
     nestor sweep --trainer cnn --set dataset=mnist5k --set epochs=1 --dp 2 \\
         --param lr=float:1e-3:0.2:log --param batch_size=int:32:128:log --budget 8
+        [--backend torch]
     nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --algo bayesian --budget 20
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \\
         --population 8 --interval 1 --intervals 6 --parallel 2 [--explore pb2]
@@ -251,7 +256,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             trainer=trainer, command=command, params=list(params), settings=list(settings),
             algorithm=algorithm, budget=budget, population=population,
             generations=generations, metric=metric, mode=mode, fom_pattern=fom_pattern,
-            dp=dp, mp=mp, parallel=parallel, slots=slots, seed=seed,
+            dp=dp, mp=mp, backend=backend, parallel=parallel, slots=slots, seed=seed,
             sampler=sampler, schedule=schedule, demes=demes, interval=interval,
             intervals=intervals, explore=explore, min_budget=min_budget,
             max_budget=max_budget, eta=eta, fidelity=fidelity,

@@ -123,6 +123,7 @@ def build_spec(
     max_budget: float | None = None,
     eta: int | None = None,
     fidelity: str | None = None,
+    backend: str = "horovod",
 ) -> dict[str, Any]:
     """The workflow spec (as data) that these sweep flags describe.
 
@@ -197,6 +198,7 @@ def build_spec(
             "kind": "hpo",
             "trainer": spec_trainer,
             "parallel": {"data": dp, "model": mp},
+            **({} if backend == "horovod" else {"backend": backend}),
             "search": search,
             "space": space,
             "objective": objective,

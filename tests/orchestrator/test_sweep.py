@@ -62,6 +62,12 @@ def test_flags_make_a_spec_that_validates() -> None:
     assert stage.objectives[0].metric == "val_accuracy" and stage.objectives[0].mode == "max"
 
 
+def test_backend_flag_reaches_the_stage() -> None:
+    assert load_spec_text(spec_yaml(sweep_spec(parallel=1))).stage("sweep").backend == "horovod"
+    workflow = load_spec_text(spec_yaml(sweep_spec(parallel=1, backend="torch")))
+    assert workflow.backend_of("sweep") == "torch"
+
+
 def test_command_sweeps_minimize_a_figure_of_merit_by_default() -> None:
     spec = sweep_spec(trainer=None, command="python3 fit.py", settings=[])
     stage = load_spec_text(spec_yaml(spec)).stage("sweep")
