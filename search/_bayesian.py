@@ -171,7 +171,12 @@ class BayesianSearch(Searcher):
         first proposes, and kept in that trial's notes (the journal), so every
         later ask and a restored search use the same start even after better
         results arrive (Optuna re-creates its optimizer from x0 until its first
-        generation is complete). None (the centre) until a trial is complete.
+        generation is complete). None (the centre) until a startup trial is
+        complete, and always with ``startup_trials=0``: then CMA-ES proposes
+        from its first result on (Optuna needs one result to learn the space;
+        the trials asked before it are random draws), and neither that draw
+        nor CMA-ES's own results may move the start, which would make the
+        first generation depend on when its results arrive.
         Warm-start results count: a warm-started CMA-ES starts near the old best.
         """
         if not hasattr(self, "_study"):
@@ -179,9 +184,14 @@ class BayesianSearch(Searcher):
         for trial in self._study.get_trials(deepcopy=False):
             if _CMA_START in trial.system_attrs:
                 return dict(trial.system_attrs[_CMA_START])
-        complete = self._study.get_trials(
-            deepcopy=False, states=(self._optuna.trial.TrialState.COMPLETE,)
-        )
+        complete = [
+            t
+            for t in self._study.get_trials(
+                deepcopy=False, states=(self._optuna.trial.TrialState.COMPLETE,)
+            )
+            if t.user_attrs.get("nestor_warm_start")
+            or (self.startup_trials > 0 and _CMA_GENERATION not in t.system_attrs)
+        ]
         if not complete:
             return None
         # CMA-ES's own mean update, applied to the trials so far as if they were
@@ -252,6 +262,8 @@ class BayesianSearch(Searcher):
                 notes = self._study._storage.get_trial_system_attrs(asked._trial_id)
                 notes = json.loads(json.dumps(notes))  # the journal holds JSON
                 origin = "model" if told >= self.startup_trials else "random"
+                if self.sampler == "cmaes" and _CMA_GENERATION not in notes:
+                    origin = "random"  # Optuna draws at random before any result
                 params = asked.params
             trial = self._new_trial(self._decode(params), origin=origin)
             self._numbers[trial.id] = number

@@ -88,3 +88,24 @@ def test_a_search_restored_at_a_generation_end_asks_what_the_original_would() ->
         original.tell(trial.id, bowl(trial.config))
         resumed.tell(trial.id, bowl(trial.config))
     assert [t.config for t in resumed.ask(3)] == [t.config for t in original.ask(3)]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_without_startup_trials_cmaes_starts_at_the_centre(seed: int) -> None:
+    """startup_trials=0 spends no trial on random draws before CMA-ES: it starts
+    at the centre, as Optuna's does, not at the one random draw Optuna makes
+    before its first result (nor anywhere its own first results point)."""
+    space = SearchSpace(tuple(FloatParam(f"c{i}", -1.0, 1.0) for i in range(7)))
+    searcher = BayesianSearch(space, MIN, seed=seed, budget=40, sampler="cmaes", startup_trials=0)
+    first = searcher.ask(1)[0]
+    assert first.origin == "random"  # Optuna needs a result to know the space
+    searcher.tell(first.id, bowl(first.config))
+    generation = searcher.ask(3)
+    for trial in generation:
+        searcher.tell(trial.id, bowl(trial.config))
+    generation += searcher.ask(20)  # the rest of generation 0, then the barrier
+    assert len(generation) == 4 + math.floor(3 * math.log(7))
+    assert all(t.origin == "model" for t in generation)
+    mean = [sum(t.config[k] for t in generation) / len(generation) for k in space.names]
+    drawn = [first.config[k] for k in space.names]
+    assert math.dist(mean, [0.0] * 7) < 0.6 < math.dist(mean, drawn), (mean, drawn)
