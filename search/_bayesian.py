@@ -52,7 +52,8 @@ class BayesianSearch(Searcher):
     several alike, constant liar for parallel asks), "gp" (Gaussian process,
     log EI) or "cmaes" (one objective only). The first ``startup_trials``
     trials are random draws; CMA-ES then starts from the better half of them
-    (Optuna's own start is the centre of the space).
+    (Optuna's own start is the centre of the space, and so is nestor's with
+    ``startup_trials=0``, which ``auto`` picks for CMA-ES).
     Failed trials are told to Optuna as failed: the model ignores them, and
     a region that keeps failing is not preferred.
     Warm start hands all of a previous run's observations to the model.
