@@ -16,6 +16,15 @@ Trials asked and not yet told stay RUNNING in the study, and TPE uses the
 constant-liar strategy on them; Optuna's GP sampler conditions its batch
 acquisition (qLogEI) on them, which serves the same end; CMA-ES draws a batch
 from its search distribution, which is already spread out.
+
+CMA-ES waits at the end of each generation instead of wasting a trial: its
+update takes exactly one population of results, so once a generation's
+last members are asked, a trial asked before they are told would be drawn
+from the old distribution and never used by the update (Optuna keeps the
+population's first members and drops the rest). With 2 at once that was one
+trial in every population_size + 1; ``ask`` returns nothing instead, and the
+free slot costs no more time than the wasted trial did (the next generation
+starts when the last result of this one arrives either way).
 """
 
 from __future__ import annotations
@@ -33,6 +42,7 @@ from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchS
 
 SAMPLERS = ("tpe", "gp", "cmaes")
 _CMA_START = "nestor:cma_x0"  # the trial note that records where CMA-ES started
+_CMA_GENERATION = "cma:generation"  # Optuna's note of the generation a trial belongs to
 
 
 class BayesianSearch(Searcher):
@@ -42,7 +52,8 @@ class BayesianSearch(Searcher):
     several alike, constant liar for parallel asks), "gp" (Gaussian process,
     log EI) or "cmaes" (one objective only). The first ``startup_trials``
     trials are random draws; CMA-ES then starts from the better half of them
-    (Optuna's own start is the centre of the space).
+    (Optuna's own start is the centre of the space, and so is nestor's with
+    ``startup_trials=0``, which ``auto`` picks for CMA-ES).
     Failed trials are told to Optuna as failed: the model ignores them, and
     a region that keeps failing is not preferred.
     Warm start hands all of a previous run's observations to the model.
@@ -121,7 +132,36 @@ class BayesianSearch(Searcher):
                 seed=seed,
                 n_startup_trials=self.startup_trials,
                 warn_independent_sampling=False,
+                popsize=self._cma_population(),
             )
+
+    def _cma_population(self) -> int:
+        """CMA-ES's population: its default 4 + floor(3 ln n) for the n numeric
+        parameters it searches (categoricals are drawn at random), said to
+        Optuna outright so that the generation barrier counts the same."""
+        n = sum(not isinstance(p, CategoricalParam) for p in self.space.searched)
+        return 4 + math.floor(3 * math.log(max(n, 1)))
+
+    def _cma_waiting(self) -> bool:
+        """True while the current CMA-ES generation is fully asked but not told.
+
+        The generation is the newest one any trial belongs to; it waits when
+        its told trials and those still running make a whole population. A
+        member that failed leaves a gap, so the next ask refills it (as
+        Optuna does) rather than wait for a result that will never come.
+        """
+        state = self._optuna.trial.TrialState
+        members = [
+            (t.system_attrs[_CMA_GENERATION], t.state)
+            for t in self._study.get_trials(deepcopy=False)
+            if _CMA_GENERATION in t.system_attrs
+        ]
+        if not members:
+            return False
+        newest = max(g for g, _ in members)
+        told = sum(g == newest and s == state.COMPLETE for g, s in members)
+        running = sum(g == newest and s == state.RUNNING for g, s in members)
+        return told < self._cma_population() <= told + running
 
     def _cma_start(self) -> dict[str, Any] | None:
         """Where CMA-ES starts: the weighted mean of the better half of the
@@ -132,7 +172,12 @@ class BayesianSearch(Searcher):
         first proposes, and kept in that trial's notes (the journal), so every
         later ask and a restored search use the same start even after better
         results arrive (Optuna re-creates its optimizer from x0 until its first
-        generation is complete). None (the centre) until a trial is complete.
+        generation is complete). None (the centre) until a startup trial is
+        complete, and always with ``startup_trials=0``: then CMA-ES proposes
+        from its first result on (Optuna needs one result to learn the space;
+        the trials asked before it are random draws), and neither that draw
+        nor CMA-ES's own results may move the start, which would make the
+        first generation depend on when its results arrive.
         Warm-start results count: a warm-started CMA-ES starts near the old best.
         """
         if not hasattr(self, "_study"):
@@ -140,9 +185,14 @@ class BayesianSearch(Searcher):
         for trial in self._study.get_trials(deepcopy=False):
             if _CMA_START in trial.system_attrs:
                 return dict(trial.system_attrs[_CMA_START])
-        complete = self._study.get_trials(
-            deepcopy=False, states=(self._optuna.trial.TrialState.COMPLETE,)
-        )
+        complete = [
+            t
+            for t in self._study.get_trials(
+                deepcopy=False, states=(self._optuna.trial.TrialState.COMPLETE,)
+            )
+            if t.user_attrs.get("nestor_warm_start")
+            or (self.startup_trials > 0 and _CMA_GENERATION not in t.system_attrs)
+        ]
         if not complete:
             return None
         # CMA-ES's own mean update, applied to the trials so far as if they were
@@ -186,6 +236,8 @@ class BayesianSearch(Searcher):
         trials = []
         for _ in range(n):
             if self._replaying is not None:
+                if not self._replaying:
+                    break  # the recorded ask returned fewer (CMA-ES's generation barrier)
                 recorded, notes = self._replaying.pop(0)
                 frozen = optuna.trial.create_trial(
                     state=optuna.trial.TrialState.RUNNING,
@@ -200,6 +252,8 @@ class BayesianSearch(Searcher):
             else:
                 complete = (optuna.trial.TrialState.COMPLETE,)
                 told = len(self._study.get_trials(deepcopy=False, states=complete))
+                if self.sampler == "cmaes" and told >= self.startup_trials and self._cma_waiting():
+                    break  # the end of a generation: see the module's docstring
                 self._study.sampler = self._make_sampler(self.n_asked)
                 with _quiet(optuna):
                     asked = self._study.ask(self._distributions)
@@ -209,6 +263,8 @@ class BayesianSearch(Searcher):
                 notes = self._study._storage.get_trial_system_attrs(asked._trial_id)
                 notes = json.loads(json.dumps(notes))  # the journal holds JSON
                 origin = "model" if told >= self.startup_trials else "random"
+                if self.sampler == "cmaes" and _CMA_GENERATION not in notes:
+                    origin = "random"  # Optuna draws at random before any result
                 params = asked.params
             trial = self._new_trial(self._decode(params), origin=origin)
             self._numbers[trial.id] = number
@@ -264,4 +320,3 @@ class BayesianSearch(Searcher):
             )
             with _quiet(optuna):
                 self._study.add_trial(frozen)
-

@@ -19,7 +19,7 @@ def box(dims: int) -> SearchSpace:
     ("space", "objectives", "budget", "parallel", "label", "because"),
     [
         (box(7), MIN, 300, 2, "bayesian cmaes", "enough for CMA-ES"),
-        (box(7), MIN, 130, 2, "genetic async 10", "under the 235 CMA-ES needs"),
+        (box(7), MIN, 130, 2, "genetic async 10", "under the 225 CMA-ES needs"),
         (box(7), MIN, 20, 1, "bayesian tpe", "too small for an evolutionary search"),
         (box(7), MIN, 8, 1, "random", "spent before a model could help"),
         (box(7), MIN, 1000, 64, "genetic async 64, 4 demes", "64 trials at once"),
