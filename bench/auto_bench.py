@@ -43,6 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench import machine
 from bench.search_bench import run
 from search import Objective, make_searcher
 from search.space import FloatParam, SearchSpace
@@ -171,6 +172,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     parser.add_argument("--jobs", type=int, default=os.cpu_count(), help="processes")
     args = parser.parse_args(argv)
+    start = machine.describe()
+    lines: list[str] = []
+
+    def emit(text: str) -> None:  # printed, and kept for bench/results/auto-sine.json
+        print(text, flush=True)
+        lines.append(text)
+
     names = args.algorithms.split(",")
     for name in names:
         if name not in ALGORITHMS:
@@ -181,7 +189,7 @@ def main(argv: list[str] | None = None) -> None:
     for key in keys:
         if key not in PROBLEMS:
             parser.error(f"problems must be among {', '.join(PROBLEMS)}, but got {key!r}")
-    print(
+    emit(
         f"improvement over the default coefficients (higher is better): median [lower quartile,"
         f" upper quartile] over {args.seeds} seeds, every run counted; {args.budget} trials,"
         f" {args.parallel} at once"
@@ -195,7 +203,7 @@ def main(argv: list[str] | None = None) -> None:
             n: [futures[(key, n, s)].result() for s in range(args.seeds)] for n in names
         }
         picked = sorted({c for _, _, c in results["auto"]})
-        print(
+        emit(
             f"\n{key} ({len(problem.space)} coefficients in [{problem.low:g}, {problem.high:g}],"
             f" default error {problem(problem.default):.4g}); auto picked {', '.join(picked)}"
         )
@@ -215,11 +223,13 @@ def main(argv: list[str] | None = None) -> None:
             rows.append([name, f"{q2:,.0f}", f"[{q1:,.0f}, {q3:,.0f}]", f"{seconds:.1f}s", note])
         header = ["search", "improvement", "quartiles", "time", ""]
         widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
-        print("|" + "|".join("-" * (w + 2) for w in widths) + "|")
+        emit("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
+        emit("|" + "|".join("-" * (w + 2) for w in widths) + "|")
         for row in rows:
-            print("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
-        sys.stdout.flush()
+            emit("| " + " | ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    command = "python bench/auto_bench.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    machine.write_result("auto-sine", {"machine": machine.finish(start), "command": command,
+                                       "text": "\n".join(lines)})
 
 
 if __name__ == "__main__":

@@ -462,6 +462,8 @@ def render(results: Path, out_md: Path) -> Path:
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     lines += fidelity_section(fidelity, out) if fidelity else [
         SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
+    sine = _load(results, "auto-sine")
+    lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
     backends = _load(results, "backends")
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
     multi = _load(results, "multifidelity")
@@ -469,6 +471,20 @@ def render(results: Path, out_md: Path) -> Path:
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
     out_md.write_text("\n".join(lines))
     return out_md
+
+
+AUTO_SINE_TITLE = "## `algorithm: auto` against each fixed choice, sine-fit problems"
+
+
+def auto_sine_section(a: dict[str, Any]) -> list[str]:
+    """bench/auto_bench.py: its tables as printed (median and quartiles over seeds)."""
+    return [AUTO_SINE_TITLE, "", machine_line(a["machine"]), "",
+            "Each search fits the coefficients of the seed's sine-fit command (Cray Urika"
+            " HPO's example) and variants; a search's result is the default coefficients'"
+            " error over the best error it found. `optuna-cmaes-1`, where shown, is the"
+            " issue's yardstick: Optuna's own CmaEsSampler one trial at a time, never counted"
+            " as a fixed choice auto could make.", "", a["text"].strip(), "",
+            f"Command: `{a['command']}`.", ""]
 
 
 BACKENDS_TITLE = "## Horovod against torch.distributed, the same trials"

@@ -179,3 +179,15 @@ def test_the_report_shows_the_two_backends_side_by_side(tmp_path: Path) -> None:
         "command": "python bench/backend_bench.py", "cases": {"dp2": case}}))
     text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
     assert "| dp2 | 700 | 1050 | 1.50 | 0 |" in text
+
+
+def test_the_report_shows_auto_against_the_fixed_searches(tmp_path: Path) -> None:
+    """bench/auto_bench.py's auto-sine.json (its printed tables) gets its section."""
+    from bench import report
+
+    assert f"{report.AUTO_SINE_TITLE}\n\nNot run." in report.render(
+        tmp_path, tmp_path / "REPORT.md").read_text()
+    table = "| auto | 9,045 | [4,322, 12,908] | 0.0s | within best's spread (genetic) |"
+    (tmp_path / "auto-sine.json").write_text(json.dumps(
+        {"machine": "2 cores", "command": "python bench/auto_bench.py", "text": table}))
+    assert table in report.render(tmp_path, tmp_path / "REPORT.md").read_text()
