@@ -371,7 +371,9 @@ class GeneticSearch(_SearchBase):
 class BayesianSearch(_SearchBase):
     algorithm: Literal["bayesian"]
     sampler: Literal["tpe", "gp", "cmaes"] = "tpe"
-    startup_trials: int = Field(10, ge=0, description="random trials before the model is used")
+    startup_trials: int | None = Field(
+        None, ge=0, description="random trials before the model is used (default 10; cmaes 0:"
+        " it starts at the centre)")
     budget: PositiveInt | None = 20
 
     def planned_trials(self, space: SearchSpace) -> int:

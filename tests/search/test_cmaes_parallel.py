@@ -127,3 +127,15 @@ def test_auto_cmaes_spends_no_trial_on_random_startup_draws() -> None:
         origins.append(trial.origin)
         searcher.tell(trial.id, bowl(trial.config))
     assert origins.count("random") <= 2, origins  # asked before the first result
+
+
+def test_cmaes_by_hand_defaults_to_no_random_startup_and_tpe_keeps_ten() -> None:
+    """The default follows the sampler: CMA-ES's own first generation explores (it starts
+    at the centre), TPE and GP need their random draws to fit anything."""
+    from search import Objective, make_searcher
+
+    objective = [Objective("f", "min")]
+    assert make_searcher("bayesian", SPACE, objective, sampler="cmaes").startup_trials == 0
+    assert make_searcher("bayesian", SPACE, objective, sampler="tpe").startup_trials == 10
+    assert make_searcher("bayesian", SPACE, objective, sampler="cmaes",
+                         startup_trials=4).startup_trials == 4
