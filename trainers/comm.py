@@ -21,6 +21,8 @@ returned (None: this rank alone, so nothing to communicate).
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import datetime
 import os
 from typing import Any
@@ -186,6 +188,10 @@ class TorchComm(Comm):
         self._groups: dict[tuple[int, ...], Any] = {}
         if not dist.is_initialized():
             init_torch_distributed()
+            # Taken down before the interpreter's own teardown: a Gloo group still alive
+            # then has its threads destroyed unjoined, and the process aborts
+            # ("terminate called without an active exception") after its work is done.
+            atexit.register(_destroy_process_group)
 
     def size(self) -> int:
         return int(self.dist.get_world_size())
@@ -279,6 +285,14 @@ class TorchComm(Comm):
 
     def _group(self, group: Any) -> Any:
         return self.dist.group.WORLD if group is None else group
+
+
+def _destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        with contextlib.suppress(Exception):  # a peer already gone: nothing left to tidy
+            dist.destroy_process_group()
 
 
 def _env(*names: str, default: Any = None) -> Any:
