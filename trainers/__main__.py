@@ -120,4 +120,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from trainers.parallel import exit_process
+
+    exit_process(main())

@@ -79,7 +79,13 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     if request.result_path and rank == 0:
         from trainers.durable import write_json_durably
 
-        write_json_durably(request.result_path, result.to_dict())
+        try:
+            write_json_durably(request.result_path, result.to_dict())
+        except OSError as exc:  # a full or lost disk: the result still goes back by Ray
+            result = TrialResult(
+                trial_id=request.trial_id, status="failed",
+                reason=f"could not write the result file {request.result_path}: {exc}",
+                metrics=result.metrics, history=result.history, details=traceback.format_exc())
     return result
 
 

@@ -46,6 +46,25 @@ def process_rank(backend: str | None = None) -> int:
         return 0
 
 
+def exit_process(code: int) -> None:
+    """End a rank that a launcher (torchrun) started, after its work: flushed, then
+    ``os._exit``. With a torch.distributed group still alive, the interpreter's own
+    teardown sometimes aborts the process ("terminate called without an active
+    exception", SIGABRT: Gloo threads destroyed unjoined), which the launcher then
+    reports as a failed job although every rank had finished."""
+    import sys
+
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if "torch" in _comms:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()  # no rank leaves while a peer still talks to it
+            os._exit(code)
+    sys.exit(code)
+
+
 @dataclass
 class Parallel:
     """Where this process sits in a trial of ``dp`` x ``mp`` ranks.

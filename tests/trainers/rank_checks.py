@@ -139,6 +139,7 @@ CHECKS = {"mp_equivalence": mp_equivalence, "warm": warm, "hybrid": hybrid}
 if __name__ == "__main__":
     check, outdir = sys.argv[1], Path(sys.argv[2])
     result = CHECKS[check](outdir)
-    from trainers.parallel import process_rank
+    from trainers.parallel import exit_process, process_rank
 
     (outdir / f"{check}-{process_rank()}.json").write_text(json.dumps(result, default=str))
+    exit_process(0)

@@ -149,3 +149,20 @@ def test_warmup_ramps_the_lr_over_the_first_epochs():
     lrs = [h["lr"] for h in result.history]
     # 300 samples / 30 = 10 steps per epoch: the last step of epoch 1 is step 10 of 20.
     assert lrs[0] == pytest.approx(0.1) and lrs[1] == pytest.approx(0.2)
+
+
+def test_a_result_file_that_cannot_be_written_fails_the_trial_not_the_rank(tmp_path) -> None:
+    """A full or lost disk under the result file: the rank returns a failed result that
+    says so (the driver records and retries it), instead of raising out of the rank,
+    which the driver could only report as a dead rank."""
+    from trainers import TrainerRef, TrialRequest, run_trial
+
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("a file where a directory should be")
+    result = run_trial(TrialRequest(
+        "t", TrainerRef.builtin("mlp"), settings={"dataset": "digits", "epochs": 1,
+                                                  "max_train_samples": 100},
+        result_path=str(blocker / "attempts" / "1.json")))
+    assert result.status == "failed"
+    assert result.reason.startswith("could not write the result file"), result.reason
+    assert result.metrics.get("val_accuracy") is not None  # what it trained is kept
