@@ -178,7 +178,8 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               " continuing a checkpoint, is a trial of its own).")
 @click.option("--population", type=click.IntRange(min=2),
               help="Genetic: individuals per generation. pbt: members training side by side"
-              " (default 8).")
+              " (default 8). bayesian --sampler cmaes: trials per CMA-ES generation (default"
+              " 4 + 3 ln n; give the trials at once when those are more).")
 @click.option("--generations", type=click.IntRange(min=1), help="Genetic: generations.")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True),
               help="pbt: --fidelity units (epochs) each member trains between exploit/explore"
@@ -202,6 +203,10 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               " up to it, on from its checkpoint (default epochs). auto: may pick Hyperband"
               " (BOHB-style) over it, up to the trainer's value (--set epochs=27); the"
               " budget still counts full trainings.")
+@click.option("--keep-checkpoints", type=click.IntRange(min=1), metavar="N",
+              help="Keep the N best trials' checkpoints and those the search may still"
+              " continue from (PBT's donors, promotable trials); remove the rest as the"
+              " search goes (default: keep all).")
 @click.option("--metric", help="Metric to optimize (default: val_accuracy, or fom for --cmd).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
               help="Direction (default: max for val_accuracy, min for a command's FoM).")
@@ -226,7 +231,8 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           schedule: str | None, demes: int | None, budget: int | None,
           population: int | None, generations: int | None, interval: float | None,
           intervals: int | None, explore: str | None, min_budget: float | None,
-          max_budget: float | None, eta: int | None, fidelity: str | None, metric: str | None,
+          max_budget: float | None, eta: int | None, fidelity: str | None,
+          keep_checkpoints: int | None, metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int, backend: str,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
           address: str | None) -> None:
@@ -260,6 +266,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             sampler=sampler, schedule=schedule, demes=demes, interval=interval,
             intervals=intervals, explore=explore, min_budget=min_budget,
             max_budget=max_budget, eta=eta, fidelity=fidelity,
+            keep_checkpoints=keep_checkpoints,
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

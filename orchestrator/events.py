@@ -138,6 +138,17 @@ class TrialInterrupted(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class CheckpointRemoved(Event):
+    """A finished trial's checkpoint removed under ``keep_checkpoints``: journalled
+    before the files go, so a resumed driver never offers it to a later trial."""
+
+    kind: ClassVar[str] = "checkpoint_removed"
+    stage: str
+    trial: str
+    path: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class ThresholdReached(Event):
     kind: ClassVar[str] = "threshold_reached"
     stage: str

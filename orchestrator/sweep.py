@@ -27,7 +27,7 @@ PARAM_FORMS = "NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log] or NAME=choice
 
 OPTION_OWNERS: dict[str, tuple[str, ...]] = {
     "sampler": ("bayesian", "asha", "hyperband"),
-    "population": ("genetic", "pbt"),
+    "population": ("genetic", "pbt", "bayesian"),
     "generations": ("genetic",),
     "schedule": ("genetic",),
     "demes": ("genetic",),
@@ -124,12 +124,14 @@ def build_spec(
     eta: int | None = None,
     fidelity: str | None = None,
     backend: str = "horovod",
+    keep_checkpoints: int | None = None,
 ) -> dict[str, Any]:
     """The workflow spec (as data) that these sweep flags describe.
 
     Algorithm options must belong to the algorithm asked for (see
     :data:`OPTION_OWNERS`: ``--sampler`` to bayesian and, as tpe, to
-    hyperband and asha (BOHB-style); ``--population`` to genetic and pbt;
+    hyperband and asha (BOHB-style); ``--population`` to genetic, pbt and
+    bayesian (CMA-ES's generation);
     ``--interval``, ``--intervals`` and ``--explore`` to pbt; ``--min-budget``,
     ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to those
     three, and to auto, which may then pick Hyperband over it): silently
@@ -202,6 +204,7 @@ def build_spec(
             "search": search,
             "space": space,
             "objective": objective,
+            **({} if keep_checkpoints is None else {"keep_checkpoints": keep_checkpoints}),
         }
     ]
     return spec

@@ -27,6 +27,7 @@ from typing import Any
 
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
 from orchestrator.events import (
+    CheckpointRemoved,
     SearchLogged,
     StagePlanned,
     StageReplanned,
@@ -198,6 +199,8 @@ class TrialRunner:
                     record.finished_at = event["time"]
             elif kind == "threshold_reached":
                 self.threshold_at = event["time"]
+            elif kind == "checkpoint_removed":
+                self._records_removal(event["trial"])
             elif kind == "stage_started":
                 self.started_at = event["time"]
         # A result journalled just before the kill may be missing from the state file.
@@ -590,6 +593,42 @@ class TrialRunner:
         else:
             self.searcher.tell(trial.id, Failure(record.reason or "failed"))
         self._journal_search()
+        self._prune_checkpoints()
+
+    # -- checkpoints ------------------------------------------------------------------
+
+    def _prune_checkpoints(self) -> None:
+        """Under ``keep_checkpoints: N``, remove the checkpoints no one needs: not
+        the N best trials', not any a later trial of the search may still continue
+        from (PBT's donors, successive halving's promotable), not a pending trial's
+        source. PBT keeps every interval otherwise: population x intervals models."""
+        keep = getattr(self.stage, "keep_checkpoints", None)
+        if keep is None:
+            return
+        needed = set(self.searcher.continuable())
+        needed |= {o.trial.id for o in self.searcher.ranked()[:keep]}
+        best = self.searcher.best()
+        if best is not None:
+            needed.add(best.trial.id)
+        for trial in self.searcher.pending:  # running, queued or retried, and their sources
+            needed |= {trial.id, trial.continue_from}
+        for record in self.records.values():
+            if record.checkpoint and record.status != "running" and record.id not in needed:
+                self.journal.record(CheckpointRemoved(
+                    stage=self.stage.name, trial=record.id, path=record.checkpoint))
+                self._records_removal(record.id)
+
+    def _records_removal(self, trial_id: str) -> None:
+        """Forget a trial's checkpoint and delete its folder (again, on resume: the
+        driver may have died between the journal and the files). Only nestor's own
+        folder goes: a command trainer's checkpoint elsewhere is the user's."""
+        import shutil
+
+        record = self.records.get(trial_id)
+        if record is not None:
+            record.checkpoint = None
+        shutil.rmtree(self.run_dir / "checkpoints" / self.stage.name / trial_id,
+                      ignore_errors=True)
 
     def _reached(self, value: Any) -> bool:
         objective = self.objectives[0]

@@ -190,12 +190,16 @@ def choose_search(
         generation = max(cmaes_population(dims), parallel)
         needed = CMAES_GENERATIONS * generation
         if budget >= needed:
+            wide = generation > cmaes_population(dims)
             return AutoChoice(
                 "bayesian",
-                {"budget": budget, "sampler": "cmaes", "startup_trials": 0},
+                {"budget": budget, "sampler": "cmaes", "startup_trials": 0,
+                 **({"population": generation} if wide else {})},
                 f"{dims} numeric parameters and a budget of {budget}, enough for CMA-ES"
                 f" ({CMAES_GENERATIONS} generations of {generation} = {needed}): it learns"
-                " how the parameters interact; no trial is spent on random startup draws",
+                " how the parameters interact; no trial is spent on random startup draws"
+                + (f"; a generation of {generation}, one per trial at once, so no slot"
+                   " idles through it" if wide else ""),
             )
         population = max(8, min(16, budget // 12), parallel)
         if budget >= 4 * population:

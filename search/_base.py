@@ -360,6 +360,10 @@ class Searcher(abc.ABC):
         self._stop_reason: str | None = None
         self._warm_started = False
         self._settings: dict[str, Any] = {"seed": seed, "budget": budget}
+        # While restore replays an ask: the journal's trials by id, so a
+        # subclass can take a costly model-based pick from the record instead
+        # of refitting (everything else is still recomputed and checked).
+        self._recorded: dict[str, Trial] | None = None
 
     # --- what subclasses provide ----------------------------------------------------
 
@@ -484,6 +488,25 @@ class Searcher(abc.ABC):
             done = [o for o in done if o.trial.budget == longest]
         return min(done, key=lambda o: sign * o.values[0])  # type: ignore[index]
 
+    def ranked(self) -> list[Observation]:
+        """Successful observations best first: the longest-trained first (as in
+        :meth:`best`), then by the objectives in order. The driver keeps the
+        checkpoints of the first few (``trial.keep_checkpoints``)."""
+        done = [o for o in self._book.observations if o.values is not None]
+        return sorted(done, key=lambda o: (-(o.trial.budget or 0), self._key(o.values),  # type: ignore[arg-type]
+                                           int(o.trial.id) if o.trial.id.isdigit() else 0))
+
+    def continuable(self) -> set[str]:
+        """Told trials whose checkpoints a trial asked later may still continue
+        from: the driver must not remove those. None once the search is done
+        (nothing more is asked), nor ever for searches whose trials train from
+        scratch; PBT and successive halving say which of theirs can still be
+        exploited or promoted (:meth:`_continuable`)."""
+        return set() if self.done() else self._continuable()
+
+    def _continuable(self) -> set[str]:
+        return set()
+
     def pareto_front(self) -> list[Observation]:
         """The non-dominated successful observations (the best one, or ties, for
         a single objective)."""
@@ -605,7 +628,11 @@ class Searcher(abc.ABC):
 
     def _replay_ask(self, n: int, recorded: list[Trial], event: Mapping[str, Any]) -> None:
         """Recompute an ask and check it matches the log (Bayesian overrides this)."""
-        trials = self.ask(n)
+        self._recorded = {t.id: t for t in recorded}
+        try:
+            trials = self.ask(n)
+        finally:
+            self._recorded = None
         if trials != recorded:
             raise ValueError(
                 "restore must replay the recorded search, but ask #"

@@ -56,6 +56,10 @@ class BayesianSearch(Searcher):
     centre of the space, as Optuna's own does. On the sine-fit problems
     (bench/auto_bench.py, 20 seeds) CMA-ES without them did better on all
     four: its own first generation explores more than 10 random draws buy.
+    ``population`` (cmaes only) is CMA-ES's generation size, default Hansen's
+    4 + floor(3 ln n): with more trials at once than that, the slots beyond
+    it would idle through every generation, so set it to the trials at once
+    (``algorithm: auto`` does).
     Failed trials are told to Optuna as failed: the model ignores them, and
     a region that keeps failing is not preferred.
     Warm start hands all of a previous run's observations to the model.
@@ -72,6 +76,7 @@ class BayesianSearch(Searcher):
         budget: int | None = 20,
         sampler: Literal["tpe", "gp", "cmaes"] = "tpe",
         startup_trials: int | None = None,
+        population: int | None = None,
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
         if sampler not in SAMPLERS:
@@ -87,9 +92,18 @@ class BayesianSearch(Searcher):
             )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
+        if population is not None:
+            if sampler != "cmaes":
+                raise ValueError(f"population applies to sampler cmaes only, not {sampler!r}")
+            if isinstance(population, bool) or not isinstance(population, int) or population < 2:
+                raise ValueError(f"population must be an integer of at least 2, but got"
+                                 f" {population!r}")
+        self.population = population
         optuna = self._optuna = _optuna.import_optuna("Bayesian search")
         self.sampler, self.startup_trials = sampler, startup_trials
         self._settings.update(sampler=sampler, startup_trials=startup_trials)
+        if population is not None:  # only when set: older journals' states still restore
+            self._settings["population"] = population
         self._distributions = _optuna.distributions(optuna, space)
         with _quiet(optuna):
             self._study = optuna.create_study(
@@ -142,7 +156,10 @@ class BayesianSearch(Searcher):
     def _cma_population(self) -> int:
         """CMA-ES's population: its default 4 + floor(3 ln n) for the n numeric
         parameters it searches (categoricals are drawn at random), said to
-        Optuna outright so that the generation barrier counts the same."""
+        Optuna outright so that the generation barrier counts the same; or the
+        ``population`` asked for."""
+        if self.population is not None:
+            return self.population
         n = sum(not isinstance(p, CategoricalParam) for p in self.space.searched)
         return 4 + math.floor(3 * math.log(max(n, 1)))
 

@@ -133,7 +133,6 @@ class _SuccessiveHalving(Searcher):
         self._results: list[list[Observation]] = [[] for _ in self.rungs]  # per rung
         self._seeds: list[dict[str, Scalar]] = []
         self._proposals = 0
-        self._replaying: dict[str, Trial] | None = None  # a restore's recorded trials
 
     @property
     def budget_used(self) -> float:
@@ -143,6 +142,14 @@ class _SuccessiveHalving(Searcher):
 
     def _tell(self, trial: Trial, observation: Observation) -> None:
         self._results[trial.generation].append(observation)
+
+    def _continuable(self) -> set[str]:
+        """Successes below the top rung that no asked trial continues yet: each may
+        still be promoted (a trial a closed Hyperband bracket left behind is kept
+        too; the cost is disk, never a promotion without its checkpoint)."""
+        continued = {t.continue_from for t in self._book.trials.values()}
+        return {o.trial.id for rung in self._results[:-1] for o in rung
+                if o.values is not None and o.trial.id not in continued}
 
     def _ranked(self, observations: Sequence[Observation]) -> list[Observation]:
         """Successful observations best first (ties: the earlier trial first)."""
@@ -187,17 +194,10 @@ class _SuccessiveHalving(Searcher):
         Refitting TPE for every replayed proposal would make a long search's
         restore quadratic; everything else (which rung, promotions, random
         draws) is still recomputed and checked against the journal."""
-        recorded = (self._replaying or {}).get(str(self.n_asked))
+        recorded = (self._recorded or {}).get(str(self.n_asked))
         if recorded is None or recorded.origin != "model":
             return None
         return {p.name: recorded.config[p.name] for p in self.space.searched}
-
-    def _replay_ask(self, n: int, recorded: list[Trial], event: Any) -> None:
-        self._replaying = {t.id: t for t in recorded}
-        try:
-            super()._replay_ask(n, recorded, event)
-        finally:
-            self._replaying = None
 
     def _tpe(self, told: list[Observation], index: int) -> dict[str, Scalar]:
         """One TPE proposal from the results at one budget.

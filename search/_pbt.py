@@ -235,7 +235,6 @@ class PBTSearch(Searcher):
         self._failures_in_row = 0
         self.explore = explore
         self._numeric: list[FloatParam | IntParam] = numeric  # type: ignore[assignment]
-        self._replaying: dict[str, Trial] | None = None  # a restore's recorded trials
         self.pb2_log: list[dict[str, Any]] = []  # PB2: per explored trial, how it was chosen
 
     # --- sizes ----------------------------------------------------------------------------
@@ -296,6 +295,18 @@ class PBTSearch(Searcher):
         if k + 1 >= self.intervals:
             return  # this member is done
         self._ready.append(self._decide(trial, observation))
+
+    def _continuable(self) -> set[str]:
+        """What a later trial may continue from: each member's latest success (a
+        retry's start), the sources of decided next trials, and every success of
+        an interval some member has yet to report (an exploit may pick it, and a
+        decision may be reconsidered while the interval fills)."""
+        keep = set(self._last_good.values())
+        keep |= {step.continue_from for step in self._ready if step.continue_from is not None}
+        for results in self._results.values():
+            if len(results) < self.population:
+                keep |= {o.trial.id for o in results.values() if not o.failed}
+        return keep
 
     def _reconsider(self, k: int) -> None:
         """Members that reported interval k and still wait for their next trial (not
@@ -401,7 +412,7 @@ class PBTSearch(Searcher):
             if isinstance(param, CategoricalParam):
                 keep = rng.random() >= self.resample_probability
                 explored[param.name] = step.base[param.name] if keep else sample_value(param, rng)
-        recorded = (self._replaying or {}).get(trial_id)
+        recorded = (self._recorded or {}).get(trial_id)
         if recorded is not None:  # a restore: the journal's GP choice, not a refit
             explored.update({p.name: recorded.config[p.name] for p in self._numeric})
             self.pb2_log.append({"trial": trial_id, "chosen_by": "journal"})
@@ -445,13 +456,6 @@ class PBTSearch(Searcher):
             unit = [_to_unit(p, trial.config[p.name]) for p in self._numeric]
             data.append((trial.generation, self._reward(before), unit, change, trial.id))
         return data
-
-    def _replay_ask(self, n: int, recorded: list[Trial], event: Any) -> None:
-        self._replaying = {t.id: t for t in recorded}
-        try:
-            super()._replay_ask(n, recorded, event)
-        finally:
-            self._replaying = None
 
     def _warm_start(self, observations: list[Observation]) -> None:
         good = [o for o in observations if o.values is not None]

@@ -23,7 +23,9 @@ class Option:
     """One setting or hyperparameter a built-in trainer understands.
 
     ``low``/``high`` bound numbers (inclusive; ``high_open`` makes the upper
-    bound exclusive), ``choices`` lists what a string may be.
+    bound exclusive), ``choices`` lists what a string may be. ``shapes_model``
+    marks an option that sets the shape of the weights: a search that copies
+    one trial's weights into another's model (PBT's exploit) cannot vary it.
     """
 
     type: type
@@ -33,6 +35,7 @@ class Option:
     low: float | None = None
     high: float | None = None
     high_open: bool = False
+    shapes_model: bool = False
 
     def check(self, name: str, value: Any) -> Any:
         """Return ``value`` converted to this option's type, or raise ValueError.
@@ -165,8 +168,8 @@ TRAINERS: dict[str, TrainerInfo] = {
         dict(_COMMON_SETTINGS),
         {
             **_COMMON_HYPERPARAMETERS,
-            "width": Option(int, 256, "units per hidden layer", low=1),
-            "depth": Option(int, 2, "number of hidden layers", low=1),
+            "width": Option(int, 256, "units per hidden layer", low=1, shapes_model=True),
+            "depth": Option(int, 2, "number of hidden layers", low=1, shapes_model=True),
         },
     ),
     "cnn": TrainerInfo(
@@ -177,9 +180,11 @@ TRAINERS: dict[str, TrainerInfo] = {
         {
             **_COMMON_HYPERPARAMETERS,
             "channels": Option(int, 32, "channels of the first conv block (the second has twice)",
-                               low=1),
-            "width": Option(int, 512, "units of each wide fully connected layer", low=1),
-            "depth": Option(int, 1, "number of wide fully connected layers", low=1),
+                               low=1, shapes_model=True),
+            "width": Option(int, 512, "units of each wide fully connected layer", low=1,
+                            shapes_model=True),
+            "depth": Option(int, 1, "number of wide fully connected layers", low=1,
+                            shapes_model=True),
         },
     ),
 }

@@ -13,7 +13,14 @@ import re
 import shlex
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from orchestrator.kinds import KINDS
 from search._auto import AutoChoice, choose_search
@@ -374,7 +381,18 @@ class BayesianSearch(_SearchBase):
     startup_trials: int | None = Field(
         None, ge=0, description="random trials before the model is used (default 10; cmaes 0:"
         " it starts at the centre)")
+    population: int | None = Field(
+        None, ge=2, description="cmaes: trials per generation (default 4 + 3 ln n for n"
+        " parameters; set it to the trials at once when those are more)")
     budget: PositiveInt | None = 20
+
+    @field_validator("population")
+    @classmethod
+    def _population_is_cmaes(cls, value: int | None, info: ValidationInfo) -> int | None:
+        sampler = info.data.get("sampler")
+        if value is not None and sampler != "cmaes":
+            raise ValueError(f"population applies to sampler cmaes only, but sampler is {sampler}")
+        return value
 
     def planned_trials(self, space: SearchSpace) -> int:
         return self.budget or 20
@@ -669,6 +687,10 @@ class HpoStage(_StageBase):
         description="one metric to optimize, or a list of them for a multi-objective search",
     )
     early_stopping: EarlyStopping | None = None
+    keep_checkpoints: PositiveInt | None = Field(
+        None, description="checkpoints kept: the best N trials' and those the search may"
+        " still continue from (PBT's donors, promotable trials); the rest are removed as"
+        " the search goes. null: all")
 
     @field_validator("space", mode="before")
     @classmethod
@@ -731,6 +753,24 @@ class HpoStage(_StageBase):
                     f" bandit to choose, but the searched ones are categorical ({searched});"
                     " use explore: perturb"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _pbt_keeps_the_model_shape(self) -> HpoStage:
+        """PBT's exploit loads a top member's weights into the exploiting member's
+        model: a searched option that shapes the weights would make every load fail."""
+        if not isinstance(self.search, PbtSearch) or self.trainer.name not in TRAINERS:
+            return self
+        options = TRAINERS[self.trainer.name].options
+        shaping = [name for name, spec in self.space.items()
+                   if spec.type != "constant" and name in options
+                   and options[name].shapes_model]
+        if shaping:
+            raise ValueError(
+                f"search.algorithm pbt copies one member's weights into another's model,"
+                f" so space cannot search {', '.join(shaping)}: it sets the shape of the"
+                f" {self.trainer.name} trainer's weights. Fix it in trainer.settings, or search"
+                " it with hyperband, asha, bayesian or genetic")
         return self
 
     @property

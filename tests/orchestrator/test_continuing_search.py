@@ -21,7 +21,7 @@ from tests.orchestrator.test_workflow import events, nestor
 pytestmark = pytest.mark.slow
 
 
-def run(tmp_path: Path, search: str, more: str = "") -> Path:
+def run(tmp_path: Path, search: str, more: str = "", keep: int | None = None) -> Path:
     spec = tmp_path / "spec.yaml"
     spec.write_text(textwrap.dedent(f"""
         name: continuing
@@ -34,7 +34,8 @@ def run(tmp_path: Path, search: str, more: str = "") -> Path:
             space:
               lr: {{type: float, low: 0.005, high: 0.2, log: true}}
               momentum: {{type: float, low: 0.5, high: 0.95}}
-        """) + textwrap.indent(textwrap.dedent(more), "  "))
+        """) + (f"    keep_checkpoints: {keep}\n" if keep else "")
+        + textwrap.indent(textwrap.dedent(more), "  "))
     run_dir = tmp_path / "run"
     result = nestor("run", str(spec), "--run-dir", str(run_dir), env=dict(os.environ),
                     timeout=900)
@@ -82,7 +83,7 @@ def test_pbt_members_exploit_the_best_and_explore_around_them(tmp_path: Path) ->
         - name: final
           kind: train
           from: [tune]
-        """)
+        """, keep=1)
     done = {k: e for k, e in finished(run_dir).items() if e["stage"] == "tune"}
     assert len(done) == 12 and all(e["status"] == "completed" for e in done.values())
     continued = [e for e in done.values() if e["trial"].get("continue_from")]
@@ -110,3 +111,21 @@ def test_pbt_members_exploit_the_best_and_explore_around_them(tmp_path: Path) ->
     for before, after in itertools.pairwise(replay):
         assert after["history"][: len(before["history"])] == before["history"]
     assert len(replay[-1]["history"]) == 3 and replay[-1]["status"] == "completed"
+    assert_only_needed_checkpoints_kept(run_dir, done, stage["best"]["id"])
+
+
+def assert_only_needed_checkpoints_kept(run_dir: Path, done: dict[str, dict[str, Any]],
+                                        best: str) -> None:
+    """Under keep_checkpoints: 1, the folders of the checkpoints the driver let go are
+    gone from disk, none before a trial continued from it, and what is left once the
+    search is done is the best model."""
+    removed = {e["trial"]: e for e in events(run_dir) if e["event"] == "checkpoint_removed"}
+    assert removed, "keep_checkpoints removed nothing"
+    folder = run_dir / "checkpoints" / "tune"
+    for trial_id, event in removed.items():
+        assert not (folder / trial_id).exists(), f"{trial_id}'s checkpoint is still on disk"
+        later = [e for e in done.values() if e["trial"].get("continue_from") == trial_id]
+        assert all(e["seq"] < event["seq"] for e in later), "removed before it was continued"
+    kept = set(done) - set(removed)
+    assert kept == {best}
+    assert all(any((folder / t).rglob("*.pt")) for t in kept), "a kept checkpoint is gone"

@@ -5,15 +5,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-import pytest
-from test_simulated import finished, journal
+from test_simulated import journal, kill_and_resume_population
 
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.journal import Journal, read_events
-from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
-from orchestrator.stopping import Interrupted
-from orchestrator.workflow import StageScheduler
 from search import Objective, make_searcher
 
 SPEC = textwrap.dedent("""
@@ -37,27 +31,7 @@ def test_a_pb2_population_killed_midway_resumes_and_runs_no_trial_twice(
     stage = workflow.stage("tune")
     assert stage.search_label() == "pb2 4 members, exploit every 1 epochs"
     run_dir = tmp_path / "run"
-    first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=200.0)
-    with pytest.raises(Interrupted):
-        simulate_workflow(workflow, first, run_dir)
-    before = len(finished(run_dir))
-    assert 0 < before < 24
-    again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
-    log = Journal(run_dir / "journal.jsonl")
-    try:
-        StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
-                       events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
-    finally:
-        log.close()
-        again.shutdown()
-    done = finished(run_dir)
-    assert len(done) == 24 and all(e["status"] == "completed" for e in done.values())
-    ended = [e["trial"]["id"] for e in journal(run_dir, "trial_finished")]
-    assert len(ended) == len(set(ended)), "a finished trial ran again"
-    for event in done.values():
-        source = event["trial"].get("continue_from")
-        if source is not None:
-            assert done[source]["seq"] < event["seq"]
+    kill_and_resume_population(run_dir, SPEC, time_limit_s=200.0, trials=24)
     # The journalled search log rebuilds the search: its GP picks are in it.
     entries: list = []
     for event in journal(run_dir, "search"):

@@ -452,11 +452,43 @@ def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
 # -- searches whose trials carry on from others' ----------------------------------------
 
 
+def kill_and_resume_population(
+    run_dir: Path, spec_text: str, *, time_limit_s: float, trials: int
+) -> dict[str, dict]:
+    """Run a population search on 8 simulated slots until the allocation ends,
+    resume it with a new driver from the journal, and check that it finishes
+    with each trial run once and every continuation after its source; returns
+    the finished trials (PBT and PB2 share this)."""
+    workflow = load_spec_text(spec_text)
+    first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=time_limit_s)
+    with pytest.raises(Interrupted):
+        simulate_workflow(workflow, first, run_dir)
+    before = len(finished(run_dir))
+    assert 0 < before < trials
+    again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
+    log = Journal(run_dir / "journal.jsonl")
+    try:
+        StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
+                       events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
+    finally:
+        log.close()
+        again.shutdown()
+    done = finished(run_dir)
+    assert len(done) == trials and all(e["status"] == "completed" for e in done.values())
+    ended = [e["trial"]["id"] for e in journal(run_dir, "trial_finished")]
+    assert len(ended) == len(set(ended)), "a finished trial ran again"
+    for event in done.values():
+        source = event["trial"].get("continue_from")
+        if source is not None:
+            assert done[source]["seq"] < event["seq"]
+    return done
+
+
 def test_a_pbt_population_killed_midway_resumes_and_runs_no_trial_twice(tmp_path: Path) -> None:
-    """Population-based training on 8 simulated slots: the allocation ends mid-way,
-    a new driver resumes from the journal, and the population finishes with each
-    interval trained once, every exploit continuing a trial that finished."""
-    workflow = load_spec_text(textwrap.dedent("""
+    """Population-based training: the allocation ends mid-way, a new driver
+    resumes from the journal, and the population finishes with each interval
+    trained once, every exploit continuing a trial that finished."""
+    done = kill_and_resume_population(tmp_path / "run", textwrap.dedent("""
         name: pbt
         stages:
           - name: tune
@@ -467,27 +499,38 @@ def test_a_pbt_population_killed_midway_resumes_and_runs_no_trial_twice(tmp_path
             space:
               x: {type: float, low: 0, high: 1}
               y: {type: float, low: 0, high: 1}
-        """))
-    run_dir = tmp_path / "run"
-    first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=150.0)
-    with pytest.raises(Interrupted):
-        simulate_workflow(workflow, first, run_dir)
-    before = len(finished(run_dir))
-    assert 0 < before < 20
-    again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
-    log = Journal(run_dir / "journal.jsonl")
-    try:
-        StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
-                       events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
-    finally:
-        log.close()
-        again.shutdown()
-    done = finished(run_dir)
-    assert len(done) == 20 and all(e["status"] == "completed" for e in done.values())
-    ended = [e["trial"]["id"] for e in journal(run_dir, "trial_finished")]
-    assert len(ended) == len(set(ended)), "a finished trial ran again"
-    for event in done.values():
-        source = event["trial"].get("continue_from")
-        if source is not None:
-            assert done[source]["seq"] < event["seq"]
+        """), time_limit_s=150.0, trials=20)
     assert any(e["trial"].get("origin") == "exploit" for e in done.values())
+
+
+def test_keep_checkpoints_lets_go_of_what_no_trial_will_continue_across_a_kill(
+    tmp_path: Path,
+) -> None:
+    """PBT under keep_checkpoints: 1, its driver killed mid-way: the population still
+    finishes with every exploit finding its donor's checkpoint (a missing one fails
+    the trial), none removed before the last trial that continues from it started,
+    and at the end only the best model is left."""
+    run_dir = tmp_path / "run"
+    done = kill_and_resume_population(run_dir, textwrap.dedent("""
+        name: pbt
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "orchestrator.simulate:simulated_trial"}
+            search: {algorithm: pbt, population: 4, interval: 1, intervals: 5,
+                     quantile: 0.5, seed: 3}
+            keep_checkpoints: 1
+            space:
+              x: {type: float, low: 0, high: 1}
+              y: {type: float, low: 0, high: 1}
+        """), time_limit_s=150.0, trials=20)
+    removals = journal(run_dir, "checkpoint_removed")
+    removed = {e["trial"]: e["seq"] for e in removals}
+    assert len(removed) == len(removals) >= 12, "a checkpoint was removed twice, or few were"
+    for started in journal(run_dir, "trial_started"):
+        source = started["trial"].get("continue_from")
+        if source in removed:
+            assert started["seq"] < removed[source], f"{source} removed before it was used"
+    kept = set(done) - set(removed)
+    # Done, nothing more can continue anything: only the best (of the last interval) stays.
+    assert len(kept) == 1 and {done[t]["trial"]["generation"] for t in kept} == {4}

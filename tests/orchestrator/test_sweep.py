@@ -53,6 +53,15 @@ def sweep_spec(**overrides: object) -> dict:
     return build_spec(**args)
 
 
+def test_cmaes_population_and_keep_checkpoints_reach_the_spec() -> None:
+    stage = load_spec_text(spec_yaml(sweep_spec(
+        algorithm="bayesian", sampler="cmaes", population=12, generations=None,
+        params=["lr=float:0.01:0.1:log", "momentum=float:0.5:0.99"], parallel=12,
+        keep_checkpoints=2))).stage("sweep")
+    assert (stage.search.sampler, stage.search.population, stage.keep_checkpoints) == (
+        "cmaes", 12, 2)
+
+
 def test_flags_make_a_spec_that_validates() -> None:
     workflow = load_spec_text(spec_yaml(sweep_spec(parallel=1)))
     stage = workflow.stage("sweep")
@@ -77,7 +86,7 @@ def test_command_sweeps_minimize_a_figure_of_merit_by_default() -> None:
 def test_conflicting_flags_are_refused() -> None:
     with pytest.raises(ValueError, match="exactly one of --trainer NAME or --cmd"):
         sweep_spec(command="python3 fit.py")
-    message = ("--population applies to --algo genetic or pbt, --generations applies to"
+    message = ("--population applies to --algo genetic or pbt or bayesian, --generations applies to"
                " --algo genetic, not random")
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="random")

@@ -139,3 +139,41 @@ def test_cmaes_by_hand_defaults_to_no_random_startup_and_tpe_keeps_ten() -> None
     assert make_searcher("bayesian", SPACE, objective, sampler="tpe").startup_trials == 10
     assert make_searcher("bayesian", SPACE, objective, sampler="cmaes",
                          startup_trials=4).startup_trials == 4
+
+
+def busy_slots(searcher: BayesianSearch, parallel: int) -> list[int]:
+    """Trials running after each ask, oldest result first (as ``drive``)."""
+    running, busy = [], []
+    while not searcher.done():
+        running += searcher.ask(parallel - len(running))
+        busy.append(len(running))
+        trial = running.pop(0)
+        searcher.tell(trial.id, bowl(trial.config))
+    return busy
+
+
+def test_a_population_as_wide_as_the_slots_keeps_every_slot_busy() -> None:
+    """With 12 trials at once and the default population of 8, four slots idle through
+    every generation once the first random wave is done; population: 12 fills them
+    all, and each generation still gets exactly its population."""
+    narrow = BayesianSearch(SPACE, MIN, seed=2, budget=96, sampler="cmaes")
+    wide = BayesianSearch(SPACE, MIN, seed=2, budget=96, sampler="cmaes", population=12)
+    assert max(busy_slots(narrow, 12)[48:]) == POPULATION
+    assert max(busy_slots(wide, 12)[48:]) == 12
+    sizes = Counter(generations(wide).values())
+    newest = max(sizes)
+    assert all(sizes[g] == 12 for g in sizes if g != newest) and len(sizes) >= 6, sizes
+    with pytest.raises(ValueError, match="population applies to sampler cmaes only"):
+        BayesianSearch(SPACE, MIN, sampler="tpe", population=12)
+
+
+def test_auto_gives_cmaes_a_generation_per_trial_at_once() -> None:
+    from search import make_searcher
+
+    space = SearchSpace(tuple(FloatParam(f"c{i}", -1.0, 1.0) for i in range(3)))
+    searcher = make_searcher("auto", space, MIN, seed=0, budget=400, parallel=12)
+    assert searcher.auto_choice.label() == "bayesian cmaes"
+    assert searcher.auto_choice.settings["population"] == 12
+    assert "no slot idles" in searcher.auto_choice.reason
+    few = make_searcher("auto", space, MIN, seed=0, budget=400, parallel=2)
+    assert "population" not in few.auto_choice.settings

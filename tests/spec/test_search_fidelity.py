@@ -94,7 +94,9 @@ def test_pb2_needs_a_number_to_choose() -> None:
 
 def test_validate_prints_the_pb2_and_auto_hyperband_plans(tmp_path: Path) -> None:
     pb2 = tmp_path / "pb2.yaml"
-    pb2.write_text(spec("{algorithm: pbt, explore: pb2, population: 4, intervals: 5}"))
+    pb2.write_text(spec("{algorithm: pbt, explore: pb2, population: 4, intervals: 5}").replace(
+        "width: {type: int, low: 16, high: 256, log: true}",  # PBT cannot search a shape
+        "momentum: {type: float, low: 0.5, high: 0.99}"))
     auto = tmp_path / "auto.yaml"
     auto.write_text(spec("{algorithm: auto, budget: 20, fidelity: epochs}"))
     result = CliRunner().invoke(cli, ["validate", "--slots", "4", str(pb2), str(auto)])
