@@ -484,22 +484,29 @@ def kill_and_resume_population(
     return done
 
 
-def test_a_pbt_population_killed_midway_resumes_and_runs_no_trial_twice(tmp_path: Path) -> None:
-    """Population-based training: the allocation ends mid-way, a new driver
-    resumes from the journal, and the population finishes with each interval
-    trained once, every exploit continuing a trial that finished."""
-    done = kill_and_resume_population(tmp_path / "run", textwrap.dedent("""
+def pbt_spec(extra: str = "") -> str:
+    """A PBT stage of 4 members over 5 intervals on simulated trials; ``extra``
+    is one more line of the stage (e.g. ``keep_checkpoints: 1``)."""
+    return textwrap.dedent(f"""
         name: pbt
         stages:
           - name: tune
             kind: hpo
-            trainer: {function: "orchestrator.simulate:simulated_trial"}
-            search: {algorithm: pbt, population: 4, interval: 1, intervals: 5,
-                     quantile: 0.5, seed: 3}
+            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            search: {{algorithm: pbt, population: 4, interval: 1, intervals: 5,
+                     quantile: 0.5, seed: 3}}
+            {extra}
             space:
-              x: {type: float, low: 0, high: 1}
-              y: {type: float, low: 0, high: 1}
-        """), time_limit_s=150.0, trials=20)
+              x: {{type: float, low: 0, high: 1}}
+              y: {{type: float, low: 0, high: 1}}
+        """)
+
+
+def test_a_pbt_population_killed_midway_resumes_and_runs_no_trial_twice(tmp_path: Path) -> None:
+    """Population-based training: the allocation ends mid-way, a new driver
+    resumes from the journal, and the population finishes with each interval
+    trained once, every exploit continuing a trial that finished."""
+    done = kill_and_resume_population(tmp_path / "run", pbt_spec(), time_limit_s=150.0, trials=20)
     assert any(e["trial"].get("origin") == "exploit" for e in done.values())
 
 
@@ -511,19 +518,8 @@ def test_keep_checkpoints_lets_go_of_what_no_trial_will_continue_across_a_kill(
     the trial), none removed before the last trial that continues from it started,
     and at the end only the best model is left."""
     run_dir = tmp_path / "run"
-    done = kill_and_resume_population(run_dir, textwrap.dedent("""
-        name: pbt
-        stages:
-          - name: tune
-            kind: hpo
-            trainer: {function: "orchestrator.simulate:simulated_trial"}
-            search: {algorithm: pbt, population: 4, interval: 1, intervals: 5,
-                     quantile: 0.5, seed: 3}
-            keep_checkpoints: 1
-            space:
-              x: {type: float, low: 0, high: 1}
-              y: {type: float, low: 0, high: 1}
-        """), time_limit_s=150.0, trials=20)
+    done = kill_and_resume_population(run_dir, pbt_spec("keep_checkpoints: 1"),
+                                      time_limit_s=150.0, trials=20)
     removals = journal(run_dir, "checkpoint_removed")
     removed = {e["trial"]: e["seq"] for e in removals}
     assert len(removed) == len(removals) >= 12, "a checkpoint was removed twice, or few were"
