@@ -58,6 +58,8 @@ ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {
     "cmaes-10": ("bayesian", {"sampler": "cmaes", "startup_trials": 10}),
     "cmaes-0": ("bayesian", {"sampler": "cmaes", "startup_trials": 0}),
     "gp": ("bayesian", {"sampler": "gp"}),
+    # CMA-ES with pycma's linear-quadratic surrogate (search/_lq_cmaes.py)
+    "lq-cmaes": ("bayesian", {"sampler": "lq-cmaes"}),
     "genetic": ("genetic", {"population": 10}),
     "genetic-async": ("genetic", {"population": 10, "schedule": "async"}),
     # The reference, not a choice auto can make: Optuna's own CmaEsSampler

@@ -166,8 +166,10 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               " (`nestor validate` on the saved spec says what and why). pbt, asha and"
               " hyperband train trials in stretches of --fidelity and continue them from"
               " their checkpoints (weights and optimizer state), so no epoch is paid twice.")
-@click.option("--sampler", type=click.Choice(["tpe", "gp", "cmaes"]),
-              help="Bayesian: Optuna's sampler (default tpe). asha, hyperband: tpe draws new"
+@click.option("--sampler", type=click.Choice(["tpe", "gp", "cmaes", "lq-cmaes"]),
+              help="Bayesian: Optuna's sampler (default tpe), or lq-cmaes: CMA-ES that ranks"
+              " each generation on a quadratic model of the trials run and runs only the"
+              " candidates it needs to (numbers only). asha, hyperband: tpe draws new"
               " configurations from a TPE fitted on the highest full rung (BOHB-style);"
               " left out, they are random.")
 @click.option("--schedule", type=click.Choice(["generational", "async"]),
@@ -178,7 +180,8 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               " continuing a checkpoint, is a trial of its own).")
 @click.option("--population", type=click.IntRange(min=2),
               help="Genetic: individuals per generation. pbt: members training side by side"
-              " (default 8). bayesian --sampler cmaes: trials per CMA-ES generation (default"
+              " (default 8). bayesian --sampler cmaes or lq-cmaes: trials per CMA-ES"
+              " generation (default"
               " 4 + 3 ln n; give the trials at once when those are more).")
 @click.option("--generations", type=click.IntRange(min=1), help="Genetic: generations.")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True),

@@ -36,6 +36,7 @@ from search._bayesian import BayesianSearch
 from search._genetic import GeneticSearch
 from search._grid import GridSearch
 from search._hyperband import ASHASearch, HyperbandSearch
+from search._lq_cmaes import LQCMAESSearch
 from search._pbt import PBTSearch, ScheduleStep, schedules_from_state
 from search._random import RandomSearch
 from search.space import SearchSpace
@@ -100,6 +101,15 @@ def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
         )
 
 
+def searcher_class(algorithm: str, settings: Mapping[str, Any]) -> type[Searcher]:
+    """The class that runs ``algorithm`` with these settings: ``bayesian`` with
+    ``sampler: lq-cmaes`` is pycma's surrogate-assisted CMA-ES, not Optuna's
+    (same settings, same state's ``algorithm``, another engine)."""
+    if algorithm == "bayesian" and settings.get("sampler") == "lq-cmaes":
+        return LQCMAESSearch
+    return ALGORITHMS[algorithm]
+
+
 def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **settings: Any) -> Searcher:
     """Build a searcher by name with the spec's settings as keyword arguments.
 
@@ -115,7 +125,7 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
     """
     check_settings(algorithm, settings)
     if algorithm != "auto":
-        return ALGORITHMS[algorithm](space, objectives, **settings)
+        return searcher_class(algorithm, settings)(space, objectives, **settings)
     parallel = settings.get("parallel")
     parallel = 1 if parallel is None else parallel  # the spec's default is None
     choice = choose_search(
@@ -125,7 +135,7 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
         parallel=parallel,
         max_fidelity=settings.get("max_fidelity"),
     )
-    searcher = ALGORITHMS[choice.algorithm](
+    searcher = searcher_class(choice.algorithm, choice.settings)(
         space, objectives, seed=settings.get("seed", 0), **choice.settings
     )
     searcher.auto_choice = choice
@@ -141,6 +151,7 @@ __all__ = [
     "GeneticSearch",
     "GridSearch",
     "HyperbandSearch",
+    "LQCMAESSearch",
     "Objective",
     "Observation",
     "PBTSearch",
@@ -154,5 +165,6 @@ __all__ = [
     "make_searcher",
     "observations_from_state",
     "schedules_from_state",
+    "searcher_class",
     "settings_of",
 ]

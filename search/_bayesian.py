@@ -40,7 +40,7 @@ from search._base import Observation, Searcher, Trial
 from search._optuna import quiet as _quiet
 from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
-SAMPLERS = ("tpe", "gp", "cmaes")
+SAMPLERS = ("tpe", "gp", "cmaes")  # and "lq-cmaes": search/_lq_cmaes.py, through make_searcher
 _CMA_START = "nestor:cma_x0"  # the trial note that records where CMA-ES started
 _CMA_GENERATION = "cma:generation"  # Optuna's note of the generation a trial belongs to
 

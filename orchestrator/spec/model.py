@@ -377,21 +377,32 @@ class GeneticSearch(_SearchBase):
 
 class BayesianSearch(_SearchBase):
     algorithm: Literal["bayesian"]
-    sampler: Literal["tpe", "gp", "cmaes"] = "tpe"
+    sampler: Literal["tpe", "gp", "cmaes", "lq-cmaes"] = Field(
+        "tpe", description="tpe, gp, cmaes (Optuna's), or lq-cmaes (CMA-ES with a quadratic"
+        " surrogate, pycma's: numbers only)")
     startup_trials: int | None = Field(
-        None, ge=0, description="random trials before the model is used (default 10; cmaes 0:"
-        " it starts at the centre)")
+        None, ge=0, description="random trials before the model is used (default 10; cmaes and"
+        " lq-cmaes 0: they start at the centre)")
     population: int | None = Field(
-        None, ge=2, description="cmaes: trials per generation (default 4 + 3 ln n for n"
-        " parameters; set it to the trials at once when those are more)")
+        None, ge=2, description="cmaes, lq-cmaes: trials per generation (default 4 + 3 ln n for"
+        " n parameters)")
     budget: PositiveInt | None = 20
+
+    @field_validator("startup_trials")
+    @classmethod
+    def _no_startup_for_lq(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value and info.data.get("sampler") == "lq-cmaes":
+            raise ValueError("startup_trials must be 0 for sampler lq-cmaes (it starts at the"
+                             f" centre and models its own trials), but got {value}")
+        return value
 
     @field_validator("population")
     @classmethod
     def _population_is_cmaes(cls, value: int | None, info: ValidationInfo) -> int | None:
         sampler = info.data.get("sampler")
-        if value is not None and sampler != "cmaes":
-            raise ValueError(f"population applies to sampler cmaes only, but sampler is {sampler}")
+        if value is not None and sampler not in ("cmaes", "lq-cmaes"):
+            raise ValueError("population applies to samplers cmaes and lq-cmaes only, but"
+                             f" sampler is {sampler}")
         return value
 
     def planned_trials(self, space: SearchSpace) -> int:
@@ -753,6 +764,23 @@ class HpoStage(_StageBase):
                     f" bandit to choose, but the searched ones are categorical ({searched});"
                     " use explore: perturb"
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _lq_cmaes_has_numbers_only(self) -> HpoStage:
+        """lq-CMA-ES models numbers: a categorical has no place in its quadratic."""
+        search = self.search
+        if not isinstance(search, BayesianSearch) or search.sampler != "lq-cmaes":
+            return self
+        categorical = [name for name, spec in self.space.items() if spec.type == "categorical"]
+        if categorical:
+            raise ValueError(
+                "search.sampler lq-cmaes searches floats and ints only, but space has"
+                f" categorical {', '.join(categorical)}: use sampler tpe, or fix it in"
+                " trainer.settings")
+        if len(self.objectives) > 1:
+            raise ValueError("search.sampler lq-cmaes optimizes one objective, but objective"
+                             f" lists {len(self.objectives)}: use sampler tpe or gp")
         return self
 
     @model_validator(mode="after")

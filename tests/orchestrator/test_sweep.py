@@ -117,6 +117,8 @@ def test_auto_plans_for_the_trials_the_sweep_runs_at_once() -> None:
                 params=[f"c{i}=float:-1:1" for i in range(7)])
     stage = load_spec_text(spec_yaml(sweep_spec(**auto, parallel=2))).stage("sweep")
     assert stage.search.parallel == 2
+    assert stage.auto_choice().label() == "bayesian lq-cmaes"
+    stage = load_spec_text(spec_yaml(sweep_spec(**auto, parallel=8))).stage("sweep")
     assert stage.auto_choice().label() == "genetic async 10"
     stage = load_spec_text(spec_yaml(sweep_spec(**auto, slots=64))).stage("sweep")
     assert stage.search.parallel == 32  # 64 slots, 2 ranks a trial

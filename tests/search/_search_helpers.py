@@ -13,6 +13,7 @@ from search import (
     GeneticSearch,
     GridSearch,
     HyperbandSearch,
+    LQCMAESSearch,
     Objective,
     PBTSearch,
     RandomSearch,
@@ -51,6 +52,15 @@ def loss(config: dict[str, Any]) -> float:
     )
 
 
+def numeric_view(space: SearchSpace) -> SearchSpace:
+    """``space`` with each categorical fixed at its first value: what a search of
+    numbers only (lq-cmaes) can take of MIXED, its trials still members of MIXED."""
+    return SearchSpace(tuple(
+        ConstantParam(p.name, p.values[0]) if isinstance(p, CategoricalParam) else p
+        for p in space.params
+    ))
+
+
 # Small settings so a whole search takes milliseconds (seconds for GP).
 FACTORIES: dict[str, Callable[..., Searcher]] = {
     "random": lambda space, obj, **kw: RandomSearch(space, obj, budget=12, **kw),
@@ -78,6 +88,7 @@ FACTORIES: dict[str, Callable[..., Searcher]] = {
     "cmaes": lambda space, obj, **kw: BayesianSearch(
         space, obj, budget=10, startup_trials=2, sampler="cmaes", **kw
     ),
+    "lq-cmaes": lambda space, obj, **kw: LQCMAESSearch(numeric_view(space), obj, budget=14, **kw),
     "gp": lambda space, obj, **kw: BayesianSearch(
         space, obj, budget=6, startup_trials=3, sampler="gp", **kw
     ),
@@ -95,7 +106,7 @@ FACTORIES: dict[str, Callable[..., Searcher]] = {
     ),
 }
 # PBT and successive halving rank trials on one metric to decide which continue.
-ONE_OBJECTIVE_ONLY = {"cmaes", "pbt", "pb2", "asha", "asha-tpe", "hyperband", "bohb"}
+ONE_OBJECTIVE_ONLY = {"cmaes", "lq-cmaes", "pbt", "pb2", "asha", "asha-tpe", "hyperband", "bohb"}
 MULTI_OBJECTIVE = [name for name in FACTORIES if name not in ONE_OBJECTIVE_ONLY]
 
 

@@ -18,9 +18,11 @@ def box(dims: int) -> SearchSpace:
 @pytest.mark.parametrize(
     ("space", "objectives", "budget", "parallel", "label", "because"),
     [
-        (box(7), MIN, 300, 2, "bayesian cmaes", "enough for CMA-ES"),
-        (box(7), MIN, 130, 2, "genetic async 10", "under the 225 CMA-ES needs"),
-        (box(7), MIN, 20, 1, "bayesian tpe", "too small for an evolutionary search"),
+        (box(7), MIN, 130, 2, "bayesian lq-cmaes", "2 trial(s) at once: lq-CMA-ES"),
+        (box(7), MIN, 20, 1, "bayesian lq-cmaes", "7 numeric parameters, one objective"),
+        (box(7), MIN, 300, 8, "bayesian cmaes", "enough for CMA-ES"),
+        (box(7), MIN, 130, 8, "genetic async 10", "under the 225 CMA-ES needs"),
+        (box(7), MIN, 20, 5, "bayesian tpe", "too small for an evolutionary search"),
         (box(7), MIN, 8, 1, "random", "spent before a model could help"),
         (box(7), MIN, 1000, 64, "genetic async 64, 4 demes", "64 trials at once"),
         (MIXED, MIN, 100, 2, "bayesian tpe", "1 few-valued int, 1 categorical"),
@@ -30,6 +32,8 @@ def box(dims: int) -> SearchSpace:
         (SearchSpace((CategoricalParam("a", (1, 2, 3)), CategoricalParam("b", ("x", "y")))),
          MIN, 20, 2, "grid", "6 combinations fit in the budget of 20"),
         (SearchSpace((IntParam("n", 1, 1000), FloatParam("x", 0.0, 1.0))), MIN, 300, 1,
+         "bayesian lq-cmaes", "2 numeric parameters"),
+        (SearchSpace((IntParam("n", 1, 1000), FloatParam("x", 0.0, 1.0))), MIN, 300, 6,
          "bayesian cmaes", "2 numeric parameters"),
     ],
 )  # fmt: skip
@@ -50,7 +54,7 @@ def test_auto_is_a_pure_function() -> None:
 
 
 def test_make_searcher_builds_the_pick_and_keeps_the_reason() -> None:
-    searcher = make_searcher("auto", box(7), MIN, seed=3, budget=130, parallel=2)
+    searcher = make_searcher("auto", box(7), MIN, seed=3, budget=130, parallel=8)
     assert searcher.algorithm == "genetic" and searcher.population == 10
     assert searcher.auto_choice.label() == "genetic async 10"
     assert searcher.seed == 3 and searcher.planned == 130

@@ -95,8 +95,10 @@ def test_auto_search_loads_and_plans_what_it_picks() -> None:
 
     stage = load_spec_text(sine_fit(300)).stage("fit")
     assert isinstance(stage.search, AutoSearch)
-    assert stage.auto_choice().label() == "bayesian cmaes"
+    assert stage.auto_choice().label() == "bayesian lq-cmaes"
     assert stage.planned_trials() == 300
+    stage = load_spec_text(sine_fit(300, parallel=8)).stage("fit")
+    assert stage.auto_choice().label() == "bayesian cmaes"
     stage = load_spec_text(sine_fit(300, parallel=32)).stage("fit")
     assert stage.auto_choice().label() == "genetic async 32, 2 demes"
     grid = load_spec_text(
@@ -108,14 +110,17 @@ def test_auto_search_loads_and_plans_what_it_picks() -> None:
 def test_validate_prints_what_auto_picked_and_why(tmp_path: Path) -> None:
     path = tmp_path / "sinefit.yaml"
     path.write_text(sine_fit(130))
-    result = CliRunner().invoke(cli, ["validate", "--slots", "4", str(path)])
+    result = CliRunner().invoke(cli, ["validate", "--slots", "8", str(path)])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
-    assert "auto: genetic async 10" in output
-    assert "fit: auto picked genetic async 10: 5 numeric parameters and a budget of 130" in output
-    assert "planned for 1 trial at once; this plan runs 4: set search.parallel: 4" in output
-    path.write_text(sine_fit(130, parallel=4))
-    result = CliRunner().invoke(cli, ["validate", "--slots", "4", str(path)])
+    assert "auto: bayesian lq-cmaes" in output
+    assert ("fit: auto picked bayesian lq-cmaes: 5 numeric parameters, one objective and 1"
+            " trial(s) at once") in output
+    assert "planned for 1 trial at once; this plan runs 8: set search.parallel: 8" in output
+    path.write_text(sine_fit(130, parallel=8))
+    result = CliRunner().invoke(cli, ["validate", "--slots", "8", str(path)])
+    assert "auto picked genetic async 10: 5 numeric parameters and a budget of 130" in " ".join(
+        result.output.split())
     assert "auto picked" in result.output and "planned for" not in result.output
 
 
