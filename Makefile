@@ -39,6 +39,8 @@ test-fast: setup
 # 5 seeds x 600 slot-s on 2 slots) take about 3 hours on their own.
 bench: setup
 	$(PY) bench/search_bench.py
+	$(PY) bench/auto_suite_bench.py --budget 130 --parallel 2
+	$(PY) bench/auto_suite_bench.py --budget 100 --parallel 8
 	$(PY) bench/auto_bench.py --seeds 20 --algorithms auto,random,tpe,cmaes-10,cmaes-0,lq-cmaes,genetic,genetic-async,optuna-cmaes-1
 	$(PY) bench/trainers_bench.py
 	$(PY) bench/backend_bench.py
