@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import warnings
 from collections.abc import Iterator
 from typing import Any
 
@@ -190,12 +191,16 @@ class LQCMAESSearch(Searcher):
 
     @contextlib.contextmanager
     def _own_rng(self) -> Iterator[None]:
-        """Run pycma on this search's generator state, not the process's."""
+        """Run pycma on this search's generator state, not the process's, and keep
+        its warnings (a flat generation, an all-failed one) off the driver's console:
+        what they say is in the trials' results."""
         np = self._np
         outside = np.random.get_state()
         np.random.set_state(self._rng_state)
         try:
-            yield
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                yield
         finally:
             self._rng_state = np.random.get_state()
             np.random.set_state(outside)
