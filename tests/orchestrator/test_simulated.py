@@ -530,3 +530,24 @@ def test_keep_checkpoints_lets_go_of_what_no_trial_will_continue_across_a_kill(
     kept = set(done) - set(removed)
     # Done, nothing more can continue anything: only the best (of the last interval) stays.
     assert len(kept) == 1 and {done[t]["trial"]["generation"] for t in kept} == {4}
+
+
+def test_an_lq_cmaes_search_killed_midway_resumes_and_runs_no_trial_twice(
+    tmp_path: Path,
+) -> None:
+    """lq-CMA-ES through the engine: its steps (as many trials as slots are free,
+    then a wait for the model) survive a driver that dies mid-generation; the
+    resumed driver replays the journalled asks and tells and finishes the budget."""
+    spec_text = textwrap.dedent("""
+        name: lq
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "orchestrator.simulate:simulated_trial"}
+            search: {algorithm: bayesian, sampler: lq-cmaes, budget: 40, seed: 3}
+            space:
+              x: {type: float, low: 0, high: 1}
+              y: {type: float, low: 0, high: 1}
+        """)
+    done = kill_and_resume_population(tmp_path / "run", spec_text, time_limit_s=150.0, trials=40)
+    assert {e["trial"]["origin"] for e in done.values()} == {"lq-cmaes"}
