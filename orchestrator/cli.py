@@ -184,6 +184,12 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               " generation (default"
               " 4 + 3 ln n; give the trials at once when those are more).")
 @click.option("--generations", type=click.IntRange(min=1), help="Genetic: generations.")
+@click.option("--search-set", "search_settings", multiple=True, metavar="KEY=VALUE",
+              help="Any other setting of the spec's search block, value read as YAML;"
+              " repeat for each: --search-set quantile=0.5 (pbt), --search-set"
+              " startup_trials=5 (bayesian), --search-set mode=mu_plus_lambda (genetic),"
+              " --search-set iterations=2 (hyperband); the README's spec table lists each"
+              " algorithm's.")
 @click.option("--interval", type=click.FloatRange(min=0, min_open=True),
               help="pbt: --fidelity units (epochs) each member trains between exploit/explore"
               " steps (default 1).")
@@ -235,7 +241,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           population: int | None, generations: int | None, interval: float | None,
           intervals: int | None, explore: str | None, min_budget: float | None,
           max_budget: float | None, eta: int | None, fidelity: str | None,
-          keep_checkpoints: int | None, metric: str | None,
+          keep_checkpoints: int | None, search_settings: tuple[str, ...], metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int, backend: str,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
           address: str | None) -> None:
@@ -269,7 +275,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             sampler=sampler, schedule=schedule, demes=demes, interval=interval,
             intervals=intervals, explore=explore, min_budget=min_budget,
             max_budget=max_budget, eta=eta, fidelity=fidelity,
-            keep_checkpoints=keep_checkpoints,
+            keep_checkpoints=keep_checkpoints, search_settings=list(search_settings),
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

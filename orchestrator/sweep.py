@@ -86,12 +86,33 @@ def parse_param(text: str) -> tuple[str, dict[str, Any]]:
     )
 
 
-def parse_setting(text: str) -> tuple[str, Any]:
-    """``epochs=2`` -> ("epochs", 2): values read as YAML scalars (numbers, booleans)."""
+def parse_setting(text: str, flag: str = "--set") -> tuple[str, Any]:
+    """``epochs=2`` -> ("epochs", 2): values read as YAML (numbers, booleans, lists)."""
     key, sep, value = text.partition("=")
     if not sep or not key:
-        raise ValueError(f"--set must look like KEY=VALUE, but got {text!r}")
-    return key, yaml.safe_load(value) if value else ""
+        raise ValueError(f"{flag} must look like KEY=VALUE, but got {text!r}")
+    try:
+        return key, yaml.safe_load(value) if value else ""
+    except yaml.YAMLError:
+        raise ValueError(f"{flag} {key}= must be a YAML value, but got {value!r}") from None
+
+
+def _search_settings(texts: list[str], search: dict[str, Any]) -> dict[str, Any]:
+    """``--search-set KEY=VALUE``: any field of the stage's ``search`` block that has
+    no flag of its own (``quantile=0.5``, ``startup_trials=5``, ``mode=mu_plus_lambda``,
+    ``perturbation_factors=[0.7,1.3]``); the spec's own validation names a field
+    the algorithm does not have, or a value it does not allow."""
+    extra: dict[str, Any] = {}
+    for text in texts:
+        key, value = parse_setting(text, "--search-set")
+        if key == "algorithm":
+            raise ValueError("--search-set cannot set algorithm: use --algo")
+        if key in search or key in extra:
+            flag = FLAGS.get(key, f"--{key}") if key in OPTION_OWNERS or key in (
+                "budget", "seed") else "--search-set"
+            raise ValueError(f"--search-set {key}= is given twice (also by {flag})")
+        extra[key] = value
+    return extra
 
 
 def build_spec(
@@ -125,6 +146,7 @@ def build_spec(
     fidelity: str | None = None,
     backend: str = "horovod",
     keep_checkpoints: int | None = None,
+    search_settings: list[str] | None = None,
 ) -> dict[str, Any]:
     """The workflow spec (as data) that these sweep flags describe.
 
@@ -137,7 +159,9 @@ def build_spec(
     three, and to auto, which may then pick Hyperband over it): silently
     dropping one would run another search than the one the command line reads
     as. ``--algo auto`` plans for the trials ``--parallel``
-    (or ``--slots`` / ranks per trial) runs at once.
+    (or ``--slots`` / ranks per trial) runs at once. ``--search-set KEY=VALUE``
+    sets any other field of the spec's search block, so a sweep can say
+    everything a spec can.
     """
     if (trainer is None) == (command is None):
         raise ValueError("give exactly one of --trainer NAME or --cmd COMMAND")
@@ -182,6 +206,7 @@ def build_spec(
             f" random configurations), but got {sampler}"
         )
     search.update({k: v for k, v in options.items() if v is not None})
+    search.update(_search_settings(search_settings or [], search))
     if algorithm == "auto":
         at_once = parallel if parallel is not None else slots // (dp * mp) if slots else None
         if at_once:

@@ -362,3 +362,43 @@ def test_a_pb2_sweep_trains_a_population_and_reports_it_as_pbt_does(tmp_path: Pa
     assert len(stage["pbt"]["members"]) == 4
     assert [s["until"] for s in stage["pbt"]["schedule"]] == [1, 2, 3, 4]
     assert (run_dir / "plots" / "sweep-population.png").stat().st_size > 0
+
+
+def test_search_set_says_what_no_flag_does() -> None:
+    """--search-set KEY=VALUE: any field of the search block, so a sweep can say
+    everything a spec can (values read as YAML: numbers, words, lists)."""
+    pbt = continuing("pbt", search_settings=["quantile=0.5", "perturbation_factors=[0.7, 1.3]",
+                                             "resample_probability=0"])
+    stage = load_spec_text(spec_yaml(pbt)).stage("sweep")
+    assert (stage.search.quantile, stage.search.resample_probability) == (0.5, 0)
+    assert list(stage.search.perturbation_factors) == [0.7, 1.3]
+    genetic = sweep_spec(search_settings=["mode=mu_plus_lambda", "offspring=3", "patience=2"])
+    stage = load_spec_text(spec_yaml(genetic)).stage("sweep")
+    assert (stage.search.mode, stage.search.offspring, stage.search.patience) == (
+        "mu_plus_lambda", 3, 2)
+    bayesian = sweep_spec(algorithm="bayesian", population=None, generations=None,
+                          sampler="lq-cmaes", search_settings=["population=12"])
+    assert load_spec_text(spec_yaml(bayesian)).stage("sweep").search.population == 12
+
+
+@pytest.mark.parametrize(
+    ("settings", "message"),
+    [
+        (["population=3"], "--search-set population= is given twice (also by --population)"),
+        (["algorithm=pbt"], "--search-set cannot set algorithm: use --algo"),
+        (["patience"], "--search-set must look like KEY=VALUE, but got 'patience'"),
+        (["patience=[1"], "--search-set patience= must be a YAML value"),
+        (["patience=1", "patience=2"], "--search-set patience= is given twice"),
+    ],
+)
+def test_search_set_refuses_what_it_cannot_mean(settings: list, message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")
+                       .replace("[", r"\[")):
+        sweep_spec(search_settings=settings)
+
+
+def test_search_set_of_a_field_the_algorithm_lacks_is_a_spec_error() -> None:
+    from orchestrator.spec import SpecError
+
+    with pytest.raises(SpecError, match="unknown field 'quantil'; did you mean 'quantile'"):
+        load_spec_text(spec_yaml(continuing("pbt", search_settings=["quantil=0.5"])))
