@@ -13,6 +13,7 @@ chart shows idle slots as gaps, with the utilization in its title.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -90,6 +91,18 @@ def best_so_far_from_summary(summary: dict[str, Any], mode: str) -> list[tuple[i
     return curve
 
 
+WIDE = 100.0  # positive values spanning this factor or more are drawn on a log axis
+
+
+def value_scale(values: Iterable[float]) -> str:
+    """"log" for positive values spanning WIDE-fold or more (a fit's error falling
+    from 1e7 to 1e-1 is a flat line then a cliff on a linear axis), else "linear"."""
+    values = [v for v in values if math.isfinite(v)]
+    if not values or min(values) <= 0 or max(values) / min(values) < WIDE:
+        return "linear"
+    return "log"
+
+
 def plot_best_so_far(curves: dict[str, list[tuple[int, float]]], total_runs: dict[str, int],
                      metric: str, mode: str, path: Path) -> Path:
     """One step line per search (label: "stage (algorithm)"), best value against runs."""
@@ -105,6 +118,7 @@ def plot_best_so_far(curves: dict[str, list[tuple[int, float]]], total_runs: dic
     if not any(curves.values()):
         ax.text(0.5, 0.5, "no completed trial", ha="center", va="center",
                 transform=ax.transAxes)
+    ax.set_yscale(value_scale(v for curve in curves.values() for _, v in curve))
     ax.set_xlabel("runs (every attempt that trained, failed ones included)")
     ax.set_ylabel(f"best {metric} so far ({mode})")
     ax.set_title(f"best {metric} against runs, per search")
@@ -148,6 +162,7 @@ def plot_generations(summary: dict[str, Any], metric: str, mode: str, path: Path
         ax.scatter(failed, [low] * len(failed), marker="x", color="red", s=40, zorder=4,
                    label=f"failed ({len(failed)})")
         ax.legend(loc="best", fontsize="small")
+    ax.set_yscale(value_scale(v for values in by_generation.values() for v in values))
     ax.set_xticks(sorted(set(generations) | set(failed)) or [0])
     ax.set_xlabel("generation")
     ax.set_ylabel(f"{metric} ({mode})")

@@ -174,6 +174,33 @@ def test_search_plots_are_drawn(tmp_path: Path) -> None:
                               tmp_path / "pareto.png"))
 
 
+@pytest.mark.parametrize(
+    ("values", "scale"),
+    [
+        ([1.1e7, 3e5, 40.0, 0.065], "log"),  # a fit's error over a search
+        ([0.5, 0.9, 0.97], "linear"),  # accuracies
+        ([-1.0, 5.0, 500.0], "linear"),  # not all positive: no log axis
+        ([2.0, 150.0], "linear"),  # under 100-fold
+        ([], "linear"),
+    ],
+)
+def test_values_spanning_decades_are_drawn_on_a_log_axis(values: list, scale: str) -> None:
+    assert plots.value_scale(values) == scale
+
+
+def test_a_fits_error_is_plotted_on_a_log_axis(tmp_path: Path, monkeypatch) -> None:
+    scales = []
+    real = plots._save
+    monkeypatch.setattr(plots, "_save", lambda fig, path: (
+        scales.append(fig.axes[0].get_yscale()), real(fig, path))[1])
+    summary = hpo_summary([1.1e7 / 10**i for i in range(8)])
+    curve = plots.best_so_far_from_summary(summary, "min")
+    plots.plot_best_so_far({"fit (lq-cmaes)": curve}, {"fit (lq-cmaes)": 8}, "fom", "min",
+                           tmp_path / "best.png")
+    plots.plot_generations(summary, "fom", "min", tmp_path / "gen.png")
+    assert scales == ["log", "log"]
+
+
 ENSEMBLE = {
     "test_value": 0.962, "val_value": 0.958, "best_member_test_value": 0.951,
     "mean_member_test_value": 0.944,
