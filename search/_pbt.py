@@ -255,7 +255,7 @@ class PBTSearch(Searcher):
     def _ask(self, n: int) -> list[Trial]:
         trials = []
         while self._ready and len(trials) < n:
-            step = self._ready.pop(0)
+            step = self._ready.pop(self._next_index())
             config, origin = step.config, step.origin
             if config is None and step.base is not None:
                 config = self._pb2_explore(step)
@@ -276,6 +276,35 @@ class PBTSearch(Searcher):
                 )
             )
         return trials
+
+    def _next_index(self) -> int:
+        """Which ready trial a free slot runs (see the module docstring): a member with
+        no checkpoint yet first, then the one starting from the best-ranked checkpoint,
+        then the one decided first. PB2 runs them in the order decided."""
+        if self.explore == "pb2":
+            return 0
+        standings: dict[int, dict[str, float]] = {}
+
+        def key(index: int) -> tuple[bool, float, int]:
+            step = self._ready[index]
+            if step.continue_from is None:
+                return False, 0.5, index
+            source = self._book.trials[step.continue_from]
+            k = int(source.generation)
+            if k not in standings:
+                standings[k] = self._standings(k)
+            return True, standings[k].get(source.id, 0.5), index
+
+        return min(range(len(self._ready)), key=key)
+
+    def _standings(self, k: int) -> dict[str, float]:
+        """Interval k's successful results by rank, 0 (best) to 1 (worst); none while
+        fewer have reported than one top-quantile member needs (1 / quantile, at most
+        the population): so few rank too noisily to be raced ahead on."""
+        ranked = self._ranked(k)[0]
+        if len(ranked) < min(math.ceil(1 / self.quantile), self.population):
+            return {}
+        return {o.trial.id: i / (len(ranked) - 1) for i, o in enumerate(ranked)}
 
     def _tell(self, trial: Trial, observation: Observation) -> None:
         member, k = trial.member, trial.generation
