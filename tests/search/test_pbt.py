@@ -286,3 +286,37 @@ def test_a_member_that_reported_first_is_judged_again_while_it_waits() -> None:
         started.tell(first[member].id, value)
     later = {t.member: t for t in started.ask(3)}
     assert sorted(later) == [1, 2, 3] and early.id not in {t.id for t in later.values()}
+
+
+def test_a_free_slot_runs_the_member_starting_from_the_best_checkpoint() -> None:
+    """Members with no checkpoint start first (the whole population is sampled),
+    then the ready trial whose starting checkpoint ranks best in its interval runs
+    first, not the one decided first: the leading lineage advances sooner."""
+    pbt = PBTSearch(SPACE, MIN, population=8, intervals=3, seed=0)
+    first = {t.member: t for t in pbt.ask(5)}
+    for member, value in ((0, 3.0), (1, 4.0), (2, 5.0), (3, 2.0), (4, 1.0)):  # 4 best, told last
+        pbt.tell(first[member].id, value)
+    fresh = pbt.ask(3)
+    assert sorted(t.member for t in fresh) == [5, 6, 7]
+    assert all(t.continue_from is None for t in fresh)
+    (lead,) = pbt.ask(1)
+    assert lead.continue_from == first[4].id  # member 4's own continuation or a copy of it
+
+
+def test_too_few_results_to_rank_leave_the_order_decided() -> None:
+    """Below 1 / quantile results an interval's ranking is too noisy to race on."""
+    pbt = PBTSearch(SPACE, MIN, population=4, intervals=3, seed=0)
+    first = {t.member: t for t in pbt.ask(3)}
+    for member, value in ((1, 2.0), (2, 1.0), (0, 3.0)):  # 3 results: fewer than 1 / 0.25
+        pbt.tell(first[member].id, value)
+    assert pbt.ask(1)[0].member == 3  # no checkpoint yet: first
+    (next_,) = pbt.ask(1)
+    assert (next_.member, next_.continue_from) == (1, first[1].id)  # decided first
+
+
+def test_pb2_runs_ready_members_in_the_order_decided() -> None:
+    pbt = PBTSearch(SPACE, MIN, population=4, intervals=3, seed=0, explore="pb2")
+    first = {t.member: t for t in pbt.ask(4)}
+    for member, value in ((0, 3.0), (1, 2.5), (2, 2.0), (3, 1.0)):
+        pbt.tell(first[member].id, value)
+    assert [t.member for t in pbt.ask(4)] == [0, 1, 2, 3]
