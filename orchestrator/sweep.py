@@ -108,8 +108,7 @@ def _search_settings(texts: list[str], search: dict[str, Any]) -> dict[str, Any]
         if key == "algorithm":
             raise ValueError("--search-set cannot set algorithm: use --algo")
         if key in search or key in extra:
-            flag = FLAGS.get(key, f"--{key}") if key in OPTION_OWNERS or key in (
-                "budget", "seed") else "--search-set"
+            flag = "--search-set" if key in extra else FLAGS.get(key, f"--{key}")
             raise ValueError(f"--search-set {key}= is given twice (also by {flag})")
         extra[key] = value
     return extra

@@ -37,6 +37,7 @@ from typing import Any, Literal
 
 from search import _optuna
 from search._base import Observation, Searcher, Trial
+from search._fidelity import check_int
 from search._optuna import quiet as _quiet
 from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
@@ -95,9 +96,7 @@ class BayesianSearch(Searcher):
         if population is not None:
             if sampler != "cmaes":
                 raise ValueError(f"population applies to sampler cmaes only, not {sampler!r}")
-            if isinstance(population, bool) or not isinstance(population, int) or population < 2:
-                raise ValueError(f"population must be an integer of at least 2, but got"
-                                 f" {population!r}")
+            check_int("population", population, 2)
         self.population = population
         optuna = self._optuna = _optuna.import_optuna("Bayesian search")
         self.sampler, self.startup_trials = sampler, startup_trials

@@ -57,7 +57,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from search._base import Observation, Searcher, Trial
-from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+from search._fidelity import check_int
+from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace, from_unit, to_unit
 
 SIGMA0 = 0.3  # initial step, in units of each parameter's (scaled) range
 RESTART_POPULATION_FACTOR = 2  # IPOP
@@ -134,10 +135,8 @@ class LQCMAESSearch(Searcher):
                 "sampler lq-cmaes searches numbers only, but the space has categorical"
                 f" parameter(s) {', '.join(categorical)}: use sampler tpe"
             )
-        if population is not None and (
-            isinstance(population, bool) or not isinstance(population, int) or population < 2
-        ):
-            raise ValueError(f"population must be an integer of at least 2, but got {population!r}")
+        if population is not None:
+            check_int("population", population, 2)
         self.sampler, self.startup_trials, self.population = "lq-cmaes", 0, population
         self._settings.update(sampler="lq-cmaes", startup_trials=0)
         if population is not None:
@@ -163,29 +162,6 @@ class LQCMAESSearch(Searcher):
     def restarts(self) -> int:
         """How many times CMA-ES has restarted with a larger population."""
         return self._restarts
-
-    # --- scaling --------------------------------------------------------------------------
-
-    def _scale(self, param: FloatParam | IntParam, value: float) -> float:
-        if param.log:
-            return (math.log(value) - math.log(param.low)) / (
-                math.log(param.high) - math.log(param.low))
-        return (value - param.low) / (param.high - param.low)
-
-    def _decode(self, x: Any) -> dict[str, Scalar]:
-        config: dict[str, Scalar] = {}
-        for param, u in zip(self._params, x, strict=True):
-            u = min(max(float(u), 0.0), 1.0)
-            if param.log:
-                low, high = math.log(param.low), math.log(param.high)
-                value = math.exp(low + u * (high - low))
-            else:
-                value = param.low + u * (param.high - param.low)
-            if isinstance(param, IntParam):
-                config[param.name] = int(min(max(round(value), param.low), param.high))
-            else:
-                config[param.name] = float(min(max(value, param.low), param.high))
-        return config
 
     # --- pycma, with this search's own random state ----------------------------------------
 
@@ -254,7 +230,9 @@ class LQCMAESSearch(Searcher):
             chosen = generation.next_candidates()[: max(0, min(n, room))]
         trials = []
         for index in chosen:
-            trial = self._new_trial(self._decode(evals.X[index]), generation=self._es.countiter,
+            config = {p.name: from_unit(p, float(u)) for p, u in zip(self._params, evals.X[index],
+                                                                      strict=True)}
+            trial = self._new_trial(config, generation=self._es.countiter,
                                     deme=self._restarts, origin="lq-cmaes")  # fmt: skip
             generation.running[trial.id] = index
             trials.append(trial)
@@ -308,4 +286,4 @@ class LQCMAESSearch(Searcher):
         done = [o for o in observations if o.values is not None]
         if done:
             best = min(done, key=lambda o: self._key(o.values))  # type: ignore[arg-type]
-            self._x0 = [self._scale(p, float(best.config[p.name])) for p in self._params]  # type: ignore[arg-type]
+            self._x0 = [to_unit(p, best.config[p.name]) for p in self._params]

@@ -111,7 +111,15 @@ from typing import Any, Literal
 from search._base import Observation, Searcher, Trial, observations_from_state
 from search._fidelity import budget_used, check_int, check_number, check_one_objective, span
 from search._sampling import sample_config, sample_value
-from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+from search.space import (
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    Scalar,
+    SearchSpace,
+    from_unit,
+    to_unit,
+)
 
 EXPLORES = ("perturb", "pb2")
 MIN_PB2_POINTS = 2  # intervals trained from a checkpoint before PB2's GP is fitted
@@ -473,7 +481,7 @@ class PBTSearch(Searcher):
             self.pb2_log.append({"trial": trial_id, "chosen_by": "journal"})
             return {p.name: explored[p.name] for p in self.space.searched}
         pending = [  # explored for this interval already: spread out from them (Ray's PB2)
-            [_to_unit(p, t.config[p.name]) for p in self._numeric]
+            [to_unit(p, t.config[p.name]) for p in self._numeric]
             for t in self._book.trials.values()
             if t.generation == step.interval and t.origin in ("exploit", "retry")
         ]
@@ -488,7 +496,7 @@ class PBTSearch(Searcher):
             rng=np.random.default_rng([self.seed % 2**32, int(trial_id)]),
         )
         for param, u in zip(self._numeric, unit, strict=True):
-            explored[param.name] = _from_unit(param, float(u))
+            explored[param.name] = from_unit(param, float(u))
         self.pb2_log.append({"trial": trial_id, "chosen_by": "gp", **info})
         return {p.name: explored[p.name] for p in self.space.searched}
 
@@ -508,7 +516,7 @@ class PBTSearch(Searcher):
                 continue
             start, until = span(trial, self._book.trials)
             change = (self._reward(observation) - self._reward(before)) / (until - start)
-            unit = [_to_unit(p, trial.config[p.name]) for p in self._numeric]
+            unit = [to_unit(p, trial.config[p.name]) for p in self._numeric]
             data.append((trial.generation, self._reward(before), unit, change, trial.id))
         return data
 
@@ -544,25 +552,6 @@ class PBTSearch(Searcher):
 
     def _results_by_id(self) -> dict[str, Observation]:
         return {o.trial.id: o for o in self._book.observations}
-
-
-def _to_unit(param: FloatParam | IntParam, value: Any) -> float:
-    """``value`` scaled to [0, 1] over the parameter's range (its log where ``log``)."""
-    low, high, x = float(param.low), float(param.high), float(value)
-    if param.log:
-        low, high, x = math.log(low), math.log(high), math.log(x)
-    return 0.0 if high == low else min(max((x - low) / (high - low), 0.0), 1.0)
-
-
-def _from_unit(param: FloatParam | IntParam, unit: float) -> Scalar:
-    low, high = float(param.low), float(param.high)
-    if param.log:
-        value = math.exp(math.log(low) + unit * (math.log(high) - math.log(low)))
-    else:
-        value = low + unit * (high - low)
-    if isinstance(param, IntParam):
-        return int(min(max(round(value), param.low), param.high))
-    return float(min(max(value, param.low), param.high))
 
 
 def _step(

@@ -170,3 +170,24 @@ class SearchSpace:
         return set(config) == set(self.names) and all(
             p.contains(config[p.name]) for p in self.params
         )
+
+
+def to_unit(param: FloatParam | IntParam, value: Any) -> float:
+    """``value`` scaled to [0, 1] over the parameter's range (its log where ``log``)."""
+    low, high, x = float(param.low), float(param.high), float(value)
+    if param.log:
+        low, high, x = math.log(low), math.log(high), math.log(x)
+    return 0.0 if high == low else min(max((x - low) / (high - low), 0.0), 1.0)
+
+
+def from_unit(param: FloatParam | IntParam, unit: float) -> Scalar:
+    """The value at ``unit`` of the parameter's range (log where ``log``), clipped to it;
+    integers rounded. Searches that work in [0, 1] (PB2's GP, lq-CMA-ES) share these."""
+    low, high = float(param.low), float(param.high)
+    if param.log:
+        value = math.exp(math.log(low) + unit * (math.log(high) - math.log(low)))
+    else:
+        value = low + unit * (high - low)
+    if isinstance(param, IntParam):
+        return int(min(max(round(value), param.low), param.high))
+    return float(min(max(value, param.low), param.high))
