@@ -635,6 +635,8 @@ class GroupedRanks:
         self.use_gpu = use_gpu
         self.gpu_share = gpu_share if use_gpu else 1.0
         self.env = dict(env or {})
+        if use_gpu:  # a rank granted a GPU fails rather than train on the CPU (trainers.gpu)
+            self.env["NESTOR_GPU_GRANTED"] = "1"
         if self.gpu_share < 1:  # the trainer caps its memory to its share of the GPU
             self.env["NESTOR_GPU_SHARE"] = repr(self.gpu_share)
         self.rendezvous_timeout_s = rendezvous_timeout_s

@@ -69,7 +69,8 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
                 result = run_function(request, par, report, should_stop, heartbeat)
     except Exception as exc:
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if type(exc).__name__ not in ("TrialFailed", "ValueError", "DatasetError"):
+        if type(exc).__name__ not in ("TrialFailed", "ValueError", "DatasetError",
+                                       "GpuUnusable"):
             reason = f"{type(exc).__name__}: {reason}"
         result = TrialResult(
             trial_id=request.trial_id, status="failed", reason=reason,

@@ -31,6 +31,7 @@ from trainers import checkpoint as ckpt
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.catalog import resolve_options
 from trainers.data import epoch_batches, shard_slice, splits_of, steps_per_epoch
+from trainers.gpu import device_metrics, select_device
 from trainers.models import build_model, freeze_groups, make_arch
 from trainers.parallel import Parallel, allreduce_sum, broadcast_flag
 
@@ -49,26 +50,9 @@ def _set_threads(par: Parallel) -> None:
 
 
 def device_for(par: Parallel) -> torch.device:
-    """The rank's GPU (by local rank) where CUDA is present, else the CPU.
-
-    With several ranks the GPU is used only if the backend can reduce GPU
-    tensors (NCCL): a CPU-only (Gloo) Horovod cannot.
-    """
-    gpu_collectives = par.comm is None or par.size == 1 or par.comm.gpu_tensors()
-    if torch.cuda.is_available() and gpu_collectives:
-        share = gpu_share()
-        # A rank that shares its GPU sees only that one; else local rank i has cuda:i.
-        index = 0 if share < 1 else par.local_rank % torch.cuda.device_count()
-        torch.cuda.set_device(index)
-        if share < 1:  # packed with other trials: a runaway one fails alone, not all
-            torch.cuda.set_per_process_memory_fraction(share, index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
-
-
-def gpu_share() -> float:
-    """The share of its GPU this rank was given (``resources.gpus_per_trial``; 1: all)."""
-    return float(os.environ.get("NESTOR_GPU_SHARE") or 1.0)
+    """The rank's GPU (by local rank) where it has one it can use, else the CPU; a rank
+    granted a GPU that cannot use it fails instead (trainers.gpu)."""
+    return select_device(par)
 
 
 def make_optimizer(options: dict[str, Any], params: list[torch.nn.Parameter],
@@ -278,6 +262,7 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
     if not math.isnan(test_accuracy):
         final["test_accuracy"], final["test_loss"] = test_accuracy, test_loss
     final["wall_time"] = time.perf_counter() - started
+    final.update(device_metrics(device))
     return TrialResult(
         trial_id=request.trial_id, status="ok", metrics=final, history=history,
         stopped_early=stopped, checkpoint=last_checkpoint, resumed_from_epoch=start_epoch,

@@ -137,7 +137,9 @@ class HorovodComm(Comm):
         return existing
 
     def gpu_tensors(self) -> bool:
-        return bool(self.hvd.cuda_built())
+        # NCCL, as `nestor doctor` checks: a CUDA-built Horovod without NCCL stages GPU
+        # tensors through the host for its (Gloo/MPI) collectives.
+        return bool(self.hvd.nccl_built())
 
     def allreduce_sum(self, tensor: Any, group: Any, name: str) -> Any:
         return self.hvd.allreduce(tensor, op=self.hvd.Sum, name=name,

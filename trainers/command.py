@@ -18,7 +18,8 @@ gigabytes costs at most ``log_limit`` bytes of memory and disk per stream.
 The program gets the environment of the caller without Horovod's variables
 (its ranks are its own business) plus ``NESTOR_TRIAL_ID``,
 ``NESTOR_CHECKPOINT_DIR``, ``NESTOR_INIT_FROM``, ``NESTOR_DATA_PARALLEL`` and
-``NESTOR_MODEL_PARALLEL``.
+``NESTOR_MODEL_PARALLEL``. A one-rank command also gets ``LOCAL_RANK=0`` and a
+``CUDA_VISIBLE_DEVICES`` naming only its own GPU (:func:`own_device_env`).
 
 A trial of several ranks runs the command once, in its gang's rank 0, as a
 launcher that starts the ranks itself (``horovodrun``, ``torchrun``,
@@ -276,6 +277,29 @@ def run_command(request: TrialRequest, report: Report | None = None,
         return result
 
 
+def own_device_env(environ: Mapping[str, str], ranks: int) -> dict[str, str]:
+    """A one-rank command is a rank itself: ``LOCAL_RANK=0`` and a
+    ``CUDA_VISIBLE_DEVICES`` naming only its own GPU (its gang's rank's, the first
+    listed), so ``cuda:0`` and ``cuda:$LOCAL_RANK`` are that GPU. A launcher of
+    several ranks gets its node's GPUs and no LOCAL_RANK: it starts the ranks and
+    tells each its own.
+
+    >>> own_device_env({"CUDA_VISIBLE_DEVICES": "3,5"}, 1)
+    {'LOCAL_RANK': '0', 'CUDA_VISIBLE_DEVICES': '3'}
+    >>> own_device_env({"CUDA_VISIBLE_DEVICES": "3,5"}, 2)
+    {}
+    """
+    if ranks > 1:
+        return {}
+    out = {"LOCAL_RANK": "0"}
+    visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    if visible:
+        local = int(environ.get("HOROVOD_LOCAL_RANK") or environ.get("NESTOR_GANG_LOCAL_RANK")
+                    or 0)
+        out["CUDA_VISIBLE_DEVICES"] = visible[local % len(visible)]
+    return out
+
+
 def _on_node(node: Node | None, reason: str) -> str:
     """A per-node launch's reason says which node (rank 0's needs no name)."""
     return f"node {node.rank}: {reason}" if node is not None and node.rank > 0 else reason
@@ -319,6 +343,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         "NESTOR_DATA_PARALLEL": str(request.data_parallel),
         "NESTOR_MODEL_PARALLEL": str(request.model_parallel),
     })
+    env.update(own_device_env(os.environ, request.data_parallel * request.model_parallel))
     history: list[dict[str, float]] = []
     lock = threading.Lock()
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from trainers.gpu import device_metrics, select_device
 from trainers.parallel import Parallel, broadcast_flag
 
 
@@ -56,6 +57,9 @@ class TrialContext:
     model-parallel group (None when the group has one rank): Horovod process
     sets or torch.distributed groups. ``hvd`` is ``horovod.torch`` on the
     Horovod backend (None otherwise), for code that calls Horovod itself.
+    ``device`` is the rank's own device, already made current (``cuda:<local
+    rank>`` on a GPU node, so eight ranks use eight GPUs; the CPU elsewhere):
+    put the model and batches there.
     :meth:`distribute` makes a model and optimizer data-parallel on either.
     """
 
@@ -72,6 +76,9 @@ class TrialContext:
     # the checkpoint of the trial this one carries on from (PBT, promotions): load it
     # when checkpoint_dir holds none of this trial's own yet
     continue_from: str | None = None
+    # this rank's own device, already current (torch.cuda.set_device(local rank)):
+    # ``model.to(ctx.device)``; the CPU where the rank holds no GPU
+    device: Any = None
 
     @property
     def rank(self) -> int:
@@ -168,9 +175,10 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     """Call the user's function in this rank; its return value becomes the metrics."""
     started = time.perf_counter()
     fn = resolve_function(request.trainer.function or "")
+    device = select_device(par)
     ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
                        request.log_dir, report, should_stop, _heartbeat=heartbeat,
-                       continue_from=request.continue_from)
+                       continue_from=request.continue_from, device=device)
     config = {**request.settings, **request.config}
     returned = fn(config, ctx)
     if returned is None:
@@ -186,6 +194,8 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
         raise ValueError(f"function {request.trainer.function} must return a dict of metrics or"
                          f" None, but got {type(returned).__name__}")
     metrics.setdefault("wall_time", time.perf_counter() - started)
+    for key, value in device_metrics(device).items():
+        metrics.setdefault(key, value)
     bad = sorted(k for k, v in metrics.items() if not math.isfinite(v))
     status, reason = "ok", None
     if bad:

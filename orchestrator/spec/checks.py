@@ -106,7 +106,25 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
             f"a trial needs {ranks} slots (data x model) but resources.slots is {slots};"
             " lower parallel or raise resources.slots (or set resources.oversubscribe: true)"
         )
+    yield from _gpu_share(workflow, here, stage, declared)
     yield from stage_kind(stage.kind).check(workflow, here, stage)
+
+
+def _gpu_share(workflow: Workflow, here: tuple[Any, ...], stage: Any,
+               declared: Any) -> Iterator[Finding]:
+    """A GPU shared between trials (``gpus_per_trial`` below 1) holds one rank of each:
+    two ranks of one gang would land on one GPU, and NCCL refuses a communicator
+    with the same GPU twice ("Duplicate GPU detected")."""
+    share = workflow.resources.gpus_per_trial
+    if share >= 1 or (not declared.is_auto and declared.ranks == 1):
+        return
+    shape = "auto" if declared.is_auto else f"{declared.ranks} ranks (data x model)"
+    where = (*here, "parallel") if "parallel" in stage.model_fields_set \
+        else ("resources", "gpus_per_trial")
+    yield where, (
+        f"parallel must be 1 x 1 when resources.gpus_per_trial is below 1 ({share:g}), but"
+        f" stage {stage.name!r} has {shape}: ranks of one trial packed onto a shared GPU"
+        " would share it, which NCCL refuses; use gpus_per_trial: 1 for multi-rank trials")
 
 
 def _planned(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:

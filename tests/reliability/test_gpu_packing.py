@@ -24,13 +24,25 @@ pytestmark = pytest.mark.slow
 TRAINER = """
 import json, os, time
 
+import torch
+
+# A GPU node, faked when the rank imports this trainer (before nestor picks the
+# rank's device): a rank granted a GPU it cannot use would fail its trial.
+CAPS = []
+torch.version.cuda = "13.0"
+torch.cuda.is_available = lambda: True
+torch.cuda.device_count = lambda: 1
+torch.cuda.set_device = lambda index: None
+torch.cuda.set_per_process_memory_fraction = lambda share, index=None: CAPS.append(share)
+
 
 def train(config, ctx):
     began = time.time()
     time.sleep(4)
     with open(os.environ["RANK_LOG"], "a") as log:
         log.write(json.dumps({"trial": config["x"], "began": began, "ended": time.time(),
-                              "share": os.environ.get("NESTOR_GPU_SHARE"),
+                              "share": os.environ.get("NESTOR_GPU_SHARE"), "caps": CAPS,
+                              "device": str(ctx.device),
                               "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
     return {"val_accuracy": -abs(config["x"])}
 """
@@ -64,6 +76,8 @@ def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
         ranks = [json.loads(line) for line in log.read_text().splitlines()]
         assert len(ranks) == 4
         assert {r["share"] for r in ranks} == {"0.25"}
+        # a function trainer's memory is capped to its share too, on its own cuda:0
+        assert all(r["caps"] == [0.25] and r["device"] == "cuda:0" for r in ranks), ranks
         assert len({r["gpus"] for r in ranks}) == 1 and "," not in ranks[0]["gpus"]
         # all four at once: each began before any of them ended
         assert max(r["began"] for r in ranks) < min(r["ended"] for r in ranks), ranks

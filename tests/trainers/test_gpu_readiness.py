@@ -1,0 +1,148 @@
+"""A node of 8 GPUs, faked on this CPU machine: what a rank does with the GPUs it is
+granted (trainers.gpu). torch's CUDA calls are patched to say what a GPU node
+says (a CUDA build, 8 devices, set_device recorded); no kernel ever runs on one.
+
+- a rank granted a GPU that cannot use it fails, naming the check and `nestor
+  doctor`, instead of training on the CPU in silence;
+- Horovod's GPU collectives need NCCL (``nccl_built``), not merely ``cuda_built``;
+- a function trainer's ``ctx.device`` is its local rank's GPU, already current;
+- a command trainer of one rank sees ``LOCAL_RANK`` and only its own GPU;
+- a packed rank's memory cap applies to function trainers too.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import gpu_fns
+import pytest
+import torch
+
+from trainers import TrainerRef, TrialRequest, run_trial
+from trainers.comm import HorovodComm
+from trainers.command import own_device_env
+from trainers.function import run_function
+from trainers.gpu import GRANTED_ENV, SHARE_ENV, gpu_problem, select_device
+from trainers.parallel import Parallel
+
+
+@pytest.fixture
+def eight_gpus(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, list[Any]]]:
+    """torch as on a CUDA node with 8 GPUs; what the rank asked of them is recorded."""
+    calls: dict[str, list[Any]] = {"set_device": [], "memory_fraction": []}
+    current = {"index": 0}
+
+    def set_device(index: Any) -> None:
+        calls["set_device"].append(index)
+        current["index"] = int(index)
+
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 8)
+    monkeypatch.setattr(torch.cuda, "set_device", set_device)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: current["index"])
+    monkeypatch.setattr(torch.cuda, "set_per_process_memory_fraction",
+                        lambda share, index=None: calls["memory_fraction"].append((share, index)))
+    monkeypatch.setenv(GRANTED_ENV, "1")
+    monkeypatch.delenv(SHARE_ENV, raising=False)
+    tf32 = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    yield calls
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = tf32
+
+
+def test_a_granted_gpu_torch_cannot_use_fails_the_trial_naming_the_check(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv(GRANTED_ENV, "1")
+    result = run_trial(TrialRequest("t", TrainerRef.builtin("mlp"),
+                                    settings={"dataset": "digits", "epochs": 1}))
+    assert result.status == "failed"
+    assert "granted a GPU but cannot use it" in result.reason
+    # this machine's torch is the CPU build: that is the check that fails first
+    assert "CPU-only build" in result.reason or "is_available() is False" in result.reason
+    assert "nestor doctor" in result.reason
+
+
+def test_a_cuda_build_with_no_usable_gpu_says_is_available(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.version, "cuda", "13.0")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.setenv(GRANTED_ENV, "1")
+    result = run_trial(TrialRequest("t", TrainerRef.python("gpu_fns:record_device")))
+    assert result.status == "failed"
+    assert "torch.cuda.is_available() is False" in result.reason
+    assert "nestor doctor" in result.reason
+
+
+def test_without_a_granted_gpu_the_cpu_is_recorded_as_the_device(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(GRANTED_ENV, raising=False)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    result = run_trial(TrialRequest("t", TrainerRef.builtin("mlp"),
+                                    settings={"dataset": "digits", "epochs": 1}))
+    assert result.ok, result.reason
+    assert result.metrics["device_gpu"] == 0.0 and result.metrics["device_index"] == -1.0
+
+
+def test_horovod_needs_nccl_for_gpu_tensors_not_just_cuda(eight_gpus: dict) -> None:
+    hvd = SimpleNamespace(cuda_built=lambda: True, nccl_built=lambda: 0)
+    comm = HorovodComm(hvd)
+    assert not comm.gpu_tensors()
+    par = Parallel(2, 1, rank=0, comm=comm)
+    assert "Horovod was built without NCCL" in (gpu_problem(par) or "")
+    with pytest.raises(Exception, match="nestor doctor"):
+        select_device(par)
+    assert HorovodComm(SimpleNamespace(nccl_built=lambda: 22907)).gpu_tensors()
+
+
+def test_a_function_trainer_on_local_rank_3_gets_cuda_3_already_set(
+        eight_gpus: dict) -> None:
+    gpu_fns.SEEN.clear()
+    par = Parallel(1, 1, rank=0, local_rank=3, local_size=8)
+    result = run_function(TrialRequest("f", TrainerRef.python("gpu_fns:record_device")),
+                          par, None, None)
+    assert result.ok, result.reason
+    seen = gpu_fns.SEEN
+    assert seen == [{"device": torch.device("cuda", 3), "current": 3}]
+    assert eight_gpus["set_device"] == [3]
+    assert result.metrics["device_gpu"] == 1.0 and result.metrics["device_index"] == 3.0
+    assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+
+
+def test_a_packed_function_trainer_has_its_memory_capped(
+        eight_gpus: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SHARE_ENV, "0.25")
+    gpu_fns.SEEN.clear()
+    result = run_function(TrialRequest("f", TrainerRef.python("gpu_fns:record_device")),
+                          Parallel(1, 1), None, None)
+    assert result.ok, result.reason
+    assert eight_gpus["memory_fraction"] == [(0.25, 0)]
+    assert gpu_fns.SEEN[0]["device"] == torch.device("cuda", 0)
+
+
+def test_a_one_rank_command_sees_local_rank_and_only_its_own_gpu(tmp_path: Path) -> None:
+    assert own_device_env({"CUDA_VISIBLE_DEVICES": "4,5", "NESTOR_GANG_LOCAL_RANK": "0"}, 1) \
+        == {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "4"}
+    assert own_device_env({"CUDA_VISIBLE_DEVICES": "4,5"}, 2) == {}  # a launcher: its node's
+    script = tmp_path / "show.py"
+    script.write_text("import os\nprint('FoM:', os.environ['LOCAL_RANK'],"
+                      " os.environ['CUDA_VISIBLE_DEVICES'], sep='')\n")
+    env = {"CUDA_VISIBLE_DEVICES": "6,7"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        result = run_trial(TrialRequest("c", TrainerRef.command(f"python3 {script}",
+                                                                result_pattern=r"FoM:(\S+)")))
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+    assert result.ok, result.reason
+    assert result.metrics["result"] == 6.0  # LOCAL_RANK 0, CUDA_VISIBLE_DEVICES 6

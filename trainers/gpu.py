@@ -1,0 +1,93 @@
+"""Which device a rank trains on, and why a rank granted a GPU never falls back to the CPU.
+
+A GPU node set up with the CPU build of torch, a driver torch cannot use, or a
+Horovod built without NCCL would otherwise train every trial on the CPU, slowly
+and in silence, while the GPUs it holds sit idle. So a rank whose gang was
+granted GPUs (``NESTOR_GPU_GRANTED``, set by orchestrator.gangs) and cannot use
+one fails its trial, naming the check that failed and `nestor doctor`. A rank
+outside a gang (``python -m trainers``) takes a usable GPU if there is one, else
+the CPU, as before.
+
+Every Python trainer nestor starts (built-in and function trainers) gets its
+device here: ``set_device(local rank)`` so that ``model.cuda()`` lands on the
+rank's own GPU, the memory cap of a packed rank, and TF32 matmuls.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+GRANTED_ENV = "NESTOR_GPU_GRANTED"  # "1" in every rank of a gang that holds GPUs
+SHARE_ENV = "NESTOR_GPU_SHARE"      # the share of its GPU a packed rank holds (below 1)
+DOCTOR = "run `nestor doctor` on this node to see what is wrong"
+
+
+class GpuUnusable(Exception):
+    """A rank was granted a GPU but cannot train on one; the message says which check
+    failed. Its message becomes the trial's reason."""
+
+
+def gpu_granted(environ: Any = None) -> bool:
+    """Was this rank's gang granted GPUs?"""
+    environ = os.environ if environ is None else environ
+    return environ.get(GRANTED_ENV) == "1"
+
+
+def gpu_share(environ: Any = None) -> float:
+    """The share of its GPU this rank was given (``resources.gpus_per_trial``; 1: all)."""
+    environ = os.environ if environ is None else environ
+    return float(environ.get(SHARE_ENV) or 1.0)
+
+
+def gpu_problem(par: Any) -> str | None:
+    """Why this rank cannot train on a GPU (the first check that fails), or None."""
+    import torch
+
+    if not torch.version.cuda:
+        return f"torch {torch.__version__} is a CPU-only build (torch.version.cuda is None)"
+    if not torch.cuda.is_available():
+        seen = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return (f"torch.cuda.is_available() is False (CUDA {torch.version.cuda} build,"
+                f" CUDA_VISIBLE_DEVICES={seen!r}): no usable GPU or driver")
+    comm = getattr(par, "comm", None)
+    if comm is not None and par.size > 1 and not comm.gpu_tensors():
+        if comm.backend == "horovod":
+            return ("Horovod was built without NCCL (horovod.torch.nccl_built() is 0), so its"
+                    " collectives cannot take GPU tensors")
+        return "torch.distributed's process group has no NCCL backend for GPU tensors"
+    return None
+
+
+def select_device(par: Any) -> Any:
+    """This rank's device, made current: ``cuda:<local rank>`` (``cuda:0`` for a packed
+    rank, which sees only its own GPU), else the CPU where no GPU was granted.
+
+    Raises GpuUnusable where a GPU was granted and cannot be used."""
+    import torch
+
+    granted = gpu_granted()
+    problem = gpu_problem(par) if (granted or torch.cuda.is_available()) else "no GPU"
+    if problem is not None:
+        if granted:
+            raise GpuUnusable(f"this rank was granted a GPU but cannot use it: {problem};"
+                              f" {DOCTOR}")
+        return torch.device("cpu")
+    share = gpu_share()
+    # A rank that shares its GPU sees only that one; else local rank i has cuda:i.
+    index = 0 if share < 1 else par.local_rank % torch.cuda.device_count()
+    torch.cuda.set_device(index)
+    if share < 1:  # packed with other trials: a runaway one fails alone, not all
+        torch.cuda.set_per_process_memory_fraction(share, index)
+    # TF32 tensor cores for float32 matmuls and convolutions (Ampere and newer).
+    torch.backends.cuda.matmul.allow_tf32 = True
+    torch.backends.cudnn.allow_tf32 = True
+    return torch.device("cuda", index)
+
+
+def device_metrics(device: Any) -> dict[str, float]:
+    """What a trial records of its device (numbers, so they reach MLflow as metrics):
+    ``device_gpu`` 1 on a GPU and 0 on the CPU, ``device_index`` the CUDA index (-1)."""
+    on_gpu = getattr(device, "type", "cpu") == "cuda"
+    index = device.index if on_gpu and device.index is not None else (0 if on_gpu else -1)
+    return {"device_gpu": 1.0 if on_gpu else 0.0, "device_index": float(index)}
