@@ -31,7 +31,15 @@ from trainers import checkpoint as ckpt
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.catalog import resolve_options
 from trainers.data import epoch_batches, shard_slice, splits_of, steps_per_epoch
-from trainers.gpu import device_metrics, select_device
+from trainers.feed import Feed
+from trainers.gpu import (
+    autocast,
+    device_metrics,
+    gpu_share,
+    grad_scaler,
+    resolve_precision,
+    select_device,
+)
 from trainers.models import build_model, freeze_groups, make_arch
 from trainers.parallel import Parallel, allreduce_sum, broadcast_flag
 
@@ -100,24 +108,43 @@ def _broadcast(model: torch.nn.Module, optimizer: Any, par: Parallel) -> None:
 
 
 def _evaluate(model: torch.nn.Module, x: np.ndarray, y: np.ndarray, par: Parallel,
-              device: torch.device, name: str) -> tuple[float, float]:
-    """Mean loss and accuracy over a split; each data-parallel rank takes a share."""
+              device: torch.device, name: str, precision: str = "fp32") -> tuple[float, float]:
+    """Mean loss and accuracy over a split; each data-parallel rank takes a share.
+
+    Sums stay on the device; the host reads them once, at the end."""
     model.eval()
     own = shard_slice(len(y), par.dp_rank, par.dp)
-    loss_sum = correct = 0.0
-    with torch.no_grad():
+    sums = torch.zeros(2, dtype=torch.float64, device=device)  # loss, correct
+    with torch.no_grad(), autocast(precision, device):
         for start in range(own.start, own.stop, EVAL_CHUNK):
             stop = min(start + EVAL_CHUNK, own.stop)
             xb = torch.from_numpy(x[start:stop]).to(device)
             yb = torch.from_numpy(y[start:stop]).to(device)
-            out = model(xb)
-            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
-            correct += float((out.argmax(1) == yb).sum())
+            out = model(xb).float()
+            sums[0] += F.cross_entropy(out, yb, reduction="sum")
+            sums[1] += (out.argmax(1) == yb).sum()
+    loss_sum, correct = sums.tolist()
     loss_sum, correct, count = allreduce_sum([loss_sum, correct, float(own.stop - own.start)],
                                              par, par.dp_set, f"eval.{name}")
     if count == 0:
         return math.nan, math.nan
     return loss_sum / count, correct / count
+
+
+def _step(optimizer: Any, scaler: Any) -> None:
+    """One optimizer step through the loss scaler (a plain step unless fp16).
+
+    Horovod's DistributedOptimizer reduces gradients asynchronously: under fp16
+    they are unscaled only once reduced (its synchronize), then stepped without
+    reducing again, as Horovod's mixed-precision example does."""
+    if scaler.is_enabled() and hasattr(optimizer, "synchronize"):
+        optimizer.synchronize()
+        scaler.unscale_(optimizer)
+        with optimizer.skip_synchronize():
+            scaler.step(optimizer)
+    else:
+        scaler.step(optimizer)
+    scaler.update()
 
 
 def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
@@ -129,6 +156,7 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
     options = resolve_options(trainer, request.settings, request.config)
     _set_threads(par)
     device = device_for(par)
+    precision = resolve_precision(options["precision"], device)
     splits = splits_of(options)
     global_batch = options["batch_size"] * (par.dp if options["batch_per_rank"] else 1)
     if global_batch < par.dp:
@@ -185,7 +213,8 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
     n_train = len(splits.train)
     steps = steps_per_epoch(n_train, global_batch, par.dp)
     warmup_steps = options["warmup_epochs"] * steps
-    train_x, train_y = splits.train.x, splits.train.y
+    feed = Feed(splits.train.x, splits.train.y, device, gpu_share())
+    scaler = grad_scaler(precision, device)
     last_checkpoint = str(latest) if latest is not None else None
     stopped = False
     epochs = options["epochs"]
@@ -195,31 +224,35 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
         torch.manual_seed(int(np.random.SeedSequence([options["seed"], epoch, par.dp_rank])
                               .generate_state(1)[0]))
         tick = time.perf_counter()
-        loss_sum = count = 0.0
-        samples = 0
+        # Summed on the device and read once per epoch: a read per step would make
+        # the host wait for the GPU at every step.
+        loss_total = torch.zeros((), dtype=torch.float64, device=device)
+        count = samples = 0
         for step, (idx, batch_size) in enumerate(epoch_batches(
                 n_train, global_batch, seed=options["seed"], epoch=epoch, rank=par.dp_rank,
                 size=par.dp)):
             for group in optimizer.param_groups:
                 group["lr"] = lr * warmup_factor(epoch * steps + step, warmup_steps)
-            xb = torch.from_numpy(train_x[idx]).to(device, non_blocking=True)
-            yb = torch.from_numpy(train_y[idx]).to(device, non_blocking=True)
-            out = net(xb)
-            batch_loss = F.cross_entropy(out, yb, reduction="sum")
+            xb, yb = feed.batch(idx)
+            with autocast(precision, device):
+                out = net(xb)
+            batch_loss = F.cross_entropy(out.float(), yb, reduction="sum")
             optimizer.zero_grad()
-            (batch_loss * (par.dp / batch_size)).backward()
-            optimizer.step()
+            scaler.scale(batch_loss * (par.dp / batch_size)).backward()
+            _step(optimizer, scaler)
             if heartbeat is not None and par.is_root:
                 heartbeat()
-            loss_sum += float(batch_loss.detach())
+            loss_total += batch_loss.detach()
             count += len(idx)
             samples += batch_size
         if device.type == "cuda":
             torch.cuda.synchronize(device)
         epoch_time = time.perf_counter() - tick
-        loss_sum, count = allreduce_sum([loss_sum, count], par, par.dp_set, "train.loss")
+        loss_sum, count = allreduce_sum([float(loss_total), float(count)], par, par.dp_set,
+                                        "train.loss")
         train_loss = loss_sum / max(count, 1.0)
-        val_loss, val_accuracy = _evaluate(model, splits.val.x, splits.val.y, par, device, "val")
+        val_loss, val_accuracy = _evaluate(model, splits.val.x, splits.val.y, par, device, "val",
+                                           precision)
         metrics = {
             "epoch": epoch + 1,
             "train_loss": train_loss,
@@ -252,7 +285,8 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
             stopped = epoch + 1 < epochs
             break
 
-    test_loss, test_accuracy = _evaluate(model, splits.test.x, splits.test.y, par, device, "test")
+    test_loss, test_accuracy = _evaluate(model, splits.test.x, splits.test.y, par, device,
+                                         "test", precision)
     final: dict[str, float] = {}
     if history:
         last = history[-1]

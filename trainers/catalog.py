@@ -112,6 +112,9 @@ _COMMON_SETTINGS: dict[str, Option] = {
     "bootstrap": Option(int, None, "train on a bootstrap resample of the training split drawn"
                         " with this seed (ensemble members that vary by data)"),
     "fp16_allreduce": Option(bool, False, "compress gradients to fp16 for the allreduce"),
+    "precision": Option(str, "auto", "mixed precision of the forward pass on a GPU: bf16, fp16"
+                        " (with a GradScaler) or fp32; auto is bf16 where the GPU supports it,"
+                        " fp32 on the CPU", ("auto", "bf16", "fp16", "fp32")),
     "batch_per_rank": Option(bool, False, "batch_size is per data-parallel rank (global batch"
                              " = batch_size x data) instead of global"),
     "lr_scaling": Option(str, "none", "multiply lr by the data-parallel size (linear) or its"

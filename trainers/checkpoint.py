@@ -103,7 +103,7 @@ def full_state_dict(model: Any, par: Any) -> dict[str, Any]:
     for name, tensor in model.state_dict().items():
         if name in owners and par is not None and par.mp > 1:
             tensor = par.comm.allgather(tensor.detach().contiguous(), par.mp_set,
-                                        f"ckpt.{name}")
+                                        f"ckpt.{name}", lengths=owners[name].widths)
         full[name] = tensor.detach().cpu().clone()
     return full
 
@@ -196,7 +196,7 @@ def full_optimizer_state(optimizer: Any, names: list[str], model: Any, par: Any)
             if (hasattr(value, "shape") and name in owners and par is not None and par.mp > 1
                     and tuple(value.shape) == tuple(params[index].shape)):
                 value = par.comm.allgather(value.contiguous(), par.mp_set,
-                                           f"ckpt.opt.{name}.{key}")
+                                           f"ckpt.opt.{name}.{key}", lengths=owners[name].widths)
             out[key] = value.detach().cpu().clone() if hasattr(value, "detach") else value
         state[name] = out
     groups = []
@@ -222,7 +222,11 @@ def load_optimizer_state(optimizer: Any, saved: Mapping[str, Any], names: list[s
             if hasattr(value, "shape") and name in owners and value.dim() > 0 \
                     and value.shape[0] == owners[name].out_features:
                 value = owners[name].shard(value)
-            out[key] = value.to(params[index].device) if hasattr(value, "to") else value
+            # Adam's `step` counter stays on the CPU, where torch keeps it: on the GPU each
+            # step would read it back to the host once per parameter.
+            if hasattr(value, "to") and key != "step":
+                value = value.to(params[index].device)
+            out[key] = value
         state[index] = out
     current = optimizer.state_dict()
     groups = []

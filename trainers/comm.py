@@ -82,9 +82,11 @@ class Comm:
         """Average several tensors over ``group`` (a data-parallel gradient step)."""
         raise NotImplementedError
 
-    def allgather(self, tensor: Any, group: Any, name: str) -> Any:
+    def allgather(self, tensor: Any, group: Any, name: str,
+                  lengths: list[int] | None = None) -> Any:
         """The group's tensors concatenated along dim 0, in rank order; their first
-        dimensions may differ."""
+        dimensions may differ. ``lengths``: those dimensions where the caller knows
+        them already (a split layer's widths), so none need be exchanged."""
         raise NotImplementedError
 
     def broadcast_(self, tensor: Any, root: int, group: Any, name: str) -> None:
@@ -149,7 +151,8 @@ class HorovodComm(Comm):
         return self.hvd.grouped_allreduce(tensors, op=self.hvd.Average, name=name,
                                           process_set=self._set(group))
 
-    def allgather(self, tensor: Any, group: Any, name: str) -> Any:
+    def allgather(self, tensor: Any, group: Any, name: str,
+                  lengths: list[int] | None = None) -> Any:
         return self.hvd.allgather(tensor, name=name, process_set=self._set(group))
 
     def broadcast_(self, tensor: Any, root: int, group: Any, name: str) -> None:
@@ -239,16 +242,19 @@ class TorchComm(Comm):
             offset += t.numel()
         return out
 
-    def allgather(self, tensor: Any, group: Any, name: str) -> Any:
+    def allgather(self, tensor: Any, group: Any, name: str,
+                  lengths: list[int] | None = None) -> Any:
         import torch
 
         pg = self._group(group)
         members = self.dist.get_world_size(pg)
-        lengths = [torch.zeros(1, dtype=torch.int64, device=tensor.device)
-                   for _ in range(members)]
-        self.dist.all_gather(lengths, torch.tensor([tensor.shape[0]], device=tensor.device),
-                             group=pg)
-        longest = max(int(n) for n in lengths)
+        if lengths is None:  # unknown: exchanged (a collective, and a read on the host)
+            found = [torch.zeros(1, dtype=torch.int64, device=tensor.device)
+                     for _ in range(members)]
+            self.dist.all_gather(found, torch.tensor([tensor.shape[0]], device=tensor.device),
+                                 group=pg)
+            lengths = [int(n) for n in found]
+        longest = max(lengths)
         padded = tensor.new_zeros((longest, *tensor.shape[1:]))
         padded[:tensor.shape[0]] = tensor
         parts = [torch.empty_like(padded) for _ in range(members)]

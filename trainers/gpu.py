@@ -91,3 +91,42 @@ def device_metrics(device: Any) -> dict[str, float]:
     on_gpu = getattr(device, "type", "cpu") == "cuda"
     index = device.index if on_gpu and device.index is not None else (0 if on_gpu else -1)
     return {"device_gpu": 1.0 if on_gpu else 0.0, "device_index": float(index)}
+
+
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+
+
+def resolve_precision(asked: str, device: Any) -> str:
+    """The built-in trainers' ``precision`` on this device: ``auto`` is bf16 on a GPU
+    that supports it (Ampere and newer), else fp32; fp16 needs a GPU (its GradScaler).
+
+    >>> import torch
+    >>> resolve_precision("auto", torch.device("cpu"))
+    'fp32'
+    """
+    import torch
+
+    if asked not in PRECISIONS:
+        raise ValueError(f"precision must be one of {', '.join(PRECISIONS)}, but got {asked!r}")
+    on_gpu = getattr(device, "type", "cpu") == "cuda"
+    if asked == "auto":
+        return "bf16" if on_gpu and torch.cuda.is_bf16_supported() else "fp32"
+    if asked == "fp16" and not on_gpu:
+        raise ValueError("precision fp16 needs a GPU (a GradScaler keeps its small gradients),"
+                         " but this rank trains on the CPU; use bf16 or fp32")
+    return asked
+
+
+def autocast(precision: str, device: Any) -> Any:
+    """The forward pass's mixed-precision context (disabled for fp32)."""
+    import torch
+
+    dtype = torch.float16 if precision == "fp16" else torch.bfloat16
+    return torch.autocast(device.type, dtype=dtype, enabled=precision != "fp32")
+
+
+def grad_scaler(precision: str, device: Any) -> Any:
+    """fp16's loss scaler (a no-op for bf16 and fp32, whose range needs none)."""
+    import torch
+
+    return torch.amp.GradScaler(device.type, enabled=precision == "fp16")

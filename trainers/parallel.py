@@ -268,9 +268,11 @@ def _make_functions() -> tuple[Any, Any]:
         def forward(ctx: Any, local: Any, par: Parallel, name: str, widths: list[int]) -> Any:
             ctx.offset = sum(widths[: par.mp_rank])
             ctx.width = widths[par.mp_rank]
-            gathered = par.comm.allgather(local.detach().t().contiguous(), par.mp_set,
-                                          f"{name}.out")
-            return gathered.t().contiguous()
+            sent = local.detach().t().contiguous()
+            if sent.dtype == torch.bfloat16 and par.comm.backend == "horovod":
+                sent = sent.float()  # Horovod 0.28 has no bfloat16 collectives
+            gathered = par.comm.allgather(sent, par.mp_set, f"{name}.out", lengths=widths)
+            return gathered.t().contiguous().to(local.dtype)
 
         @staticmethod
         def backward(ctx: Any, grad: Any) -> Any:
