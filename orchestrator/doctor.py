@@ -15,7 +15,9 @@ allocation on it. It reports, from the very Python that runs trials:
   one started on this machine): its nodes with their CPUs and GPUs. It never
   starts one: the probe runs ``ray.init(address=...)`` in a child process with
   a time limit, because a cluster with token authentication makes a driver
-  without the token wait for ever.
+  without the token wait for ever;
+- what every rank will receive from here: the site's ``NCCL_*``,
+  ``GLOO_SOCKET_IFNAME``, ``UCX_*`` and ``FI_*``, and the stall timeouts.
 
 >>> report = gather()                                   # doctest: +SKIP
 >>> report["warnings"]                                  # doctest: +SKIP
@@ -259,6 +261,16 @@ def warnings_for(report: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def rank_env() -> dict[str, str]:
+    """What every rank of a gang started from here receives besides its place in the
+    gang (orchestrator.gangs.ranks_env): the site's NCCL_*, GLOO_SOCKET_IFNAME,
+    UCX_* and FI_* from this environment, and the stall timeouts. A stage's
+    ``trial.env`` adds its own per trial."""
+    from orchestrator.gangs import ranks_env
+
+    return dict(sorted(ranks_env().items()))
+
+
 def gather(address: str | None = None, *, ray: bool = True,
            run_dir: Path | None = None) -> dict[str, Any]:
     """Everything `nestor doctor` prints, as one JSON-able dict."""
@@ -269,6 +281,7 @@ def gather(address: str | None = None, *, ray: bool = True,
         "torch": torch_info(),
         "horovod": horovod_info(),
         "ray": ray_cluster(address, run_dir=run_dir) if ray else None,
+        "rank_env": rank_env(),
     }
     report["warnings"] = warnings_for(report)
     return report
@@ -338,6 +351,9 @@ def render(report: dict[str, Any], out: Any) -> None:
             table.add_row("run directory", escape(
                 f"{seen['path']}: " + (f"seen by all {seen['nodes']} nodes" if seen["shared"]
                                        else "[not seen by every node: see the warning]")))
+    sent = report.get("rank_env") or {}
+    table.add_row("ranks receive", escape(", ".join(f"{k}={v}" for k, v in sent.items())
+                                          or "nothing"))
     out.print(table)
     for warning in report["warnings"]:
         out.print(f"[bold red]WARNING[/]: {escape(warning)}", soft_wrap=True)

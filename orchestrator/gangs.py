@@ -142,6 +142,33 @@ def stall_env(env: dict[str, str] | None = None) -> dict[str, str]:
     return merged
 
 
+# What a site sets for its network and collectives (NCCL, Gloo, UCX, libfabric), where
+# `nestor` starts (the driver, or the sbatch script that starts it): handed to every
+# rank, since a cluster the driver joins (--address) was started without them.
+SITE_ENV_PREFIXES = ("NCCL_", "UCX_", "FI_")
+SITE_ENV_NAMES = ("GLOO_SOCKET_IFNAME", "TP_SOCKET_IFNAME")
+
+
+def site_env(environ: dict[str, str] | None = None) -> dict[str, str]:
+    """The site's NCCL_*, UCX_*, FI_* and Gloo interface settings in ``environ``
+    (this process's by default).
+
+    >>> site_env({"NCCL_DEBUG": "INFO", "GLOO_SOCKET_IFNAME": "ib0", "HOME": "/h"})
+    {'NCCL_DEBUG': 'INFO', 'GLOO_SOCKET_IFNAME': 'ib0'}
+    """
+    environ = dict(os.environ) if environ is None else environ
+    return {k: v for k, v in environ.items()
+            if k.startswith(SITE_ENV_PREFIXES) or k in SITE_ENV_NAMES}
+
+
+def ranks_env(env: dict[str, str] | None = None) -> dict[str, str]:
+    """Everything every rank of a gang started here receives besides its place in
+    the gang: the site's settings (:func:`site_env`), the stall timeouts, ``env``.
+    Set after the interface detection of a Horovod gang, so a site's
+    ``NCCL_SOCKET_IFNAME`` wins over what Horovod detects."""
+    return {**site_env(), **stall_env(env)}
+
+
 def horovod_broke(result: Any) -> bool:
     """Did this rank's trial fail inside its backend's collectives (a Horovod stall
     shutdown, a lost peer, a torch.distributed timeout)?"""
@@ -634,7 +661,7 @@ class GroupedRanks:
         self.backend = backend or shape.backend
         self.use_gpu = use_gpu
         self.gpu_share = gpu_share if use_gpu else 1.0
-        self.env = dict(env or {})
+        self.env = {**site_env(), **(env or {})}
         if use_gpu:  # a rank granted a GPU fails rather than train on the CPU (trainers.gpu)
             self.env["NESTOR_GPU_GRANTED"] = "1"
         if self.gpu_share < 1:  # the trainer caps its memory to its share of the GPU

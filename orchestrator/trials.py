@@ -479,6 +479,7 @@ class TrialRunner:
             checkpoint_dir=str(self.run_dir / "checkpoints" / trial_dir),
             log_dir=str(self.run_dir / "logs" / trial_dir),
             timeout=self.stage.trial.timeout,
+            env=self.stage.trial.env_vars(),
             result_path=str(self._result_path(trial.id, number)),
             **extras,
         )

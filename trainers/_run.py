@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 import traceback
+from collections.abc import Iterator, Mapping
 
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 
@@ -45,6 +47,24 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     in ``details``.
     """
     started = time.perf_counter()
+    with trial_env(request.env):
+        result, rank = _run_kind(request, report, should_stop, heartbeat, started)
+    if request.result_path and rank == 0:
+        from trainers.durable import write_json_durably
+
+        try:
+            write_json_durably(request.result_path, result.to_dict())
+        except OSError as exc:  # a full or lost disk: the result still goes back by Ray
+            result = TrialResult(
+                trial_id=request.trial_id, status="failed",
+                reason=f"could not write the result file {request.result_path}: {exc}",
+                metrics=result.metrics, history=result.history, details=traceback.format_exc())
+    return result
+
+
+def _run_kind(request: TrialRequest, report: Report | None, should_stop: ShouldStop | None,
+              heartbeat: Heartbeat | None, started: float) -> tuple[TrialResult, int]:
+    """The trial by its trainer's kind, and this process's rank; failures as results."""
     rank = 0
     try:
         if request.trainer.kind == "command":
@@ -77,17 +97,23 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
             metrics={"wall_time": time.perf_counter() - started},
             details=traceback.format_exc(),
         )
-    if request.result_path and rank == 0:
-        from trainers.durable import write_json_durably
+    return result, rank
 
-        try:
-            write_json_durably(request.result_path, result.to_dict())
-        except OSError as exc:  # a full or lost disk: the result still goes back by Ray
-            result = TrialResult(
-                trial_id=request.trial_id, status="failed",
-                reason=f"could not write the result file {request.result_path}: {exc}",
-                metrics=result.metrics, history=result.history, details=traceback.format_exc())
-    return result
+
+@contextlib.contextmanager
+def trial_env(env: Mapping[str, str]) -> Iterator[None]:
+    """``env`` set in this process while a trial runs, and put back after: a warm
+    gang's next trial (another stage's) does not inherit it."""
+    saved = {name: os.environ.get(name) for name in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
 
 
 def command_rank() -> int:

@@ -163,6 +163,10 @@ class TrialRequest:
     ``result_path``: where rank 0 writes the trial's result (durably) before
     returning it, so a driver killed before it heard the result adopts it on
     resume instead of training again.
+    ``env``: variables set in this rank's environment while the trial runs (a
+    spec's ``trial.env``; a command trainer's program inherits them). Libraries
+    that read theirs once per process (NCCL, at a process's first communicator)
+    see them in a gang's first trial.
     """
 
     trial_id: str
@@ -181,6 +185,7 @@ class TrialRequest:
     workdir: str | None = None
     timeout: float | None = None
     result_path: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if not isinstance(self.trainer, TrainerRef):
@@ -203,6 +208,7 @@ class TrialRequest:
                 object.__setattr__(self, name, tuple(value))
         if self.backend not in (None, "horovod", "torch"):
             raise ValueError(f"backend must be horovod or torch, but got {self.backend!r}")
+        object.__setattr__(self, "env", {str(k): str(v) for k, v in self.env.items()})
         object.__setattr__(self, "settings", dict(self.settings))
         object.__setattr__(self, "config", dict(self.config))
 

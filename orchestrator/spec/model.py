@@ -604,6 +604,24 @@ class TrialPolicy(Strict):
         PROGRESS_TIMEOUT_S, gt=0,
         description="seconds without progress from rank 0 (a batch, a report, a line of"
         " output) before a trial is killed as hung; null: never")
+    env: dict[str, Scalar] = Field(
+        default_factory=dict,
+        description="environment variables set in every rank of a trial (and a command"
+        " trainer's environment), over the site's NCCL_*, GLOO_SOCKET_IFNAME, UCX_* and FI_*"
+        " handed on from where nestor starts; e.g. {NCCL_DEBUG: INFO}")
+
+    @field_validator("env")
+    @classmethod
+    def _env_names(cls, value: dict[str, Scalar]) -> dict[str, Scalar]:
+        for name in value:
+            if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name):
+                raise ValueError(f"env names must be variable names (letters, digits, _),"
+                                 f" but got {name!r}")
+        return value
+
+    def env_vars(self) -> dict[str, str]:
+        """``env`` as the strings a process environment holds (true -> 1, false -> 0)."""
+        return {k: str(int(v)) if isinstance(v, bool) else str(v) for k, v in self.env.items()}
 
 
 class EarlyStopping(Strict):

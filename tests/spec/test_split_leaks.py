@@ -26,7 +26,7 @@ OTHER_VALUE: dict[str, Any] = {
     "dataset": "synthetic", "epochs": 2, "seed": 5, "split_seed": 1, "val_fraction": 0.2,
     "test_fraction": 0.2, "max_train_samples": 50, "train_data": "train+val",
     "classes": [0, 1, 2], "bootstrap": 3, "fp16_allreduce": True, "batch_per_rank": True,
-    "lr_scaling": "linear",
+    "lr_scaling": "linear", "precision": "fp32",
 }
 
 
