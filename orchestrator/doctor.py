@@ -261,6 +261,58 @@ def warnings_for(report: dict[str, Any]) -> list[str]:
     return warnings
 
 
+def node_builds(timeout_s: float = 120.0) -> list[dict[str, Any]]:
+    """The torch and Horovod builds on each live node of the connected Ray cluster
+    that offers GPUs, as its ranks import them: one zero-CPU task per node."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    def build() -> dict[str, Any]:  # nested: sent by value, the node need not import this
+        import socket
+
+        found: dict[str, Any] = {"host": socket.gethostname()}
+        try:
+            import torch
+
+            found.update(torch=torch.__version__, torch_cuda=torch.version.cuda)
+        except Exception as exc:
+            found.update(torch=None, torch_error=f"{type(exc).__name__}: {exc}")
+        try:
+            import horovod
+            import horovod.torch as hvd
+
+            found.update(horovod=horovod.__version__, nccl_built=bool(hvd.nccl_built()))
+        except Exception:  # no Horovod: the torch backend needs none
+            found.update(horovod=None)
+        return found
+
+    probe = ray.remote(num_cpus=0)(build)
+    nodes = [n for n in ray.nodes() if n.get("Alive") and n["Resources"].get("GPU")]
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(
+        n["NodeID"], soft=False)).remote() for n in nodes]
+    return [{**found, "gpus": node["Resources"]["GPU"]}
+            for found, node in zip(ray.get(refs, timeout=timeout_s), nodes, strict=True)]
+
+
+def build_problems(builds: list[dict[str, Any]], backends: set[str]) -> list[str]:
+    """What would make ranks granted GPUs unable to use them, per node.
+
+    >>> build_problems([{"host": "n1", "gpus": 8, "torch": "2.13.0+cpu", "torch_cuda": None,
+    ...                  "horovod": None}], {"torch"})
+    ['n1 (8 GPUs): torch 2.13.0+cpu is a CPU-only build']
+    """
+    problems = []
+    for node in builds:
+        where = f"{node['host']} ({node['gpus']:g} GPUs)"
+        if node.get("torch") is None:
+            problems.append(f"{where}: torch cannot be imported ({node.get('torch_error')})")
+        elif not node.get("torch_cuda"):
+            problems.append(f"{where}: torch {node['torch']} is a CPU-only build")
+        if "horovod" in backends and node.get("horovod") and not node.get("nccl_built"):
+            problems.append(f"{where}: Horovod {node['horovod']} was built without NCCL")
+    return problems
+
+
 def rank_env() -> dict[str, str]:
     """What every rank of a gang started from here receives besides its place in the
     gang (orchestrator.gangs.ranks_env): the site's NCCL_*, GLOO_SOCKET_IFNAME,

@@ -134,6 +134,28 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
     return wanted or available
 
 
+# A cluster whose GPUs are logical only (tests, dry runs) may skip the start check.
+GPU_CHECK_ENV = "NESTOR_GPU_CHECK"
+
+
+def check_gpu_builds(workflow: Workflow) -> None:
+    """Where the ranks will be granted GPUs, refuse to start on a node whose torch is a
+    CPU build (or whose Horovod lacks NCCL, for Horovod stages): each of its trials
+    would fail. Checked once per node, before any trial starts."""
+    if slot_resource() != "GPU" or os.environ.get(GPU_CHECK_ENV, "1") == "0":
+        return
+    from orchestrator.doctor import build_problems, node_builds
+
+    problems = build_problems(node_builds(), {workflow.backend_of(s.name)
+                                              for s in workflow.stages})
+    if problems:
+        raise RunError(
+            "the ranks are granted GPUs, but cannot use them: " + "; ".join(problems)
+            + "; run `nestor doctor` on that node and rerun set-up there"
+            f" (NESTOR_TORCH_FLAVOUR=cuda scripts/setup.sh), or set {GPU_CHECK_ENV}=0 where"
+            " the cluster's GPUs are logical only")
+
+
 def run_workflow(
     spec_path: Path | None,
     *,
@@ -156,6 +178,7 @@ def run_workflow(
     run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
     started_ray = not ray.is_initialized()
     total = cluster_slots(workflow, slots, address)
+    check_gpu_builds(workflow)
     if address is not None:  # a cluster started elsewhere: do all its nodes see run_dir?
         from orchestrator.visibility import check_run_dir_shared
 

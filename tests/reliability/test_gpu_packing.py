@@ -10,6 +10,7 @@ only the GPU it shares. With a whole GPU per slot they ran one at a time.
 from __future__ import annotations
 
 import json
+import os
 import secrets
 import subprocess
 import textwrap
@@ -62,8 +63,12 @@ def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
             space: {x: {type: float, low: -1, high: 1}}
         """))
     log = tmp_path / "ranks.log"
-    env = tagged_env(tmp_path, PYTHONPATH=str(tmp_path), RANK_LOG=str(log),
-                     RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    # The GPU is logical only: the start check of the nodes' builds would refuse it
+    # (test_a_cpu_build_is_refused_where_gpus_are_granted); the trainer fakes CUDA.
+    env = tagged_env(tmp_path, PYTHONPATH=os.pathsep.join([str(tmp_path), *filter(None, [
+                         os.environ.get("PYTHONPATH")])]), RANK_LOG=str(log),
+                     RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32),
+                     NESTOR_GPU_CHECK="0")
     try:
         with ray_cluster(env, [{"num_cpus": 4, "num_gpus": 1}]) as cluster:
             run_dir = tmp_path / "run"
@@ -81,5 +86,36 @@ def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
         assert len({r["gpus"] for r in ranks}) == 1 and "," not in ranks[0]["gpus"]
         # all four at once: each began before any of them ended
         assert max(r["began"] for r in ranks) < min(r["ended"] for r in ranks), ranks
+    finally:
+        kill_tagged(env["NESTOR_TEST_TAG"])
+
+
+def test_a_cpu_build_is_refused_where_gpus_are_granted(tmp_path: Path) -> None:
+    """This machine's torch is the CPU build: `nestor run` on a cluster that grants the
+    ranks GPUs checks each GPU node's build once, and refuses before any trial."""
+    spec = tmp_path / "gpu.yaml"
+    spec.write_text(textwrap.dedent("""
+        name: gpu
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {name: mlp, settings: {dataset: digits, epochs: 1}}
+            search: {algorithm: random, budget: 2, seed: 1}
+            space: {lr: {type: float, low: 0.01, high: 0.1}}
+        """))
+    env = tagged_env(tmp_path, RAY_AUTH_MODE="token", RAY_AUTH_TOKEN=secrets.token_hex(32))
+    try:
+        with ray_cluster(env, [{"num_cpus": 2, "num_gpus": 2}]) as cluster:
+            run_dir = tmp_path / "run"
+            driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
+                                     "--address", cluster["address"]], env=env,
+                                    capture_output=True, text=True, timeout=300, check=False)
+        assert driver.returncode != 0
+        said = " ".join(driver.stderr.split())
+        assert "the ranks are granted GPUs, but cannot use them" in said, driver.stderr[-2000:]
+        assert "(2 GPUs): torch 2.13.0+cpu is a CPU-only build" in said
+        assert "Horovod 0.28.1 was built without NCCL" in said
+        assert "nestor doctor" in said
+        assert not finished(run_dir)  # no trial ran
     finally:
         kill_tagged(env["NESTOR_TEST_TAG"])
