@@ -6,7 +6,9 @@
 #   scripts/setup.sh              # set up or verify .venv
 #   scripts/setup.sh --print-plan # say what it would install and build, change nothing
 #   NESTOR_FORCE_SETUP=1 ...      # reinstall even if the stamp says it is current
-#   NESTOR_TORCH_FLAVOUR=cpu ...  # or cuda: override what nvidia-smi decides
+#   NESTOR_TORCH_FLAVOUR=cpu ...  # or cuda: override what nvidia-smi decides (cuda on a
+#                                 # login node without GPUs, for a venv GPU nodes share;
+#                                 # it needs the CUDA toolkit, for Horovod's NCCL build)
 #
 # Flavour: where `nvidia-smi -L` lists a GPU, torch is PyPI's CUDA build
 # (requirements-cuda.lock) and Horovod is built with HOROVOD_GPU_OPERATIONS=NCCL,
@@ -53,8 +55,15 @@ if command -v nvidia-smi >/dev/null 2>&1; then
 fi
 flavour=${NESTOR_TORCH_FLAVOUR:-}
 case "$flavour" in
-    "") flavour=cpu; (( gpus > 0 )) && flavour=cuda ;;
-    cpu|cuda) ;;
+    "") flavour=cpu; (( gpus > 0 )) && flavour=cuda
+        if [[ $flavour == cuda ]]; then
+            reason="nvidia-smi lists ${gpus} GPU(s) on this node"
+        else
+            # The mistake to shout about: set-up on a login node for a venv that GPU
+            # nodes share fills it with CPU torch, and every trial trains on the CPU.
+            reason="nvidia-smi lists no GPU on this node; if this venv is for GPU nodes (set up on a login node), rerun with NESTOR_TORCH_FLAVOUR=cuda"
+        fi ;;
+    cpu|cuda) reason="NESTOR_TORCH_FLAVOUR=${flavour} (nvidia-smi lists ${gpus} GPU(s) here)" ;;
     *) die "NESTOR_TORCH_FLAVOUR must be cpu or cuda, but got '${flavour}'" ;;
 esac
 
@@ -113,6 +122,7 @@ wheel_dir="$cache_root/wheels/horovod-${horovod_version}-torch${torch_version}-$
 if [[ $mode == plan ]]; then
     printf 'gpus=%s\n' "$gpus"
     printf 'flavour=%s\n' "$flavour"
+    printf 'reason=%s\n' "$reason"
     printf 'torch=%s\n' "${torch_pins[*]}"
     printf 'lock=%s\n' "${lock_files[@]#"$repo"/}"
     [[ $flavour == cuda ]] && grep -E '^[A-Za-z]' "$repo/requirements-cuda.lock" | sed 's/^/pin=/'
@@ -151,6 +161,9 @@ quiet_pip() {
     "${pip[@]}" "$@" 2> >(grep -v "is ignored: it is neither a file nor a directory" >&2)
 }
 
+log "=================================================================="
+log "torch flavour: ${flavour^^}, because ${reason}"
+log "=================================================================="
 log "installing torch ${torch_version} (${flavour}) and the pinned dependencies"
 if [[ $flavour == cpu ]]; then
     # torch first and by exact version so that the CPU wheel on disk (pip's

@@ -118,6 +118,27 @@ def test_a_system_nccl_is_used_where_there_is_one(tmp_path: Path) -> None:
     assert out["horovod_wheel_cache"][0].endswith("-cuda-system")
 
 
+def test_cuda_can_be_chosen_on_a_login_node_without_a_gpu(tmp_path: Path) -> None:
+    """Set-up on a login node for a venv that GPU nodes share: no GPU here, CUDA wanted."""
+    cuda = fake_cuda(tmp_path)
+    out = plan(tmp_path, None, CUDA_HOME=str(cuda), NESTOR_TORCH_FLAVOUR="cuda")
+    assert out["gpus"] == ["0"] and out["flavour"] == ["cuda"]
+    assert out["reason"] == ["NESTOR_TORCH_FLAVOUR=cuda (nvidia-smi lists 0 GPU(s) here)"]
+    assert "torch===2.13.0" in out["pin"]
+    env = dict(flag.split("=", 1) for flag in out["horovod_env"])
+    assert env["HOROVOD_GPU_OPERATIONS"] == "NCCL" and env["HOROVOD_CUDA_HOME"] == str(cuda)
+    assert "problem" not in out
+
+
+def test_the_plan_says_why_and_warns_where_no_gpu_is_seen(tmp_path: Path) -> None:
+    out = plan(tmp_path, NO_DRIVER)
+    assert out["flavour"] == ["cpu"]
+    assert "nvidia-smi lists no GPU on this node" in out["reason"][0]
+    assert "NESTOR_TORCH_FLAVOUR=cuda" in out["reason"][0]
+    assert plan(tmp_path, TWO_GPUS, CUDA_HOME=str(fake_cuda(tmp_path)))["reason"] == [
+        "nvidia-smi lists 2 GPU(s) on this node"]
+
+
 def test_the_flavour_can_be_forced_and_is_checked(tmp_path: Path) -> None:
     assert plan(tmp_path, TWO_GPUS, NESTOR_TORCH_FLAVOUR="cpu")["flavour"] == ["cpu"]
     result = subprocess.run([str(SETUP), "--print-plan"], capture_output=True, text=True,
