@@ -39,7 +39,7 @@ torch.cuda.set_per_process_memory_fraction = lambda share, index=None: CAPS.appe
 
 def train(config, ctx):
     began = time.time()
-    time.sleep(4)
+    time.sleep(10)  # long enough to overlap on a loaded machine; one at a time never would
     with open(os.environ["RANK_LOG"], "a") as log:
         log.write(json.dumps({"trial": config["x"], "began": began, "ended": time.time(),
                               "share": os.environ.get("NESTOR_GPU_SHARE"), "caps": CAPS,
@@ -47,6 +47,14 @@ def train(config, ctx):
                               "gpus": os.environ.get("CUDA_VISIBLE_DEVICES")}) + "\\n")
     return {"val_accuracy": -abs(config["x"])}
 """
+
+
+def run_on(cluster: dict, spec: Path, run_dir: Path,
+           env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """`nestor run` of ``spec`` on the test's cluster."""
+    return subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
+                           "--address", cluster["address"]], env=env,
+                          capture_output=True, text=True, timeout=400, check=False)
 
 
 def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
@@ -72,9 +80,7 @@ def test_four_quarter_gpu_trials_share_one_gpu_at_once(tmp_path: Path) -> None:
     try:
         with ray_cluster(env, [{"num_cpus": 4, "num_gpus": 1}]) as cluster:
             run_dir = tmp_path / "run"
-            driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
-                                     "--address", cluster["address"]], env=env,
-                                    capture_output=True, text=True, timeout=400, check=False)
+            driver = run_on(cluster, spec, run_dir, env)
         assert driver.returncode == 0, driver.stderr[-3000:]
         done = finished(run_dir)
         assert len(done) == 4 and all(e["status"] == "completed" for e in done.values())
@@ -107,9 +113,7 @@ def test_a_cpu_build_is_refused_where_gpus_are_granted(tmp_path: Path) -> None:
     try:
         with ray_cluster(env, [{"num_cpus": 2, "num_gpus": 2}]) as cluster:
             run_dir = tmp_path / "run"
-            driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir),
-                                     "--address", cluster["address"]], env=env,
-                                    capture_output=True, text=True, timeout=300, check=False)
+            driver = run_on(cluster, spec, run_dir, env)
         assert driver.returncode != 0
         said = " ".join(driver.stderr.split())
         assert "the ranks are granted GPUs, but cannot use them" in said, driver.stderr[-2000:]

@@ -12,7 +12,6 @@ says (a CUDA build, 8 devices, set_device recorded); no kernel ever runs on one.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -125,24 +124,16 @@ def test_a_packed_function_trainer_has_its_memory_capped(
     assert gpu_fns.SEEN[0]["device"] == torch.device("cuda", 0)
 
 
-def test_a_one_rank_command_sees_local_rank_and_only_its_own_gpu(tmp_path: Path) -> None:
+def test_a_one_rank_command_sees_local_rank_and_only_its_own_gpu(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert own_device_env({"CUDA_VISIBLE_DEVICES": "4,5", "NESTOR_GANG_LOCAL_RANK": "0"}, 1) \
         == {"LOCAL_RANK": "0", "CUDA_VISIBLE_DEVICES": "4"}
     assert own_device_env({"CUDA_VISIBLE_DEVICES": "4,5"}, 2) == {}  # a launcher: its node's
     script = tmp_path / "show.py"
     script.write_text("import os\nprint('FoM:', os.environ['LOCAL_RANK'],"
                       " os.environ['CUDA_VISIBLE_DEVICES'], sep='')\n")
-    env = {"CUDA_VISIBLE_DEVICES": "6,7"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    try:
-        result = run_trial(TrialRequest("c", TrainerRef.command(f"python3 {script}",
-                                                                result_pattern=r"FoM:(\S+)")))
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    result = run_trial(TrialRequest("c", TrainerRef.command(f"python3 {script}",
+                                                            result_pattern=r"FoM:(\S+)")))
     assert result.ok, result.reason
     assert result.metrics["result"] == 6.0  # LOCAL_RANK 0, CUDA_VISIBLE_DEVICES 6
