@@ -111,8 +111,9 @@ SEARCHES: dict[str, tuple[str, dict[str, Any]]] = {
     "old auto (hb tpe eta 2, 25-100)": ("hyperband", {
         "budget": 56, "iterations": 4, "min_budget": 25, "max_budget": MAX_EPOCHS,
         "reduction_factor": 2, "sampler": "tpe", "startup_trials": 10, "random_fraction": 0.0}),
-    # Added after the first run showed rung 1 of 100 to be noise on these problems:
-    # three rungs below the top (100 / 27 -> 4), the problems unchanged.
+    # Added after the first run showed rung 1 of 100 to be noise on these problems
+    # (the problems unchanged): min_budget 100 / 27 -> 4, which counted down from 100
+    # gives the rungs 11, 33, 100 (the names say the range asked for).
     "asha tpe 4-100": ("asha", {"budget": EPOCHS, **HALVING4, "sampler": "tpe"}),
     "hyperband 4-100": ("hyperband", {"budget": EPOCHS, **HALVING4}),
     "bohb 4-100 (d+3, rho 1/3)": ("hyperband", {"budget": EPOCHS, **HALVING4, "sampler": "tpe"}),

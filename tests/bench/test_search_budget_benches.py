@@ -17,7 +17,7 @@ def test_every_heldout_search_spends_the_same_epochs_or_less() -> None:
         result = heldout.run(name, problem, 0, reference)
         assert result["spent"] <= heldout.BUDGET
         assert set(result["regret"]) == set(heldout.FRACTIONS)
-        assert all(r >= 0 for r in result["regret"].values())
+        assert all(r < float("inf") for r in result["regret"].values())
     # Whole iterations: the old auto left 200 of 3,000 epochs; the cost budget does not.
     assert heldout.run("old auto (hb tpe eta 2, 25-100)", problem, 0, reference)["spent"] == 2800
     assert heldout.BUDGET - heldout.run("hyperband", problem, 0, reference)["spent"] < 67
