@@ -212,9 +212,9 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               help="asha, hyperband: reduction factor, keep 1 in eta per rung (default 3).")
 @click.option("--fidelity", metavar="SETTING",
               help="pbt, asha, hyperband: the trainer setting a trial's budget sets; it trains"
-              " up to it, on from its checkpoint (default epochs). auto: may pick Hyperband"
-              " (BOHB-style) over it, up to the trainer's value (--set epochs=27); the"
-              " budget still counts full trainings, spent as epochs.")
+              " up to it, on from its checkpoint (default epochs). auto: may pick ASHA with"
+              " TPE over it, up to the trainer's value (--set epochs=27); the budget still"
+              " counts full trainings, spent as epochs.")
 @click.option("--keep-checkpoints", type=click.IntRange(min=1), metavar="N",
               help="Keep the N best trials' checkpoints and those the search may still"
               " continue from (PBT's donors, promotable trials); remove the rest as the"

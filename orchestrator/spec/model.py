@@ -496,7 +496,7 @@ class AutoSearch(_SearchBase):
         None,
         description="a trainer setting that sets how long a trial trains (epochs) and that"
         " the trainer continues from a checkpoint: auto may then pick a multi-fidelity"
-        " search (BOHB-style Hyperband) up to the trainer's value of it; budget still"
+        " search (ASHA with TPE) up to the trainer's value of it; budget still"
         " counts full trainings",
     )
 

@@ -145,14 +145,13 @@ def test_pbt_flags_reach_the_search() -> None:
     assert stage.search_label() == "pbt 4 members, exploit every 2 epochs"
 
 
-def test_auto_with_a_fidelity_picks_bohb_over_the_trainers_epochs() -> None:
+def test_auto_with_a_fidelity_picks_asha_over_the_trainers_epochs() -> None:
     auto = dict(algorithm="auto", population=None, generations=None, budget=20, parallel=2)
     stage = load_spec_text(spec_yaml(sweep_spec(
         **auto, fidelity="epochs", settings=["dataset=digits", "epochs=27"],
     ))).stage("sweep")
     assert stage.search.fidelity == "epochs"
-    assert stage.auto_choice().label() == ("hyperband tpe (bohb), rungs 1-27, eta 3,"
-                                           " budget 540 epochs")
+    assert stage.auto_choice().label() == "asha tpe, rungs 1-27, eta 3, budget 540 epochs"
     plain = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")  # epochs=2
     assert plain.auto_choice().algorithm == "bayesian"
 

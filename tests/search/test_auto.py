@@ -124,17 +124,16 @@ def test_without_a_fidelity_that_splits_auto_picks_as_before(
         (4, 40, (1, 4, 2)),  # 1, 2, 4
     ],
 )
-def test_a_fidelity_picks_bohb_and_spends_the_whole_training(
+def test_a_fidelity_picks_asha_tpe_and_spends_the_whole_training(
     max_fidelity: int, budget: int, rungs: tuple
 ) -> None:
     """Any full length from 4 up splits into whole rungs, and the budget of full
-    trainings becomes epochs that Hyperband spends to the last trial that fits: less
-    than one full training is left (whole iterations left 200 of 3,000)."""
+    trainings becomes epochs that ASHA spends to the last trial that fits: less than
+    one trial's worth is left (whole Hyperband iterations left 200 of 3,000)."""
     choice = choose_search(MIXED, MIN, budget=budget, parallel=4, max_fidelity=max_fidelity)
     low, high, eta = rungs
     epochs = budget * max_fidelity
-    assert choice.label() == (f"hyperband tpe (bohb), rungs {low}-{high}, eta {eta},"
-                              f" budget {epochs} epochs")  # fmt: skip
+    assert choice.label() == f"asha tpe, rungs {low}-{high}, eta {eta}, budget {epochs} epochs"
     assert choice.settings == {
         "budget": {"epochs": epochs}, "min_budget": low, "max_budget": high,
         "reduction_factor": eta, "sampler": "tpe",
@@ -142,19 +141,20 @@ def test_a_fidelity_picks_bohb_and_spends_the_whole_training(
     assert f"budget of {budget} full trainings is {epochs} epochs" in choice.reason
     searcher = make_searcher("auto", MIXED, MIN, seed=1, budget=budget, parallel=4,
                              max_fidelity=max_fidelity)  # fmt: skip
-    assert searcher.algorithm == "hyperband" and searcher.auto_choice == choice
+    assert searcher.algorithm == "asha" and searcher.auto_choice == choice
     drive(searcher, loss, parallel=4)
     assert searcher.done() and "budget of" in searcher.stop_reason
-    assert epochs - max_fidelity < searcher.budget_used <= epochs
+    largest_step = max(b - a for a, b in zip([0, *searcher.rungs], searcher.rungs, strict=False))
+    assert epochs - largest_step < searcher.budget_used <= epochs
     assert searcher.cost_spent == searcher.budget_used
 
 
 def test_multi_fidelity_comes_before_the_parallelism_rule_but_after_tiny_budgets() -> None:
     many = choose_search(box(7), MIN, budget=1000, parallel=64, max_fidelity=27)
-    assert many.algorithm == "hyperband"  # asynchronous enough: brackets overlap
+    assert many.algorithm == "asha"  # asynchronous: no slot waits for a rung to fill
     assert choose_search(box(7), MIN, budget=8, parallel=1, max_fidelity=27).label() == "random"
     assert choose_search(box(7), MIN, budget=11, parallel=1, max_fidelity=27).algorithm == (
-        "hyperband")  # 297 epochs: no whole iteration (357) needed any more
+        "asha")  # 297 epochs: no whole Hyperband iteration (357) needed any more
     categorical = SearchSpace((CategoricalParam("a", (1, 2, 3)),))
     assert choose_search(categorical, MIN, budget=20, max_fidelity=27).algorithm == "grid"
 
