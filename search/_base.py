@@ -499,6 +499,8 @@ class Searcher(abc.ABC):
         values, failure = parse_result(self.objectives, result)
         if cost is not None and (not _is_real(cost) or not math.isfinite(cost) or cost < 0):
             raise ValueError(f"cost must be a non-negative number or None, but got {cost!r}")
+        if self._spend is not None:
+            self._spend.check(trial_id, self._size(self._book.pending[trial_id]), cost)
         trial = self._book.pending.pop(trial_id)
         observation = Observation(trial, values, failure)
         self._book.observations.append(observation)

@@ -123,6 +123,15 @@ class Spend:
         self.costs[trial_id] = spent
         self.sizes[trial_id] = size
 
+    def check(self, trial_id: str, size: float | None, cost: float | None) -> None:
+        """Refuse an untold cost where nothing can estimate it: counted free, it would
+        never end the search."""
+        if cost is None and not self.costs and not (self.budget.unit == "epochs" and size):
+            raise ValueError(
+                f"cost must be told with trial {trial_id}'s result (tell(..., cost=...),"
+                f" in {self.budget.describe(0).split(' ', 1)[1]}): a search under a cost"
+                " budget learns what its trials cost from the driver, but got None")
+
     def estimate(self, size: float | None) -> float:
         """The expected cost of a trial that trains ``size`` (None: a full trial)."""
         if size is not None:

@@ -138,3 +138,15 @@ def test_bad_budget_text_says_what_is_allowed(value: str, message: str) -> None:
 def test_bad_budgets_are_refused(value: Any, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make_searcher("random", MIXED, MIN, budget=value)
+
+
+def test_a_cost_budget_needs_the_first_cost_told() -> None:
+    """Counted free, an untold cost would never end the search."""
+    searcher = make_searcher("random", MIXED, MIN, budget={"hours": 1})
+    (trial,) = searcher.ask(1)
+    with pytest.raises(ValueError, match=r"cost must be told with trial 0's result .*"
+                                         r"in slot-seconds"):
+        searcher.tell(trial.id, 1.0)
+    assert searcher.pending == [trial]  # refused before anything was recorded
+    searcher.tell(trial.id, 1.0, cost=5.0)
+    assert searcher.cost_spent == 5.0
