@@ -161,9 +161,9 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 @click.option("--algo", "algorithm",
               type=click.Choice(["genetic", "bayesian", "random", "grid", "auto", "pbt",
                                  "asha", "hyperband"]),
-              default="genetic", show_default=True,
-              help="auto picks one from the space, the budget and the trials at once"
-              " (`nestor validate` on the saved spec says what and why). pbt, asha and"
+              default="auto", show_default=True,
+              help="auto (the default) picks one from the space, the budget and the trials"
+              " at once, and says what and why as the run starts. pbt, asha and"
               " hyperband train trials in stretches of --fidelity and continue them from"
               " their checkpoints (weights and optimizer state), so no epoch is paid twice.")
 @click.option("--sampler", type=click.Choice(["tpe", "gp", "cmaes", "lq-cmaes"]),
@@ -175,9 +175,11 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 @click.option("--schedule", type=click.Choice(["generational", "async"]),
               help="Genetic: wait for each generation, or breed as each result returns.")
 @click.option("--demes", type=click.IntRange(min=1), help="Genetic: islands, with migration.")
-@click.option("--budget", type=click.IntRange(min=1),
-              help="Most trials to run (pbt, asha, hyperband: each interval or promotion,"
-              " continuing a checkpoint, is a trial of its own).")
+@click.option("--budget", metavar="AMOUNT",
+              help="Most trials to run (40; pbt, asha, hyperband: each interval or promotion,"
+              " continuing a checkpoint, is a trial of its own), or a cost the search"
+              " spends until the next trial cannot fit: slot-hours (30h), slot-seconds"
+              " (600slot-s) or epochs of the --fidelity setting (300epochs).")
 @click.option("--population", type=click.IntRange(min=2),
               help="Genetic: individuals per generation. pbt: members training side by side"
               " (default 8). bayesian --sampler cmaes or lq-cmaes: trials per CMA-ES"
@@ -203,15 +205,16 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 @click.option("--min-budget", type=click.FloatRange(min=0, min_open=True),
               help="asha, hyperband: the first rung's --fidelity budget (default 1 epoch).")
 @click.option("--max-budget", type=click.FloatRange(min=0, min_open=True),
-              help="asha, hyperband: the top rung's budget; must be min-budget x eta^k"
+              help="asha, hyperband: the top rung's budget; rungs are max-budget / eta^i down"
+              " to min-budget, whole numbers where both are"
               " (default 27).")
 @click.option("--eta", type=click.IntRange(min=2),
               help="asha, hyperband: reduction factor, keep 1 in eta per rung (default 3).")
 @click.option("--fidelity", metavar="SETTING",
               help="pbt, asha, hyperband: the trainer setting a trial's budget sets; it trains"
-              " up to it, on from its checkpoint (default epochs). auto: may pick Hyperband"
-              " (BOHB-style) over it, up to the trainer's value (--set epochs=27); the"
-              " budget still counts full trainings.")
+              " up to it, on from its checkpoint (default epochs). auto: may pick ASHA with"
+              " TPE over it, up to the trainer's value (--set epochs=27); the budget still"
+              " counts full trainings, spent as epochs.")
 @click.option("--keep-checkpoints", type=click.IntRange(min=1), metavar="N",
               help="Keep the N best trials' checkpoints and those the search may still"
               " continue from (PBT's donors, promotable trials); remove the rest as the"
@@ -237,7 +240,7 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
 @_run_options
 def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           settings: tuple[str, ...], algorithm: str, sampler: str | None,
-          schedule: str | None, demes: int | None, budget: int | None,
+          schedule: str | None, demes: int | None, budget: str | None,
           population: int | None, generations: int | None, interval: float | None,
           intervals: int | None, explore: str | None, min_budget: float | None,
           max_budget: float | None, eta: int | None, fidelity: str | None,
@@ -264,12 +267,14 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     from orchestrator.spec import SpecError, load_spec_text
     from orchestrator.sweep import build_spec, spec_yaml
     from orchestrator.workflow import new_run_dir
+    from search._budget import parse_budget_text
 
     err = console(stderr=True)
     try:
+        amount = None if budget is None else parse_budget_text(budget)
         text = spec_yaml(build_spec(
             trainer=trainer, command=command, params=list(params), settings=list(settings),
-            algorithm=algorithm, budget=budget, population=population,
+            algorithm=algorithm, budget=amount, population=population,
             generations=generations, metric=metric, mode=mode, fom_pattern=fom_pattern,
             dp=dp, mp=mp, backend=backend, parallel=parallel, slots=slots, seed=seed,
             sampler=sampler, schedule=schedule, demes=demes, interval=interval,
@@ -318,6 +323,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     out = console()
     clear_stop()
     install_handlers()
+    _announce_auto(spec if spec is not None and not resume else None)
     try:
         with StageProgress(console(stderr=True)) as progress:
             run_dir, results = run_workflow(
@@ -351,6 +357,23 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     if empty:
         print_errors(console(stderr=True), empty)
         sys.exit(EXIT_NO_RESULT)
+
+
+def _announce_auto(spec: Path | None) -> None:
+    """Say at the start of a run what each ``algorithm: auto`` stage picked and why
+    (a spec that does not load is reported by the run itself)."""
+    if spec is None:
+        return
+    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.summary import auto_lines
+
+    try:
+        workflow = load_spec(spec, imports=False)
+    except (SpecError, OSError):
+        return
+    err = console(stderr=True)
+    for line in auto_lines(workflow):
+        err.print(line, soft_wrap=True)
 
 
 def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:

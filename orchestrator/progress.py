@@ -30,9 +30,10 @@ class StageProgress:
     def update(self, runner: Any) -> None:
         name = runner.stage.name
         if name not in self.tasks:
-            self.tasks[name] = self.progress.add_task(
-                "", total=runner.searcher.planned, stage=name, detail=""
-            )
+            # Under a cost budget the trial count is open: the cost ends the search.
+            cost = getattr(runner.searcher, "cost_budget", None)
+            total = None if cost is not None else runner.searcher.planned
+            self.tasks[name] = self.progress.add_task("", total=total, stage=name, detail="")
         records = runner.records.values()
         done = sum(1 for r in records if r.status != "running")
         failed = sum(1 for r in records if r.status == "failed")
@@ -40,9 +41,12 @@ class StageProgress:
         best_text = "-" if best is None else f"{best.value:.4g}"
         busy = runner.backend.busy_slots
         generation = max((r.generation for r in records), default=0)
+        cost = getattr(runner.searcher, "cost_budget", None)
+        spent = "" if cost is None else (
+            f"  spent {runner.searcher.cost_spent:.4g}/{cost.describe()}")
         self.progress.update(
             self.tasks[name],
             completed=done,
             detail=f"gen {generation}  best {best_text}  running {len(runner.running)}"
-            f"  failed {failed}  slots {busy}/{runner.backend.slots}",
+            f"  failed {failed}  slots {busy}/{runner.backend.slots}{spent}",
         )

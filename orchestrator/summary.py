@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from rich.console import Console
 from rich.table import Table
 
@@ -57,7 +59,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
         choice = stage.auto_choice()
         if choice is None:
             continue
-        console.print(f"  {name}: auto picked {choice.describe()}", soft_wrap=True)
+        console.print(f"  {auto_line(name, choice)}", soft_wrap=True)
         planned_for = stage.search.parallel or 1  # type: ignore[union-attr]
         at_once = concurrent_trials(total, workflow.parallel_of(name).ranks)
         if stage.search.parallel is None and at_once > planned_for:  # type: ignore[union-attr]
@@ -92,3 +94,17 @@ def render_catalog(console: Console) -> None:
                 meaning = f"{option.help} ({choices})" if choices else option.help
                 table.add_row(group, name, option.type.__name__, repr(option.default), meaning)
         console.print(table)
+
+
+def auto_line(name: str, choice: Any) -> str:
+    return f"{name}: auto picked {choice.describe()}"
+
+
+def auto_lines(workflow: Any) -> list[str]:
+    """What each ``algorithm: auto`` stage of ``workflow`` picks, and why."""
+    lines = []
+    for name in workflow.order():
+        choice = workflow.stage(name).auto_choice()
+        if choice is not None:
+            lines.append(f"stage {auto_line(name, choice)}")
+    return lines

@@ -5,7 +5,8 @@ so a sweep is validated, journalled, resumed and tracked exactly like
 `nestor run`. Urika-HPO-style use is a command and its parameters:
 
     nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --param n=int:1:8 \
-                 --algo genetic --population 8 --generations 4
+                 --budget 40          # auto (the default) picks the search
+    nestor sweep ... --algo genetic --population 8 --generations 4 --budget 2h
 
 Searches that continue trials from checkpoints take the trainer setting their
 budget sets (``--fidelity``, epochs by default) and their own schedule:
@@ -121,7 +122,7 @@ def build_spec(
     params: list[str],
     settings: list[str],
     algorithm: str,
-    budget: int | None,
+    budget: int | dict[str, float] | None,
     population: int | None,
     generations: int | None,
     metric: str | None,

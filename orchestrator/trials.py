@@ -585,16 +585,39 @@ class TrialRunner:
     def _tell(self, trial: Any, record: TrialRecord) -> None:
         from search import Failure
 
+        # Only a search under a cost budget is told costs (a train stage's Plan is not).
+        cost = self._cost(trial, record)
+        paid = {} if cost is None else {"cost": cost}
         if record.status in ("completed", "pruned"):
-            self.searcher.tell(trial.id, record.value)
+            self.searcher.tell(trial.id, record.value, **paid)
             if (record.status == "completed" and self.threshold_at is None
                     and self._reached(record.value)):
                 self.threshold_at = time.time()
                 self.journal.record(ThresholdReached(stage=self.stage.name, trial=trial.id))
         else:
-            self.searcher.tell(trial.id, Failure(record.reason or "failed"))
+            self.searcher.tell(trial.id, Failure(record.reason or "failed"), **paid)
         self._journal_search()
         self._prune_checkpoints()
+
+    def _cost(self, trial: Any, record: TrialRecord) -> float | None:
+        """What the trial cost in the unit of the search's cost budget (None without
+        one): its slot-seconds (startup included: a budget in slot-hours pays for
+        starting gangs too), or the epochs it trained (the trainer's own setting
+        for a trial trained in full; a continued trial's span the search knows)."""
+        budget = getattr(self.searcher, "cost_budget", None)
+        if budget is None:
+            return None
+        if budget.unit == "slot_seconds":
+            return record.slot_seconds + record.startup_slot_seconds
+        fidelity = getattr(self.stage.search, "fidelity", None) or "epochs"
+        length = self.settings.get(fidelity)
+        if length is None and self.trainer_spec.name:
+            from trainers.catalog import TRAINERS
+
+            known = TRAINERS.get(self.trainer_spec.name)
+            if known is not None and fidelity in known.settings:
+                length = known.settings[fidelity].default
+        return float(length) if isinstance(length, int | float) else None
 
     # -- checkpoints ------------------------------------------------------------------
 

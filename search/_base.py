@@ -35,6 +35,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from search._budget import UNLIMITED_TRIALS, CostBudget, Spend, parse_budget
 from search.space import Scalar, SearchSpace
 
 STATE_FORMAT = 1
@@ -344,18 +345,23 @@ class Searcher(abc.ABC):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = None,
+        budget: int | Mapping[str, float] | None = None,
     ) -> None:
         if not isinstance(space, SearchSpace):
             raise ValueError(f"space must be a SearchSpace, but got {type(space).__name__}")
         if not isinstance(seed, int) or isinstance(seed, bool):
             raise ValueError(f"seed must be an integer, but got {seed!r}")
-        if budget is not None and (not isinstance(budget, int) or budget < 1):
-            raise ValueError(f"budget must be a positive integer or None, but got {budget!r}")
+        trials, cost = parse_budget(budget)
         self.space = space
         self.objectives = as_objectives(objectives)
         self.seed = seed
-        self.budget = budget
+        # Under a cost budget the trial count is unlimited: the cost ends the search
+        # (subclasses plan generations, iterations, intervals from ``self.budget``).
+        self.budget: int | None = UNLIMITED_TRIALS if cost is not None else trials
+        self.cost_budget: CostBudget | None = cost
+        self._spend = Spend(cost) if cost is not None else None
+        if isinstance(budget, Mapping):
+            budget = dict(budget)
         self._book = _Book()
         self._stop_reason: str | None = None
         self._warm_started = False
@@ -384,6 +390,12 @@ class Searcher(abc.ABC):
     @abc.abstractmethod
     def _tell(self, trial: Trial, observation: Observation) -> None:
         """Learn from one result; may call :meth:`_stop`."""
+
+    def _next_size(self) -> float | None:
+        """The training (fidelity units) the trial the next ask returns would ask for,
+        without asking it; None: a trial trained in full (every search that does not
+        continue trials). A cost budget asks only while this trial still fits."""
+        return None
 
     def _event_extra(self, trials: list[Trial]) -> dict[str, Any]:
         """More to record with an ask, for :meth:`_replay_ask` (none by default)."""
@@ -429,7 +441,12 @@ class Searcher(abc.ABC):
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ValueError(f"n must be a positive integer, but got {n!r}")
         room = self.planned - self.n_asked
-        trials = [] if self._stop_reason is not None or room <= 0 else self._ask(min(n, room))
+        if self._stop_reason is not None or room <= 0:
+            trials = []
+        elif self._spend is None:
+            trials = self._ask(min(n, room))
+        else:
+            trials = self._ask_within_cost(min(n, room))
         if not trials:
             # Nothing changed (see _ask), so nothing to replay: a driver that polls a
             # search waiting at a generation barrier must not grow its journal.
@@ -439,20 +456,61 @@ class Searcher(abc.ABC):
         self._book.events.append(event)
         return trials
 
-    def tell(self, trial_id: str, result: Any) -> Observation:
-        """Record the result of an asked trial: a value, values, metrics or a Failure."""
+    def _ask_within_cost(self, n: int) -> list[Trial]:
+        """One trial at a time while the next still fits the cost budget."""
+        trials: list[Trial] = []
+        while len(trials) < n and self._fits(self._next_size()):
+            got = self._ask(1)
+            if not got:
+                break
+            trials += got
+        return trials
+
+    def _size(self, trial: Trial) -> float | None:
+        """The fidelity units ``trial`` trains (None: in full)."""
+        if trial.budget is None:
+            return None
+        start = 0.0
+        if trial.continue_from is not None:
+            source = self._book.trials[trial.continue_from].budget
+            start = float(source) if source is not None else 0.0
+        return float(trial.budget) - start
+
+    def _fits(self, size: float | None) -> bool:
+        assert self._spend is not None
+        return self._spend.fits((self._size(t) for t in self._book.pending.values()), size)
+
+    @property
+    def cost_spent(self) -> float | None:
+        """What the told trials cost, in the cost budget's unit (None without one)."""
+        return None if self._spend is None else self._spend.spent
+
+    def tell(self, trial_id: str, result: Any, *, cost: float | None = None) -> Observation:
+        """Record the result of an asked trial: a value, values, metrics or a Failure.
+
+        ``cost``: what the trial cost in the unit of the search's cost budget
+        (slot-seconds for ``{slot_seconds}`` and ``{hours}``, epochs for
+        ``{epochs}``); searches without a cost budget ignore it."""
         trial_id = str(trial_id)
         if trial_id not in self._book.trials:
             raise ValueError(f"trial_id must be the id of an asked trial, but got {trial_id!r}")
         if trial_id not in self._book.pending:
             raise ValueError(f"trial {trial_id!r} was already told; a trial is told once")
         values, failure = parse_result(self.objectives, result)
+        if cost is not None and (not _is_real(cost) or not math.isfinite(cost) or cost < 0):
+            raise ValueError(f"cost must be a non-negative number or None, but got {cost!r}")
+        if self._spend is not None:
+            self._spend.check(trial_id, self._size(self._book.pending[trial_id]), cost)
         trial = self._book.pending.pop(trial_id)
         observation = Observation(trial, values, failure)
         self._book.observations.append(observation)
-        self._book.events.append(
-            {"event": "tell", "id": trial_id, "result": _encode_result(values, failure)}
-        )
+        event: dict[str, Any] = {"event": "tell", "id": trial_id,
+                                 "result": _encode_result(values, failure)}
+        if cost is not None and self._spend is not None:
+            event["cost"] = float(cost)
+        self._book.events.append(event)
+        if self._spend is not None:
+            self._spend.record(trial_id, self._size(trial), cost)
         self._tell(trial, observation)
         if values is not None and self._stop_reason is None and self._reached(values):
             self._stop(f"trial {trial_id} reached the threshold ({self._describe(values)})")
@@ -465,6 +523,15 @@ class Searcher(abc.ABC):
         telling their results is still allowed and recorded."""
         if self._stop_reason is None and self.n_asked >= self.planned and not self._book.pending:
             self._stop_reason = f"all {self.planned} planned trials were run"
+        if self._stop_reason is None and self._spend is not None and not self._book.pending:
+            size = self._next_size()
+            if not self._fits(size):
+                spend, budget = self._spend, self.cost_budget
+                assert budget is not None
+                self._stop_reason = (
+                    f"the budget of {budget.describe()} is spent as far as a trial fits"
+                    f" ({budget.describe(spend.spent)} used; the next trial would need about"
+                    f" {budget.describe(spend.estimate(size))})")
         return self._stop_reason is not None
 
     def best(self) -> Observation | None:
@@ -618,7 +685,7 @@ class Searcher(abc.ABC):
                 recorded = [Trial.from_dict(t) for t in event["trials"]]
                 self._replay_ask(event["n"], recorded, event)
             elif kind == "tell":
-                self.tell(event["id"], _decode_result(event["result"]))
+                self.tell(event["id"], _decode_result(event["result"]), cost=event.get("cost"))
             elif kind == "warm_start":
                 self.warm_start(
                     (o["config"], _decode_result(o["result"])) for o in event["observations"]

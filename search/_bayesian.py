@@ -74,7 +74,7 @@ class BayesianSearch(Searcher):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = 20,
+        budget: int | dict[str, float] | None = 20,
         sampler: Literal["tpe", "gp", "cmaes"] = "tpe",
         startup_trials: int | None = None,
         population: int | None = None,

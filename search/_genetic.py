@@ -130,34 +130,25 @@ def plan_generations(
 
     Without ``generations`` the search plans as many as its ``budget`` needs
     (10 without a budget either), so ``budget: 200`` runs 200 trials rather than
-    the 160 of the default 10 generations of 16. With both, a budget that the
-    generations cannot reach is an error that says what would fit: capping it
-    silently ran fewer trials than asked for. (A budget below them still cuts
-    the last generation short, as "most trials to run" says.)
+    the 160 of the default 10 generations of 16. With both, the budget is
+    honoured: a budget above the generations' trials breeds the generations it
+    needs (refusing it left a user who asked for 200 trials to do the sum), and
+    a budget below them cuts the last generation short, as "most trials to run"
+    says.
 
     >>> plan_generations(16, None, 200), plan_generations(16, 10, 100)
     (13, 10)
+    >>> plan_generations(16, 7, 200)
+    13
     """
     size = (offspring or population) if mode == "mu_plus_lambda" else population
-
-    def trials(n: int) -> int:
-        return population + size * (n - 1)
 
     if generations is None:
         if budget is None:
             return 10
         return 1 + max(0, -(-(budget - population) // size))
-    if budget is not None and budget > trials(generations):
-        needed = plan_generations(population, None, budget, mode, offspring)
-        shape = (
-            f"population {population} + offspring {size} x {generations - 1} later generations"
-            if mode == "mu_plus_lambda"
-            else f"population {population} x {generations} generations"
-        )
-        raise ValueError(
-            f"budget must be at most {trials(generations)} ({shape}), but got {budget}:"
-            f" set generations to {needed}, or leave generations out to plan them from the budget"
-        )
+    if budget is not None and budget > population + size * (generations - 1):
+        return plan_generations(population, None, budget, mode, offspring)
     return generations
 
 
@@ -185,8 +176,8 @@ class GeneticSearch(Searcher):
       so it is mutated; every generation therefore runs exactly its size in
       trials: population × generations, or population + offspring ×
       (generations − 1). Leave ``generations`` out to plan as many as
-      ``budget`` needs (10 without a budget); a ``budget`` that the given
-      generations cannot reach is an error (see :func:`plan_generations`).
+      ``budget`` needs (10 without a budget); a ``budget`` above what the given
+      generations run extends them (see :func:`plan_generations`).
     - ``schedule="generational"`` waits for the whole generation (``ask``
       returns [] at the barrier); ``schedule="async"`` breeds a child from the
       deme's current members whenever a slot is free and inserts each result
@@ -215,7 +206,7 @@ class GeneticSearch(Searcher):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = None,
+        budget: int | dict[str, float] | None = None,
         population: int = 16,
         generations: int | None = None,
         mode: Literal["generational", "mu_plus_lambda"] = "generational",
@@ -284,7 +275,8 @@ class GeneticSearch(Searcher):
         )  # fmt: skip
         self.offspring = offspring if offspring is not None else population
         self.population, self.mode = population, mode
-        self.generations = plan_generations(population, generations, budget, mode, offspring)
+        self.generations = plan_generations(population, generations, self.budget, mode,
+                                            offspring)
         self.schedule, self.demes = schedule, demes
         self.migration_interval, self.migration_size = migration_interval, migration_size
         self.mutation_rate, self.crossover_rate = float(mutation_rate), float(crossover_rate)
@@ -539,7 +531,14 @@ class GeneticSearch(Searcher):
                 continue
             bred = self._breed_one()
             if bred is None:
-                break  # no deme has an evaluated member yet: wait for results
+                # No deme has a result to breed from yet: a slot left idle until one
+                # returns costs as much as a trial, so draw another random member (an
+                # ask of 64 from a population of 16 gets 64); it joins its deme when
+                # told, and the deme's worst leaves.
+                deme = self._next_deme
+                self._next_deme = (deme + 1) % self.demes
+                genes = self._encode(sample_config(self.space, self._rng))
+                bred = self._individual(genes, deme, (), "random"), 0
             trials.append(self._trial_for(*bred))
         return trials
 

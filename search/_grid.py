@@ -62,7 +62,7 @@ class GridSearch(Searcher):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = None,
+        budget: int | dict[str, float] | None = None,
         points: int | dict[str, int] = 3,
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
@@ -84,7 +84,7 @@ class GridSearch(Searcher):
             for p in space.searched
         ]
         self.size = math.prod(len(values) for _, values in self._axes)
-        planned = min(self.size, budget) if budget is not None else self.size
+        planned = min(self.size, self.budget) if self.budget is not None else self.size
         if planned > _MAX_SHUFFLED:
             raise ValueError(
                 f"budget must be at most {_MAX_SHUFFLED} for a grid, but the grid has"

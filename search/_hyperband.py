@@ -3,8 +3,9 @@
 The budget of a trial (``Trial.budget``) is in whatever unit the stage trains
 by (epochs unless it maps the budget to another trainer setting), from
 ``min_budget`` up to ``max_budget`` in rungs a factor ``reduction_factor``
-(η) apart: min_budget × η^i, the last rung being max_budget (which must be
-min_budget × η^k). A trial promoted from rung i to rung i + 1 is a new trial
+(η) apart, counted down from max_budget and rounded to whole numbers where
+both ends are whole (1-100, η = 3: 1, 4, 11, 33, 100; see :func:`rung_budgets`).
+A trial promoted from rung i to rung i + 1 is a new trial
 with the same configuration, ``continue_from`` the trial it promotes and
 ``budget`` the next rung's: the trainer loads that checkpoint (weights and
 optimizer state) and trains on up to the new budget, so no epoch is paid for
@@ -13,11 +14,17 @@ training they ask for is :attr:`budget_used` (a promotion from 3 to 9 epochs
 costs 6).
 
 Where Optuna serves and where it does not: new configurations can be drawn by
-Optuna's ``TPESampler`` (``sampler="tpe"``, BOHB-style: the model is fitted on
-the results of the highest rung with at least ``startup_trials`` successful
-trials, as BOHB fits on the largest budget with enough observations), through
-the same ask/tell on an in-memory study that the Bayesian search uses, with a
-sampler seeded from (seed, proposal number) so a restored search proposes the
+Optuna's ``TPESampler`` (``sampler="tpe"``, BOHB-style), through the same
+ask/tell on an in-memory study that the Bayesian search uses. The model is
+fitted on the results of the highest rung that has at least ``startup_trials``
+successful trials, by default the BOHB paper's N_min + 2 = d + 3 for d searched
+parameters (Falkner et al., 2018, section 4.2): the fewest that fit a model, so
+a higher rung takes over from the lowest as soon as it can, rather than after
+a fixed 10 that the lowest rung, where cheap results mislead most, reaches
+first and a higher rung much later. Hyperband also keeps the paper's random
+fraction (``random_fraction``, ρ = 1/3 of new configurations drawn at random),
+which keeps a misleading model from narrowing the search. The sampler is seeded
+from (seed, proposal number) so a restored search proposes the
 same. Optuna's ``SuccessiveHalvingPruner`` and ``HyperbandPruner`` do not
 serve the scheduling: a pruner only answers "stop this running trial now?";
 it cannot pause a trial and later promote it to continue from its checkpoint,
@@ -48,10 +55,18 @@ SAMPLERS = ("random", "tpe")
 
 
 def rung_budgets(min_budget: float, max_budget: float, reduction_factor: int) -> list[float]:
-    """The rungs' budgets: min_budget × η^i up to max_budget.
+    """The rungs' budgets from ``min_budget`` to ``max_budget``, a factor η apart.
 
-    >>> rung_budgets(1, 27, 3)
-    [1, 3, 9, 27]
+    They are counted down from the top, max_budget / η^i for as long as that
+    stays at least min_budget, so the last rung is always max_budget whatever
+    the range (Hyperband's R η^-s): a 1-100 epoch range splits into whole rungs
+    without forcing fractional epochs (100 / 81 = 1.23) on the trainer. Where
+    both ends are whole numbers the rungs are rounded to whole numbers (epochs,
+    steps); a fractional end means the fidelity is continuous (a share of the
+    data, half epochs) and the rungs are kept exact.
+
+    >>> rung_budgets(1, 27, 3), rung_budgets(1, 100, 3), rung_budgets(0.5, 4.5, 3)
+    ([1, 3, 9, 27], [1, 4, 11, 33, 100], [0.5, 1.5, 4.5])
     """
     check_number("min_budget", min_budget)
     check_number("max_budget", max_budget)
@@ -60,16 +75,19 @@ def rung_budgets(min_budget: float, max_budget: float, reduction_factor: int) ->
         raise ValueError(
             f"max_budget must be greater than min_budget ({min_budget}), but got {max_budget}"
         )
-    budgets = [min_budget]
-    while budgets[-1] * reduction_factor <= max_budget * (1 + 1e-9):
-        budgets.append(budgets[-1] * reduction_factor)
-    if not math.isclose(budgets[-1], max_budget, rel_tol=1e-9):
-        fits = ", ".join(f"{b:g}" for b in [*budgets, budgets[-1] * reduction_factor])
+    whole = float(min_budget).is_integer() and float(max_budget).is_integer()
+    budgets: list[float] = []
+    exact = float(max_budget)
+    while exact >= min_budget * (1 - 1e-9):
+        value: float = int(max(math.floor(exact + 0.5), min_budget)) if whole else exact
+        if not budgets or value < budgets[0]:
+            budgets.insert(0, value)
+        exact /= reduction_factor
+    if len(budgets) < 2:
         raise ValueError(
-            f"max_budget must be min_budget x reduction_factor^k ({fits}, ...),"
-            f" but got {max_budget}"
+            f"max_budget must be at least min_budget x reduction_factor"
+            f" ({min_budget * reduction_factor:g}) for two rungs, but got {max_budget}"
         )
-    budgets[-1] = max_budget
     return budgets
 
 
@@ -104,26 +122,28 @@ class _SuccessiveHalving(Searcher):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = None,
+        budget: int | dict[str, float] | None = None,
         min_budget: int | float = 1,
         max_budget: int | float = 27,
         reduction_factor: int = 3,
         sampler: Literal["random", "tpe"] = "random",
-        startup_trials: int = 10,
+        startup_trials: int | None = None,
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
         check_one_objective(self.algorithm, self.objectives)
         self.rungs = rung_budgets(min_budget, max_budget, reduction_factor)
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {sampler!r}")
-        check_int("startup_trials", startup_trials, 1)
+        if startup_trials is not None:
+            check_int("startup_trials", startup_trials, 1)
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
-        self.reduction_factor, self.sampler, self.startup_trials = (
-            reduction_factor,
-            sampler,
-            startup_trials,
+        self.reduction_factor, self.sampler = reduction_factor, sampler
+        # BOHB's N_min + 2, N_min = d + 1: the fewest results a rung's model is fitted on.
+        self.startup_trials = (
+            startup_trials if startup_trials is not None else len(space.searched) + 3
         )
+        self.random_fraction = 0.0  # Hyperband (BOHB) draws this share at random
         self._settings.update(
             min_budget=min_budget, max_budget=max_budget, reduction_factor=reduction_factor,
             sampler=sampler, startup_trials=startup_trials,
@@ -180,13 +200,23 @@ class _SuccessiveHalving(Searcher):
         self._proposals += 1
         if self._seeds:
             return self._seeds.pop(0), "warm-start"
-        if self.sampler == "tpe":
-            for rung in range(len(self.rungs) - 1, -1, -1):
-                told = [o for o in self._results[rung] if o.values is not None]
-                if len(told) >= self.startup_trials:
-                    recorded = self._recorded_proposal()
-                    return recorded or self._tpe(told, index), "model"
+        rung = self.model_rung()
+        if rung is not None and not (
+            self.random_fraction and self._rng.random() < self.random_fraction
+        ):
+            told = [o for o in self._results[rung] if o.values is not None]
+            return self._recorded_proposal() or self._tpe(told, index), "model"
         return sample_config(self.space, self._rng), "random"
+
+    def model_rung(self) -> int | None:
+        """The rung whose results TPE is fitted on now: the highest with at least
+        ``startup_trials`` successes (None: random search, or too few anywhere)."""
+        if self.sampler != "tpe":
+            return None
+        for rung in range(len(self.rungs) - 1, -1, -1):
+            if sum(o.values is not None for o in self._results[rung]) >= self.startup_trials:
+                return rung
+        return None
 
     def _recorded_proposal(self) -> dict[str, Scalar] | None:
         """While restoring, the journal's TPE proposal for the trial being made.
@@ -287,13 +317,22 @@ class ASHASearch(_SuccessiveHalving):
         top = self._ranked(results)[: len(results) // self.reduction_factor]
         return [o.trial for o in top if o.trial.id not in self._promoted]
 
+    def _next_source(self) -> Trial | None:
+        """The trial the next ask promotes (the highest rung's first), or None."""
+        return next(
+            (c[0] for r in range(len(self.rungs) - 2, -1, -1) if (c := self.promotable(r))), None
+        )
+
+    def _next_size(self) -> float | None:
+        source = self._next_source()
+        if source is None:
+            return float(self.rungs[0])
+        return float(self.rungs[source.generation + 1] - self.rungs[source.generation])
+
     def _ask(self, n: int) -> list[Trial]:
         trials = []
         for _ in range(n):
-            source = next(
-                (c[0] for r in range(len(self.rungs) - 2, -1, -1) if (c := self.promotable(r))),
-                None,
-            )
+            source = self._next_source()
             if source is not None:
                 self._promoted.add(source.id)
                 trials.append(self._promotion(source))
@@ -343,16 +382,26 @@ class HyperbandSearch(_SuccessiveHalving):
         objectives: Any,
         *,
         iterations: int | None = None,
+        random_fraction: float = 1 / 3,
         **settings: Any,
     ) -> None:
         super().__init__(space, objectives, **settings)
         budget = self.budget
+        if (not isinstance(random_fraction, int | float) or isinstance(random_fraction, bool)
+                or not 0 <= random_fraction < 1):  # fmt: skip
+            raise ValueError(
+                f"random_fraction must be at least 0 and below 1, but got {random_fraction!r}"
+            )
+        self.random_fraction = float(random_fraction)
         self._settings["iterations"] = iterations
+        if random_fraction != 1 / 3:
+            self._settings["random_fraction"] = random_fraction
         self.brackets = hyperband_brackets(len(self.rungs), self.reduction_factor)
         per_iteration = sum(sum(b) for b in self.brackets)
         if iterations is not None:
             check_int("iterations", iterations, 1)
-            if budget is not None and budget > iterations * per_iteration:
+            if (budget is not None and budget > iterations * per_iteration
+                    and self.cost_budget is None):
                 raise ValueError(
                     f"budget must be at most {iterations * per_iteration} ({iterations}"
                     f" iteration(s) of {per_iteration} trials), but got {budget}: set iterations"
@@ -382,6 +431,19 @@ class HyperbandSearch(_SuccessiveHalving):
                 continue
             trials.append(trial)
         return trials
+
+    def _next_size(self) -> float | None:
+        """What the bracket that gives the next trial would ask it to train (see _from)."""
+        for bracket in self._open:
+            if bracket.over:
+                continue
+            if bracket.stage == 0 and bracket.asked < bracket.sizes[0]:
+                return float(self.rungs[bracket.first_rung])
+            if bracket.queue:
+                rung = bracket.queue[0].generation
+                return float(self.rungs[rung + 1] - self.rungs[rung])
+        shape = self.brackets[self._opened % len(self.brackets)]
+        return float(self.rungs[len(self.rungs) - len(shape)])
 
     def _open_bracket(self) -> None:
         shape = self.brackets[self._opened % len(self.brackets)]

@@ -109,7 +109,7 @@ class LQCMAESSearch(Searcher):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = 20,
+        budget: int | dict[str, float] | None = 20,
         sampler: str = "lq-cmaes",
         startup_trials: int | None = None,
         population: int | None = None,

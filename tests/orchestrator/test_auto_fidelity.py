@@ -1,9 +1,8 @@
-"""``algorithm: auto`` with a fidelity, under the scheduler: it runs the Hyperband it picked."""
+"""``algorithm: auto`` with a fidelity, under the scheduler: it runs the ASHA it picked."""
 
 from __future__ import annotations
 
 import textwrap
-from collections import Counter
 from pathlib import Path
 
 from test_simulated import finished
@@ -25,18 +24,16 @@ SPEC = textwrap.dedent("""
     """)
 
 
-def test_auto_over_epochs_runs_hyperband_and_continues_promoted_trials(tmp_path: Path) -> None:
+def test_auto_over_epochs_runs_asha_and_spends_the_epochs(tmp_path: Path) -> None:
     workflow = load_spec_text(SPEC)
     stage = workflow.stage("tune")
-    assert stage.auto_choice().label() == "hyperband tpe (bohb), rungs 1-9, eta 3, 3 iteration(s)"
-    assert workflow.planned_trials("tune") == 66
+    assert stage.auto_choice().label() == "asha tpe, rungs 1-9, eta 3, budget 270 epochs"
     backend = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1)
     simulate_workflow(workflow, backend, tmp_path / "run")
     done = finished(tmp_path / "run")
-    assert len(done) == 66 and all(e["status"] == "completed" for e in done.values())
+    assert all(e["status"] == "completed" for e in done.values())
     trials = [e["trial"] for e in done.values()]
-    # brackets 9/3/1 from 1 epoch, 5/1 from 3, 3 at 9: per iteration 9, 3 + 5 and 1 + 1 + 3
-    assert Counter(t["budget"] for t in trials) == {1: 27, 3: 24, 9: 15}
+    assert {t["budget"] for t in trials} == {1, 3, 9}
     for trial in trials:
         source = trial.get("continue_from")
         if trial["origin"] == "promotion":
@@ -45,4 +42,5 @@ def test_auto_over_epochs_runs_hyperband_and_continues_promoted_trials(tmp_path:
             assert source is None
     spent = sum(t["budget"] - (done[t["continue_from"]]["trial"]["budget"]
                                if t.get("continue_from") else 0) for t in trials)  # fmt: skip
-    assert spent <= 30 * 9  # no more training than 30 full trainings of 9 epochs
+    # 30 full trainings of 9 epochs, spent to within one promotion (6 epochs) of the end
+    assert 30 * 9 - 6 < spent <= 30 * 9

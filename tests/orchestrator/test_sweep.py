@@ -145,14 +145,13 @@ def test_pbt_flags_reach_the_search() -> None:
     assert stage.search_label() == "pbt 4 members, exploit every 2 epochs"
 
 
-def test_auto_with_a_fidelity_picks_hyperband_over_the_trainers_epochs() -> None:
+def test_auto_with_a_fidelity_picks_asha_over_the_trainers_epochs() -> None:
     auto = dict(algorithm="auto", population=None, generations=None, budget=20, parallel=2)
     stage = load_spec_text(spec_yaml(sweep_spec(
         **auto, fidelity="epochs", settings=["dataset=digits", "epochs=27"],
     ))).stage("sweep")
     assert stage.search.fidelity == "epochs"
-    assert stage.auto_choice().label() == "hyperband tpe (bohb), rungs 1-27, eta 3, 1 iteration(s)"
-    assert stage.planned_trials() == 69
+    assert stage.auto_choice().label() == "asha tpe, rungs 1-27, eta 3, budget 540 epochs"
     plain = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")  # epochs=2
     assert plain.auto_choice().algorithm == "bayesian"
 
@@ -212,8 +211,8 @@ def test_options_of_another_search_are_refused(algorithm: str, overrides: dict,
 def test_rungs_that_do_not_fit_are_a_spec_error() -> None:
     from orchestrator.spec import SpecError
 
-    with pytest.raises(SpecError, match="min_budget x reduction_factor"):
-        load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=10, eta=3)))
+    with pytest.raises(SpecError, match="at least min_budget x reduction_factor"):
+        load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=2, eta=3)))
 
 
 def test_cli_refuses_a_wrong_combination_with_exit_2() -> None:
@@ -224,10 +223,10 @@ def test_cli_refuses_a_wrong_combination_with_exit_2() -> None:
     assert "--interval applies to --algo pbt, not random" in result.stderr
     assert "Traceback" not in result.stderr
     result = subprocess.run([NESTOR, "sweep", "--trainer", "cnn", "--param", "lr=float:0.01:0.1",
-                             "--algo", "hyperband", "--max-budget", "10"],
+                             "--algo", "hyperband", "--max-budget", "2"],
                             capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
-    assert "max_budget must be min_budget x reduction_factor^k" in result.stderr
+    assert "max_budget must be at least min_budget x reduction_factor" in result.stderr
 
 
 def test_help_explains_the_continuing_searches() -> None:
@@ -402,3 +401,35 @@ def test_search_set_of_a_field_the_algorithm_lacks_is_a_spec_error() -> None:
 
     with pytest.raises(SpecError, match="unknown field 'quantil'; did you mean 'quantile'"):
         load_spec_text(spec_yaml(continuing("pbt", search_settings=["quantil=0.5"])))
+
+
+def test_auto_is_the_default_search_and_budgets_take_units() -> None:
+    result = subprocess.run([NESTOR, "sweep", "--help"], capture_output=True, text=True,
+                            check=False, timeout=60)
+    text = " ".join(result.stdout.split())
+    assert "[default: auto]" in text and "30h" in text and "600slot-s" in text
+    spec = sweep_spec(algorithm="auto", population=None, generations=None,
+                      budget={"hours": 30.0})
+    search = load_spec_text(spec_yaml(spec)).stage("sweep").search
+    assert (search.algorithm, search.budget) == ("auto", {"hours": 30.0})
+
+
+@pytest.mark.slow
+def test_a_sweep_without_algo_says_what_auto_picked_and_spends_a_cost(tmp_path: Path) -> None:
+    """No --algo: auto, named with its reason as the run starts; --budget 6epochs with
+    epochs=2 per trial runs 3 trials (each told its 2 epochs), not the default 20."""
+    fit = tmp_path / "fit.py"
+    fit.write_text(FIT)
+    env = dict(os.environ, FIT_LOG=str(tmp_path / "argv.log"))
+    result = subprocess.run(
+        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=-a=float:-1:1",
+         "--set", "epochs=2", "--budget", "6epochs", "--parallel", "1",
+         "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, env=env, check=False, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    stderr = " ".join(result.stderr.split())
+    assert "stage sweep: auto picked bayesian tpe: one parameter" in stderr
+    assert "spent 6/6 epochs" in stderr and "3/?" in stderr
+    stage = json.loads((tmp_path / "run" / "results.json").read_text())["stages"][0]
+    assert stage["n_trials"] == 3

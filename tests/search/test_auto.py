@@ -81,7 +81,8 @@ def test_an_auto_search_runs_and_restores() -> None:
     [
         ({"population": 8}, "auto search settings must be among seed, budget, parallel"),
         ({"parallel": 0}, "parallel must be a positive integer, but got 0"),
-        ({"budget": 0}, "budget must be a positive integer or None, but got 0"),
+        ({"budget": 0}, r"budget must be a positive integer \(trials\), .* but got 0"),
+        ({"budget": {"days": 2}}, "budget must be .*: one key of slot_seconds, hours, epochs"),
         ({"max_fidelity": 2.5}, "max_fidelity must be a positive integer or None, but got 2.5"),
         ({"max_fidelity": 0}, "max_fidelity must be a positive integer or None, but got 0"),
     ],
@@ -101,61 +102,70 @@ OLD_CASES = [
 
 
 @pytest.mark.parametrize(("space", "objectives", "budget", "parallel"), OLD_CASES)
-@pytest.mark.parametrize("max_fidelity", [None, 3, 10])
+@pytest.mark.parametrize("max_fidelity", [None, 2, 3])
 def test_without_a_fidelity_that_splits_auto_picks_as_before(
     space: SearchSpace, objectives: list, budget: int, parallel: int, max_fidelity: int | None
 ) -> None:
-    """No fidelity, or one that does not split into 3 whole rungs (3 epochs: 1, 3;
-    10: neither 3 nor 2 divides it twice): the old rules, unchanged."""
+    """No fidelity, or one too short for 3 whole rungs (3 epochs: 1, 3 with eta 3,
+    2, 3 with eta 2): the rules without a fidelity, unchanged."""
     before = choose_search(space, objectives, budget=budget, parallel=parallel)
-    assert before.algorithm != "hyperband"
+    assert before.algorithm not in ("asha", "hyperband")
     assert choose_search(space, objectives, budget=budget, parallel=parallel,
                          max_fidelity=max_fidelity) == before  # fmt: skip
 
 
 @pytest.mark.parametrize(
-    ("max_fidelity", "budget", "rungs", "iterations", "trials"),
+    ("max_fidelity", "budget", "rungs"),
     [
-        (27, 20, (1, 27, 3), 1, 69),  # 540 epochs: one iteration of 357
-        (27, 130, (1, 27, 3), 9, 621),
-        (9, 30, (1, 9, 3), 3, 66),  # brackets 9/3/1, 5/1, 3: 22 trials, 87 epochs
-        (12, 15, (3, 12, 2), 2, 28),  # 12 = 3 x 2^2
-        (81, 40, (1, 81, 3), 2, 412),
+        (27, 20, (1, 27, 3)),
+        (100, 30, (11, 100, 3)),  # 11, 33, 100: no need for 100 = 25 x 2^2, nor 1 of 100
+        (10, 30, (1, 10, 3)),  # 1, 3, 10
+        (12, 15, (1, 12, 3)),  # 1, 4, 12
+        (4, 40, (1, 4, 2)),  # 1, 2, 4
     ],
 )
-def test_a_fidelity_that_splits_picks_hyperband_within_the_same_training(
-    max_fidelity: int, budget: int, rungs: tuple, iterations: int, trials: int
+def test_a_fidelity_picks_asha_tpe_and_spends_the_whole_training(
+    max_fidelity: int, budget: int, rungs: tuple
 ) -> None:
+    """Any full length from 4 up splits into whole rungs, and the budget of full
+    trainings becomes epochs that ASHA spends to the last trial that fits: less than
+    one trial's worth is left (whole Hyperband iterations left 200 of 3,000)."""
     choice = choose_search(MIXED, MIN, budget=budget, parallel=4, max_fidelity=max_fidelity)
     low, high, eta = rungs
-    assert choice.algorithm == "hyperband"
-    assert choice.label() == (f"hyperband tpe (bohb), rungs {low}-{high}, eta {eta},"
-                              f" {iterations} iteration(s)")  # fmt: skip
+    epochs = budget * max_fidelity
+    assert choice.label() == f"asha tpe, rungs {low}-{high}, eta {eta}, budget {epochs} epochs"
     assert choice.settings == {
-        "budget": trials, "iterations": iterations, "min_budget": low, "max_budget": high,
-        "reduction_factor": eta, "sampler": "tpe", "startup_trials": 10,
+        "budget": {"epochs": epochs}, "min_budget": low, "max_budget": high,
+        "reduction_factor": eta, "sampler": "tpe",
     }  # fmt: skip
-    assert f"budget of {budget} full trainings" in choice.reason
-    assert "continue from their checkpoints" in choice.reason
-    # What it trains, run for real, stays within budget x max_fidelity, and uses most of it.
+    assert f"budget of {budget} full trainings is {epochs} epochs" in choice.reason
     searcher = make_searcher("auto", MIXED, MIN, seed=1, budget=budget, parallel=4,
                              max_fidelity=max_fidelity)  # fmt: skip
-    assert searcher.algorithm == "hyperband" and searcher.auto_choice == choice
+    assert searcher.algorithm == "asha" and searcher.auto_choice == choice
     drive(searcher, loss, parallel=4)
-    assert searcher.done() and len(searcher.trials) == trials
-    assert 0.5 * budget * max_fidelity < searcher.budget_used <= budget * max_fidelity
-    assert max(t.budget for t in searcher.trials.values()) == max_fidelity
+    assert searcher.done() and "budget of" in searcher.stop_reason
+    largest_step = max(b - a for a, b in zip([0, *searcher.rungs], searcher.rungs, strict=False))
+    assert epochs - largest_step < searcher.budget_used <= epochs
+    assert searcher.cost_spent == searcher.budget_used
 
 
 def test_multi_fidelity_comes_before_the_parallelism_rule_but_after_tiny_budgets() -> None:
     many = choose_search(box(7), MIN, budget=1000, parallel=64, max_fidelity=27)
-    assert many.algorithm == "hyperband"  # asynchronous enough: brackets overlap
+    assert many.algorithm == "asha"  # asynchronous: no slot waits for a rung to fill
     assert choose_search(box(7), MIN, budget=8, parallel=1, max_fidelity=27).label() == "random"
-    # 11 full trainings of 27 epochs (297) do not pay for one iteration (357).
     assert choose_search(box(7), MIN, budget=11, parallel=1, max_fidelity=27).algorithm == (
-        "bayesian")
+        "asha")  # 297 epochs: no whole Hyperband iteration (357) needed any more
     categorical = SearchSpace((CategoricalParam("a", (1, 2, 3)),))
     assert choose_search(categorical, MIN, budget=20, max_fidelity=27).algorithm == "grid"
+
+
+def test_a_cost_budget_reaches_the_chosen_search() -> None:
+    """Auto chooses as for the full trainings a cost pays for, and hands the cost on."""
+    choice = choose_search(box(7), MIN, budget={"epochs": 2700}, parallel=4, max_fidelity=27)
+    assert choice.settings["budget"] == {"epochs": 2700}
+    timed = choose_search(box(7), MIN, budget={"hours": 3}, parallel=8)
+    assert timed.settings["budget"] == {"hours": 3}
+    assert "budget of 10800 slot-seconds is spent trial by trial" in timed.reason
 
 
 def test_an_auto_hyperband_restores() -> None:

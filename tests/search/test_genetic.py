@@ -82,12 +82,29 @@ def test_polling_at_the_barrier_adds_no_events() -> None:
 def test_async_breeds_as_soon_as_a_result_comes_back() -> None:
     searcher = GeneticSearch(LINE, MIN, population=6, generations=3, seed=1, schedule="async")
     first = searcher.ask(10)
-    assert len(first) == 6  # nothing evaluated yet, nothing to breed from
-    assert searcher.ask(1) == []
+    assert len(first) == 10  # nothing to breed from yet: more random members, no idle slot
+    assert [t.origin for t in first] == ["random"] * 10
     searcher.tell(first[0].id, square(first[0].config))
     child = searcher.ask(1)
     assert len(child) == 1 and child[0].parents == (first[0].id,)
     assert child[0].generation == 1 and child[0].origin == "mutation"
+
+
+@pytest.mark.parametrize(("population", "demes", "at_once"), [(16, 1, 64), (8, 2, 40)])
+def test_async_answers_a_wide_ask_in_full(population: int, demes: int, at_once: int) -> None:
+    """An ask of 64 from a population of 16 gets 64 (it got 16, leaving 48 slots idle
+    until results came back); the extra members join their demes as they are told,
+    and the demes keep their size."""
+    searcher = GeneticSearch(LINE, MIN, population=population, demes=demes, seed=2,
+                             schedule="async", budget=4 * at_once)  # fmt: skip
+    first = searcher.ask(at_once)
+    assert len(first) == at_once
+    assert {t.deme for t in first} == set(range(demes))
+    for trial in first:
+        searcher.tell(trial.id, square(trial.config))
+    assert sum(len(d) for d in searcher._parents) == population
+    drive(searcher, square, parallel=at_once)
+    assert searcher.done() and len(searcher.observations) == 4 * at_once
 
 
 def test_async_without_idle_slots_improves() -> None:
@@ -251,19 +268,16 @@ def test_the_one_fifth_rule_shrinks_the_step_near_an_optimum() -> None:
     assert searcher.best().value < fixed.best().value
 
 
-def test_a_budget_the_generations_cannot_reach_says_what_would_fit() -> None:
-    from pydantic import ValidationError
-
+def test_a_budget_above_the_generations_is_honoured() -> None:
+    """budget: 200 with generations: 10 of 16 runs 200 trials (13 generations), in the
+    search and in the spec, where it was refused ("budget must be at most 160")."""
     from orchestrator.spec.model import GeneticSearch as Spec
 
-    message = (
-        r"budget must be at most 160 \(population 16 x 10 generations\), but got 200:"
-        r" set generations to 13, or leave generations out"
-    )
-    with pytest.raises(ValueError, match=message):
-        GeneticSearch(LINE, MIN, generations=10, budget=200)
-    with pytest.raises(ValidationError, match=message):
-        Spec(algorithm="genetic", generations=10, budget=200)
+    searcher = GeneticSearch(LINE, MIN, generations=10, budget=200)
+    assert searcher.generations == 13 and searcher.planned == 200
+    assert Spec(algorithm="genetic", generations=10, budget=200).planned_generations() == 13
+    drive(searcher, square, parallel=4)
+    assert len(searcher.observations) == 200
     planned = GeneticSearch(LINE, MIN, budget=200)
     assert planned.generations == 13 and planned.planned == 200
 

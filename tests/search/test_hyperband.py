@@ -41,9 +41,29 @@ def test_rungs_are_powers_of_the_reduction_factor() -> None:
     assert rung_budgets(1, 27, 3) == [1, 3, 9, 27]
     assert rung_budgets(2, 32, 2) == [2, 4, 8, 16, 32]
     assert rung_budgets(0.5, 4.5, 3) == [0.5, 1.5, 4.5]
-    with pytest.raises(ValueError, match=r"max_budget must be min_budget x reduction_factor\^k"
-                       r" \(1, 3, 9, 27, \.\.\.\), but got 10"):  # fmt: skip
-        rung_budgets(1, 10, 3)
+    with pytest.raises(ValueError, match=r"max_budget must be at least min_budget x"
+                       r" reduction_factor \(3\) for two rungs, but got 2"):  # fmt: skip
+        rung_budgets(1, 2, 3)
+
+
+@pytest.mark.parametrize(
+    ("low", "high", "eta", "rungs"),
+    [(1, 100, 3, [1, 4, 11, 33, 100]), (1, 10, 3, [1, 3, 10]),
+     (1, 100, 2, [2, 3, 6, 13, 25, 50, 100]), (5, 100, 3, [11, 33, 100]),
+     (1.0, 20.0, 3, [2, 7, 20])],
+)
+def test_rungs_from_any_range_are_whole_and_end_at_max(low, high, eta, rungs) -> None:
+    """Any integer range splits into whole rungs about eta apart, the last being max
+    (no fractional epochs such as 100 / 81 = 1.23), none below min."""
+    budgets = rung_budgets(low, high, eta)
+    assert budgets == rungs
+    assert all(isinstance(b, int) for b in budgets)
+    assert budgets[-1] == high and budgets[0] >= low
+
+
+def test_rungs_of_a_continuous_fidelity_stay_fractional() -> None:
+    budgets = rung_budgets(0.1, 1.0, 3)
+    assert budgets == pytest.approx([1 / 9, 1 / 3, 1.0])
     with pytest.raises(ValueError, match="max_budget must be greater than min_budget"):
         rung_budgets(9, 3, 3)
     with pytest.raises(ValueError, match="reduction_factor must be an integer of at least 2"):
@@ -231,6 +251,41 @@ def test_tpe_proposes_from_the_highest_rung_with_enough_results(cls: type) -> No
     assert [t.to_dict() for t in run(same, parallel=2)] == [t.to_dict() for t in trials]
 
 
+PLANE = SearchSpace((FloatParam("x", 0.0, 1.0), FloatParam("y", 0.0, 1.0)))
+
+
+def test_bohb_fits_the_highest_rung_as_soon_as_it_has_d_plus_3_results() -> None:
+    """The BOHB paper's rule (N_min + 2 = d + 3 results, d = 2 here): the second rung's
+    model takes over from the lowest one at its 5th result, not its 10th."""
+    searcher = HyperbandSearch(PLANE, MIN, max_budget=27, sampler="tpe", seed=3)
+    assert searcher.startup_trials == 5
+    running: list = []
+    while sum(o.values is not None for o in searcher._results[1]) < 5:
+        running += searcher.ask(4 - len(running))
+        trial = running.pop(0)
+        searcher.tell(trial.id, (trial.config["x"] - 0.3) ** 2 + trial.config["y"])
+        if sum(o.values is not None for o in searcher._results[1]) < 5:
+            assert searcher.model_rung() in (None, 0)
+    assert len(searcher._results[0]) >= 10
+    assert searcher.model_rung() == 1
+
+
+def test_bohb_draws_a_third_of_new_configurations_at_random() -> None:
+    """The paper's rho = 1/3 keeps a misleading low-fidelity model from narrowing the
+    search; ASHA-TPE keeps proposing from its model every time."""
+    space = PLANE
+    bohb = HyperbandSearch(space, MIN, max_budget=9, sampler="tpe", seed=4, iterations=3)
+    run(bohb, parallel=2, function=lambda c: c["x"] + c["y"])
+    after = [t for t in bohb.trials.values()
+             if t.continue_from is None and int(t.id) > 40]  # fmt: skip
+    share = sum(t.origin == "random" for t in after) / len(after)
+    assert 0.15 < share < 0.5, share
+    asha = ASHASearch(space, MIN, max_budget=9, sampler="tpe", seed=4, budget=120)
+    run(asha, parallel=2, function=lambda c: c["x"] + c["y"])
+    late = [t for t in asha.trials.values() if t.continue_from is None and int(t.id) > 40]
+    assert all(t.origin == "model" for t in late)
+
+
 def test_bohb_restores_mid_search_without_changing_its_proposals() -> None:
     reference = HyperbandSearch(MIXED, MIN, max_budget=9, sampler="tpe", startup_trials=3, seed=6)
     expected = run(reference, parallel=3)
@@ -277,7 +332,7 @@ def test_restore_takes_tpe_proposals_from_the_journal() -> None:
 @pytest.mark.parametrize(
     ("settings", "message"),
     [
-        ({"max_budget": 10}, r"max_budget must be min_budget x reduction_factor\^k"),
+        ({"max_budget": 2}, "max_budget must be at least min_budget x reduction_factor"),
         ({"min_budget": 0}, "min_budget must be a positive number, but got 0"),
         ({"reduction_factor": 1}, "reduction_factor must be an integer of at least 2"),
         ({"sampler": "gp"}, "sampler must be one of random, tpe, but got 'gp'"),
@@ -291,7 +346,7 @@ def test_bad_settings_are_refused(algorithm: str, settings: dict, message: str) 
 
 def test_hyperband_takes_ashas_settings_and_iterations() -> None:
     """One constructor holds the shared settings: Hyperband adds only its own."""
-    assert settings_of("hyperband") == [*settings_of("asha"), "iterations"]
+    assert settings_of("hyperband") == [*settings_of("asha"), "iterations", "random_fraction"]
     shared = {"seed": 2, "budget": 50, "min_budget": 2, "max_budget": 18,
               "reduction_factor": 3, "sampler": "random", "startup_trials": 4}  # fmt: skip
     asha, hyperband = ASHASearch(LINE, MIN, **shared), HyperbandSearch(LINE, MIN, **shared)

@@ -82,7 +82,7 @@ def test_restore_detects_a_diverging_replay() -> None:
 
 
 def test_constructor_arguments_are_checked() -> None:
-    with pytest.raises(ValueError, match="budget must be a positive integer or None"):
+    with pytest.raises(ValueError, match=r"budget must be a positive integer \(trials\)"):
         RandomSearch(SPACE, [("y", "min")], budget=0)
     with pytest.raises(ValueError, match="seed must be an integer"):
         RandomSearch(SPACE, [("y", "min")], seed=1.5)  # type: ignore[arg-type]

@@ -29,11 +29,11 @@ def spec(search: str, trainer: str = CNN27) -> str:
     return STAGE.replace("TRAINER", trainer).replace("SEARCH", search)
 
 
-def test_auto_with_a_fidelity_plans_hyperband_over_the_trainers_epochs() -> None:
+def test_auto_with_a_fidelity_plans_asha_over_the_trainers_epochs() -> None:
     stage = load_spec_text(spec("{algorithm: auto, budget: 20, fidelity: epochs}")).stage("tune")
     assert stage.max_fidelity() == 27
-    assert stage.auto_choice().label() == "hyperband tpe (bohb), rungs 1-27, eta 3, 1 iteration(s)"
-    assert stage.planned_trials() == 69
+    assert stage.auto_choice().label() == "asha tpe, rungs 1-27, eta 3, budget 540 epochs"
+    assert stage.planned_trials() == 20  # full trainings' worth; the epochs end it
     assert stage.search_settings() == {"seed": 0, "budget": 20, "parallel": None,
                                        "max_fidelity": 27}  # fmt: skip
     # Without fidelity (or with the built-in default of 3 epochs) auto picks as before.
@@ -49,7 +49,7 @@ def test_a_command_trainer_names_its_full_length_in_its_settings() -> None:
     trainer = '{command: "python3 fit.py", settings: {steps: 81}}'
     stage = load_spec_text(spec("{algorithm: auto, budget: 40, fidelity: steps}", trainer)
                            ).stage("tune")  # fmt: skip
-    assert stage.auto_choice().label().startswith("hyperband tpe (bohb), rungs 1-81")
+    assert stage.auto_choice().label().startswith("asha tpe, rungs 3-81")
 
 
 @pytest.mark.parametrize(
@@ -103,5 +103,5 @@ def test_validate_prints_the_pb2_and_auto_hyperband_plans(tmp_path: Path) -> Non
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
     assert "pb2 4 members, exploit every 1 epochs" in output
-    assert "auto picked hyperband tpe (bohb), rungs 1-27, eta 3, 1 iteration(s)" in output
-    assert "budget of 20 full trainings (540 units) pays for 1 iteration(s)" in output
+    assert "auto picked asha tpe, rungs 1-27, eta 3, budget 540 epochs" in output
+    assert "budget of 20 full trainings is 540 epochs, spent until the next trial" in output

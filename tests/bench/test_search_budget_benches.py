@@ -1,0 +1,36 @@
+"""The held-out multi-fidelity and many-at-once benches: what they measure is what
+their docstrings say (budget spent, slots kept busy, ranks), on one small run each."""
+
+from __future__ import annotations
+
+import pytest
+
+from bench import many_at_once_bench as wide
+from bench import multifidelity_heldout_bench as heldout
+
+
+def test_every_heldout_search_spends_the_same_epochs_or_less() -> None:
+    problem = heldout.PROBLEMS[0]
+    reference = heldout.best_floor(problem)
+    for name in ("hyperband", "bohb (d+3, rho 1/3)", "random (100 epochs each)",
+                 "old auto (hb tpe eta 2, 25-100)"):
+        result = heldout.run(name, problem, 0, reference)
+        assert result["spent"] <= heldout.BUDGET
+        assert set(result["regret"]) == set(heldout.FRACTIONS)
+        assert all(r < float("inf") for r in result["regret"].values())
+    # Whole iterations: the old auto left 200 of 3,000 epochs; the cost budget does not.
+    assert heldout.run("old auto (hb tpe eta 2, 25-100)", problem, 0, reference)["spent"] == 2800
+    assert heldout.BUDGET - heldout.run("hyperband", problem, 0, reference)["spent"] < 67
+
+
+def test_ranks_share_ties() -> None:
+    assert heldout.ranks({"a": 1.0, "b": 1.0, "c": 2.0}) == {"a": 1.5, "b": 1.5, "c": 3.0}
+
+
+@pytest.mark.parametrize("width", [16, 64])
+def test_auto_keeps_every_slot_busy_at_width(width: int) -> None:
+    """Auto at 16 and 64 at once: every evaluation run, no slot left waiting on it."""
+    result = wide.run("auto", wide.PROBLEMS[0], 0, width)
+    assert result["evaluations"] == wide.ROUNDS * width
+    assert result["idle"] == 0.0
+    assert result["label"].startswith("genetic async")
