@@ -142,12 +142,17 @@ def run_workflow(
     slots: int | None = None,
     address: str | None = None,
     on_progress: Callable[[Any], None] | None = None,
+    on_results: Callable[[Path, dict[str, Any]], None] | None = None,
+    wait_for_mlflow: Callable[[Any], None] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run (or resume) a workflow; returns the run directory and its results.
 
     Stages form a DAG through ``from:``. Every stage whose sources are done
     runs at once, all of them stepping their trials on one shared pool of
     slots; a finished stage is journalled with its summary and never re-run.
+    ``on_results`` is told the results as soon as they are journalled, before
+    Ray is shut down and MLflow is waited for (``wait_for_mlflow(projector)``,
+    else ``projector.close()``): a command prints them without waiting on either.
     """
     import ray
 
@@ -193,6 +198,8 @@ def run_workflow(
         results["wall_time_s"] = round(time.time() - first, 3)
         write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
         journal.record(WorkflowFinished())
+        if on_results is not None:
+            on_results(run_dir, results)
         return run_dir, results
     except Interrupted as exc:
         journal.record(WorkflowInterrupted(reason=exc.reason))
@@ -200,10 +207,12 @@ def run_workflow(
         raise
     finally:
         journal.close()
-        projector.close()  # what MLflow still lacks, the next driver on run_dir sends
-        backend.shutdown()
-        if started_ray:
-            ray.shutdown()
+        try:
+            backend.shutdown()
+            if started_ray:
+                ray.shutdown()
+        finally:  # what MLflow still lacks then, the next driver on run_dir sends
+            (wait_for_mlflow or Projector.close)(projector)
 
 
 class StageScheduler:
