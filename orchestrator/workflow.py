@@ -90,6 +90,27 @@ def joining_runtime_env(environ: dict[str, str] | None = None) -> dict[str, Any]
     return {"env_vars": {"PYTHONPATH": os.pathsep.join([*entries, "${PYTHONPATH}"])}}
 
 
+RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _NoTokenAdvice(logging.Filter):
+    """Drops Ray's advice, on starting a cluster, to turn its token off."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "RAY_AUTH_MODE=disabled" not in record.getMessage()
+
+
+def quiet_token_advice() -> None:
+    """Say nothing of the token of the Ray cluster nestor starts for a run.
+
+    Ray's token is what keeps that cluster (its ports on this host) private to the
+    run; Ray's own line about it ("... Set RAY_AUTH_MODE=disabled to opt out")
+    tells every user how to turn that protection off, so it is not shown."""
+    logger = logging.getLogger(RAY_TOKEN_LOGGER)
+    if not any(isinstance(f, _NoTokenAdvice) for f in logger.filters):
+        logger.addFilter(_NoTokenAdvice())
+
+
 def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) -> int:
     """Slots to use: the spec's, else --slots, else the Ray cluster's CPUs (GPUs if any)."""
     import ray
@@ -103,6 +124,7 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
     if address is None and not ray.is_initialized():
         from orchestrator.spec import default_slots
 
+        quiet_token_advice()
         ray.init(
             address="local",  # a Ray of its own, even where another runs on this host
             num_cpus=max(wanted or default_slots(), 1),

@@ -402,3 +402,18 @@ def test_search_set_of_a_field_the_algorithm_lacks_is_a_spec_error() -> None:
 
     with pytest.raises(SpecError, match="unknown field 'quantil'; did you mean 'quantile'"):
         load_spec_text(spec_yaml(continuing("pbt", search_settings=["quantil=0.5"])))
+
+
+@pytest.mark.slow
+def test_a_sweep_does_not_advise_turning_the_clusters_token_off(tmp_path: Path) -> None:
+    # Ray's line on starting a cluster ("Token authentication is enabled ... Set
+    # RAY_AUTH_MODE=disabled to opt out") tells every user how to remove what keeps
+    # the cluster nestor starts private to its run.
+    result = subprocess.run(
+        [NESTOR, "sweep", "--cmd", "/bin/echo FoM: 0.5", "--param", "x=float:0:1",
+         "--budget", "4", "--parallel", "2", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, check=False, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "run directory:" in result.stdout
+    assert "RAY_AUTH_MODE=disabled" not in result.stdout + result.stderr
