@@ -126,9 +126,11 @@ class Projector:
 
         Waits as long as MLflow keeps taking events (a big sweep on SQLite may end
         well ahead of its projection), but no more than ``timeout_s`` without one
-        going through (a server that is down), and not once ``stop()`` says so (a
-        Ctrl-C). While it waits, ``report(written, of, seconds_left)`` is called
-        every 50 ms; without ``report``, what is left is logged."""
+        going through (a server that is down; the time MLflow takes to import and
+        open its store, up to five times that, does not count), and not once
+        ``stop()`` says so (a Ctrl-C). While it waits, ``report(written, of,
+        seconds_left)`` is called every 50 ms; without ``report``, what is left is
+        logged."""
         began, first = time.monotonic(), self.done
         moved_at, last = began, self.done
         while self.behind and self._thread.is_alive() and not (stop and stop()):
@@ -138,9 +140,10 @@ class Projector:
                 report(self.done, self.done + behind, behind / rate if rate > 0 else None)
             self._wake.set()
             time.sleep(0.05)
-            if self.done != last:
-                moved_at, last = time.monotonic(), self.done
-            elif time.monotonic() - moved_at > timeout_s:
+            now = time.monotonic()
+            if self.done != last or (self._tracker is None and now - began < 5 * timeout_s):
+                moved_at, last = now, self.done  # moving, or still importing MLflow
+            elif now - moved_at > timeout_s:
                 break
         self._closing = True
         self._wake.set()
