@@ -86,6 +86,7 @@ class Projector:
         self._run_key = "legacy"  # journals from before run_key
         self._stage_runs: dict[str, str] = {}
         self._keys_read = False  # whether the tracker has learnt the store's runs
+        self._failing_since: float | None = None  # MLflow refusing events since
         self._wake = threading.Event()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="nestor-mlflow-projector",
@@ -125,14 +126,12 @@ class Projector:
         which the next driver on this run directory projects.
 
         Waits as long as MLflow keeps taking events (a big sweep on SQLite may end
-        well ahead of its projection), but no more than ``timeout_s`` without one
-        going through (a server that is down; the time MLflow takes to import and
-        open its store, up to five times that, does not count), and not once
-        ``stop()`` says so (a Ctrl-C). While it waits, ``report(written, of,
-        seconds_left)`` is called every 50 ms; without ``report``, what is left is
-        logged."""
+        well ahead of its projection; one event's plots may take a minute on a busy
+        machine), but no more than ``timeout_s`` of MLflow refusing them (a server
+        that is down), and not once ``stop()`` says so (a Ctrl-C). While it waits,
+        ``report(written, of, seconds_left)`` is called every 50 ms; without
+        ``report``, what is left is logged."""
         began, first = time.monotonic(), self.done
-        moved_at, last = began, self.done
         while self.behind and self._thread.is_alive() and not (stop and stop()):
             if report is not None:
                 now, behind = time.monotonic(), self.behind
@@ -140,10 +139,8 @@ class Projector:
                 report(self.done, self.done + behind, behind / rate if rate > 0 else None)
             self._wake.set()
             time.sleep(0.05)
-            now = time.monotonic()
-            if self.done != last or (self._tracker is None and now - began < 5 * timeout_s):
-                moved_at, last = now, self.done  # moving, or still importing MLflow
-            elif now - moved_at > timeout_s:
+            failing = self._failing_since
+            if failing is not None and time.monotonic() - failing > timeout_s:
                 break
         self._closing = True
         self._wake.set()
@@ -165,8 +162,10 @@ class Projector:
             self._wake.clear()
             try:
                 self._project_new()
-                wait = RETRY_FIRST_S
+                wait, self._failing_since = RETRY_FIRST_S, None
             except Exception as exc:  # MLflow down or slow: the journal keeps it all
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
                 if self._closing:
                     self._save()
                     return
