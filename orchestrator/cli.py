@@ -312,7 +312,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     import os
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
-    from orchestrator.progress import StageProgress
+    from orchestrator.progress import StageProgress, wait_for_mlflow
     from orchestrator.results import render_results
     from orchestrator.spec import SpecError
     from orchestrator.stopping import Interrupted, exit_code, install_handlers
@@ -321,14 +321,25 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     from orchestrator.workflow import RunError, run_workflow
 
     out = console()
+    err = console(stderr=True)
     clear_stop()
     install_handlers()
     _announce_auto(spec if spec is not None and not resume else None)
+    printed: list[Path] = []
+
+    def show(run_dir: Path, results: dict[str, Any]) -> None:
+        """The results, at once: before Ray's shutdown and MLflow's catching up."""
+        progress.progress.stop()
+        render_results(out, results)
+        out.print(f"run directory: {run_dir}")
+        printed.append(run_dir)
+
     try:
-        with StageProgress(console(stderr=True)) as progress:
+        with StageProgress(err) as progress:
             run_dir, results = run_workflow(
                 spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
-                on_progress=progress.update,
+                on_progress=progress.update, on_results=show,
+                wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
             )
     except SpecError as exc:
         print_errors(console(stderr=True), exc.problems)
@@ -351,8 +362,9 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
             f"stopped on {exc.reason}; finished trials are journalled."
             f" Continue with: nestor resume{where}", soft_wrap=True)
         sys.exit(exit_code(exc.reason))
-    render_results(out, results)
-    out.print(f"run directory: {run_dir}")
+    if not printed:
+        render_results(out, results)
+        out.print(f"run directory: {run_dir}")
     empty = stages_without_result(results, run_dir)
     if empty:
         print_errors(console(stderr=True), empty)
@@ -455,11 +467,42 @@ def ui(run_dir: Path | None, tracking_uri: str | None, port: int, host: str) -> 
     from orchestrator.ui import UiError, resolve_store, serve
 
     try:
+        if run_dir is not None and tracking_uri is None:
+            write_mlflow_behind(run_dir)
         store = resolve_store(run_dir, tracking_uri)
         sys.exit(serve(store, host, port, echo=lambda line: console().print(line, soft_wrap=True)))
     except UiError as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
+
+
+def write_mlflow_behind(run_dir: Path) -> None:
+    """Project what a run's journal holds that its MLflow store lacks (a command
+    stopped while it waited for MLflow), showing the wait, before the UI shows it."""
+    import signal
+
+    from orchestrator.progress import wait_for_mlflow
+    from orchestrator.projector import Projector
+    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.stopping import clear, install_handlers
+    from orchestrator.workflow import JOURNAL_FILE, SPEC_FILE
+
+    if not (run_dir / JOURNAL_FILE).is_file() or not (run_dir / SPEC_FILE).is_file():
+        return
+    try:
+        workflow = load_spec(run_dir / SPEC_FILE)
+    except SpecError:
+        return
+    signals = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1)
+    previous = {signum: signal.getsignal(signum) for signum in signals}
+    clear()
+    install_handlers()  # a Ctrl-C ends the wait, and the UI still starts
+    try:
+        wait_for_mlflow(Projector(run_dir, workflow), console(stderr=True))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        clear()
 
 
 @cli.command()

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import math
+import time
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -50,3 +53,59 @@ class StageProgress:
             detail=f"gen {generation}  best {best_text}  running {len(runner.running)}"
             f"  failed {failed}  slots {busy}/{runner.backend.slots}{spent}",
         )
+
+
+class MlflowWait:
+    """What a command still waits for once it printed its results: MLflow's copy of
+    the journal. Shown with counts and an estimate, on one line that a terminal
+    redraws (in a log, a line every ``EVERY_S``), never a silent wait."""
+
+    EVERY_S = 5.0
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self._status: Any = None
+        self._last: float | None = None
+        self.shown = False
+
+    def report(self, written: int, of: int, seconds_left: float | None) -> None:
+        line = f"MLflow: {written:,} of {of:,} events written"
+        if seconds_left is not None:
+            line += f", ~{math.ceil(seconds_left):,} s"
+        line_hint = "" if self.shown else " (Ctrl-C stops waiting; nothing is lost)"
+        now = time.monotonic()
+        if self.console.is_terminal:
+            if self._status is None:
+                self._status = self.console.status(line + line_hint)
+                self._status.start()
+            else:
+                self._status.update(line)
+        elif self._last is None or now - self._last >= self.EVERY_S:
+            self.console.print(line + line_hint, soft_wrap=True)
+            self._last = now
+        self.shown = True
+
+    def finish(self, left: int, of: int, run_dir: Path, *, stopped: bool, uri: str) -> None:
+        """Say how the wait ended: all written, or what is left and what writes it."""
+        if self._status is not None:
+            self._status.stop()
+        if left:
+            why = "stopped waiting" if stopped else f"MLflow at {uri} stopped taking events"
+            self.console.print(
+                f"MLflow: {why} with {left:,} of {of:,} events not written yet; the journal"
+                f" keeps them, and `nestor resume {run_dir}` or `nestor ui {run_dir}`"
+                " writes them", soft_wrap=True)
+        elif self.shown:
+            self.console.print(f"MLflow: all {of:,} events written", soft_wrap=True)
+
+
+def wait_for_mlflow(projector: Any, console: Console) -> int:
+    """Close ``projector`` (``orchestrator.projector.Projector``), showing the wait;
+    a Ctrl-C (or any stop request) ends the wait at once. Returns the events left."""
+    from orchestrator.stopping import stop_requested
+
+    shown = MlflowWait(console)
+    left = projector.close(report=shown.report, stop=lambda: stop_requested() is not None)
+    shown.finish(left, projector.done + left, projector.run_dir,
+                 stopped=stop_requested() is not None, uri=projector.uri)
+    return left

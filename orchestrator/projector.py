@@ -16,6 +16,13 @@ kill, an outage or a resume changes nothing:
 - there is no run that the journal does not name: a trial's run is made from
   its journalled start, under a key derived from the run's ``run_key``.
 
+At the speed of a cluster's events: a run's MLflow id is found from its
+derived key in what the tracker learnt from the store once, at the start (one
+paged read, none on a new store), never by a search per trial; a batch of
+events is gathered run by run, so that a trial started and finished costs its
+run a create, one ``log_batch`` and its end; and the cursor file moves at most
+once a second (behind, it only costs a replay).
+
 This replaces the tracker's outbox, its key files, and the reconciling of
 runs left RUNNING by a killed driver.
 """
@@ -27,18 +34,30 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from orchestrator.gangs import first_line
 from orchestrator.journal import write_atomic
-from orchestrator.tracking import Tracker, default_tracking_uri, derived_key, permanent
+from orchestrator.tracking import (
+    RunWrites,
+    Tracker,
+    default_tracking_uri,
+    derived_key,
+    permanent,
+)
 
 log = logging.getLogger(__name__)
 
 CURSOR_FILE = "mlflow-projected"
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 ENDED = {"completed": "FINISHED", "pruned": "KILLED"}  # anything else: FAILED
+# A trial's events: gathered, per batch, into one set of writes to its run.
+GATHERED = frozenset({"trial_started", "trial_attempt_failed", "trial_finished",
+                      "trial_interrupted"})
+BATCH_EVENTS = 64  # events per batch at most: a trial's events gathered within one
+CURSOR_EVERY_S = 1.0  # the cursor file is written at most this often, and at the end
 
 
 class Projector:
@@ -59,12 +78,15 @@ class Projector:
         # down) must not hold up the driver's start either.
         self._tracker = tracker
         self.done = self._read_cursor()  # events projected: the next one's sequence number
+        self._saved, self._saved_at = self.done, time.monotonic()  # what the cursor file says
         self.seen = 0  # events read from the journal file
         self._offset = 0
         self._read_lock = threading.Lock()  # _offset and seen change together
         self._pending: list[dict[str, Any]] = []
         self._run_key = "legacy"  # journals from before run_key
         self._stage_runs: dict[str, str] = {}
+        self._keys_read = False  # whether the tracker has learnt the store's runs
+        self._failing_since: float | None = None  # MLflow refusing events since
         self._wake = threading.Event()
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="nestor-mlflow-projector",
@@ -97,24 +119,36 @@ class Projector:
             time.sleep(0.05)
         return not self.behind
 
-    def close(self, timeout_s: float = 20.0) -> int:
+    def close(self, timeout_s: float = 20.0, *,
+              report: Callable[[int, int, float | None], None] | None = None,
+              stop: Callable[[], bool] | None = None) -> int:
         """Project what is left, then stop; returns the events MLflow still lacks,
         which the next driver on this run directory projects.
 
         Waits as long as MLflow keeps taking events (a big sweep on SQLite may end
-        a minute ahead of its projection), but no more than ``timeout_s`` without
-        one going through (a server that is down)."""
-        while self.behind:
-            done = self.done
-            if self.flush(timeout_s) or self.done == done:
+        well ahead of its projection; one event's plots may take a minute on a busy
+        machine), but no more than ``timeout_s`` of MLflow refusing them (a server
+        that is down), and not once ``stop()`` says so (a Ctrl-C). While it waits,
+        ``report(written, of, seconds_left)`` is called every 50 ms; without
+        ``report``, what is left is logged."""
+        began, first = time.monotonic(), self.done
+        while self.behind and self._thread.is_alive() and not (stop and stop()):
+            if report is not None:
+                now, behind = time.monotonic(), self.behind
+                rate = (self.done - first) / (now - began) if now > began else 0.0
+                report(self.done, self.done + behind, behind / rate if rate > 0 else None)
+            self._wake.set()
+            time.sleep(0.05)
+            failing = self._failing_since
+            if failing is not None and time.monotonic() - failing > timeout_s:
                 break
         self._closing = True
         self._wake.set()
-        self._thread.join(timeout=5)
+        self._thread.join(timeout=2 if stop and stop() else 5)
         if self._tracker is not None:
             self._tracker.close()  # a store kept on local disk: its last copy, now
         left = self.behind
-        if left:
+        if left and report is None:
             log.warning("%d journal events are not in MLflow at %s yet; `nestor resume %s`"
                         " (or the next driver on it) sends them", left, self.uri,
                         self.run_dir)
@@ -128,9 +162,12 @@ class Projector:
             self._wake.clear()
             try:
                 self._project_new()
-                wait = RETRY_FIRST_S
+                wait, self._failing_since = RETRY_FIRST_S, None
             except Exception as exc:  # MLflow down or slow: the journal keeps it all
+                if self._failing_since is None:
+                    self._failing_since = time.monotonic()
                 if self._closing:
+                    self._save()
                     return
                 log.warning("MLflow at %s did not take event %d (%s); retrying in %.0f s",
                             self.uri, self.done, first_line(exc)[:300], wait)
@@ -138,27 +175,76 @@ class Projector:
                 wait = min(wait * 2, RETRY_MAX_S)
                 continue
             if self._closing:
+                self._save()
                 return
+            if self.done != self._saved:  # caught up: the cursor file says so once idle
+                if not self._wake.wait(CURSOR_EVERY_S):
+                    self._save()
+                continue
             self._wake.wait()
+
+    def _save(self) -> None:
+        try:
+            self._advance(self.done, save=True)
+        except Exception as exc:  # the next driver replays from the older cursor
+            log.warning("could not save how far MLflow got (%s)", first_line(exc)[:300])
 
     def _project_new(self) -> None:
         self._pending.extend(self._read_new())
         while self._pending:
-            event = self._pending[0]
-            if event.get("seq", -1) >= self.done:
-                try:
+            batch = self._pending[:BATCH_EVENTS]
+            self._project_batch(batch)
+            del self._pending[:len(batch)]
+
+    def _project_batch(self, batch: list[dict[str, Any]]) -> None:
+        """Project ``batch`` with a trial's events gathered into one set of writes per
+        run, then move the cursor once. A refused write (not an outage) sends the
+        batch through again an event at a time, to skip only the event refused."""
+        writes: dict[str, RunWrites] = {}
+        done = self.done
+        try:
+            for event in batch:
+                if event.get("seq", -1) < self.done:
+                    self._remember(event)  # projected by an earlier driver: only learn from it
+                    continue
+                if event["event"] in GATHERED:
+                    self._gather(writes, event)
+                else:  # a stage's event: after what came before it, as it came
+                    self._apply(writes)
                     self.project(event)
-                except Exception as exc:
-                    if transient(exc):
-                        raise  # retried, from this event, once MLflow answers
-                    log.warning("event %d cannot be shown in MLflow (%s); skipped",
-                                event.get("seq", -1), first_line(exc)[:300],
-                                exc_info=not permanent(exc))
-                self.done = int(event.get("seq", self.done)) + 1
-                write_atomic(self.run_dir / CURSOR_FILE, str(self.done))
-            else:
-                self._remember(event)  # projected by an earlier driver: only learn from it
-            self._pending.pop(0)
+                done = int(event.get("seq", done)) + 1
+            self._apply(writes)
+        except Exception as exc:
+            if transient(exc):
+                raise  # retried, from the batch's start, once MLflow answers
+            self._project_each(batch)
+            return
+        self._advance(done)
+
+    def _project_each(self, batch: list[dict[str, Any]]) -> None:
+        for event in batch:
+            if event.get("seq", -1) < self.done:
+                continue
+            try:
+                self.project(event)
+            except Exception as exc:
+                if transient(exc):
+                    raise
+                log.warning("event %d cannot be shown in MLflow (%s); skipped",
+                            event.get("seq", -1), first_line(exc)[:300],
+                            exc_info=not permanent(exc))
+            self._advance(int(event.get("seq", self.done)) + 1)
+
+    def _advance(self, done: int, *, save: bool = False) -> None:
+        """MLflow shows the events before ``done``; the cursor file says so at most
+        every ``CURSOR_EVERY_S`` (a cursor behind only costs a replay, idempotent)."""
+        self.done = max(self.done, done)
+        now = time.monotonic()
+        if self.done != self._saved and (save or now - self._saved_at >= CURSOR_EVERY_S):
+            if self._tracker is not None and hasattr(self._tracker, "durable"):
+                self._tracker.durable()
+            write_atomic(self.run_dir / CURSOR_FILE, str(self.done))
+            self._saved, self._saved_at = self.done, now
 
     def _read_new(self) -> list[dict[str, Any]]:
         try:
@@ -199,8 +285,18 @@ class Projector:
         if event["event"] == "workflow_started" and event.get("run_key"):
             self._run_key = event["run_key"]
 
+    def _resolved(self) -> Tracker:
+        """The tracker, once it knows the runs its store holds (one read per start)."""
+        tracker = self.tracker
+        if not self._keys_read:
+            tracker.run_key = self._run_key
+            tracker.resolve(self._run_key)
+            self._keys_read = True
+        return tracker
+
     def _stage_run(self, stage: str) -> str:
         if stage not in self._stage_runs:
+            self._resolved()
             kind = self._kind(stage)
             self._stage_runs[stage] = self.tracker.start_run(
                 stage, key=derived_key(self._run_key, stage),
@@ -213,12 +309,58 @@ class Projector:
         stage_run = self._stage_run(stage)
         return self.tracker.start_run(
             f"{stage}/{trial['id']}", parent=stage_run, params=trial["config"],
-            key=derived_key(derived_key(self._run_key, stage), trial["id"]),
-            tags={"nestor.stage": stage, "nestor.trial": trial["id"],
-                  "nestor.generation": trial.get("generation", 0),
-                  "nestor.deme": trial.get("deme", 0),
-                  "nestor.parents": ",".join(trial.get("parents", [])),
-                  "nestor.status": "running"})
+            key=self._trial_key(stage, trial), tags=self._trial_tags(stage, trial))
+
+    def _trial_key(self, stage: str, trial: dict[str, Any]) -> str:
+        return derived_key(derived_key(self._run_key, stage), trial["id"])
+
+    @staticmethod
+    def _trial_tags(stage: str, trial: dict[str, Any]) -> dict[str, Any]:
+        """A trial run's tags when it is made."""
+        return {"nestor.stage": stage, "nestor.trial": trial["id"],
+                "nestor.generation": trial.get("generation", 0),
+                "nestor.deme": trial.get("deme", 0),
+                "nestor.parents": ",".join(trial.get("parents", [])),
+                "nestor.status": "running"}
+
+    def _gather(self, writes: dict[str, RunWrites], event: dict[str, Any]) -> None:
+        """Add what one of a trial's events asks of its run to ``writes`` (what
+        ``project`` would write for it, in the same order)."""
+        kind, at = event["event"], float(event.get("time", time.time()))
+        stage, trial = event["stage"], event["trial"]
+        key = self._trial_key(stage, trial)
+        run = writes.get(key)
+        if run is None:
+            run = writes[key] = RunWrites(
+                f"{stage}/{trial['id']}", key, parent=stage, start_time=at,
+                create_tags=self._trial_tags(stage, trial), params=trial["config"])
+        if kind == "trial_started":
+            run.tags |= {"nestor.status": "running", "nestor.attempts": event["attempt"],
+                         "nestor.shape": event.get("shape", ""),
+                         "nestor.backend": event.get("comm", "horovod"),
+                         "nestor.gang": event.get("gang")}
+        elif kind == "trial_attempt_failed":
+            run.artifacts += self._log_files(event)
+            run.tags |= {"nestor.attempts": event["attempt"],
+                         f"nestor.attempt{event['attempt']}.failure": event["reason"]}
+        elif kind == "trial_finished":
+            history = event.get("history") or []
+            run.metrics += [(metrics, step, at) for step, metrics in enumerate(history)]
+            run.metrics.append((event.get("metrics") or {}, len(history), at))
+            run.artifacts += self._log_files(event)
+            run.tags |= {"nestor.status": event["status"], "nestor.attempts": event["attempt"]}
+            if event.get("reason"):
+                run.tags["nestor.failure"] = event["reason"]
+            run.end = (ENDED.get(event["status"], "FAILED"), at)
+        elif kind == "trial_interrupted":
+            run.tags["nestor.status"] = "interrupted"
+
+    def _apply(self, writes: dict[str, RunWrites]) -> None:
+        """Write what ``_gather`` gathered, run by run (their stage runs first)."""
+        for run in writes.values():
+            run.parent = self._stage_run(str(run.parent))  # its stage's name, until now
+            self._resolved().apply(run)
+        writes.clear()
 
     def _kind(self, stage: str) -> str:
         try:
@@ -274,10 +416,15 @@ class Projector:
                                                       f" {event['reason']}"})
 
     def _logs(self, run: str, event: dict[str, Any]) -> None:
-        folder = f"logs/attempt-{event['attempt']}"
-        for path in (event.get("logs") or {}).values():  # a command trainer's output
+        for path, folder in self._log_files(event):
             with contextlib.suppress(FileNotFoundError):
-                self.tracker.log_artifact(run, Path(path), folder)
+                self.tracker.log_artifact(run, path, folder)
+
+    @staticmethod
+    def _log_files(event: dict[str, Any]) -> list[tuple[Path, str | None]]:
+        """A command trainer's output files of the event's attempt, and their folder."""
+        folder = f"logs/attempt-{event['attempt']}"
+        return [(Path(path), folder) for path in (event.get("logs") or {}).values()]
 
     def _stage_finished(self, event: dict[str, Any], at: float) -> None:
         from orchestrator.artifacts import publish_stage

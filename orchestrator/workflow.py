@@ -90,6 +90,27 @@ def joining_runtime_env(environ: dict[str, str] | None = None) -> dict[str, Any]
     return {"env_vars": {"PYTHONPATH": os.pathsep.join([*entries, "${PYTHONPATH}"])}}
 
 
+RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
+class _NoTokenAdvice(logging.Filter):
+    """Drops Ray's advice, on starting a cluster, to turn its token off."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "RAY_AUTH_MODE=disabled" not in record.getMessage()
+
+
+def quiet_token_advice() -> None:
+    """Say nothing of the token of the Ray cluster nestor starts for a run.
+
+    Ray's token is what keeps that cluster (its ports on this host) private to the
+    run; Ray's own line about it ("... Set RAY_AUTH_MODE=disabled to opt out")
+    tells every user how to turn that protection off, so it is not shown."""
+    logger = logging.getLogger(RAY_TOKEN_LOGGER)
+    if not any(isinstance(f, _NoTokenAdvice) for f in logger.filters):
+        logger.addFilter(_NoTokenAdvice())
+
+
 def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) -> int:
     """Slots to use: the spec's, else --slots, else the Ray cluster's CPUs (GPUs if any)."""
     import ray
@@ -103,6 +124,7 @@ def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) ->
     if address is None and not ray.is_initialized():
         from orchestrator.spec import default_slots
 
+        quiet_token_advice()
         ray.init(
             address="local",  # a Ray of its own, even where another runs on this host
             num_cpus=max(wanted or default_slots(), 1),
@@ -164,12 +186,17 @@ def run_workflow(
     slots: int | None = None,
     address: str | None = None,
     on_progress: Callable[[Any], None] | None = None,
+    on_results: Callable[[Path, dict[str, Any]], None] | None = None,
+    wait_for_mlflow: Callable[[Any], None] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run (or resume) a workflow; returns the run directory and its results.
 
     Stages form a DAG through ``from:``. Every stage whose sources are done
     runs at once, all of them stepping their trials on one shared pool of
     slots; a finished stage is journalled with its summary and never re-run.
+    ``on_results`` is told the results as soon as they are journalled, before
+    Ray is shut down and MLflow is waited for (``wait_for_mlflow(projector)``,
+    else ``projector.close()``): a command prints them without waiting on either.
     """
     import ray
 
@@ -216,6 +243,8 @@ def run_workflow(
         results["wall_time_s"] = round(time.time() - first, 3)
         write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
         journal.record(WorkflowFinished())
+        if on_results is not None:
+            on_results(run_dir, results)
         return run_dir, results
     except Interrupted as exc:
         journal.record(WorkflowInterrupted(reason=exc.reason))
@@ -223,10 +252,12 @@ def run_workflow(
         raise
     finally:
         journal.close()
-        projector.close()  # what MLflow still lacks, the next driver on run_dir sends
-        backend.shutdown()
-        if started_ray:
-            ray.shutdown()
+        try:
+            backend.shutdown()
+            if started_ray:
+                ray.shutdown()
+        finally:  # what MLflow still lacks then, the next driver on run_dir sends
+            (wait_for_mlflow or Projector.close)(projector)
 
 
 class StageScheduler:

@@ -180,3 +180,29 @@ def test_how_far_behind_is_never_read_as_caught_up_too_early(tmp_path: Path) -> 
             early.append(projector.done)
     projector.close()
     assert not early, f"read as caught up at {early[:5]} of {total} events"
+
+
+def test_a_run_is_never_searched_for_in_mlflow(tmp_path: Path, monkeypatch) -> None:
+    # A run's identity comes from the journal (its derived key), learnt from the store
+    # in one paged read when a projector starts on a store that has runs, and not at
+    # all on a new one: never a search per trial, whose cost grows with the store.
+    from mlflow.tracking import MlflowClient
+
+    searches = []
+    real = MlflowClient.search_runs
+
+    def counted(self, *args, **kwargs):
+        searches.append(kwargs.get("filter_string"))
+        return real(self, *args, **kwargs)
+
+    monkeypatch.setattr(MlflowClient, "search_runs", counted)
+    wf = workflow(tmp_path)
+    with Journal(tmp_path / "journal.jsonl") as journal:
+        write_journal(journal)
+    project(tmp_path, wf)
+    assert searches == []  # a fresh run: nothing to look up
+    (tmp_path / CURSOR_FILE).write_text("0")  # a replay over a store that has the runs
+    projector = project(tmp_path, wf)
+    assert len(searches) == 1, searches  # one paged read, not one per run
+    monkeypatch.setattr(MlflowClient, "search_runs", real)
+    check(projector)

@@ -433,3 +433,18 @@ def test_a_sweep_without_algo_says_what_auto_picked_and_spends_a_cost(tmp_path: 
     assert "spent 6/6 epochs" in stderr and "3/?" in stderr
     stage = json.loads((tmp_path / "run" / "results.json").read_text())["stages"][0]
     assert stage["n_trials"] == 3
+
+
+@pytest.mark.slow
+def test_a_sweep_does_not_advise_turning_the_clusters_token_off(tmp_path: Path) -> None:
+    # Ray's line on starting a cluster ("Token authentication is enabled ... Set
+    # RAY_AUTH_MODE=disabled to opt out") tells every user how to remove what keeps
+    # the cluster nestor starts private to its run.
+    result = subprocess.run(
+        [NESTOR, "sweep", "--cmd", "/bin/echo FoM: 0.5", "--param", "x=float:0:1",
+         "--budget", "4", "--parallel", "2", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, check=False, timeout=300,
+    )
+    assert result.returncode == 0, result.stderr
+    assert "run directory:" in result.stdout
+    assert "RAY_AUTH_MODE=disabled" not in result.stdout + result.stderr
