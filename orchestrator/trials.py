@@ -496,7 +496,10 @@ class TrialRunner:
         self.keys[key] = trial.id
         # Beats often enough that a healthy trial is never taken for a hung one.
         beat_every_s = min(BEAT_EVERY_S, (self.stage.trial.progress_timeout or 60.0) / 4)
-        self.backend.launch(Launch(key, self.shape, request, hooks, beat_every_s))
+        # The trial runs only once what led to it (its ask, its start) is durable:
+        # the backend waits on the gate off the loop, so many launches share an fsync.
+        self.backend.launch(Launch(key, self.shape, request, hooks, beat_every_s,
+                                   gate=self.journal.gate()))
 
     def _skip(self, trial: Any, record: TrialRecord, reason: str) -> None:
         record.status, record.reason, record.finished_at = "failed", reason, time.time()
@@ -616,6 +619,7 @@ class TrialRunner:
             if record.checkpoint and record.status != "running" and record.id not in needed:
                 self.journal.record(CheckpointRemoved(
                     stage=self.stage.name, trial=record.id, path=record.checkpoint))
+                self.journal.sync()  # the files go only once the journal says so for good
                 self._records_removal(record.id)
 
     def _records_removal(self, trial_id: str) -> None:
@@ -654,6 +658,7 @@ class TrialRunner:
         # (every SNAPSHOT_EVERY entries, or once the log has doubled), so their cost
         # stays linear in the run and a resume replays at most about half of it.
         if self._logged - self._snapshot_at >= max(SNAPSHOT_EVERY, self._snapshot_at):
+            self.journal.sync()  # never a snapshot ahead of the journal's durable events
             write_atomic(self.state_path, json.dumps({"covers": self._logged,
                                                       "state": self.searcher.state()}))
             self._snapshot_at = self._logged
