@@ -149,6 +149,7 @@ class Journal:
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
         self._seq = sum(1 for line in lines if line.strip())
+        self._size = end  # the file's length: where the next event goes
         if created:  # make the new file's directory entry durable too
             dir_fd = os.open(self.path.parent, os.O_RDONLY)
             try:
@@ -159,7 +160,9 @@ class Journal:
         self._unsynced: list[dict[str, Any]] = []  # written, not yet durable, in order
         self._error: OSError | None = None  # the writer's fsync failed: nothing more is durable
         self._closing = False
-        self._cond = threading.Condition()
+        self._cond = threading.Condition()  # waiters: an event became durable
+        self._work = threading.Condition(self._cond)  # the writer: something to fsync
+        self._idle = False  # the writer waits for work (so an append must wake it)
         self._writer: threading.Thread | None = None
         self.fsyncs = 0  # how many groups were made durable (one fsync each)
 
@@ -182,7 +185,7 @@ class Journal:
             record = {"seq": self._seq, **record}
             line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str)
             payload = (line + "\n").encode("utf-8")
-            start = os.lseek(self._fd, 0, os.SEEK_END)
+            start = self._size
             written = 0
             try:
                 while written < len(payload):
@@ -194,10 +197,12 @@ class Journal:
                     raise DiskFull(self.path, len(payload)) from None
                 raise
             self._seq += 1
+            self._size += len(payload)
             if self.fsync:
                 self._unsynced.append(record)
                 self._start_writer()
-                self._cond.notify_all()
+                if self._idle:
+                    self._work.notify()
                 return record
             self._durable = self._seq
         if self.on_append is not None:
@@ -241,7 +246,7 @@ class Journal:
         finally:
             with self._cond:
                 self._closing = True
-                self._cond.notify_all()
+                self._work.notify()
             if self._writer is not None:
                 self._writer.join()
             os.close(self._fd)
@@ -265,7 +270,9 @@ class Journal:
         """Fsync what was written since the last fsync, then release its waiters."""
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._unsynced or self._closing)
+                self._idle = True
+                self._work.wait_for(lambda: self._unsynced or self._closing)
+                self._idle = False
                 if not self._unsynced:
                     return
                 group = len(self._unsynced)

@@ -159,6 +159,7 @@ class TrialRunner:
         self.state_path = run_dir / "searcher" / f"{stage.name}.json"
         self.records: dict[str, TrialRecord] = {}
         self.running: dict[str, Attempt] = {}  # by trial id
+        self._busy_ranks = 0  # the running attempts' ranks, kept as they come and go
         self.keys: dict[str, str] = {}  # attempt key -> trial id
         self.queue: list[tuple[Any, int]] = []  # (trial, attempt number) to start
         self.started_at = time.time()
@@ -348,6 +349,7 @@ class TrialRunner:
                 comm=attempt.shape.backend))
         elif isinstance(event, Ended):
             del self.running[trial_id]
+            self._busy_ranks -= attempt.shape.ranks
             del self.keys[event.key]
             self._backoff(event, attempt)
             self._finish_attempt(attempt, self._outcome(attempt, event), event)
@@ -355,6 +357,8 @@ class TrialRunner:
             self.on_progress(self)
 
     def next_deadline(self) -> float | None:
+        if not self._timed:
+            return self._hold_until if self.holding else None
         deadlines = [d for a in self.running.values() if a.cancelled is None
                      for d in (a.deadline, a.progress_due) if d is not None]
         if self.holding:
@@ -364,6 +368,8 @@ class TrialRunner:
     def check_deadlines(self) -> None:
         """Kill the attempts past their timeout, or silent past their progress
         timeout; their Ended events follow."""
+        if not self._timed:  # no deadline to check: not a look at every running trial
+            return
         now = self.backend.now()
         live = [a for a in self.running.values() if a.cancelled is None]
         for attempt in live:
@@ -396,6 +402,7 @@ class TrialRunner:
                 stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
                 reason=reason))
         self.running.clear()
+        self._busy_ranks = 0
         self.keys.clear()
         self._journal_search()
 
@@ -430,6 +437,11 @@ class TrialRunner:
         return started
 
     @property
+    def _timed(self) -> bool:
+        """Do this stage's attempts have deadlines (a timeout, a progress timeout)?"""
+        return bool(self.stage.trial.timeout or self.stage.trial.progress_timeout)
+
+    @property
     def holding(self) -> bool:
         """Backing off after gangs failed to start: nothing new starts for now."""
         return self._hold_until is not None and self.backend.now() < self._hold_until
@@ -446,7 +458,9 @@ class TrialRunner:
 
     @property
     def busy_ranks(self) -> int:
-        return sum(a.shape.ranks for a in self.running.values())
+        # Asked for every trial started: a sum over 2,000 running gangs each time
+        # was most of the loop's CPU at 32,768 slots.
+        return self._busy_ranks
 
     def request_extras(self, trial: Any) -> dict[str, Any]:
         """Per-trial additions to the request: ``settings`` to merge over the
@@ -493,6 +507,7 @@ class TrialRunner:
         key = f"{self.stage.name}/{trial.id}#{number}"
         attempt = Attempt(trial, number, key, launched=self.backend.now(), shape=self.shape)
         self.running[trial.id] = attempt
+        self._busy_ranks += attempt.shape.ranks
         self.keys[key] = trial.id
         # Beats often enough that a healthy trial is never taken for a hung one.
         beat_every_s = min(BEAT_EVERY_S, (self.stage.trial.progress_timeout or 60.0) / 4)

@@ -28,6 +28,7 @@ import random
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 from deap import base, tools
@@ -498,6 +499,8 @@ class GeneticSearch(Searcher):
     def _worst(self, pool: list[_Individual], k: int) -> list[_Individual]:
         if self.multi_objective:
             return tools.selNSGA2(pool, len(pool))[len(pool) - k :]
+        if k == 1:  # each async result: a scan, not a sort of the deme (selWorst's first)
+            return [min(pool, key=attrgetter("fitness"))]
         return tools.selWorst(pool, k)
 
     # --- ask ------------------------------------------------------------------------------
