@@ -160,6 +160,9 @@ class TrialRunner:
         self.records: dict[str, TrialRecord] = {}
         self.running: dict[str, Attempt] = {}  # by trial id
         self._busy_ranks = 0  # the running attempts' ranks, kept as they come and go
+        # No running attempt has a deadline before this (None: none has one). Lowered as
+        # attempts start, made exact by each scan; one that ends only leaves it early.
+        self._due: float | None = None
         self.keys: dict[str, str] = {}  # attempt key -> trial id
         self.queue: list[tuple[Any, int]] = []  # (trial, attempt number) to start
         self.started_at = time.time()
@@ -343,6 +346,9 @@ class TrialRunner:
                 attempt.deadline = event.at + self.stage.trial.timeout
             if self.stage.trial.progress_timeout:
                 attempt.progress_due = event.at + self.stage.trial.progress_timeout
+            for due in (attempt.deadline, attempt.progress_due):
+                if due is not None and (self._due is None or due < self._due):
+                    self._due = due
             self.journal.record(TrialStarted(
                 stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
                 gang=event.gang, shape=str(attempt.shape), startup_s=round(event.startup_s, 3),
@@ -357,10 +363,7 @@ class TrialRunner:
             self.on_progress(self)
 
     def next_deadline(self) -> float | None:
-        if not self._timed:
-            return self._hold_until if self.holding else None
-        deadlines = [d for a in self.running.values() if a.cancelled is None
-                     for d in (a.deadline, a.progress_due) if d is not None]
+        deadlines = [] if self._due is None else [self._due]
         if self.holding:
             deadlines.append(self._hold_until)  # type: ignore[arg-type]
         return min(deadlines, default=None)
@@ -368,9 +371,17 @@ class TrialRunner:
     def check_deadlines(self) -> None:
         """Kill the attempts past their timeout, or silent past their progress
         timeout; their Ended events follow."""
-        if not self._timed:  # no deadline to check: not a look at every running trial
-            return
         now = self.backend.now()
+        if self._due is None or now < self._due:  # none due: not a look at every trial
+            return
+        try:
+            self._scan_deadlines(now)
+        finally:
+            self._due = min((d for a in self.running.values() if a.cancelled is None
+                             for d in (a.deadline, a.progress_due) if d is not None),
+                            default=None)
+
+    def _scan_deadlines(self, now: float) -> None:
         live = [a for a in self.running.values() if a.cancelled is None]
         for attempt in live:
             if attempt.deadline is not None and now >= attempt.deadline:
@@ -435,11 +446,6 @@ class TrialRunner:
             self._start(trial, number)
             started += 1
         return started
-
-    @property
-    def _timed(self) -> bool:
-        """Do this stage's attempts have deadlines (a timeout, a progress timeout)?"""
-        return bool(self.stage.trial.timeout or self.stage.trial.progress_timeout)
 
     @property
     def holding(self) -> bool:
