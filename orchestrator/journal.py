@@ -126,7 +126,8 @@ class Journal:
     event outside the driver (a rank starting a trial, a checkpoint removed)
     first waits for it: :meth:`wait`, :meth:`sync`, or the callable
     :meth:`gate` returns, which a backend calls before a launched trial runs.
-    ``on_append`` is told of each event once it is durable.
+    ``on_append`` is told of each event once it is written (the projector then
+    reads it from the file), ``on_durable`` once it is durable.
 
     >>> with Journal(run_dir / "journal.jsonl") as journal:   # doctest: +SKIP
     ...     journal.append("trial_finished", stage="tune", trial="t3", value=0.97)
@@ -135,9 +136,11 @@ class Journal:
 
     def __init__(self, path: str | os.PathLike[str],
                  on_append: Callable[[dict[str, Any]], None] | None = None, *,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True,
+                 on_durable: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = Path(path)
-        self.on_append = on_append  # told of each event once it is durable
+        self.on_append = on_append  # told of each event once it is written
+        self.on_durable = on_durable  # ... and once it is durable
         # Off only where durability buys nothing: a simulation, rerun in seconds.
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -203,10 +206,12 @@ class Journal:
                 self._start_writer()
                 if self._idle:
                     self._work.notify()
-                return record
-            self._durable = self._seq
+            else:
+                self._durable = self._seq
         if self.on_append is not None:
             self.on_append(record)
+        if not self.fsync and self.on_durable is not None:
+            self.on_durable(record)
         return record
 
     def record(self, event: Event) -> dict[str, Any]:
@@ -289,9 +294,9 @@ class Journal:
                 self._durable += group
                 self.fsyncs += 1
                 self._cond.notify_all()
-            if self.on_append is not None:
+            if self.on_durable is not None:
                 for record in records:
-                    self.on_append(record)
+                    self.on_durable(record)
 
     def _raise_failed(self) -> None:
         if self._error is not None:

@@ -103,7 +103,7 @@ def test_many_events_share_one_fsync_and_none_is_acked_before_its_fsync(
     def ack(record: dict[str, Any]) -> None:
         acked.append((record["seq"], synced_sizes[-1]))
 
-    journal = Journal(path, on_append=ack)
+    journal = Journal(path, on_durable=ack)
     monkeypatch.setattr(os, "fsync", slow_fsync)
     for i in range(300):
         journal.append("tick", i=i, pad="x" * 200)
@@ -151,7 +151,7 @@ from orchestrator.journal import Journal
 def ack(record):
     print(record["seq"], journal.fsyncs, flush=True)
 
-journal = Journal(sys.argv[1], on_append=ack)
+journal = Journal(sys.argv[1], on_durable=ack)
 i = 0
 while True:
     journal.append("tick", i=i, pad="x" * 2000)
