@@ -101,6 +101,34 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return events
 
 
+def iter_events(path: str | os.PathLike[str],
+                kinds: frozenset[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The complete events in order, read as they are needed (a journal of a million
+    events is hundreds of MiB of dicts at once); with ``kinds``, only those, and a line
+    of another kind is not even parsed (its kind is read from the line's start, where
+    :meth:`Journal.append` writes it). A torn last line is ignored."""
+    if not Path(path).exists():
+        return
+    with Path(path).open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n") or not line.strip():
+                continue  # a torn tail (the last line), or an empty one
+            if kinds is not None:
+                start = line.find(b'"event":"', 0, 120)
+                if start >= 0:
+                    start += 9
+                    if line[start:line.find(b'"', start)].decode() not in kinds:
+                        continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
+            if not isinstance(event, dict) or "event" not in event:
+                raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+            if kinds is None or event["event"] in kinds:
+                yield event
+
+
 def write_atomic(path: Path, data: str) -> None:
     """Replace ``path`` with ``data`` all at once: a reader (or a resume after a
     kill) sees the old content or the new, never a mix (trainers.durable, which

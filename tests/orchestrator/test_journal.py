@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.journal import Journal, JournalError, read_events
+from orchestrator.journal import Journal, JournalError, iter_events, read_events
 
 
 def test_events_round_trip_in_order(tmp_path: Path) -> None:
@@ -180,3 +180,18 @@ def test_sigkill_mid_group_loses_no_event_acked_as_durable(tmp_path: Path) -> No
     ticks = [e["i"] for e in read_events(path)]
     assert ticks == list(range(len(ticks)))  # contiguous, no duplicates, no holes
     assert len(ticks) >= len(acked)  # every event acknowledged as durable is there
+
+
+def test_iter_events_streams_only_the_kinds_asked_for_and_skips_a_torn_tail(
+        tmp_path: Path) -> None:
+    path = tmp_path / "journal.jsonl"
+    with Journal(path) as journal:
+        for i in range(5):
+            journal.append("trial_started", trial={"id": f"t{i}"})
+            journal.append("search", entries=[{"n": i}] * 50)
+    with path.open("ab") as handle:
+        handle.write(b'{"seq": 10, "time": 0, "event": "trial_sta')  # a kill mid-write
+    started = list(iter_events(path, frozenset({"trial_started"})))
+    assert [e["trial"]["id"] for e in started] == [f"t{i}" for i in range(5)]
+    assert list(iter_events(path)) == read_events(path)
+    assert list(iter_events(tmp_path / "none.jsonl")) == []
