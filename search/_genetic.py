@@ -310,6 +310,10 @@ class GeneticSearch(Searcher):
             _split(self.offspring, demes) if mode == "mu_plus_lambda" else self._deme_sizes
         )
         self._parents: list[list[_Individual]] = [[] for _ in range(demes)]
+        # Bumped whenever a deme's parents change; _deme_best caches by it, so a
+        # result is not compared with every parent of a 2,048-strong deme.
+        self._parents_changed = 0
+        self._best_by_deme: dict[int, tuple[int, Any]] = {}
         self._halls = [tools.HallOfFame(max(1, min(elitism, s - 1))) for s in self._deme_sizes]
         self._members: dict[str, _Individual] = {}
         self._queue: list[_Individual] = []
@@ -602,7 +606,12 @@ class GeneticSearch(Searcher):
         """
         if "mutation" not in ind.origin:
             return
-        members = [p for p in self._parents[ind.deme] if p.fitness.valid]
+        if self.multi_objective:
+            members = [p for p in self._parents[ind.deme] if p.fitness.valid]
+            best = None
+        else:
+            best = self._deme_best(ind.deme)
+            members = [] if best is None else [best]
         if not members:
             return
         self._mutated += 1
@@ -611,8 +620,18 @@ class GeneticSearch(Searcher):
         if self.multi_objective:
             success = not any(p.fitness.dominates(ind.fitness) for p in members)
         else:
-            success = ind.fitness > max(p.fitness for p in members)
+            success = ind.fitness > best
         self._successes += success
+
+    def _deme_best(self, deme: int) -> Any:
+        """The best valid fitness among a deme's parents (None: none), cached until
+        the parents change."""
+        cached = self._best_by_deme.get(deme)
+        if cached is None or cached[0] != self._parents_changed:
+            valid = [p.fitness for p in self._parents[deme] if p.fitness.valid]
+            cached = (self._parents_changed, max(valid) if valid else None)
+            self._best_by_deme[deme] = cached
+        return cached[1]
 
     def _adapt_step(self) -> None:
         """Rechenberg's one-fifth success rule, once per generation (of results).
@@ -644,6 +663,7 @@ class GeneticSearch(Searcher):
             return
         deme = self._parents[ind.deme]
         deme.append(ind)
+        self._parents_changed += 1
         if len(deme) > self._deme_sizes[ind.deme]:
             worst = self._worst(deme, 1)[0]
             del deme[next(k for k, i in enumerate(deme) if i is worst)]
@@ -672,6 +692,7 @@ class GeneticSearch(Searcher):
                 self._parents[deme] = self._survivors(self._parents[deme] + children, size)
             else:
                 self._parents[deme] = self._with_elites(children, deme)
+        self._parents_changed += 1
         self._batch = []
         self._generation += 1
         self._adapt_step()
@@ -704,6 +725,7 @@ class GeneticSearch(Searcher):
         if any(len(p) <= self.migration_size for p in self._parents):
             return
         tools.migRing(self._parents, self.migration_size, self._survivors, self._worst)
+        self._parents_changed += 1
 
     def _check_progress(self) -> None:
         if self.multi_objective:
