@@ -1,4 +1,4 @@
-"""2,048 simulated slots (256 nodes x 8) running nestor's real scheduler.
+"""2,048 simulated slots (256 nodes x 8), or 32,768, running nestor's real scheduler.
 
 The StageScheduler and TrialRunners that drive Ray here drive a
 :class:`~orchestrator.backends.SimulatedBackend` instead: a cluster on a
@@ -33,18 +33,25 @@ fragmentation) and after it (the final drain); time to fill the allocation
 must be 0). From the driver: CPU seconds (``time.process_time``) less the
 simulator's own, per backend event and per trial.
 
-    .venv/bin/python -m bench.simulate [--quick] [--fsync]
+At ``--nodes 4096`` (32,768 slots) each stage's population grows with the
+nodes (the seed's generations of 256 trials of dp 16 x mp 8), so that a
+generation fills the allocation as it does at 256 nodes. Also reported: the
+driver's peak memory (its resident set, VmHWM, reset before each run) and
+backend events per second of wall time.
+
+    .venv/bin/python -m bench.simulate [--quick] [--fsync] [--nodes 4096]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import tempfile
 import textwrap
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +93,33 @@ def workloads(quick: bool) -> list[Workload]:
                  generations=15 if quick else 60, median_s=900.0, sigma=1.0,
                  note="4 stages side by side: 16x8, 8x8, 8x4, 4x4 ranks"),
     ]
+
+
+def scaled(workload: Workload, nodes: int) -> Workload:
+    """The workload for ``nodes`` nodes: each population in proportion, so a
+    generation fills the allocation as it does on NODES nodes."""
+    if nodes == NODES:
+        return workload
+    stages = tuple(replace(s, population=max(1, round(s.population * nodes / NODES)))
+                   for s in workload.stages)
+    return replace(workload, stages=stages,
+                   note=f"{workload.note}; populations x {nodes / NODES:g} for {nodes} nodes")
+
+
+def _reset_peak_memory() -> None:
+    """Start a new peak of the resident set (Linux: clear_refs 5 resets VmHWM)."""
+    with contextlib.suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
+
+
+def _peak_memory_mib() -> float | None:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return None
 
 
 def spec_text(workload: Workload, schedule: str, generations: int,
@@ -225,12 +259,13 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
     generations = ALLOCATION_GENERATIONS if allocation else workload.generations
     workflow = load_spec_text(spec_text(workload, schedule, generations))
     backend = TimedBackend(
-        NODES, SLOTS_PER_NODE, lognormal_trials(workload.median_s, workload.sigma),
+        args.nodes, SLOTS_PER_NODE, lognormal_trials(workload.median_s, workload.sigma),
         seed=args.seed, startup_s=startup, rank_failure_p=args.rank_failure,
         node_mtbf_s=args.node_mtbf_h * 3600.0, repair_s=args.repair_h * 3600.0,
         time_limit_s=args.allocation_h * 3600.0 if allocation else None)
     backend.real_launches = []
     run_dir = workdir / f"{workload.name}-{schedule}-{mode}"
+    _reset_peak_memory()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
         simulate_workflow(workflow, backend, run_dir, fsync=args.fsync)
@@ -239,6 +274,7 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
             raise
     cpu = time.process_time() - cpu0
     wall = time.perf_counter() - wall0
+    peak_mib = _peak_memory_mib()
     end = backend.now()
     rows = attempt_rows(backend)
     outages = [(o.start, o.end, SLOTS_PER_NODE) for o in backend.outages]
@@ -288,6 +324,7 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
         "driver_cpu_s": cpu, "simulator_cpu_s": backend.cpu_s, "scheduler_cpu_s": scheduler_cpu,
         "scheduler_cpu_ms_per_event": 1000 * scheduler_cpu / max(events, 1),
         "scheduler_cpu_ms_per_trial": 1000 * scheduler_cpu / max(len(finished), 1),
+        "events_per_s": events / wall, "peak_memory_mib": peak_mib,
         "occupancy": occupancy_curve(rows, end),
     }
     print(f"{workload.name:5s} {mode:10s} {schedule:12s} {completed:6d} trials,"
@@ -295,7 +332,8 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
           f" start-up {row['startup_share']:.1%}, idle before/after last launch"
           f" {row['idle_share_before_last_launch']:.1%}/{row['idle_share_after_last_launch']:.1%};"
           f" {backend.node_failures} node failures; lost {lost};"
-          f" {row['scheduler_cpu_ms_per_event']:.3f} ms CPU/event", flush=True)
+          f" {row['scheduler_cpu_ms_per_event']:.3f} ms CPU/event;"
+          f" {row['events_per_s']:,.0f} events/s, peak {peak_mib or 0:,.0f} MiB", flush=True)
     return row
 
 
@@ -311,10 +349,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--allocation-h", type=float, default=None,
                    help="hours of the allocation in mode allocation (default 48, quick 12)")
     p.add_argument("--fsync", action="store_true",
-                   help="fsync the journal after every event, as a real run does")
+                   help="fsync the journal as a real run does (in groups, beside the loop)")
+    p.add_argument("--nodes", type=int, default=NODES,
+                   help=f"nodes of {SLOTS_PER_NODE} slots (default {NODES}); populations grow"
+                        " with them")
     p.add_argument("--workloads", default="seed,mixed")
     p.add_argument("--modes", default="sweep,allocation")
     p.add_argument("--out", default="simulate", help="name of bench/results/NAME.json")
+    p.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                   help="write the run directories into DIR and keep them (nestor status,"
+                        " results and resume can read them); default: a temporary folder")
     args = p.parse_args(argv)
     if args.allocation_h is None:
         args.allocation_h = 12.0 if args.quick else 48.0
@@ -333,17 +377,19 @@ def _run(args: argparse.Namespace) -> int:
     wanted, modes = args.workloads.split(","), args.modes.split(",")
     start = machine.describe()
     result: dict[str, Any] = {
-        "machine": start, "nodes": NODES, "slots_per_node": SLOTS_PER_NODE,
-        "slots": NODES * SLOTS_PER_NODE, "quick": args.quick, "seed": args.seed,
+        "machine": start, "nodes": args.nodes, "slots_per_node": SLOTS_PER_NODE,
+        "slots": args.nodes * SLOTS_PER_NODE, "quick": args.quick, "seed": args.seed,
         "node_mtbf_h": args.node_mtbf_h, "repair_h": args.repair_h,
         "rank_failure": args.rank_failure, "fsync": args.fsync, "startup_s": [30.0, 90.0],
         "allocation_h": args.allocation_h, "fill_share": FILL, "retries": RETRIES,
         "workloads": {},
     }
-    with tempfile.TemporaryDirectory(prefix="nestor-sim-") as tmp:
+    with contextlib.ExitStack() as stack:
+        tmp = args.keep or stack.enter_context(tempfile.TemporaryDirectory(prefix="nestor-sim-"))
         for workload in workloads(args.quick):
             if workload.name not in wanted:
                 continue
+            workload = scaled(workload, args.nodes)
             result["workloads"][workload.name] = {
                 "note": workload.note, "generations": workload.generations,
                 "median_min": workload.median_s / 60, "sigma": workload.sigma,

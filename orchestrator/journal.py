@@ -1,10 +1,11 @@
 """The run's journal: an append-only, fsynced JSON-lines file of events.
 
 The journal, not MLflow or memory, is the source of truth for what a
-workflow has done: an event counts only once it is on disk, so a driver
-killed at any instant (SIGKILL included) can be resumed from the journal
-without re-running a finished trial or losing a result. One writer (the
-driver) appends; anything may read.
+workflow has done: an event is written to the file before the driver goes
+on, so a driver killed at any instant (SIGKILL included) can be resumed from
+the journal without re-running a finished trial or losing a result; and it
+is fsynced, many events per fsync (group commit), before anything outside the
+driver acts on it. One writer (the driver) appends; anything may read.
 
 A kill can tear the last line. Readers skip a torn tail, and a writer that
 reopens the file cuts it off first, so every line stays one JSON object.
@@ -13,9 +14,11 @@ reopens the file cuts it off first, so every line stays one JSON object.
 from __future__ import annotations
 
 import errno
+import functools
 import json
 import os
 import shutil
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -98,6 +101,34 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return events
 
 
+def iter_events(path: str | os.PathLike[str],
+                kinds: frozenset[str] | None = None) -> Iterator[dict[str, Any]]:
+    """The complete events in order, read as they are needed (a journal of a million
+    events is hundreds of MiB of dicts at once); with ``kinds``, only those, and a line
+    of another kind is not even parsed (its kind is read from the line's start, where
+    :meth:`Journal.append` writes it). A torn last line is ignored."""
+    if not Path(path).exists():
+        return
+    with Path(path).open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.endswith(b"\n") or not line.strip():
+                continue  # a torn tail (the last line), or an empty one
+            if kinds is not None:
+                start = line.find(b'"event":"', 0, 120)
+                if start >= 0:
+                    start += 9
+                    if line[start:line.find(b'"', start)].decode() not in kinds:
+                        continue
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
+            if not isinstance(event, dict) or "event" not in event:
+                raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+            if kinds is None or event["event"] in kinds:
+                yield event
+
+
 def write_atomic(path: Path, data: str) -> None:
     """Replace ``path`` with ``data`` all at once: a reader (or a resume after a
     kill) sees the old content or the new, never a mix (trainers.durable, which
@@ -114,17 +145,30 @@ def write_atomic(path: Path, data: str) -> None:
 
 
 class Journal:
-    """Appends events durably: written, flushed and fsynced before append returns.
+    """Appends events, and makes them durable many at a time (group commit).
+
+    ``append`` writes the event to the file before it returns, so a killed
+    driver (SIGKILL included) never loses it; a writer thread fsyncs whatever
+    was written since its last fsync, so one fsync makes a whole group of
+    events durable against a crash of the machine too. Whoever acts on an
+    event outside the driver (a rank starting a trial, a checkpoint removed)
+    first waits for it: :meth:`wait`, :meth:`sync`, or the callable
+    :meth:`gate` returns, which a backend calls before a launched trial runs.
+    ``on_append`` is told of each event once it is written (the projector then
+    reads it from the file), ``on_durable`` once it is durable.
 
     >>> with Journal(run_dir / "journal.jsonl") as journal:   # doctest: +SKIP
     ...     journal.append("trial_finished", stage="tune", trial="t3", value=0.97)
+    ...     journal.sync()  # durable now: act on it
     """
 
     def __init__(self, path: str | os.PathLike[str],
                  on_append: Callable[[dict[str, Any]], None] | None = None, *,
-                 fsync: bool = True) -> None:
+                 fsync: bool = True,
+                 on_durable: Callable[[dict[str, Any]], None] | None = None) -> None:
         self.path = Path(path)
-        self.on_append = on_append  # told of each event once it is on disk
+        self.on_append = on_append  # told of each event once it is written
+        self.on_durable = on_durable  # ... and once it is durable
         # Off only where durability buys nothing: a simulation, rerun in seconds.
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -136,49 +180,108 @@ class Journal:
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
         self._seq = sum(1 for line in lines if line.strip())
+        self._size = end  # the file's length: where the next event goes
         if created:  # make the new file's directory entry durable too
             dir_fd = os.open(self.path.parent, os.O_RDONLY)
             try:
                 os.fsync(dir_fd)
             finally:
                 os.close(dir_fd)
+        self._durable = self._seq  # events fsynced so far (all of them, once opened)
+        self._unsynced: list[dict[str, Any]] = []  # written, not yet durable, in order
+        self._error: OSError | None = None  # the writer's fsync failed: nothing more is durable
+        self._closing = False
+        self._cond = threading.Condition()  # waiters: an event became durable
+        self._work = threading.Condition(self._cond)  # the writer: something to fsync
+        self._idle = False  # the writer waits for work (so an append must wake it)
+        self._writer: threading.Thread | None = None
+        self.fsyncs = 0  # how many groups were made durable (one fsync each)
 
     @property
     def seq(self) -> int:
         """Number of events in the journal."""
         return self._seq
 
+    @property
+    def durable(self) -> int:
+        """Number of events that are durable (fsynced, when fsync is on)."""
+        return self._durable
+
     def append(self, event: str, **fields: Any) -> dict[str, Any]:
-        record = {"seq": self._seq, "time": time.time(), "event": event, **fields}
-        line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str) + "\n"
-        payload = line.encode("utf-8")
-        start = os.lseek(self._fd, 0, os.SEEK_END)
-        written = 0
-        try:
-            while written < len(payload):
-                written += os.write(self._fd, payload[written:])
+        """Write one event; it survives a kill of the driver once this returns, and
+        a crash of the machine once :meth:`wait` for it returns."""
+        record = {"time": time.time(), "event": event, **fields}
+        with self._cond:
+            self._raise_failed()
+            record = {"seq": self._seq, **record}
+            line = json.dumps(record, separators=(",", ":"), allow_nan=True, default=str)
+            payload = (line + "\n").encode("utf-8")
+            start = self._size
+            written = 0
+            try:
+                while written < len(payload):
+                    written += os.write(self._fd, payload[written:])
+            except OSError as exc:
+                if written:  # cut the half-written event off: the journal stays whole
+                    os.ftruncate(self._fd, start)
+                if _full(exc):
+                    raise DiskFull(self.path, len(payload)) from None
+                raise
+            self._seq += 1
+            self._size += len(payload)
             if self.fsync:
-                os.fsync(self._fd)
-        except OSError as exc:
-            if written:  # cut the half-written event off: the journal stays whole
-                os.ftruncate(self._fd, start)
-            if _full(exc):
-                raise DiskFull(self.path, len(payload)) from None
-            raise
-        self._seq += 1
+                self._unsynced.append(record)
+                self._start_writer()
+                if self._idle:
+                    self._work.notify()
+            else:
+                self._durable = self._seq
         if self.on_append is not None:
             self.on_append(record)
+        if not self.fsync and self.on_durable is not None:
+            self.on_durable(record)
         return record
 
     def record(self, event: Event) -> dict[str, Any]:
         """Append a typed event (``orchestrator.events``): the way the driver writes."""
         return self.append(event.kind, **event.fields())
 
+    def wait(self, count: int | None = None, timeout: float | None = None) -> bool:
+        """Block until the first ``count`` events (all written so far: None) are
+        durable; False if ``timeout`` passed first. Raises the writer's error."""
+        with self._cond:
+            target = self._seq if count is None else count
+            done = self._cond.wait_for(
+                lambda: self._durable >= target or self._error is not None, timeout)
+            if self._durable < target:
+                self._raise_failed()
+            return done
+
+    def sync(self) -> None:
+        """Everything appended so far is durable when this returns."""
+        self.wait()
+
+    def gate(self) -> Callable[[], None]:
+        """A callable that returns once every event appended before this call is
+        durable: a backend calls it, off the loop, before a launched trial runs."""
+        return functools.partial(self.wait, self._seq)
+
     def events(self) -> Iterator[dict[str, Any]]:
         yield from read_events(self.path)
 
     def close(self) -> None:
-        if self._fd >= 0:
+        """Make every event durable, then close (the writer's error is raised)."""
+        if self._fd < 0:
+            return
+        try:
+            if self._error is None:
+                self.sync()
+        finally:
+            with self._cond:
+                self._closing = True
+                self._work.notify()
+            if self._writer is not None:
+                self._writer.join()
             os.close(self._fd)
             self._fd = -1
 
@@ -187,3 +290,42 @@ class Journal:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- the writer thread: one fsync per group -----------------------------------------
+
+    def _start_writer(self) -> None:
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_groups, daemon=True,
+                                            name=f"nestor-journal-{self.path.name}")
+            self._writer.start()
+
+    def _write_groups(self) -> None:
+        """Fsync what was written since the last fsync, then release its waiters."""
+        while True:
+            with self._cond:
+                self._idle = True
+                self._work.wait_for(lambda: self._unsynced or self._closing)
+                self._idle = False
+                if not self._unsynced:
+                    return
+                group = len(self._unsynced)
+            try:
+                os.fsync(self._fd)
+            except OSError as exc:
+                with self._cond:
+                    self._error = DiskFull(self.path, 0) if _full(exc) else exc
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                records = self._unsynced[:group]
+                del self._unsynced[:group]
+                self._durable += group
+                self.fsyncs += 1
+                self._cond.notify_all()
+            if self.on_durable is not None:
+                for record in records:
+                    self.on_durable(record)
+
+    def _raise_failed(self) -> None:
+        if self._error is not None:
+            raise self._error

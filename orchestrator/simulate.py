@@ -68,8 +68,8 @@ def simulate_workflow(
     """Run ``workflow``'s stages with the real StageScheduler on ``backend``.
 
     Journals into ``run_dir`` as ``nestor run`` does (``fsync=False`` skips the
-    fsync per event: a simulation has nothing to lose in a crash, and at 2,048
-    slots the fsyncs would be measured as the scheduler's cost). Returns the results, as
+    journal's fsyncs: a simulation has nothing to lose in a crash; with them on,
+    the journal's writer thread fsyncs events in groups beside the loop). Returns the results, as
     ``run_workflow`` does, plus ``virtual_time_s`` (the backend's clock) and
     ``driver_s`` (real seconds the run took). The backend is shut down at
     the end; its ledger stays readable. A stop request (or a simulated

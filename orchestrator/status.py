@@ -11,7 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal import read_events
+from orchestrator.journal import iter_events
+
+# What the progress is read from: a line of any other kind (the searchers' logs,
+# most of a big journal) is skipped unparsed.
+KINDS = frozenset({"workflow_started", "workflow_resumed", "workflow_finished",
+                   "stage_started", "stage_finished", "trial_started", "trial_finished"})
 
 
 def _alive(pid: int | None) -> bool:
@@ -28,13 +33,12 @@ def _alive(pid: int | None) -> bool:
 
 def workflow_status(run_dir: Path) -> dict[str, Any]:
     """Per stage: its state and how many trials completed, failed and are running."""
-    events = read_events(run_dir / "journal.jsonl")
-    if not events:
-        raise FileNotFoundError(f"{run_dir} has no journal: not a nestor run directory")
     stages: dict[str, dict[str, Any]] = {}
     driver_pid = None
     finished = False
-    for event in events:
+    last: dict[str, Any] | None = None
+    for event in iter_events(run_dir / "journal.jsonl", KINDS):
+        last = event
         kind = event["event"]
         if kind in ("workflow_started", "workflow_resumed"):
             driver_pid = event.get("pid")
@@ -55,6 +59,8 @@ def workflow_status(run_dir: Path) -> dict[str, Any]:
         elif kind == "stage_finished":
             stage["state"] = "finished"
             stage["running"] = set()
+    if last is None:
+        raise FileNotFoundError(f"{run_dir} has no journal: not a nestor run directory")
     alive = _alive(driver_pid) and not finished
     for stage in stages.values():
         stage["running"] = len(stage["running"]) if alive or stage["state"] == "running" else 0
@@ -65,6 +71,6 @@ def workflow_status(run_dir: Path) -> dict[str, Any]:
         "run_dir": str(run_dir),
         "state": state,
         "driver_pid": driver_pid if alive else None,
-        "last_event_age_s": round(time.time() - events[-1]["time"], 1),
+        "last_event_age_s": round(time.time() - last["time"], 1),
         "stages": list(stages.values()),
     }

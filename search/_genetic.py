@@ -28,6 +28,7 @@ import random
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 from deap import base, tools
@@ -301,6 +302,10 @@ class GeneticSearch(Searcher):
             _split(self.offspring, demes) if mode == "mu_plus_lambda" else self._deme_sizes
         )
         self._parents: list[list[_Individual]] = [[] for _ in range(demes)]
+        # Bumped whenever a deme's parents change; _deme_best caches by it, so a
+        # result is not compared with every parent of a 2,048-strong deme.
+        self._parents_changed = 0
+        self._best_by_deme: dict[int, tuple[int, Any]] = {}
         self._halls = [tools.HallOfFame(max(1, min(elitism, s - 1))) for s in self._deme_sizes]
         self._members: dict[str, _Individual] = {}
         self._queue: list[_Individual] = []
@@ -490,6 +495,8 @@ class GeneticSearch(Searcher):
     def _worst(self, pool: list[_Individual], k: int) -> list[_Individual]:
         if self.multi_objective:
             return tools.selNSGA2(pool, len(pool))[len(pool) - k :]
+        if k == 1:  # each async result: a scan, not a sort of the deme (selWorst's first)
+            return [min(pool, key=attrgetter("fitness"))]
         return tools.selWorst(pool, k)
 
     # --- ask ------------------------------------------------------------------------------
@@ -598,7 +605,12 @@ class GeneticSearch(Searcher):
         """
         if "mutation" not in ind.origin:
             return
-        members = [p for p in self._parents[ind.deme] if p.fitness.valid]
+        if self.multi_objective:
+            members = [p for p in self._parents[ind.deme] if p.fitness.valid]
+            best = None
+        else:
+            best = self._deme_best(ind.deme)
+            members = [] if best is None else [best]
         if not members:
             return
         self._mutated += 1
@@ -607,8 +619,18 @@ class GeneticSearch(Searcher):
         if self.multi_objective:
             success = not any(p.fitness.dominates(ind.fitness) for p in members)
         else:
-            success = ind.fitness > max(p.fitness for p in members)
+            success = ind.fitness > best
         self._successes += success
+
+    def _deme_best(self, deme: int) -> Any:
+        """The best valid fitness among a deme's parents (None: none), cached until
+        the parents change."""
+        cached = self._best_by_deme.get(deme)
+        if cached is None or cached[0] != self._parents_changed:
+            valid = [p.fitness for p in self._parents[deme] if p.fitness.valid]
+            cached = (self._parents_changed, max(valid) if valid else None)
+            self._best_by_deme[deme] = cached
+        return cached[1]
 
     def _adapt_step(self) -> None:
         """Rechenberg's one-fifth success rule, once per generation (of results).
@@ -640,6 +662,7 @@ class GeneticSearch(Searcher):
             return
         deme = self._parents[ind.deme]
         deme.append(ind)
+        self._parents_changed += 1
         if len(deme) > self._deme_sizes[ind.deme]:
             worst = self._worst(deme, 1)[0]
             del deme[next(k for k, i in enumerate(deme) if i is worst)]
@@ -668,6 +691,7 @@ class GeneticSearch(Searcher):
                 self._parents[deme] = self._survivors(self._parents[deme] + children, size)
             else:
                 self._parents[deme] = self._with_elites(children, deme)
+        self._parents_changed += 1
         self._batch = []
         self._generation += 1
         self._adapt_step()
@@ -700,6 +724,7 @@ class GeneticSearch(Searcher):
         if any(len(p) <= self.migration_size for p in self._parents):
             return
         tools.migRing(self._parents, self.migration_size, self._survivors, self._worst)
+        self._parents_changed += 1
 
     def _check_progress(self) -> None:
         if self.multi_objective:

@@ -18,6 +18,7 @@ next event or deadline. The loop never polls.
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -31,7 +32,9 @@ class Launch:
     ``key`` names the attempt in every event about it (unique in a run);
     ``request`` is the ``trainers.TrialRequest`` each rank gets; ``hooks``
     are the ``report``/``should_stop`` callables rank 0 is given;
-    ``beat_every_s`` how often rank 0 may tell it still makes progress.
+    ``beat_every_s`` how often rank 0 may tell it still makes progress;
+    ``gate`` (if any) is called, off the loop, before any rank runs the trial:
+    it returns once the journal's events that led to the launch are durable.
     """
 
     key: str
@@ -39,6 +42,7 @@ class Launch:
     request: Any
     hooks: dict[str, Any] = field(default_factory=dict)
     beat_every_s: float = 5.0
+    gate: Callable[[], Any] | None = None
 
 
 @dataclass(frozen=True)

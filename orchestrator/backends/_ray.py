@@ -155,6 +155,8 @@ class RayBackend(Backend):
                 self._end(launch.key, gang, Ended(launch.key, self.now(), failure="cancelled",
                                                   started=False))
                 return
+            if launch.gate is not None:  # the journal's group commit, while gangs start
+                launch.gate()
             started = True
             self._events.put(Started(launch.key, gang.id, self.now(), startup_s))
             from trainers import run_trial

@@ -438,6 +438,8 @@ class SimulatedBackend(Backend):
         if record.ended is not None:
             return  # cancelled or lost while its gang started
         record.started = self._now
+        # launch.gate is not waited on: a simulated rank acts on nothing outside the
+        # driver (a real one waits for it in its attempt thread, off the loop).
         rng = self._rng(launch.key, "trial")
         draw = self.trial_model(getattr(launch.request, "config", {}) or {}, rng)
         fraction = self.fail_keys.get(launch.key)

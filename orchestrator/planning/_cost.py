@@ -44,7 +44,7 @@ limit check errs on the safe side.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -269,6 +269,10 @@ class CostModel:
     memory_scale: float = 1.0
     measured: bool = True  # False: the prior, no profile behind it
     cores_per_node: int = 1  # ranks beyond this are on other nodes: no contention with them
+    # The collectives' times by (mp, batch) and (dp, mp): a plan at 32,768 slots prices
+    # some 200,000 shapes, which share them.
+    _memo: dict[tuple[Any, ...], float] = field(default_factory=dict, init=False, repr=False,
+                                               compare=False)
 
     def busy(self, ranks: int) -> int:
         return max(1, min(ranks, self.cores_per_node))
@@ -277,25 +281,39 @@ class CostModel:
         """One step of a rank holding ``batch`` samples in a dp x mp trial, with
         ``busy`` ranks computing on its node (default: the trial's own)."""
         busy = self.busy(dp * mp if busy is None else busy)
-        gathers, reduces = step_collectives(self.size, dp, mp, batch, self.fp16_allreduce)
-        return StepTime(self.compute.time(batch, mp, busy),
-                        sum(self.comm.time(k, r, n, in_step=True) for k, r, n in gathers),
-                        sum(self.comm.time(k, r, n, in_step=True) for k, r, n in reduces))
+        gather = self._memo.get(("gather", mp, batch))
+        if gather is None:
+            gathers, _ = step_collectives(self.size, 1, mp, batch, self.fp16_allreduce)
+            gather = self._memo[("gather", mp, batch)] = sum(
+                self.comm.time(k, r, n, in_step=True) for k, r, n in gathers)
+        reduce = self._memo.get(("allreduce", dp, mp))
+        if reduce is None:  # the gradients' allreduce does not depend on the batch
+            _, reduces = step_collectives(self.size, dp, mp, batch, self.fp16_allreduce)
+            reduce = self._memo[("allreduce", dp, mp)] = sum(
+                self.comm.time(k, r, n, in_step=True) for k, r, n in reduces)
+        return StepTime(self.compute.time(batch, mp, busy), gather, reduce)
 
     def epoch(self, dp: int, mp: int, per_rank_batch: int, busy: int | None = None) -> float:
         """Seconds of one training epoch (no evaluation), cut as trainers/data.py cuts it;
         ``busy``: ranks computing on the node, all trials at once included."""
-        global_batch = per_rank_batch * dp
-        full, rest = divmod(self.train_samples, global_batch)
-        seconds = full * self.step(dp, mp, per_rank_batch, busy).total
-        if rest >= dp:
-            seconds += self.step(dp, mp, math.ceil(rest / dp), busy).total
+        busy = self.busy(dp * mp if busy is None else busy)
+        key = ("epoch", dp, mp, per_rank_batch, busy)
+        seconds = self._memo.get(key)
+        if seconds is None:
+            full, rest = divmod(self.train_samples, per_rank_batch * dp)
+            seconds = full * self.step(dp, mp, per_rank_batch, busy).total
+            if rest >= dp:
+                seconds += self.step(dp, mp, math.ceil(rest / dp), busy).total
+            self._memo[key] = seconds
         return seconds
 
     def memory(self, mp: int, per_rank_batch: int) -> int:
         """Bytes a rank needs for training (weights, gradients, state, activations)."""
-        raw = self.size.state_bytes(mp) + per_rank_batch * self.size.activation_bytes(mp)
-        return math.ceil(raw * self.memory_scale)
+        key = ("memory", mp, per_rank_batch)
+        if key not in self._memo:
+            raw = self.size.state_bytes(mp) + per_rank_batch * self.size.activation_bytes(mp)
+            self._memo[key] = math.ceil(raw * self.memory_scale)
+        return int(self._memo[key])
 
     def parameters(self) -> dict[str, Any]:
         """The fitted numbers, for tables and reports."""

@@ -164,37 +164,50 @@ def evaluate(model: CostModel, limits: Limits, goal: Goal
     rejected: list[tuple[Shape, str]] = []
     widest = model.size.max_model_parallel()
     b = limits.per_rank_batch
-    for ranks in range(1, limits.slots + 1):
-        for mp in range(1, ranks + 1):
-            if ranks % mp:
-                continue
-            shape = Shape(ranks // mp, mp)
-            if limits.data is not None and shape.dp != limits.data:
-                continue
-            if limits.model is not None and shape.mp != limits.model:
-                continue
-            global_batch = b * shape.dp
-            memory = model.memory(shape.mp, b)
-            if limits.global_batch_max is not None and global_batch > limits.global_batch_max:
-                rejected.append((shape, f"global batch {global_batch} ({b} x {shape.dp})"
-                                        f" above the cap {limits.global_batch_max}"))
-                continue
-            if shape.mp > widest:
-                rejected.append((shape, f"mp {shape.mp} wider than the narrowest split layer"
-                                        f" ({widest} units)"))
-                continue
-            if limits.memory_per_slot is not None and memory > limits.memory_per_slot:
-                rejected.append((shape, f"{_fmt_bytes(memory)} per rank above the"
-                                        f" {_fmt_bytes(limits.memory_per_slot)} per slot"))
-                continue
-            at_once = max(1, min(limits.slots // shape.ranks, max(goal.runs, 1)))
-            if goal.generation:
-                at_once = min(at_once, goal.generation)
-            run_s = goal.epochs * model.epoch(shape.dp, shape.mp, b, at_once * shape.ranks)
-            feasible.append(Candidate(shape, at_once, global_batch, run_s,
-                                      goal.waves(at_once) * run_s, memory))
+    for shape in _shapes(limits):
+        global_batch = b * shape.dp
+        memory = model.memory(shape.mp, b)
+        if limits.global_batch_max is not None and global_batch > limits.global_batch_max:
+            rejected.append((shape, f"global batch {global_batch} ({b} x {shape.dp})"
+                                    f" above the cap {limits.global_batch_max}"))
+            continue
+        if shape.mp > widest:
+            rejected.append((shape, f"mp {shape.mp} wider than the narrowest split layer"
+                                    f" ({widest} units)"))
+            continue
+        if limits.memory_per_slot is not None and memory > limits.memory_per_slot:
+            rejected.append((shape, f"{_fmt_bytes(memory)} per rank above the"
+                                    f" {_fmt_bytes(limits.memory_per_slot)} per slot"))
+            continue
+        if shape.dp > model.train_samples:
+            rejected.append((shape, f"dp {shape.dp} above the {model.train_samples}"
+                                    " training samples: a rank would get none"))
+            continue
+        at_once = max(1, min(limits.slots // shape.ranks, max(goal.runs, 1)))
+        if goal.generation:
+            at_once = min(at_once, goal.generation)
+        run_s = goal.epochs * model.epoch(shape.dp, shape.mp, b, at_once * shape.ranks)
+        feasible.append(Candidate(shape, at_once, global_batch, run_s,
+                                  goal.waves(at_once) * run_s, memory))
     feasible.sort(key=Candidate.key)
     return feasible, rejected
+
+
+def _shapes(limits: Limits) -> list[Shape]:
+    """Every dp x mp within the slots (the fixed factor only, if one is fixed), by
+    ranks then mp: enumerated by multiples, not by trying every mp of every rank
+    count, so 32,768 slots take some 340,000 steps instead of half a billion."""
+    n = limits.slots
+    if limits.data is not None or limits.model is not None:
+        dps = [limits.data] if limits.data is not None else range(1, n + 1)
+        mps = [limits.model] if limits.model is not None else range(1, n + 1)
+        shapes = [Shape(dp, mp) for mp in mps for dp in dps if dp * mp <= n]
+        return sorted(shapes, key=lambda s: (s.ranks, s.mp))
+    by_ranks: list[list[int]] = [[] for _ in range(n + 1)]
+    for mp in range(1, n + 1):
+        for ranks in range(mp, n + 1, mp):
+            by_ranks[ranks].append(mp)
+    return [Shape(ranks // mp, mp) for ranks in range(1, n + 1) for mp in by_ranks[ranks]]
 
 
 def what_fits(model: CostModel, limits: Limits) -> str:

@@ -140,6 +140,7 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
             "shape": str(c.shape) if c else None, "at_once": c.at_once if c else None,
             "slots": c.slots_used if c else None, "global_batch": c.global_batch if c else None,
             "predicted_s": c.total_s if c else None, "speedup": row.speedup,
-            "measured_s": row.measured_s, "measured_speedup": row.measured_speedup})
+            "measured_s": row.measured_s, "measured_speedup": row.measured_speedup,
+            "spec": row.spec})
     console.print(table)
     return data

@@ -12,6 +12,8 @@ restriction, priced by the same cost model, so the rows can be compared:
   parallelism only;
 - HPO+DP+MP: any shape: what ``parallel: auto`` chooses.
 
+A spec that fixes its shape gets every row too, its own marked.
+
 Runs of a random search to reach the same goal are not known in advance:
 ``random_runs`` defaults to the stage's own planned runs (then HPO's gain is
 concurrency alone); give the ratio you measured (bench/REPORT.md's HPO
@@ -44,23 +46,52 @@ class Row:
     speedup: float | None = None
     measured_s: float | None = None
     measured_speedup: float | None = None
+    spec: bool = False  # the shape the spec fixes (``parallel: {data: 2, model: 1}``)
 
 
 def combined_table(model: CostModel, limits: Limits, goal: Goal, random_runs: int | None = None
                    ) -> list[Row]:
-    """The six rows, each the best feasible shape under its restriction."""
+    """The six rows, each the best feasible shape under its restriction.
+
+    A spec that fixes the shape still gets every row (the alternatives are the
+    point of the table): the rows are priced with both factors free, and the
+    spec's own shape is marked, in the row whose restriction it meets, or in a
+    row of its own just below that one when it is not that row's best."""
+    free = replace(limits, data=None, model=None)
+    priced: dict[tuple[Limits, Goal], list[Candidate]] = {}  # the HPO rows share one
+
+    def feasible(row_limits: Limits, row_goal: Goal) -> list[Candidate]:
+        if (row_limits, row_goal) not in priced:
+            priced[(row_limits, row_goal)] = evaluate(model, row_limits, row_goal)[0]
+        return priced[(row_limits, row_goal)]
+
     rows: list[Row] = []
     for label, concurrent, allowed in ROWS:
         runs = goal.runs if concurrent else (random_runs or goal.runs)
         # One after another: a barrier after every run.
         row_goal = replace(goal, runs=runs, generation=goal.generation if concurrent else 1)
-        row_limits = limits if label != "random search" else replace(limits, slots=1)
-        feasible, _ = evaluate(model, row_limits, row_goal)
-        best = next((c for c in feasible if allowed(c.shape)), None)
+        row_limits = free if label != "random search" else replace(free, slots=1)
+        best = next((c for c in feasible(row_limits, row_goal) if allowed(c.shape)), None)
         rows.append(Row(label, runs, best))
+    if free != limits:
+        rows = _mark_spec(rows, next(iter(evaluate(model, limits, goal)[0]), None), goal)
     base = rows[0].candidate
     return [replace(r, speedup=(base.total_s / r.candidate.total_s)
                     if base and r.candidate and r.candidate.total_s else None) for r in rows]
+
+
+def _mark_spec(rows: list[Row], own: Candidate | None, goal: Goal) -> list[Row]:
+    """Mark the concurrent row the spec's fixed shape belongs to (HPO+DP for 2x1)."""
+    if own is None:
+        return [*rows, Row("spec's own shape", goal.runs, None, spec=True)]
+    index = next(i for i, (_, concurrent, allowed) in enumerate(ROWS)
+                 if concurrent and allowed(own.shape))
+    row = rows[index]
+    if row.candidate is not None and row.candidate.shape == own.shape:
+        rows[index] = replace(row, label=f"{row.label} (spec)", spec=True)
+        return rows
+    own_row = Row(f"{row.label} at spec's {own.shape}", goal.runs, own, spec=True)
+    return [*rows[:index + 1], own_row, *rows[index + 1:]]
 
 
 def with_measured(rows: list[Row], measure: Callable[[Shape, int], float | None],

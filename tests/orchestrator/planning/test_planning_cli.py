@@ -76,3 +76,20 @@ def test_planning_imports_neither_torch_nor_ray() -> None:
     code = ("import sys\nfrom orchestrator import cli\n"
             "assert 'orchestrator.planning' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_spec_that_fixes_its_shape_still_gets_every_row_its_own_marked(
+        spec: Path) -> None:
+    spec.write_text(SPEC.replace("parallel: auto", "parallel: {data: 2, model: 1}")
+                    .replace("    batch: {global_max: 256}\n", ""))
+    result = CliRunner().invoke(cli, ["plan", str(spec), "--slots", "16"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    header = next(i for i, line in enumerate(lines) if "configuration" in line)
+    table = [line for line in lines[header + 1:] if line.strip()]
+    assert "no shape fits" not in result.output
+    assert [line.split("  ")[0].strip().removesuffix(" (spec)") for line in table
+            if "spec's" not in line] == list(ROWS)
+    marked = [line for line in table if "spec" in line]
+    assert len(marked) == 1 and " 2x1 " in marked[0]
+    assert marked[0].strip().startswith("HPO+DP")  # dp 2, mp 1: the data-parallel row

@@ -140,3 +140,26 @@ def test_replan_keeps_warm_gangs_for_small_gains_and_switches_for_large() -> Non
 def test_generational_barrier_counts_waves_per_generation() -> None:
     assert Goal(runs=20, epochs=1, generation=10).waves(4) == 6  # 3 waves x 2 generations
     assert Goal(runs=20, epochs=1).waves(4) == 5
+
+
+@settings(max_examples=50, deadline=None)
+@given(slots=st.integers(1, 60), data=st.one_of(st.none(), st.integers(1, 8)),
+       model_=st.one_of(st.none(), st.integers(1, 8)))
+def test_every_shape_within_the_slots_is_priced_or_ruled_out_once(slots, data, model_) -> None:
+    limits = Limits(slots=slots, per_rank_batch=8, data=data, model=model_)
+    feasible, rejected = evaluate(synthetic_model(), limits, Goal(runs=10, epochs=1))
+    seen = [c.shape for c in feasible] + [s for s, _ in rejected]
+    expected = {Shape(r // m, m) for r in range(1, slots + 1) for m in range(1, r + 1)
+                if r % m == 0 and data in (None, r // m) and model_ in (None, m)}
+    assert sorted(seen) == sorted(expected)
+
+
+def test_a_shape_with_more_data_ranks_than_samples_is_ruled_out_not_free() -> None:
+    # 4,000 samples on 4,001 data-parallel ranks: a rank gets none, so the model
+    # priced the trial at 0 s and would have chosen it.
+    model = synthetic_model(train_samples=4000)
+    feasible, rejected = evaluate(model, Limits(slots=5000, per_rank_batch=1, model=1),
+                                  Goal(runs=1, epochs=1))
+    assert all(c.shape.dp <= 4000 and c.total_s > 0 for c in feasible)
+    assert (Shape(4001, 1), "dp 4001 above the 4000 training samples: a rank would get none"
+            ) in rejected
