@@ -325,10 +325,8 @@ def main() -> None:
             print(f"  {algorithm:9s} runs {row['runs']:3d}  best val {row['best_val']}"
                   f"  its test {row['its_test']}  to threshold {row['time_to_threshold_s']} s"
                   f"  wall {row['wall_s']:.0f} s")
-    out = ROOT / "bench" / "results" / f"orchestration-{'-'.join(sorted(parts))}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=2))
-    print(f"\nwritten: {out.relative_to(ROOT)}")
+    out = machine_info.write_result(f"orchestration-{'-'.join(sorted(parts))}", report)
+    print(f"\nwritten: {out}")
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,17 @@ def _load(results: Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _finished_at(data: dict[str, Any]) -> str:
+    m = data.get("machine_detail") or data.get("machine")
+    return m.get("finished", m.get("started", "")) if isinstance(m, dict) else ""
+
+
 def _overhead(results: Path) -> dict[str, Any] | None:
-    """The newest orchestration_bench result that has the overhead part."""
-    for path in sorted(results.glob("orchestration*.json"), key=lambda f: f.stat().st_mtime,
-                       reverse=True):
-        data = json.loads(path.read_text())
-        if "overhead" in data:
-            return data
-    return None
+    """The orchestration_bench result with the overhead part that finished last (by
+    the time it records, not the file's: a fresh clone gives every file one mtime)."""
+    found = [json.loads(path.read_text()) for path in sorted(results.glob("orchestration*.json"))]
+    found = [data for data in found if "overhead" in data]
+    return max(found, key=_finished_at) if found else None
 
 
 def _f(value: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
@@ -94,6 +98,27 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [*lines, ""]
 
 
+def _commit(m: dict[str, Any]) -> str:
+    dirty = {True: " (uncommitted changes in the tree)", None: " (tree state unknown)"}
+    return f"commit `{m['commit'][:10]}`{dirty.get(m.get('dirty'), '')}"
+
+
+def has_provenance(m: Any) -> bool:
+    """Whether a result's ``machine`` names its command, commit and machine (older
+    results, written before bench/machine.py recorded them, do not)."""
+    return isinstance(m, dict) and all(k in m for k in ("command", "commit", "cores", "cpu"))
+
+
+def source(m: Any) -> str:
+    """Where a headline figure came from: the command, the commit, the machine, the load."""
+    if not has_provenance(m):
+        return "source not recorded"
+    loads = [*m.get("load_average_at_start", [])[:1], *m.get("load_average_at_end", [])[:1]]
+    load = "–".join(f"{x:.1f}" for x in loads)
+    return (f"`{m['command']}`, {_commit(m)}, {m['cores']} cores ({m['cpu']}), GPU"
+            f" {m['gpu']}, 1-min load {load}")
+
+
 def machine_line(m: dict[str, Any] | str | None) -> str:
     if m is None:
         return "machine: not recorded"
@@ -101,7 +126,9 @@ def machine_line(m: dict[str, Any] | str | None) -> str:
         return f"machine: {m}"
     start = ", ".join(f"{x:.2f}" for x in m["load_average_at_start"])
     end = ", ".join(f"{x:.2f}" for x in m.get("load_average_at_end", []))
-    return (f"machine: {m['host']}, {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB,"
+    ran = (f"Command: `{m['command']}` at {_commit(m)}. " if has_provenance(m)
+           else "Command and commit: not recorded. ")
+    return (f"{ran}machine: {m['host']}, {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB,"
             f" GPU: {m['gpu']}; load average (1, 5, 15 min) {start} at start, {end or '?'}"
             f" at end ({m['started']} – {m.get('finished', '?')})")
 
@@ -346,8 +373,33 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
 def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
              o: dict[str, Any] | None, e2e_runs: list[dict[str, Any]] | None = None,
              splan: dict[str, Any] | None = None,
-             f: dict[str, Any] | None = None) -> list[str]:
-    lines = ["## Headline figures", ""]
+             f: dict[str, Any] | None = None, **more: dict[str, Any] | None) -> list[str]:
+    """Each figure with the command, commit and machine of the one results file it
+    comes from; a figure whose file does not record them is left out, and said so."""
+    out = ["## Headline figures", "",
+           "Each line compares figures from one results file (one run, one machine) and"
+           " ends with the command that wrote it, the commit it ran on and the machine.", ""]
+    missing: list[str] = []
+    for result, lines in _headline_lines(t, sim, o, e2e_runs, splan, f, **more):
+        m = result.get("machine_detail") or result.get("machine")
+        if not has_provenance(m):
+            missing += [line.split(":")[0].lstrip("- ") for line in lines]
+            continue
+        out += [f"{line}. *From* {source(m)}" for line in lines]
+    if len(out) == 4 and not missing:
+        out.append("None: no results file is committed (`make bench-quick` writes them).")
+    if missing:
+        out += ["", "Not in the headline (their results files record no command or commit;"
+                " rerun them): " + "; ".join(missing) + "."]
+    return [*out, ""]
+
+
+def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
+                    o: dict[str, Any] | None, e2e_runs: list[dict[str, Any]] | None,
+                    splan: dict[str, Any] | None, f: dict[str, Any] | None,
+                    **more: dict[str, Any] | None) -> list[tuple[dict[str, Any], list[str]]]:
+    found: list[tuple[dict[str, Any], list[str]]] = []
+    lines: list[str] = []
     if t and "single" in t:
         for label, r in t["single"]["rows"].items():
             if label != "dp=1":
@@ -365,14 +417,16 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         lines.append(f"- combined, HPO+DP+MP vs random search: measured"
                      f" {_f(last['measured_speedup'], '{:.2f}x')}, product estimate"
                      f" {_f(last['estimated_speedup'], '{:.2f}x')}")
+    lines_sim: list[str] = []
     if sim:
         for name, w in sim["workloads"].items():
             cells = ", ".join(f"{r['schedule']} {_share(r['utilization'])}" for r in w["runs"]
                               if r["mode"] == "sweep")
             lost = sum(r["lost"] for r in w["runs"])
             cpu = max(r["scheduler_cpu_ms_per_event"] for r in w["runs"])
-            lines.append(f"- {sim['slots']:,} simulated slots, {name} sweep: busy {cells};"
+            lines_sim.append(f"- {sim['slots']:,} simulated slots, {name} sweep: busy {cells};"
                          f" {lost} trials lost; scheduler CPU at most {cpu:.2f} ms per event")
+    lines_o: list[str] = []
     if o and "runs" in o["overhead"]:
         cells = []
         for label, by_count in o["overhead"]["runs"].items():
@@ -380,19 +434,22 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             r = by_count[n]
             cells.append(f"{label} {r['steady_ms_per_trial']:.1f} ms/trial over {int(n):,}"
                          f" (start-up {r['startup_s']:.1f} s)")
-        lines.append("- per-trial overhead, steady state, trivial trials 2 at a time: "
+        lines_o.append("- per-trial overhead, steady state, trivial trials 2 at a time: "
                      + "; ".join(cells))
+    e2e_lines: list[tuple[dict[str, Any], list[str]]] = []
     for e2e in e2e_runs or []:
         if "time_s" not in e2e.get("verdict", {}):
             continue
         v, sm = e2e["verdict"]["time_s"], e2e["summary"]
-        lines.append(f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots,"
+        e2e_lines.append((e2e, [
+                     f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots,"
                      f" median time to val accuracy {e2e['threshold']:g}): auto"
                      f" {sm['auto']['median_time_s']:.0f} s, best hand-picked `{v['best']}`"
                      f" {sm[v['best']]['median_time_s']:.0f} s (auto / best"
                      f" {v['auto_over_best']:.2f}), worst `{v['worst']}`"
                      f" {sm[v['worst']]['median_time_s']:.0f} s (worst / auto"
-                     f" {v['worst_over_auto']:.2f})")
+                     f" {v['worst_over_auto']:.2f})"]))
+    lines_splan: list[str] = []
     if splan:
         cells = []
         for table in splan["tables"]:
@@ -400,12 +457,47 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             cells.append(f"generations of {table['population']}: " + ", ".join(
                 f"{label} {rows[label]['speedup']:.0f}x" for label in
                 ("HPO", "HPO+DP", "HPO+DP+MP") if label in rows))
-        lines.append(f"- SIMULATED combined table, {splan['nodes']} nodes, cost model of this"
+        lines_splan.append(f"- SIMULATED combined table, {splan['nodes']} nodes, cost model of this"
                      " machine (seed's estimate: HPO 11x, HPO+DP 38x, HPO+DP+MP 56x): "
                      + "; ".join(cells))
+    if t:
+        found.append((t, lines))
+    if sim:
+        found.append((sim, lines_sim))
+    if o and lines_o:
+        found.append((o, lines_o))
+    found += e2e_lines
+    if splan:
+        found.append((splan, lines_splan))
     if f:
-        lines.append(fidelity_headline(f))
-    return [*lines, ""]
+        found.append((f, [fidelity_headline(f)]))
+    for name, render_line in (("sine", sine_headline), ("multi", multifidelity_headline),
+                              ("backends", backends_headline), ("gangs", gang_headline)):
+        result = more.get(name)
+        if result:
+            found.append((result, render_line(result)))
+    return [(result, lines) for result, lines in found if lines]
+
+
+def multifidelity_headline(m: dict[str, Any]) -> list[str]:
+    cells = ", ".join(f"{r['search']} {r['median_epochs']:.0f}" for r in m["rows"])
+    return [f"- multi-fidelity searches on simulated training ({m['seeds']} seeds), median"
+            f" epochs until a full-length model reaches loss {m['quality']:g}: {cells}"]
+
+
+def backends_headline(b: dict[str, Any]) -> list[str]:
+    cells = ", ".join(f"{case} {r['torch_over_horovod']:.2f}x"
+                      for case, r in b["cases"].items())
+    same = max(r["max_train_loss_diff"] for r in b["cases"].values())
+    return [f"- torch.distributed over Horovod, samples/s on the same trials: {cells};"
+            f" largest train-loss difference {same:.2g}"]
+
+
+def gang_headline(g: dict[str, Any]) -> list[str]:
+    return [f"- {g['gangs']} gangs started on real Ray: one at a time"
+            f" {g['one_at_a_time_s']:.1f} s, through RayBackend {g['concurrently_s']:.1f} s;"
+            f" longest hold of the scheduling loop per launch"
+            f" {1000 * g['longest_loop_hold_s']:.1f} ms"]
 
 
 def fidelity_headline(f: dict[str, Any]) -> str:
@@ -421,19 +513,33 @@ def fidelity_headline(f: dict[str, Any]) -> str:
 
 
 def render(results: Path, out_md: Path) -> Path:
-    out = out_md.parent
+    """Write REPORT.md (and its figures beside it) from the results files alone."""
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(render_text(results, out_md.parent))
+    return out_md
+
+
+def render_text(results: Path, out: Path) -> str:
+    """The report's text; figures go to ``out/figures``. Nothing but the results
+    files goes in: no section is written by hand."""
     (out / FIGURES).mkdir(parents=True, exist_ok=True)
     t, g = _load(results, "tables"), _load(results, "gpu-tables")
     sim, o = _load(results, "simulate"), _overhead(results)
     lines = ["# nestor benchmarks", "",
-             "Generated by `make bench` / `make bench-quick` (`python -m bench.report`) from"
-             " `bench/results/*.json`. Every figure is compared only with figures measured in"
-             " the same run on the same machine, stated beside each section. On a shared"
-             " machine the load average says how much to trust a figure.", ""]
+             "Generated by `python -m bench.report` from the committed `bench/results/*.json`"
+             " alone (`python -m bench.report --check` fails when this file differs from what"
+             " they render; the tests run it). Every figure is compared only with figures from"
+             " the same results file: one run, on one machine, whose command, commit and load"
+             " are stated beside each section. A section whose results file is absent says"
+             " \"Not run\". On a shared machine the load average says how much to trust a"
+             " figure.", ""]
     e2e_runs = [json.loads(f.read_text()) for f in sorted(results.glob("e2e-planning*.json"))]
     splan = _load(results, "simulate-planning")
     fidelity = _load(results, "search-fidelity")
-    lines += headline(t, sim, o, e2e_runs, splan, fidelity)
+    sine, backends = _load(results, "auto-sine"), _load(results, "backends")
+    gangs, multi = _load(results, "gang-start"), _load(results, "multifidelity")
+    lines += headline(t, sim, o, e2e_runs, splan, fidelity, sine=sine, multi=multi,
+                      backends=backends, gangs=gangs)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -448,7 +554,6 @@ def render(results: Path, out_md: Path) -> Path:
     lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
     lines += simulate_section(sim, out) if sim else [
         "## 2,048 simulated slots, the real scheduler", "", "Not run.", ""]
-    gangs = _load(results, "gang-start")
     lines += gang_start_section(gangs) if gangs else [
         "## Starting gangs on real Ray", "", "Not run.", ""]
     for run in e2e_runs:
@@ -462,29 +567,65 @@ def render(results: Path, out_md: Path) -> Path:
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     lines += fidelity_section(fidelity, out) if fidelity else [
         SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
-    sine = _load(results, "auto-sine")
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
-    backends = _load(results, "backends")
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
-    multi = _load(results, "multifidelity")
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
-    out_md.write_text("\n".join(lines))
-    return out_md
+    return "\n".join(lines)
 
 
 AUTO_SINE_TITLE = "## `algorithm: auto` against each fixed choice, sine-fit problems"
 
 
 def auto_sine_section(a: dict[str, Any]) -> list[str]:
-    """bench/auto_bench.py: its tables as printed (median and quartiles over seeds)."""
-    return [AUTO_SINE_TITLE, "", machine_line(a["machine"]), "",
-            "Each search fits the coefficients of the seed's sine-fit command (Cray Urika"
-            " HPO's example) and variants; a search's result is the default coefficients'"
-            " error over the best error it found. `optuna-cmaes-1`, where shown, is the"
-            " issue's yardstick: Optuna's own CmaEsSampler one trial at a time, never counted"
-            " as a fixed choice auto could make.", "", a["text"].strip(), "",
-            f"Command: `{a['command']}`.", ""]
+    """bench/auto_bench.py: regret on the sine-fit problems (median and quartiles)."""
+    lines = [AUTO_SINE_TITLE, "", machine_line(a["machine"]), ""]
+    if "problems" not in a:  # written before regret: improvement over the default
+        return [*lines, "Not comparable: this result measured improvement over the default"
+                " coefficients, which the centre of the box alone scores 221,567x on sin7;"
+                " rerun `bench/auto_bench.py` for regret.", ""]
+    lines += ["Each search fits the coefficients of the seed's sine-fit command (Cray Urika"
+              " HPO's example) and variants. *Regret*: the best error a search found less the"
+              " error of the least-squares optimum in the box (exact: the error is a quadratic"
+              " of the coefficients), on a log scale; lower is better. The centre of the box"
+              " (one evaluation; CMA-ES starts there) and random search stand beside the"
+              f" searches. {a['budget']} trials, {a['parallel']} at once, median [lower"
+              f" quartile, upper quartile] over {a['seeds']} seeds, every run counted."
+              " `optuna-cmaes-1` is Optuna's own CmaEsSampler one trial at a time, a"
+              " reference auto cannot choose.", ""]
+    for key, p in a["problems"].items():
+        lines += [f"**{key}**: least-squares optimum's error {p['optimum_error']:.4g}; auto"
+                  f" picked {', '.join(p['auto_picked'])}.", ""]
+        rows = [["centre of the box (one evaluation)", f"{p['centre_regret']:.2e}", "—",
+                 f"{math.log10(max(p['centre_regret'], 1e-300)):.1f}", ""]]
+        for name, r in sorted(p["searches"].items(), key=lambda kv: kv[1]["median"]):
+            rows.append([name, f"{r['median']:.2e}", f"[{r['q1']:.2e}, {r['q3']:.2e}]",
+                         f"{math.log10(max(r['median'], 1e-300)):.1f}", r["note"]])
+        lines += _table(["search", "median regret", "quartiles", "log10 median", ""], rows)
+    return lines
+
+
+def sine_headline(a: dict[str, Any]) -> list[str]:
+    """Regret on the seed's sine-fit (sin7): auto beside the centre, random search,
+    the best choice without a surrogate and Optuna's CMA-ES."""
+    if "problems" not in a or "sin7" not in a["problems"]:
+        return []
+    p = a["problems"]["sin7"]
+    s = p["searches"]
+
+    def cell(name: str) -> str:
+        r = s[name]
+        return f"{name} {r['median']:.2g} [{r['q1']:.2g}, {r['q3']:.2g}]"
+
+    cells = [cell("auto") + f" (picks {', '.join(p['auto_picked'])})",
+             f"centre of the box {p['centre_regret']:.2g} (one evaluation)"]
+    cells += [cell(n) for n in ("random", "optuna-cmaes-1") if n in s]
+    plain = [n for n in s if n not in ("auto", "lq-cmaes", "random", "optuna-cmaes-1")]
+    if plain:
+        cells.append("best without a surrogate " + cell(min(plain, key=lambda n: s[n]["median"])))
+    return [f"- sine-fit sin7 regret (best error - the least-squares optimum's"
+            f" {p['optimum_error']:.2g}; {a['budget']} trials, {a['parallel']} at once,"
+            f" {a['seeds']} seeds, median [quartiles]): " + "; ".join(cells)]
 
 
 BACKENDS_TITLE = "## Horovod against torch.distributed, the same trials"
@@ -790,9 +931,31 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "REPORT.md")
+    p.add_argument("--check", action="store_true",
+                   help="render to a scratch directory and exit 1 if --out differs")
     args = p.parse_args(argv)
+    if args.check:
+        return check(args.results, args.out)
     print(f"written: {render(args.results, args.out)}")
     return 0
+
+
+def check(results: Path, report: Path) -> int:
+    """0 when ``report`` is exactly what ``results`` render, else 1 with a diff."""
+    import difflib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        expected = render_text(results, Path(scratch))
+    actual = report.read_text() if report.is_file() else ""
+    if actual == expected:
+        print(f"{report} is what {results} render")
+        return 0
+    diff = difflib.unified_diff(actual.splitlines(), expected.splitlines(), str(report),
+                                "rendered from the results", lineterm="", n=1)
+    print("\n".join(list(diff)[:60]))
+    print(f"{report} differs from what {results} render: run `python -m bench.report`")
+    return 1
 
 
 if __name__ == "__main__":
