@@ -56,7 +56,9 @@ def _cpu_model() -> str:
 
 def commit() -> dict[str, Any]:
     """The commit the benchmark ran on, and whether the tree differed from it
-    (``dirty``: a figure from uncommitted code cannot be rerun from the hash)."""
+    (``dirty``: a figure from uncommitted code cannot be rerun from the hash). Changes
+    to what no benchmark runs (tests/, Markdown, the results and report themselves)
+    do not count."""
     def git(*args: str) -> str | None:
         try:
             done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
@@ -67,8 +69,8 @@ def commit() -> dict[str, Any]:
 
     head = git("rev-parse", "HEAD")
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
-                 ":(exclude)bench/results", ":(exclude)bench/REPORT.md",
-                 ":(exclude)bench/figures")
+                 ":(exclude)bench/results", ":(exclude)bench/figures", ":(exclude)tests",
+                 ":(exclude,glob)**/*.md")
     return {"commit": head or "unknown", "dirty": bool(status) if status is not None else None}
 
 

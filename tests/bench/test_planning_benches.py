@@ -181,13 +181,23 @@ def test_the_report_shows_the_two_backends_side_by_side(tmp_path: Path) -> None:
     assert "| dp2 | 700 | 1050 | 1.50 | 0 |" in text
 
 
-def test_the_report_shows_auto_against_the_fixed_searches(tmp_path: Path) -> None:
-    """bench/auto_bench.py's auto-sine.json (its printed tables) gets its section."""
-    from bench import report
+def test_the_report_shows_regret_on_sine_fit_beside_the_centre_and_random(
+        tmp_path: Path, monkeypatch) -> None:
+    """bench/auto_bench.py writes regret (best error - the least-squares optimum's),
+    and the report shows it with the centre of the box and random search beside it."""
+    from bench import auto_bench, report
 
+    monkeypatch.setattr("bench.machine.RESULTS", tmp_path)
     assert f"{report.AUTO_SINE_TITLE}\n\nNot run." in report.render(
         tmp_path, tmp_path / "REPORT.md").read_text()
-    table = "| auto | 9,045 | [4,322, 12,908] | 0.0s | within best's spread (genetic) |"
-    (tmp_path / "auto-sine.json").write_text(json.dumps(
-        {"machine": "2 cores", "command": "python bench/auto_bench.py", "text": table}))
-    assert table in report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    auto_bench.main(["--seeds", "2", "--budget", "20", "--problems", "sin7", "--jobs", "1",
+                     "--algorithms", "auto,random"])
+    result = json.loads((tmp_path / "auto-sine.json").read_text())
+    sin7 = result["problems"]["sin7"]
+    assert sin7["optimum_error"] == pytest.approx(0.0018240175, rel=1e-6)
+    assert sin7["centre_regret"] == pytest.approx(50.0 - 0.0018240175, rel=1e-6)
+    assert all(r >= 0 for r in sin7["searches"]["random"]["regret"])
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    head = text.split("## Headline figures")[1].split("\n## ")[0]
+    assert "sine-fit sin7 regret" in head and "centre of the box 50" in head
+    assert "random " in head and "improvement" not in text.split(report.AUTO_SINE_TITLE)[1]
