@@ -438,17 +438,16 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
                      + "; ".join(cells))
     e2e_lines: list[tuple[dict[str, Any], list[str]]] = []
     for e2e in e2e_runs or []:
-        if "time_s" not in e2e.get("verdict", {}):
+        x = e2e_verdict(e2e, "time_s")
+        if not x:
             continue
-        v, sm = e2e["verdict"]["time_s"], e2e["summary"]
+        sm = x["summary"]
         e2e_lines.append((e2e, [
-                     f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots,"
-                     f" median time to val accuracy {e2e['threshold']:g}): auto"
-                     f" {sm['auto']['median_time_s']:.0f} s, best hand-picked `{v['best']}`"
-                     f" {sm[v['best']]['median_time_s']:.0f} s (auto / best"
-                     f" {v['auto_over_best']:.2f}), worst `{v['worst']}`"
-                     f" {sm[v['worst']]['median_time_s']:.0f} s (worst / auto"
-                     f" {v['worst_over_auto']:.2f})"]))
+            f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots, s to val"
+            f" accuracy {e2e['threshold']:g}, median [min–max], ≥: a seed that never reached"
+            f" it, at its whole stage): auto {x['auto'].cell()}, best hand-picked `{x['best']}`"
+            f" {sm[x['best']].cell()} (auto / best {x['auto_over_best']}), worst"
+            f" `{x['worst']}` {sm[x['worst']].cell()} (worst / auto {x['worst_over_auto']})"]))
     lines_splan: list[str] = []
     if splan:
         cells = []
@@ -480,9 +479,12 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
 
 
 def multifidelity_headline(m: dict[str, Any]) -> list[str]:
-    cells = ", ".join(f"{r['search']} {r['median_epochs']:.0f}" for r in m["rows"])
-    return [f"- multi-fidelity searches on simulated training ({m['seeds']} seeds), median"
-            f" epochs until a full-length model reaches loss {m['quality']:g}: {cells}"]
+    if any("per_seed" not in r for r in m["rows"]):
+        return []
+    cells = "; ".join(f"{r['search']} {_cell(r['epochs'])}" for r in m["rows"])
+    return [f"- multi-fidelity searches on simulated training ({m['seeds']} seeds), epochs"
+            f" until a full-length model reaches loss {m['quality']:g}, median [min–max]"
+            f" (≥: a seed that never got there, at all it spent): {cells}"]
 
 
 def backends_headline(b: dict[str, Any]) -> list[str]:
@@ -665,7 +667,7 @@ def gang_start_section(g: dict[str, Any]) -> list[str]:
 
 def e2e_planning_section(e: dict[str, Any]) -> list[str]:
     """bench/e2e_planning_bench.py: parallel: auto against each hand-picked shape, nestor run."""
-    s, v = e["summary"], e.get("verdict", {})
+    s = e["summary"]
     lines = [f"## `parallel: auto` against hand-picked shapes, end to end (threshold"
              f" {e['threshold']:g})", "",
              machine_line(e["machine"]), "",
@@ -693,12 +695,12 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
     for arm, x in s.items():
         by_seed = " / ".join(f"{'' if r['reached'] else '≥'}{r['time_to_threshold_s']:.0f}"
                              for r in e["rows"][arm])
-        rows.append([f"`{arm}`", f"{x['median_time_s']:.1f}", f"{x['mean_time_s']:.1f}", by_seed,
-                     f"{x['median_slot_s']:.1f}", f"{x['mean_slot_s_total']:.1f}",
-                     f"{x['reached']}/{x['seeds']}", str(x["runs"])])
-    lines += _table(["arm", "median s to threshold", "mean s", "per seed s",
-                     "median slot-s to threshold",
-                     "mean slot-s, all runs", "reached", "runs"], rows)
+        rows.append([f"`{arm}`", e2e_summary(e, arm, "time_s").cell("{:.1f}"), by_seed,
+                     e2e_summary(e, arm, "slot_s").cell("{:.1f}"),
+                     f"{x['mean_slot_s_total']:.1f}", str(x["runs"])])
+    lines += _table(["arm", "s to threshold, median [min–max]", "per seed s",
+                     "slot-s to threshold, median [min–max]", "mean slot-s, all runs", "runs"],
+                    rows)
     plans = sorted({r["plan"]["shape"] for r in e["rows"].get("auto", []) if r.get("plan")})
     if plans:
         why = next(r["plan"]["why"] for r in e["rows"]["auto"] if r.get("plan"))
@@ -708,17 +710,12 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
                      if e.get("profile") else " Its profile was already in the cache (measured"
                      " by an earlier run of this trainer on this machine)."), ""]
     for what, label in (("time_s", "time"), ("slot_s", "slot-seconds")):
-        if what in v:
-            x = v[what]
-            worst = s[x["worst"]]
-            bound = (f"; `{x['worst']}` reached the threshold in {worst['reached']}/"
-                     f"{worst['seeds']} seeds, so its figure is a lower bound"
-                     if worst["reached"] < worst["seeds"] else "")
+        x = e2e_verdict(e, what)
+        if x:
             lines.append(f"- {label}: auto / best hand-picked (`{x['best']}`)"
-                         f" {x['auto_over_best']:.2f} (goal ≤ 1.10:"
-                         f" {'met' if x['within_10pct_of_best'] else 'not met'}); worst"
-                         f" (`{x['worst']}`) / auto {x['worst_over_auto']:.2f} (goal ≥ 2:"
-                         f" {'met' if x['2x_better_than_worst'] else 'not met'}{bound})")
+                         f" {x['auto_over_best']} (goal ≤ 1.10: {x['goal_best']}); worst"
+                         f" (`{x['worst']}`) / auto {x['worst_over_auto']} (goal ≥ 2:"
+                         f" {x['goal_worst']})")
     twin = plans[0] if len(plans) == 1 and plans[0] in s else None
     if twin and "auto" in s:
         gap = s["auto"]["median_time_s"] / s[twin]["median_time_s"] - 1
@@ -727,6 +724,55 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
                      " variation at this size: differences between arms smaller than that are"
                      " not resolved here")
     return [*lines, ""]
+
+
+E2E_KEYS = {"time_s": "time_to_threshold_s", "slot_s": "slot_s_to_threshold"}
+
+
+def e2e_summary(e: dict[str, Any], arm: str, what: str) -> Any:
+    """An arm's seconds (or slot-seconds) to the threshold through bench/stats.py: a
+    seed that never reached it counts at its whole stage, a lower bound."""
+    from bench.stats import summarize_seeds
+
+    rows = e["rows"][arm]
+    key = E2E_KEYS[what]
+    return summarize_seeds([r[key] if r["reached"] else None for r in rows],
+                           budgets=[r[key] for r in rows])
+
+
+def _ratio(top: Any, bottom: Any) -> str:
+    """top / bottom, marked ≥ where only the numerator is a lower bound, ≤ where only
+    the denominator is, ~ where both are (then it is unknown)."""
+    mark = BOUND_MARK[{(True, False): "lower", (False, True): "upper",
+                       (True, True): "unknown"}.get((top.median_is_lower_bound,
+                                                      bottom.median_is_lower_bound))]
+    return f"{mark}{top.median / bottom.median:.2f}"
+
+
+def e2e_verdict(e: dict[str, Any], what: str) -> dict[str, Any] | None:
+    """auto against the best and the worst hand-picked arm, ranked by bench/stats.py's
+    rank_key (medians over all seeds; bounds marked, and goals met only on exact ones)."""
+    from bench.stats import rank_key
+
+    hand = [a for a in e["rows"] if a != "auto"]
+    if "auto" not in e["rows"] or not hand:
+        return None
+    summary = {a: e2e_summary(e, a, what) for a in e["rows"]}
+    ranked = sorted(hand, key=lambda a: rank_key(summary[a]))
+    best, worst, auto = ranked[0], ranked[-1], summary["auto"]
+
+    def goal(met: bool, certain: bool) -> str:
+        return ("met" if met else "not met") + ("" if certain else " (bounds: not certain)")
+
+    within = auto.median <= 1.10 * summary[best].median
+    twice = summary[worst].median >= 2 * auto.median
+    return {"best": best, "worst": worst, "auto": auto, "summary": summary,
+            "auto_over_best": _ratio(auto, summary[best]),
+            "worst_over_auto": _ratio(summary[worst], auto),
+            "goal_best": goal(within, not (auto.median_is_lower_bound if within
+                                           else summary[best].median_is_lower_bound)),
+            "goal_worst": goal(twice, not (summary[worst].median_is_lower_bound if not twice
+                                           else auto.median_is_lower_bound))}
 
 
 PLANNING_TITLE = "## The cost model against measured epochs"
@@ -914,17 +960,23 @@ def pbt_verdict(f: dict[str, Any]) -> str:
 
 def multifidelity_section(m: dict[str, Any]) -> list[str]:
     """bench/multifidelity_bench.py: epochs to a quality on simulated training."""
-    rows = [[r["search"], f"{r['median_epochs']:.0f}", f"{r['q1']:.0f}–{r['q3']:.0f}",
-             f"{r['reached']}/{r['seeds']}"] for r in m["rows"]]
-    return ["## Multi-fidelity searches on simulated training", "",
-            machine_line(m.get("machine")), "",
+    lines = ["## Multi-fidelity searches on simulated training", "",
+             machine_line(m.get("machine")), ""]
+    if any("per_seed" not in r for r in m["rows"]):  # written before bounds were marked
+        return [*lines, "Not comparable: this result's medians counted seeds that never"
+                " reached the quality without marking them; rerun"
+                " `bench/multifidelity_bench.py`.", ""]
+    rows = [[r["search"], _cell(r["epochs"]), f"{r['q1']:.0f}–{r['q3']:.0f}"]
+            for r in m["rows"]]
+    return [*lines,
             f"A simulated model on a 3-D sphere (no real training; `bench/multifidelity_bench.py`"
             " says how loss and noise evolve): epochs until a model trained the full"
             f" {m['max_epochs']} epochs has loss at most {m['quality']:g}, every epoch of every"
             f" trial counted on {m['parallel']} simulated slots (a continued trial from its"
-            " checkpoint); a seed that never got there counts at all it spent. Median and"
-            f" quartiles over {m['seeds']} seeds.", "",
-            *_table(["search", "median epochs", "quartiles", "reached"], rows)]
+            " checkpoint). Median [min–max] over"
+            f" {m['seeds']} seeds (`bench/stats.py`): a seed that never got there counts at all"
+            " it spent, a lower bound marked ≥; quartiles of the epochs spent beside it.", "",
+            *_table(["search", "epochs to the quality", "quartiles"], rows)]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -25,8 +25,10 @@ def test_the_committed_report_is_what_the_committed_results_render() -> None:
 
 
 MULTI = {"seeds": 2, "parallel": 4, "max_epochs": 27, "quality": 5.0, "rows": [
-    {"search": "asha", "median_epochs": 120.0, "q1": 100.0, "q3": 130.0, "reached": 2,
-     "seeds": 2}]}
+    {"search": "asha", "q1": 100.0, "q3": 130.0,
+     "epochs": {"reached": 1, "seeds": 2, "median": 120.0, "low": 100.0, "high": 140.0,
+                "median_is_lower_bound": True, "high_is_lower_bound": True},
+     "per_seed": [{"epochs": 100.0, "reached": True}, {"epochs": 140.0, "reached": False}]}]}
 
 
 def test_check_fails_when_the_report_differs_from_the_results(
@@ -36,11 +38,12 @@ def test_check_fails_when_the_report_differs_from_the_results(
     out = tmp_path / "REPORT.md"
     report.render(tmp_path / "results", out)
     assert report.check(tmp_path / "results", out) == 0
-    out.write_text(out.read_text().replace("| asha | 120 |", "| asha | 99 |"))  # a hand edit
+    assert "| asha | ≥ 120 [100–≥ 140], 1/2 reached |" in out.read_text()
+    out.write_text(out.read_text().replace("| asha | ≥ 120", "| asha | ≥ 99"))  # a hand edit
     assert report.check(tmp_path / "results", out) == 1
     report.render(tmp_path / "results", out)
     changed = json.loads((tmp_path / "results" / "multifidelity.json").read_text())
-    changed["rows"][0]["median_epochs"] = 99.0  # a new result, not rendered
+    changed["rows"][0]["epochs"]["median"] = 99.0  # a new result, not rendered
     (tmp_path / "results" / "multifidelity.json").write_text(json.dumps(changed))
     assert report.check(tmp_path / "results", out) == 1
 
@@ -75,7 +78,7 @@ def test_the_headline_names_command_commit_and_machine_and_says_what_was_not_run
     text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
     head = text.split("## Headline figures")[1].split("\n## ")[0]
     figures = [line for line in head.splitlines() if line.startswith("- ")]
-    assert len(figures) == 1 and "asha 120" in figures[0], head
+    assert len(figures) == 1 and "asha ≥ 120 [100–≥ 140], 1/2 reached" in figures[0], head
     m = json.loads((tmp_path / "multifidelity.json").read_text())["machine"]
     assert re.search(rf"\*From\* `{re.escape(m['command'])}`, commit `{m['commit'][:10]}`",
                      figures[0]), figures[0]
