@@ -470,7 +470,8 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         found.append((splan, lines_splan))
     if f:
         found.append((f, [fidelity_headline(f)]))
-    for name, render_line in (("sine", sine_headline), ("multi", multifidelity_headline),
+    for name, render_line in (("sine", sine_headline), ("heldout", heldout_headline),
+                              ("multi", multifidelity_headline),
                               ("backends", backends_headline), ("gangs", gang_headline)):
         result = more.get(name)
         if result:
@@ -540,8 +541,9 @@ def render_text(results: Path, out: Path) -> str:
     fidelity = _load(results, "search-fidelity")
     sine, backends = _load(results, "auto-sine"), _load(results, "backends")
     gangs, multi = _load(results, "gang-start"), _load(results, "multifidelity")
+    heldout = _load(results, "auto-heldout")
     lines += headline(t, sim, o, e2e_runs, splan, fidelity, sine=sine, multi=multi,
-                      backends=backends, gangs=gangs)
+                      backends=backends, gangs=gangs, heldout=heldout)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -570,6 +572,7 @@ def render_text(results: Path, out: Path) -> str:
     lines += fidelity_section(fidelity, out) if fidelity else [
         SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
+    lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
@@ -628,6 +631,50 @@ def sine_headline(a: dict[str, Any]) -> list[str]:
     return [f"- sine-fit sin7 regret (best error - the least-squares optimum's"
             f" {p['optimum_error']:.2g}; {a['budget']} trials, {a['parallel']} at once,"
             f" {a['seeds']} seeds, median [quartiles]): " + "; ".join(cells)]
+
+
+HELDOUT_TITLE = "## `algorithm: auto` on a held-out problem set"
+
+
+def heldout_section(h: dict[str, Any]) -> list[str]:
+    """bench/auto_heldout_bench.py: auto against Optuna and nevergrad on problems its
+    rules were not fitted to."""
+    from bench.stats import Spread
+
+    who = ["auto", *h["competitors"]]
+    lines = [HELDOUT_TITLE, "", machine_line(h["machine"]), "",
+             "Problems fixed in `bench/auto_heldout_bench.py` before its results were seen,"
+             " none of them among those `search/_auto.py`'s rules were fitted to (sine-fit,"
+             " `bench/auto_suite_bench.py`'s nine). Regret: the noise-free value of the trial"
+             " each search reports as best, less the known optimum; median [min–max] over"
+             f" {h['seeds']} seeds, {h['budget']} trials each, results oldest first."
+             " **Beaten** lists the competitors whose every seed beat auto's median (beyond"
+             " the spread). Competitors: " + ", ".join(h["competitors"]) + ".", ""]
+    rows, beaten_any = [], []
+    for key, p in h["problems"].items():
+        for width, x in p["by_parallel"].items():
+            cells = [Spread(**x["cells"][w]).cell("{:.3g}") for w in who]
+            beaten = x["auto_beaten_beyond_spread_by"]
+            if beaten:
+                beaten_any.append(f"{key} at {width} at once ({', '.join(beaten)})")
+            rows.append([key, p["family"], str(p["dims"]), width, *cells,
+                         ", ".join(x["auto_picked"]), ", ".join(beaten) or "—"])
+    lines += _table(["problem", "family", "dims", "at once", *who, "auto picked", "beaten by"],
+                    rows)
+    lines += [("Auto was beaten beyond the spread on: " + "; ".join(beaten_any) + "."
+               if beaten_any else "Auto was not beaten beyond the spread anywhere here."), ""]
+    return lines
+
+
+def heldout_headline(h: dict[str, Any]) -> list[str]:
+    cases = [(key, width, x["auto_beaten_beyond_spread_by"])
+             for key, p in h["problems"].items() for width, x in p["by_parallel"].items()]
+    beaten = [f"{key} at {width} ({', '.join(by)})" for key, width, by in cases if by]
+    return [f"- `auto` on the held-out set ({len(h['problems'])} problems x"
+            f" {len(cases) // max(len(h['problems']), 1)} widths, {h['seeds']} seeds,"
+            f" {h['budget']} trials, against {', '.join(h['competitors'])}): beaten beyond the"
+            f" spread in {len(beaten)} of {len(cases)} cases"
+            + (": " + "; ".join(beaten) if beaten else "")]
 
 
 BACKENDS_TITLE = "## Horovod against torch.distributed, the same trials"
