@@ -601,11 +601,19 @@ def auto_sine_section(a: dict[str, Any]) -> list[str]:
     for key, p in a["problems"].items():
         lines += [f"**{key}**: least-squares optimum's error {p['optimum_error']:.4g}; auto"
                   f" picked {', '.join(p['auto_picked'])}.", ""]
-        rows = [["centre of the box (one evaluation)", f"{p['centre_regret']:.2e}", "—",
-                 f"{math.log10(max(p['centre_regret'], 1e-300)):.1f}", ""]]
+        tiny = 1e-9 * max(1.0, p["optimum_error"])  # below this: the optimum, to rounding
+
+        def shown(v: float, tiny: float = tiny) -> str:
+            return "0 (optimum)" if v <= tiny else f"{v:.2e}"
+
+        def log(v: float, tiny: float = tiny) -> str:
+            return "−∞" if v <= tiny else f"{math.log10(v):.1f}"
+
+        rows = [["centre of the box (one evaluation)", shown(p["centre_regret"]), "—",
+                 log(p["centre_regret"]), ""]]
         for name, r in sorted(p["searches"].items(), key=lambda kv: kv[1]["median"]):
-            rows.append([name, f"{r['median']:.2e}", f"[{r['q1']:.2e}, {r['q3']:.2e}]",
-                         f"{math.log10(max(r['median'], 1e-300)):.1f}", r["note"]])
+            rows.append([name, shown(r["median"]), f"[{shown(r['q1'])}, {shown(r['q3'])}]",
+                         log(r["median"]), r["note"]])
         lines += _table(["search", "median regret", "quartiles", "log10 median", ""], rows)
     return lines
 
