@@ -253,8 +253,11 @@ def one_run(problem_name: str, who: str, seed: int, budget: int,
     problem = PROBLEMS[problem_name]
     if who == "auto":
         return run_auto(problem, seed, budget, parallel)
-    if who == "ngopt":
-        return run_ngopt(problem, seed, budget, parallel), ""
+    if who == "ngopt":  # a crash is recorded (NaN: the seed has no figure), not fatal
+        try:
+            return run_ngopt(problem, seed, budget, parallel), ""
+        except Exception as exc:  # nevergrad's own failures, whatever they are
+            return math.nan, f"{type(exc).__name__}: {exc}"[:200]
     return run_optuna(problem, who, seed, budget, parallel), ""
 
 
@@ -307,6 +310,8 @@ def main(argv: list[str] | None = None) -> None:
                 "regret": {w: [r[0] for r in runs[w]] for w in who_all},
                 "cells": {w: asdict(c) for w, c in cells.items()},
                 "auto_picked": sorted({r[1] for r in runs["auto"]}),
+                "errors": {w: sorted({r[1] for r in runs[w] if r[1]}) for w in competitors
+                           if any(r[1] for r in runs[w])},
                 "auto_beaten_beyond_spread_by": beaten}
             line = "; ".join(f"{w} {cells[w].cell('{:.3g}')}" for w in who_all)
             print(f"{key} ({PROBLEMS[key].family}), {p} at once: {line}"

@@ -671,6 +671,12 @@ def heldout_section(h: dict[str, Any]) -> list[str]:
                     rows)
     lines += [("Auto was beaten beyond the spread on: " + "; ".join(beaten_any) + "."
                if beaten_any else "Auto was not beaten beyond the spread anywhere here."), ""]
+    errors = sorted({f"{who}: {e}" for p in h["problems"].values()
+                     for x in p["by_parallel"].values()
+                     for who, found in x.get("errors", {}).items() for e in found})
+    if errors:
+        lines += ["Runs that crashed (counted as seeds without a figure, `n/seeds` in the"
+                  " cells): " + "; ".join(errors) + ".", ""]
     return lines
 
 
