@@ -84,3 +84,20 @@ def test_the_headline_names_command_commit_and_machine_and_says_what_was_not_run
                      figures[0]), figures[0]
     assert f"{m['cores']} cores ({m['cpu']})" in figures[0]
     assert "Not in the headline" in head and "torch.distributed over Horovod" in head
+
+
+def test_multifidelity_counts_every_seed_and_marks_those_that_never_got_there(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/multifidelity_bench.py through bench/stats.py: each seed's epochs and
+    whether it reached the quality; a seed that did not counts as a lower bound."""
+    from bench import multifidelity_bench
+
+    monkeypatch.setattr(machine, "RESULTS", tmp_path)
+    multifidelity_bench.main(["--seeds", "3"])
+    rows = json.loads((tmp_path / "multifidelity.json").read_text())["rows"]
+    for row in rows:
+        seeds, summary = row["per_seed"], row["epochs"]
+        assert summary["seeds"] == len(seeds) == 3
+        assert summary["reached"] == sum(s["reached"] for s in seeds)
+        assert summary["high"] == max(s["epochs"] for s in seeds)
+        assert summary["high_is_lower_bound"] == (summary["reached"] < 3)
