@@ -424,8 +424,10 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
                               if r["mode"] == "sweep")
             lost = sum(r["lost"] for r in w["runs"])
             cpu = max(r["scheduler_cpu_ms_per_event"] for r in w["runs"])
-            lines_sim.append(f"- {sim['slots']:,} simulated slots, {name} sweep: busy {cells};"
-                         f" {lost} trials lost; scheduler CPU at most {cpu:.2f} ms per event")
+            quick = " (quick: a quarter of the generations and hours)" if sim.get("quick") else ""
+            lines_sim.append(f"- {sim['slots']:,} simulated slots{quick}, {name} sweep: busy"
+                             f" {cells}; {lost} trials lost; scheduler CPU at most {cpu:.2f} ms"
+                             " per event")
     lines_o: list[str] = []
     if o and "runs" in o["overhead"]:
         cells = []
