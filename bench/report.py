@@ -405,7 +405,10 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             if label != "dp=1":
                 lines.append(f"- single model, {label}: {_f(r['speedup'], '{:.2f}x')} to"
                              f" {t['single']['target_val_accuracy']} val accuracy"
-                             f" (efficiency {_f(r['efficiency'], '{:.0%}')})")
+                             f" (efficiency {_f(r['efficiency'], '{:.0%}')}"
+                             + ("; above 100 %: the dp=1 run was slowed by other load, so"
+                                " this is noise, not a result)" if (r["efficiency"] or 0) > 1.05
+                                else ")"))
     if t and "hpo" in t:
         cells = ", ".join(_hpo_headline(a, r) for a, r in _ranked(t["hpo"]))
         lines.append(f"- HPO to val accuracy {t['calibration']['threshold']}, ranked on the"
