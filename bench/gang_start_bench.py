@@ -14,7 +14,6 @@ Prints a table and writes bench/results/gang-start.json.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 from pathlib import Path
@@ -70,8 +69,9 @@ def main() -> None:
 
     import ray
 
-    from bench.machine import describe
+    from bench.machine import describe, finish, write_result
 
+    start = describe()
     ray.init(address="local", num_cpus=args.gangs, include_dashboard=False, log_to_driver=False,
              configure_logging=False, runtime_env={"env_vars": {"PYTHONPATH": str(ROOT)}})
     try:
@@ -81,13 +81,11 @@ def main() -> None:
         ray.shutdown()
     result = {"gangs": args.gangs, "one_at_a_time_s": round(serial, 2),
               "concurrently_s": round(together, 2), "speedup": round(serial / together, 2),
-              "longest_loop_hold_s": round(held, 4), "machine": describe()}
+              "longest_loop_hold_s": round(held, 4), "machine": finish(start)}
     print(f"{args.gangs} one-rank gangs on real Ray: one at a time {serial:.1f} s,"
           f" concurrently {together:.1f} s ({serial / together:.1f}x);"
           f" the loop was held at most {held * 1000:.1f} ms per launch")
-    out = ROOT / "bench" / "results" / "gang-start.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"written: {write_result('gang-start', result)}")
 
 
 if __name__ == "__main__":

@@ -1,8 +1,11 @@
 """What machine a benchmark ran on, and where its results go.
 
-Every results file states the cores, the GPU (or none) and the load average
-at start and end: on a shared machine the load says how much to trust a
-figure, and figures are only compared within one file.
+Every results file states, under ``machine``, the command that wrote it, the
+commit it ran on (and whether the tree was dirty), the CPU, cores, memory, the
+GPU (or none) and the load average at start and end: on a shared machine the
+load says how much to trust a figure, and figures are only compared within one
+file. ``write_result`` adds what a benchmark did not record itself, so every
+benchmark gets it by the call it already makes.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import os
 import platform
 import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -50,10 +54,47 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def commit() -> dict[str, Any]:
+    """The commit the benchmark ran on, and whether the tree differed from it
+    (``dirty``: a figure from uncommitted code cannot be rerun from the hash). Changes
+    to what no benchmark runs (tests/, Markdown, the results and report themselves)
+    do not count."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True,
+                                  timeout=30, check=False)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    head = git("rev-parse", "HEAD")
+    status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
+                 ":(exclude)bench/results", ":(exclude)bench/figures", ":(exclude)tests",
+                 ":(exclude,glob)**/*.md")
+    return {"commit": head or "unknown", "dirty": bool(status) if status is not None else None}
+
+
+def command(argv: list[str] | None = None) -> str:
+    """How the benchmark was started, as one would retype it from the repository root."""
+    argv = list(sys.argv if argv is None else argv)
+    if argv and argv[0].endswith(".py"):
+        path = Path(argv[0]).resolve()
+        head = (f"python {path.relative_to(ROOT)}" if path.is_relative_to(ROOT)
+                else f"python {argv[0]}")
+        spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+        if spec is not None and spec.name == f"bench.{path.stem}":  # run as python -m
+            head = f"python -m bench.{path.stem}"
+        return " ".join([head, *argv[1:]])
+    return " ".join(["python", *argv])
+
+
 def describe() -> dict[str, Any]:
-    """The machine now; call :func:`finish` with it when the benchmark ends."""
+    """The machine now, with the command and the commit; call :func:`finish` with it
+    when the benchmark ends (``write_result`` does, where a result has no machine)."""
     found = gpus()
     return {
+        "command": command(),
+        **commit(),
         "host": platform.node(),
         "cores": cores(),
         "cpu": _cpu_model(),
@@ -69,9 +110,26 @@ def finish(start: dict[str, Any]) -> dict[str, Any]:
                     "load_average_at_end": list(os.getloadavg())}
 
 
+def provenance(result: dict[str, Any]) -> dict[str, Any]:
+    """What a results file must say about where it came from: the command, the
+    commit (and dirty flag), the machine and its load. Taken from the result's own
+    ``machine`` (``describe()`` at the start, ``finish`` at the end) where it has one;
+    otherwise the machine now, its load at the end only. (orchestration_bench keeps a
+    one-line ``machine`` and the dict in ``machine_detail``.)"""
+    recorded = next((m for m in (result.get("machine"), result.get("machine_detail"))
+                     if isinstance(m, dict) and "cores" in m), None)
+    if recorded is None:
+        recorded = finish(describe())
+    elif "load_average_at_end" not in recorded:
+        recorded = finish(recorded)
+    return {"command": command(), **commit()} | recorded
+
+
 def write_result(name: str, result: dict[str, Any]) -> Path:
-    """Write bench/results/NAME.json; returns its path relative to the repository."""
+    """Write bench/results/NAME.json with its provenance under ``machine`` (command,
+    commit, machine, load); returns its path relative to the repository."""
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"{name}.json"
-    path.write_text(json.dumps(result, indent=2))
-    return path.relative_to(ROOT)
+    result = result | {"machine": provenance(result)}
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path.relative_to(ROOT) if path.is_relative_to(ROOT) else path

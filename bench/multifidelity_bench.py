@@ -27,12 +27,13 @@ import math
 import random
 import statistics
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench import machine
+from bench import machine, stats
 from search import Objective, Searcher, make_searcher
 from search._fidelity import span
 from search.space import FloatParam, SearchSpace
@@ -104,7 +105,7 @@ def main(argv: list[str] | None = None) -> None:
         f"epochs to a 27-epoch model with loss <= {QUALITY} (median over {args.seeds} seeds,"
         f" {args.parallel} slots; every epoch of every trial counted)"
     )
-    header = ["search", "median epochs", "quartiles", "reached"]
+    header = ["search", "median epochs [min-max]", "quartiles", "reached"]
     rows = []
     records: list[dict[str, Any]] = []
     for name, (algorithm, settings) in SEARCHES.items():
@@ -114,14 +115,16 @@ def main(argv: list[str] | None = None) -> None:
                 algorithm, SPACE, [Objective("loss", "min")], seed=seed, **settings
             )
             runs.append(epochs_to_quality(searcher, seed, args.parallel))
+        # A seed that never got there counts at all it spent, a lower bound (≥).
+        summary = stats.summarize_seeds([e if r else None for e, r in runs],
+                                        budgets=[e for e, _ in runs])
         spent = sorted(e for e, _ in runs)
         q1, _, q3 = statistics.quantiles(spent, n=4)
-        reached = sum(r for _, r in runs)
-        median = f"{statistics.median(spent):.0f}"
-        rows.append([name, median, f"{q1:.0f}-{q3:.0f}", f"{reached}/{len(runs)}"])
+        rows.append([name, summary.cell(), f"{q1:.0f}-{q3:.0f}",
+                     f"{summary.reached}/{summary.seeds}"])
         records.append({"search": name, "algorithm": algorithm, "settings": settings,
-                        "median_epochs": statistics.median(spent), "q1": q1, "q3": q3,
-                        "reached": reached, "seeds": len(runs), "epochs": spent})
+                        "epochs": asdict(summary), "q1": q1, "q3": q3,
+                        "per_seed": [{"epochs": e, "reached": r} for e, r in runs]})
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     print("| " + " | ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + " |")
     print("|" + "|".join("-" * (w + 2) for w in widths) + "|")

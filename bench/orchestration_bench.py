@@ -542,7 +542,6 @@ def main() -> None:
             print(f"  {algorithm:9s} runs {row['runs']:3d}  best val {row['best_val']}"
                   f"  its test {row['its_test']}  to threshold {row['time_to_threshold_s']} s"
                   f"  wall {row['wall_s']:.0f} s")
-    report["command"] = " ".join(sys.argv)
     out = machine_info.write_result(f"orchestration-{'-'.join(sorted(parts))}", report)
     print(f"\nwritten: {out}")
 

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,17 @@ def _load(results: Path, name: str) -> dict[str, Any] | None:
     return json.loads(path.read_text()) if path.is_file() else None
 
 
+def _finished_at(data: dict[str, Any]) -> str:
+    m = data.get("machine_detail") or data.get("machine")
+    return m.get("finished", m.get("started", "")) if isinstance(m, dict) else ""
+
+
 def _overhead(results: Path) -> dict[str, Any] | None:
-    """The newest orchestration_bench result that has the overhead part."""
-    for path in sorted(results.glob("orchestration*.json"), key=lambda f: f.stat().st_mtime,
-                       reverse=True):
-        data = json.loads(path.read_text())
-        if "overhead" in data:
-            return data
-    return None
+    """The orchestration_bench result with the overhead part that finished last (by
+    the time it records, not the file's: a fresh clone gives every file one mtime)."""
+    found = [json.loads(path.read_text()) for path in sorted(results.glob("orchestration*.json"))]
+    found = [data for data in found if "overhead" in data]
+    return max(found, key=_finished_at) if found else None
 
 
 def _f(value: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
@@ -94,6 +98,27 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return [*lines, ""]
 
 
+def _commit(m: dict[str, Any]) -> str:
+    dirty = {True: " (uncommitted changes in the tree)", None: " (tree state unknown)"}
+    return f"commit `{m['commit'][:10]}`{dirty.get(m.get('dirty'), '')}"
+
+
+def has_provenance(m: Any) -> bool:
+    """Whether a result's ``machine`` names its command, commit and machine (older
+    results, written before bench/machine.py recorded them, do not)."""
+    return isinstance(m, dict) and all(k in m for k in ("command", "commit", "cores", "cpu"))
+
+
+def source(m: Any) -> str:
+    """Where a headline figure came from: the command, the commit, the machine, the load."""
+    if not has_provenance(m):
+        return "source not recorded"
+    loads = [*m.get("load_average_at_start", [])[:1], *m.get("load_average_at_end", [])[:1]]
+    load = "–".join(f"{x:.1f}" for x in loads)
+    return (f"`{m['command']}`, {_commit(m)}, {m['cores']} cores ({m['cpu']}), GPU"
+            f" {m['gpu']}, 1-min load {load}")
+
+
 def machine_line(m: dict[str, Any] | str | None) -> str:
     if m is None:
         return "machine: not recorded"
@@ -101,7 +126,9 @@ def machine_line(m: dict[str, Any] | str | None) -> str:
         return f"machine: {m}"
     start = ", ".join(f"{x:.2f}" for x in m["load_average_at_start"])
     end = ", ".join(f"{x:.2f}" for x in m.get("load_average_at_end", []))
-    return (f"machine: {m['host']}, {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB,"
+    ran = (f"Command: `{m['command']}` at {_commit(m)}. " if has_provenance(m)
+           else "Command and commit: not recorded. ")
+    return (f"{ran}machine: {m['host']}, {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB,"
             f" GPU: {m['gpu']}; load average (1, 5, 15 min) {start} at start, {end or '?'}"
             f" at end ({m['started']} – {m.get('finished', '?')})")
 
@@ -346,14 +373,42 @@ def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
 def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
              o: dict[str, Any] | None, e2e_runs: list[dict[str, Any]] | None = None,
              splan: dict[str, Any] | None = None,
-             f: dict[str, Any] | None = None) -> list[str]:
-    lines = ["## Headline figures", ""]
+             f: dict[str, Any] | None = None, **more: dict[str, Any] | None) -> list[str]:
+    """Each figure with the command, commit and machine of the one results file it
+    comes from; a figure whose file does not record them is left out, and said so."""
+    out = ["## Headline figures", "",
+           "Each line compares figures from one results file (one run, one machine) and"
+           " ends with the command that wrote it, the commit it ran on and the machine.", ""]
+    missing: list[str] = []
+    for result, lines in _headline_lines(t, sim, o, e2e_runs, splan, f, **more):
+        m = result.get("machine_detail") or result.get("machine")
+        if not has_provenance(m):
+            missing += [line.split(":")[0].lstrip("- ") for line in lines]
+            continue
+        out += [f"{line}. *From* {source(m)}" for line in lines]
+    if len(out) == 4 and not missing:
+        out.append("None: no results file is committed (`make bench-quick` writes them).")
+    if missing:
+        out += ["", "Not in the headline (their results files record no command or commit;"
+                " rerun them): " + "; ".join(missing) + "."]
+    return [*out, ""]
+
+
+def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
+                    o: dict[str, Any] | None, e2e_runs: list[dict[str, Any]] | None,
+                    splan: dict[str, Any] | None, f: dict[str, Any] | None,
+                    **more: dict[str, Any] | None) -> list[tuple[dict[str, Any], list[str]]]:
+    found: list[tuple[dict[str, Any], list[str]]] = []
+    lines: list[str] = []
     if t and "single" in t:
         for label, r in t["single"]["rows"].items():
             if label != "dp=1":
                 lines.append(f"- single model, {label}: {_f(r['speedup'], '{:.2f}x')} to"
                              f" {t['single']['target_val_accuracy']} val accuracy"
-                             f" (efficiency {_f(r['efficiency'], '{:.0%}')})")
+                             f" (efficiency {_f(r['efficiency'], '{:.0%}')}"
+                             + ("; above 100 %: the dp=1 run was slowed by other load, so"
+                                " this is noise, not a result)" if (r["efficiency"] or 0) > 1.05
+                                else ")"))
     if t and "hpo" in t:
         cells = ", ".join(_hpo_headline(a, r) for a, r in _ranked(t["hpo"]))
         lines.append(f"- HPO to val accuracy {t['calibration']['threshold']}, ranked on the"
@@ -365,14 +420,18 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         lines.append(f"- combined, HPO+DP+MP vs random search: measured"
                      f" {_f(last['measured_speedup'], '{:.2f}x')}, product estimate"
                      f" {_f(last['estimated_speedup'], '{:.2f}x')}")
+    lines_sim: list[str] = []
     if sim:
         for name, w in sim["workloads"].items():
             cells = ", ".join(f"{r['schedule']} {_share(r['utilization'])}" for r in w["runs"]
                               if r["mode"] == "sweep")
             lost = sum(r["lost"] for r in w["runs"])
             cpu = max(r["scheduler_cpu_ms_per_event"] for r in w["runs"])
-            lines.append(f"- {sim['slots']:,} simulated slots, {name} sweep: busy {cells};"
-                         f" {lost} trials lost; scheduler CPU at most {cpu:.2f} ms per event")
+            quick = " (quick: a quarter of the generations and hours)" if sim.get("quick") else ""
+            lines_sim.append(f"- {sim['slots']:,} simulated slots{quick}, {name} sweep: busy"
+                             f" {cells}; {lost} trials lost; scheduler CPU at most {cpu:.2f} ms"
+                             " per event")
+    lines_o: list[str] = []
     if o and "runs" in o["overhead"]:
         cells = []
         for label, by_count in o["overhead"]["runs"].items():
@@ -380,19 +439,21 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             r = by_count[n]
             cells.append(f"{label} {r['steady_ms_per_trial']:.1f} ms/trial over {int(n):,}"
                          f" (start-up {r['startup_s']:.1f} s)")
-        lines.append("- per-trial overhead, steady state, trivial trials 2 at a time: "
+        lines_o.append("- per-trial overhead, steady state, trivial trials 2 at a time: "
                      + "; ".join(cells))
+    e2e_lines: list[tuple[dict[str, Any], list[str]]] = []
     for e2e in e2e_runs or []:
-        if "time_s" not in e2e.get("verdict", {}):
+        x = e2e_verdict(e2e, "time_s")
+        if not x:
             continue
-        v, sm = e2e["verdict"]["time_s"], e2e["summary"]
-        lines.append(f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots,"
-                     f" median time to val accuracy {e2e['threshold']:g}): auto"
-                     f" {sm['auto']['median_time_s']:.0f} s, best hand-picked `{v['best']}`"
-                     f" {sm[v['best']]['median_time_s']:.0f} s (auto / best"
-                     f" {v['auto_over_best']:.2f}), worst `{v['worst']}`"
-                     f" {sm[v['worst']]['median_time_s']:.0f} s (worst / auto"
-                     f" {v['worst_over_auto']:.2f})")
+        sm = x["summary"]
+        e2e_lines.append((e2e, [
+            f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots, s to val"
+            f" accuracy {e2e['threshold']:g}, median [min–max], ≥: a seed that never reached"
+            f" it, at its whole stage): auto {x['auto'].cell()}, best hand-picked `{x['best']}`"
+            f" {sm[x['best']].cell()} (auto / best {x['auto_over_best']}), worst"
+            f" `{x['worst']}` {sm[x['worst']].cell()} (worst / auto {x['worst_over_auto']})"]))
+    lines_splan: list[str] = []
     if splan:
         cells = []
         for table in splan["tables"]:
@@ -400,12 +461,51 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             cells.append(f"generations of {table['population']}: " + ", ".join(
                 f"{label} {rows[label]['speedup']:.0f}x" for label in
                 ("HPO", "HPO+DP", "HPO+DP+MP") if label in rows))
-        lines.append(f"- SIMULATED combined table, {splan['nodes']} nodes, cost model of this"
+        lines_splan.append(f"- SIMULATED combined table, {splan['nodes']} nodes, cost model of this"
                      " machine (seed's estimate: HPO 11x, HPO+DP 38x, HPO+DP+MP 56x): "
                      + "; ".join(cells))
+    if t:
+        found.append((t, lines))
+    if sim:
+        found.append((sim, lines_sim))
+    if o and lines_o:
+        found.append((o, lines_o))
+    found += e2e_lines
+    if splan:
+        found.append((splan, lines_splan))
     if f:
-        lines.append(fidelity_headline(f))
-    return [*lines, ""]
+        found.append((f, [fidelity_headline(f)]))
+    for name, render_line in (("sine", sine_headline), ("heldout", heldout_headline),
+                              ("multi", multifidelity_headline),
+                              ("backends", backends_headline), ("gangs", gang_headline)):
+        result = more.get(name)
+        if result:
+            found.append((result, render_line(result)))
+    return [(result, lines) for result, lines in found if lines]
+
+
+def multifidelity_headline(m: dict[str, Any]) -> list[str]:
+    if any("per_seed" not in r for r in m["rows"]):
+        return []
+    cells = "; ".join(f"{r['search']} {_cell(r['epochs'])}" for r in m["rows"])
+    return [f"- multi-fidelity searches on simulated training ({m['seeds']} seeds), epochs"
+            f" until a full-length model reaches loss {m['quality']:g}, median [min–max]"
+            f" (≥: a seed that never got there, at all it spent): {cells}"]
+
+
+def backends_headline(b: dict[str, Any]) -> list[str]:
+    cells = ", ".join(f"{case} {r['torch_over_horovod']:.2f}x"
+                      for case, r in b["cases"].items())
+    same = max(r["max_train_loss_diff"] for r in b["cases"].values())
+    return [f"- torch.distributed over Horovod, samples/s on the same trials: {cells};"
+            f" largest train-loss difference {same:.2g}"]
+
+
+def gang_headline(g: dict[str, Any]) -> list[str]:
+    return [f"- {g['gangs']} gangs started on real Ray: one at a time"
+            f" {g['one_at_a_time_s']:.1f} s, through RayBackend {g['concurrently_s']:.1f} s;"
+            f" longest hold of the scheduling loop per launch"
+            f" {1000 * g['longest_loop_hold_s']:.1f} ms"]
 
 
 def fidelity_headline(f: dict[str, Any]) -> str:
@@ -421,19 +521,34 @@ def fidelity_headline(f: dict[str, Any]) -> str:
 
 
 def render(results: Path, out_md: Path) -> Path:
-    out = out_md.parent
+    """Write REPORT.md (and its figures beside it) from the results files alone."""
+    out_md.parent.mkdir(parents=True, exist_ok=True)
+    out_md.write_text(render_text(results, out_md.parent))
+    return out_md
+
+
+def render_text(results: Path, out: Path) -> str:
+    """The report's text; figures go to ``out/figures``. Nothing but the results
+    files goes in: no section is written by hand."""
     (out / FIGURES).mkdir(parents=True, exist_ok=True)
     t, g = _load(results, "tables"), _load(results, "gpu-tables")
     sim, o = _load(results, "simulate"), _overhead(results)
     lines = ["# nestor benchmarks", "",
-             "Generated by `make bench` / `make bench-quick` (`python -m bench.report`) from"
-             " `bench/results/*.json`. Every figure is compared only with figures measured in"
-             " the same run on the same machine, stated beside each section. On a shared"
-             " machine the load average says how much to trust a figure.", ""]
+             "Generated by `python -m bench.report` from the committed `bench/results/*.json`"
+             " alone (`python -m bench.report --check` fails when this file differs from what"
+             " they render; the tests run it). Every figure is compared only with figures from"
+             " the same results file: one run, on one machine, whose command, commit and load"
+             " are stated beside each section. A section whose results file is absent says"
+             " \"Not run\". On a shared machine the load average says how much to trust a"
+             " figure.", ""]
     e2e_runs = [json.loads(f.read_text()) for f in sorted(results.glob("e2e-planning*.json"))]
     splan = _load(results, "simulate-planning")
     fidelity = _load(results, "search-fidelity")
-    lines += headline(t, sim, o, e2e_runs, splan, fidelity)
+    sine, backends = _load(results, "auto-sine"), _load(results, "backends")
+    gangs, multi = _load(results, "gang-start"), _load(results, "multifidelity")
+    heldout = _load(results, "auto-heldout")
+    lines += headline(t, sim, o, e2e_runs, splan, fidelity, sine=sine, multi=multi,
+                      backends=backends, gangs=gangs, heldout=heldout)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -448,7 +563,6 @@ def render(results: Path, out_md: Path) -> Path:
     lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
     lines += simulate_section(sim, out) if sim else [
         "## 2,048 simulated slots, the real scheduler", "", "Not run.", ""]
-    gangs = _load(results, "gang-start")
     lines += gang_start_section(gangs) if gangs else [
         "## Starting gangs on real Ray", "", "Not run.", ""]
     for run in e2e_runs:
@@ -462,29 +576,124 @@ def render(results: Path, out_md: Path) -> Path:
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     lines += fidelity_section(fidelity, out) if fidelity else [
         SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
-    sine = _load(results, "auto-sine")
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
-    backends = _load(results, "backends")
+    lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
-    multi = _load(results, "multifidelity")
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
-    out_md.write_text("\n".join(lines))
-    return out_md
+    return "\n".join(lines)
 
 
 AUTO_SINE_TITLE = "## `algorithm: auto` against each fixed choice, sine-fit problems"
 
 
 def auto_sine_section(a: dict[str, Any]) -> list[str]:
-    """bench/auto_bench.py: its tables as printed (median and quartiles over seeds)."""
-    return [AUTO_SINE_TITLE, "", machine_line(a["machine"]), "",
-            "Each search fits the coefficients of the seed's sine-fit command (Cray Urika"
-            " HPO's example) and variants; a search's result is the default coefficients'"
-            " error over the best error it found. `optuna-cmaes-1`, where shown, is the"
-            " issue's yardstick: Optuna's own CmaEsSampler one trial at a time, never counted"
-            " as a fixed choice auto could make.", "", a["text"].strip(), "",
-            f"Command: `{a['command']}`.", ""]
+    """bench/auto_bench.py: regret on the sine-fit problems (median and quartiles)."""
+    lines = [AUTO_SINE_TITLE, "", machine_line(a["machine"]), ""]
+    if "problems" not in a:  # written before regret: improvement over the default
+        return [*lines, "Not comparable: this result measured improvement over the default"
+                " coefficients, which the centre of the box alone scores 221,567x on sin7;"
+                " rerun `bench/auto_bench.py` for regret.", ""]
+    lines += ["Each search fits the coefficients of the seed's sine-fit command (Cray Urika"
+              " HPO's example) and variants. *Regret*: the best error a search found less the"
+              " error of the least-squares optimum in the box (exact: the error is a quadratic"
+              " of the coefficients), on a log scale; lower is better. The centre of the box"
+              " (one evaluation; CMA-ES starts there) and random search stand beside the"
+              f" searches. {a['budget']} trials, {a['parallel']} at once, median [lower"
+              f" quartile, upper quartile] over {a['seeds']} seeds, every run counted."
+              " `optuna-cmaes-1` is Optuna's own CmaEsSampler one trial at a time, a"
+              " reference auto cannot choose.", ""]
+    for key, p in a["problems"].items():
+        lines += [f"**{key}**: least-squares optimum's error {p['optimum_error']:.4g}; auto"
+                  f" picked {', '.join(p['auto_picked'])}.", ""]
+        tiny = 1e-9 * max(1.0, p["optimum_error"])  # below this: the optimum, to rounding
+
+        def shown(v: float, tiny: float = tiny) -> str:
+            return "0 (optimum)" if v <= tiny else f"{v:.2e}"
+
+        def log(v: float, tiny: float = tiny) -> str:
+            return "−∞" if v <= tiny else f"{math.log10(v):.1f}"
+
+        rows = [["centre of the box (one evaluation)", shown(p["centre_regret"]), "—",
+                 log(p["centre_regret"]), ""]]
+        for name, r in sorted(p["searches"].items(), key=lambda kv: kv[1]["median"]):
+            rows.append([name, shown(r["median"]), f"[{shown(r['q1'])}, {shown(r['q3'])}]",
+                         log(r["median"]), r["note"]])
+        lines += _table(["search", "median regret", "quartiles", "log10 median", ""], rows)
+    return lines
+
+
+def sine_headline(a: dict[str, Any]) -> list[str]:
+    """Regret on the seed's sine-fit (sin7): auto beside the centre, random search,
+    the best choice without a surrogate and Optuna's CMA-ES."""
+    if "problems" not in a or "sin7" not in a["problems"]:
+        return []
+    p = a["problems"]["sin7"]
+    s = p["searches"]
+
+    def cell(name: str) -> str:
+        r = s[name]
+        return f"{name} {r['median']:.2g} [{r['q1']:.2g}, {r['q3']:.2g}]"
+
+    cells = [cell("auto") + f" (picks {', '.join(p['auto_picked'])})",
+             f"centre of the box {p['centre_regret']:.2g} (one evaluation)"]
+    cells += [cell(n) for n in ("random", "optuna-cmaes-1") if n in s]
+    plain = [n for n in s if n not in ("auto", "lq-cmaes", "random", "optuna-cmaes-1")]
+    if plain:
+        cells.append("best without a surrogate " + cell(min(plain, key=lambda n: s[n]["median"])))
+    return [f"- sine-fit sin7 regret (best error - the least-squares optimum's"
+            f" {p['optimum_error']:.2g}; {a['budget']} trials, {a['parallel']} at once,"
+            f" {a['seeds']} seeds, median [quartiles]): " + "; ".join(cells)]
+
+
+HELDOUT_TITLE = "## `algorithm: auto` on a held-out problem set"
+
+
+def heldout_section(h: dict[str, Any]) -> list[str]:
+    """bench/auto_heldout_bench.py: auto against Optuna and nevergrad on problems its
+    rules were not fitted to."""
+    from bench.stats import Spread
+
+    who = ["auto", *h["competitors"]]
+    lines = [HELDOUT_TITLE, "", machine_line(h["machine"]), "",
+             "Problems fixed in `bench/auto_heldout_bench.py` before its results were seen,"
+             " none of them among those `search/_auto.py`'s rules were fitted to (sine-fit,"
+             " `bench/auto_suite_bench.py`'s nine). Regret: the noise-free value of the trial"
+             " each search reports as best, less the known optimum; median [min–max] over"
+             f" {h['seeds']} seeds, {h['budget']} trials each, results oldest first."
+             " **Beaten** lists the competitors whose every seed beat auto's median (beyond"
+             " the spread). Competitors: " + ", ".join(h["competitors"]) + ".", ""]
+    rows, beaten_any = [], []
+    for key, p in h["problems"].items():
+        for width, x in p["by_parallel"].items():
+            cells = [Spread(**x["cells"][w]).cell("{:.3g}") for w in who]
+            beaten = x["auto_beaten_beyond_spread_by"]
+            if beaten:
+                beaten_any.append(f"{key} at {width} at once ({', '.join(beaten)})")
+            rows.append([key, p["family"], str(p["dims"]), width, *cells,
+                         ", ".join(x["auto_picked"]), ", ".join(beaten) or "—"])
+    lines += _table(["problem", "family", "dims", "at once", *who, "auto picked", "beaten by"],
+                    rows)
+    lines += [("Auto was beaten beyond the spread on: " + "; ".join(beaten_any) + "."
+               if beaten_any else "Auto was not beaten beyond the spread anywhere here."), ""]
+    errors = sorted({f"{who}: {e}" for p in h["problems"].values()
+                     for x in p["by_parallel"].values()
+                     for who, found in x.get("errors", {}).items() for e in found})
+    if errors:
+        lines += ["Runs that crashed (counted as seeds without a figure, `n/seeds` in the"
+                  " cells): " + "; ".join(errors) + ".", ""]
+    return lines
+
+
+def heldout_headline(h: dict[str, Any]) -> list[str]:
+    cases = [(key, width, x["auto_beaten_beyond_spread_by"])
+             for key, p in h["problems"].items() for width, x in p["by_parallel"].items()]
+    beaten = [f"{key} at {width} ({', '.join(by)})" for key, width, by in cases if by]
+    return [f"- `auto` on the held-out set ({len(h['problems'])} problems x"
+            f" {len(cases) // max(len(h['problems']), 1)} widths, {h['seeds']} seeds,"
+            f" {h['budget']} trials, against {', '.join(h['competitors'])}): beaten beyond the"
+            f" spread in {len(beaten)} of {len(cases)} cases"
+            + (": " + "; ".join(beaten) if beaten else "")]
 
 
 BACKENDS_TITLE = "## Horovod against torch.distributed, the same trials"
@@ -524,7 +733,7 @@ def gang_start_section(g: dict[str, Any]) -> list[str]:
 
 def e2e_planning_section(e: dict[str, Any]) -> list[str]:
     """bench/e2e_planning_bench.py: parallel: auto against each hand-picked shape, nestor run."""
-    s, v = e["summary"], e.get("verdict", {})
+    s = e["summary"]
     lines = [f"## `parallel: auto` against hand-picked shapes, end to end (threshold"
              f" {e['threshold']:g})", "",
              machine_line(e["machine"]), "",
@@ -552,12 +761,12 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
     for arm, x in s.items():
         by_seed = " / ".join(f"{'' if r['reached'] else '≥'}{r['time_to_threshold_s']:.0f}"
                              for r in e["rows"][arm])
-        rows.append([f"`{arm}`", f"{x['median_time_s']:.1f}", f"{x['mean_time_s']:.1f}", by_seed,
-                     f"{x['median_slot_s']:.1f}", f"{x['mean_slot_s_total']:.1f}",
-                     f"{x['reached']}/{x['seeds']}", str(x["runs"])])
-    lines += _table(["arm", "median s to threshold", "mean s", "per seed s",
-                     "median slot-s to threshold",
-                     "mean slot-s, all runs", "reached", "runs"], rows)
+        rows.append([f"`{arm}`", e2e_summary(e, arm, "time_s").cell("{:.1f}"), by_seed,
+                     e2e_summary(e, arm, "slot_s").cell("{:.1f}"),
+                     f"{x['mean_slot_s_total']:.1f}", str(x["runs"])])
+    lines += _table(["arm", "s to threshold, median [min–max]", "per seed s",
+                     "slot-s to threshold, median [min–max]", "mean slot-s, all runs", "runs"],
+                    rows)
     plans = sorted({r["plan"]["shape"] for r in e["rows"].get("auto", []) if r.get("plan")})
     if plans:
         why = next(r["plan"]["why"] for r in e["rows"]["auto"] if r.get("plan"))
@@ -567,17 +776,12 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
                      if e.get("profile") else " Its profile was already in the cache (measured"
                      " by an earlier run of this trainer on this machine)."), ""]
     for what, label in (("time_s", "time"), ("slot_s", "slot-seconds")):
-        if what in v:
-            x = v[what]
-            worst = s[x["worst"]]
-            bound = (f"; `{x['worst']}` reached the threshold in {worst['reached']}/"
-                     f"{worst['seeds']} seeds, so its figure is a lower bound"
-                     if worst["reached"] < worst["seeds"] else "")
+        x = e2e_verdict(e, what)
+        if x:
             lines.append(f"- {label}: auto / best hand-picked (`{x['best']}`)"
-                         f" {x['auto_over_best']:.2f} (goal ≤ 1.10:"
-                         f" {'met' if x['within_10pct_of_best'] else 'not met'}); worst"
-                         f" (`{x['worst']}`) / auto {x['worst_over_auto']:.2f} (goal ≥ 2:"
-                         f" {'met' if x['2x_better_than_worst'] else 'not met'}{bound})")
+                         f" {x['auto_over_best']} (goal ≤ 1.10: {x['goal_best']}); worst"
+                         f" (`{x['worst']}`) / auto {x['worst_over_auto']} (goal ≥ 2:"
+                         f" {x['goal_worst']})")
     twin = plans[0] if len(plans) == 1 and plans[0] in s else None
     if twin and "auto" in s:
         gap = s["auto"]["median_time_s"] / s[twin]["median_time_s"] - 1
@@ -586,6 +790,55 @@ def e2e_planning_section(e: dict[str, Any]) -> list[str]:
                      " variation at this size: differences between arms smaller than that are"
                      " not resolved here")
     return [*lines, ""]
+
+
+E2E_KEYS = {"time_s": "time_to_threshold_s", "slot_s": "slot_s_to_threshold"}
+
+
+def e2e_summary(e: dict[str, Any], arm: str, what: str) -> Any:
+    """An arm's seconds (or slot-seconds) to the threshold through bench/stats.py: a
+    seed that never reached it counts at its whole stage, a lower bound."""
+    from bench.stats import summarize_seeds
+
+    rows = e["rows"][arm]
+    key = E2E_KEYS[what]
+    return summarize_seeds([r[key] if r["reached"] else None for r in rows],
+                           budgets=[r[key] for r in rows])
+
+
+def _ratio(top: Any, bottom: Any) -> str:
+    """top / bottom, marked ≥ where only the numerator is a lower bound, ≤ where only
+    the denominator is, ~ where both are (then it is unknown)."""
+    mark = BOUND_MARK[{(True, False): "lower", (False, True): "upper",
+                       (True, True): "unknown"}.get((top.median_is_lower_bound,
+                                                      bottom.median_is_lower_bound))]
+    return f"{mark}{top.median / bottom.median:.2f}"
+
+
+def e2e_verdict(e: dict[str, Any], what: str) -> dict[str, Any] | None:
+    """auto against the best and the worst hand-picked arm, ranked by bench/stats.py's
+    rank_key (medians over all seeds; bounds marked, and goals met only on exact ones)."""
+    from bench.stats import rank_key
+
+    hand = [a for a in e["rows"] if a != "auto"]
+    if "auto" not in e["rows"] or not hand:
+        return None
+    summary = {a: e2e_summary(e, a, what) for a in e["rows"]}
+    ranked = sorted(hand, key=lambda a: rank_key(summary[a]))
+    best, worst, auto = ranked[0], ranked[-1], summary["auto"]
+
+    def goal(met: bool, certain: bool) -> str:
+        return ("met" if met else "not met") + ("" if certain else " (bounds: not certain)")
+
+    within = auto.median <= 1.10 * summary[best].median
+    twice = summary[worst].median >= 2 * auto.median
+    return {"best": best, "worst": worst, "auto": auto, "summary": summary,
+            "auto_over_best": _ratio(auto, summary[best]),
+            "worst_over_auto": _ratio(summary[worst], auto),
+            "goal_best": goal(within, not (auto.median_is_lower_bound if within
+                                           else summary[best].median_is_lower_bound)),
+            "goal_worst": goal(twice, not (summary[worst].median_is_lower_bound if not twice
+                                           else auto.median_is_lower_bound))}
 
 
 PLANNING_TITLE = "## The cost model against measured epochs"
@@ -773,26 +1026,54 @@ def pbt_verdict(f: dict[str, Any]) -> str:
 
 def multifidelity_section(m: dict[str, Any]) -> list[str]:
     """bench/multifidelity_bench.py: epochs to a quality on simulated training."""
-    rows = [[r["search"], f"{r['median_epochs']:.0f}", f"{r['q1']:.0f}–{r['q3']:.0f}",
-             f"{r['reached']}/{r['seeds']}"] for r in m["rows"]]
-    return ["## Multi-fidelity searches on simulated training", "",
-            machine_line(m.get("machine")), "",
+    lines = ["## Multi-fidelity searches on simulated training", "",
+             machine_line(m.get("machine")), ""]
+    if any("per_seed" not in r for r in m["rows"]):  # written before bounds were marked
+        return [*lines, "Not comparable: this result's medians counted seeds that never"
+                " reached the quality without marking them; rerun"
+                " `bench/multifidelity_bench.py`.", ""]
+    rows = [[r["search"], _cell(r["epochs"]), f"{r['q1']:.0f}–{r['q3']:.0f}"]
+            for r in m["rows"]]
+    return [*lines,
             f"A simulated model on a 3-D sphere (no real training; `bench/multifidelity_bench.py`"
             " says how loss and noise evolve): epochs until a model trained the full"
             f" {m['max_epochs']} epochs has loss at most {m['quality']:g}, every epoch of every"
             f" trial counted on {m['parallel']} simulated slots (a continued trial from its"
-            " checkpoint); a seed that never got there counts at all it spent. Median and"
-            f" quartiles over {m['seeds']} seeds.", "",
-            *_table(["search", "median epochs", "quartiles", "reached"], rows)]
+            " checkpoint). Median [min–max] over"
+            f" {m['seeds']} seeds (`bench/stats.py`): a seed that never got there counts at all"
+            " it spent, a lower bound marked ≥; quartiles of the epochs spent beside it.", "",
+            *_table(["search", "epochs to the quality", "quartiles"], rows)]
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "REPORT.md")
+    p.add_argument("--check", action="store_true",
+                   help="render to a scratch directory and exit 1 if --out differs")
     args = p.parse_args(argv)
+    if args.check:
+        return check(args.results, args.out)
     print(f"written: {render(args.results, args.out)}")
     return 0
+
+
+def check(results: Path, report: Path) -> int:
+    """0 when ``report`` is exactly what ``results`` render, else 1 with a diff."""
+    import difflib
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as scratch:
+        expected = render_text(results, Path(scratch))
+    actual = report.read_text() if report.is_file() else ""
+    if actual == expected:
+        print(f"{report} is what {results} render")
+        return 0
+    diff = difflib.unified_diff(actual.splitlines(), expected.splitlines(), str(report),
+                                "rendered from the results", lineterm="", n=1)
+    print("\n".join(list(diff)[:60]))
+    print(f"{report} differs from what {results} render: run `python -m bench.report`")
+    return 1
 
 
 if __name__ == "__main__":

@@ -32,7 +32,6 @@ from tests.orchestrator.test_workflow import FIT, NESTOR, events, nestor
 
 pytestmark = pytest.mark.slow
 
-DIGITS_TEST_IMAGE = 1 / 180  # one image of the digits test split
 
 SPEC = """
 name: staged
@@ -82,25 +81,30 @@ def stage(run_dir: Path, name: str) -> dict:
     return {s["name"]: s for s in json.loads(result.stdout)["stages"]}[name]
 
 
-def test_the_greedy_ensemble_beats_its_members_on_test(staged: Path) -> None:
-    """The README's claim, on the test split no choice was made on: the ensemble's
-    test accuracy against its best member's (chosen on validation) and against the
-    members' mean. (On validation the greedy ensemble cannot fall below its best
-    member: greedy selection starts from it. So validation proves nothing.)
+def test_the_greedy_ensemble_never_falls_below_its_best_member_on_test(staged: Path) -> None:
+    """The README's claim, on the test split no choice was made on: the greedy
+    ensemble's test accuracy is at least its best member's (chosen on validation),
+    and above the members' mean. (On validation the greedy ensemble cannot fall below
+    its best member: greedy selection starts from it. So validation proves nothing.)
+    It does not always beat its best member: it tied in 4 of 10 seeds, so the README
+    says "at least", not "beats".
 
     Measured over search seeds 1-10 of SPEC (180 test images, one is 0.0056):
     ensemble - best member on test: 0 (4 seeds), +0.006 (2), +0.011, +0.028,
     +0.039, +0.061; never below. Ensemble - members' mean: +0.009 to +0.061
-    (mean +0.032). Margins: the ensemble may fall at most one test image below
-    its best member (4 of 10 seeds tied exactly, so a one-image flip is within
-    the spread), and must be above the members' mean (the smallest measured
-    gain, +0.009, is more than one image).
+    (mean +0.032). Margins: none below the best member (never below in 10 seeds,
+    and training is deterministic per seed); above the members' mean (the
+    smallest measured gain, +0.009, is more than one image).
     """
     ensemble = stage(staged, "members")["ensemble"]
     assert set(ensemble) >= {"test_value", "best_member_test_value", "mean_member_test_value",
                              "members"}
-    assert ensemble["test_value"] >= ensemble["best_member_test_value"] - DIGITS_TEST_IMAGE, \
-        ensemble
+    assert ensemble["test_value"] >= ensemble["best_member_test_value"], ensemble
+    # At this seed the members' test accuracies lie within a few images, so the test
+    # split alone would not catch a broken selection (weights all on the member worst
+    # on validation scored 0.950 on test, above the best member's 0.928). Greedy
+    # selection starts from the best member, so on validation it is never below it.
+    assert ensemble["val_value"] >= ensemble["best_member_val_value"], ensemble
     assert ensemble["test_value"] > ensemble["mean_member_test_value"], ensemble
     # The best member is the one chosen on validation, and its test value is its own.
     members = ensemble["members"]

@@ -67,6 +67,9 @@ def tagged_env(tmp: Path, **extra: str) -> dict[str, str]:
     """The environment for a test's drivers: its own tag and invocation log."""
     env = dict(os.environ, FIT_LOG=str(tmp / "invocations.log"), RAY_DEDUP_LOGS="0")
     env[TAG_VAR] = f"{tmp.name}-{uuid.uuid4().hex[:8]}"
+    if "PYTHONPATH" in extra and os.environ.get("PYTHONPATH"):  # keep the checkout's own
+        extra = extra | {"PYTHONPATH": f"{extra['PYTHONPATH']}{os.pathsep}"
+                                       f"{os.environ['PYTHONPATH']}"}
     env.update(extra)
     return env
 

@@ -58,14 +58,33 @@ def test_without_a_model_that_agrees_every_candidate_runs() -> None:
     assert len(settled) >= 6 and all(sizes[g] == searcher._popsize for g in settled)
 
 
+def least_squares_error() -> float:
+    """The sine fit's optimum: the least-squares coefficients (inside the box)."""
+    xs = np.array([(i - 50) / 50 * math.pi for i in range(100)])
+    coefficients, *_ = np.linalg.lstsq(np.vander(xs, 7, increasing=True), np.sin(xs),
+                                       rcond=None)
+    assert np.all(np.abs(coefficients) <= 1.0)
+    return sine_fit({f"c{k}": c for k, c in enumerate(coefficients)})
+
+
 @pytest.mark.parametrize("seed", range(3))
-def test_sine_fit_at_two_at_once_beats_the_issues_goal(seed: int) -> None:
+def test_sine_fit_at_two_at_once_comes_near_the_least_squares_optimum(seed: int) -> None:
+    """Regret (best error found - the least-squares optimum's 0.0018), not improvement
+    over the default coefficients: the centre of the box, where CMA-ES starts, alone
+    has error 50 (regret 50), 221,567 times better than the default.
+
+    Measured at seeds 0-9 (130 trials, 2 at once): regret 0.035 to 0.123 (median
+    0.062), 400 to 1,400 times below the centre's. Margins: regret at most 0.25
+    (twice the largest measured) and at most 1/100 of the centre's."""
     space = SearchSpace(tuple(FloatParam(f"c{k}", -1.0, 1.0) for k in range(7)))
-    default = sine_fit({f"c{k}": (-1.0) ** k for k in range(7)})
+    optimum = least_squares_error()
+    centre = sine_fit({f"c{k}": 0.0 for k in range(7)}) - optimum
     searcher = make_searcher("auto", space, MIN, seed=seed, budget=130, parallel=2)
     assert searcher.auto_choice.label() == "bayesian lq-cmaes"
     drive(searcher, sine_fit, parallel=2)
-    assert default / searcher.best().value >= 16_600
+    regret = searcher.best().value - optimum
+    assert 0 <= regret <= 0.25, regret
+    assert regret <= centre / 100, (regret, centre)
 
 
 def test_the_process_random_state_changes_nothing() -> None:
