@@ -173,10 +173,10 @@ def nestor_sweep(trials: int, workdir: Path) -> dict[str, Any]:
 
 def timed(system: str, trials: int, workdir: Path) -> dict[str, float]:
     """One system's run, in a fresh process, timed from its start to its exit."""
+    out = workdir / f"timed-{system}-{trials}.json"
     if system == "nestor":
         raw = nestor_sweep(trials, workdir)
     else:
-        out = workdir / f"timed-{system}-{trials}.json"
         env = dict(os.environ, PYTHONPATH=f"{workdir}{os.pathsep}{ROOT}{os.pathsep}"
                    f"{os.environ.get('PYTHONPATH', '')}")
         t0 = time.time()
@@ -188,6 +188,7 @@ def timed(system: str, trials: int, workdir: Path) -> dict[str, float]:
         if done.returncode != 0:
             raise RuntimeError(f"{system} with {trials} trials failed:\n{done.stderr[-3000:]}")
         raw = json.loads(out.read_text()) | {"t0": t0, "returned": returned}
+    out.write_text(json.dumps(raw))  # what the run recorded, with the parent's clock: for checks
     result = phases(raw)
     if "results_at" in raw:  # what waiting for MLflow (and Ray's shutdown) costs
         result["results_to_exit_s"] = raw["returned"] - raw["results_at"]
