@@ -7,8 +7,10 @@ the per-trial overhead and, where a GPU machine ran them, ``gpu-tables.json``,
 shown in its own section; ``e2e-planning*.json`` (``parallel: auto`` against
 hand-picked shapes through ``nestor run``, a section each), ``planning.json`` (the cost
 model's predicted against measured time per epoch) and ``simulate-planning.json`` (the
-seed's combined table simulated at 128 nodes). A missing file becomes a line
-saying that part was not run.
+seed's combined table simulated at 128 nodes), ``many_at_once.json`` (auto at 16 to
+1,024 trials at once) and ``multifidelity_heldout.json`` (multi-fidelity searches on
+held-out problems at 25, 50 and 100 % of one epoch budget). A missing file becomes a
+line saying that part was not run.
 
     .venv/bin/python -m bench.report [--results bench/results] [--out bench/REPORT.md]
 """
@@ -477,7 +479,9 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         found.append((f, [fidelity_headline(f)]))
     for name, render_line in (("sine", sine_headline), ("heldout", heldout_headline),
                               ("multi", multifidelity_headline),
-                              ("backends", backends_headline), ("gangs", gang_headline)):
+                              ("backends", backends_headline), ("gangs", gang_headline),
+                              ("many", many_at_once_headline),
+                              ("mf_heldout", mf_heldout_headline)):
         result = more.get(name)
         if result:
             found.append((result, render_line(result)))
@@ -547,8 +551,10 @@ def render_text(results: Path, out: Path) -> str:
     sine, backends = _load(results, "auto-sine"), _load(results, "backends")
     gangs, multi = _load(results, "gang-start"), _load(results, "multifidelity")
     heldout = _load(results, "auto-heldout")
+    many, mf_heldout = _load(results, "many_at_once"), _load(results, "multifidelity_heldout")
     lines += headline(t, sim, o, e2e_runs, splan, fidelity, sine=sine, multi=multi,
-                      backends=backends, gangs=gangs, heldout=heldout)
+                      backends=backends, gangs=gangs, heldout=heldout, many=many,
+                      mf_heldout=mf_heldout)
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -578,6 +584,9 @@ def render_text(results: Path, out: Path) -> str:
         SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
     lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
+    lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
+    lines += mf_heldout_section(mf_heldout) if mf_heldout else [
+        MF_HELDOUT_TITLE, "", "Not run.", ""]
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
@@ -694,6 +703,157 @@ def heldout_headline(h: dict[str, Any]) -> list[str]:
             f" {h['budget']} trials, against {', '.join(h['competitors'])}): beaten beyond the"
             f" spread in {len(beaten)} of {len(cases)} cases"
             + (": " + "; ".join(beaten) if beaten else "")]
+
+
+MANY_TITLE = "## `auto` at 16 to 1,024 trials at once"
+
+
+def _why_left_out(name: str, r: dict[str, Any]) -> str:
+    """Why a search has no row at a width: it raised (``failed``), nevergrad did not
+    import, or (Optuna's TPE) the bench leaves it out past ``--tpe-max-width``."""
+    if name in r.get("failed", {}):
+        return f"{name} could not run (it raised `{r['failed'][name]}`)"
+    if name == "ngopt" and not r.get("nevergrad", True):
+        return "ngopt not run (nevergrad does not import)"
+    if name == "optuna-tpe":
+        return ("optuna-tpe not run: its ask time (it refits on every trial) rules it out"
+                " past the bench's `--tpe-max-width`")
+    return f"{name} not run"
+
+
+def many_verdict(rows: list[dict[str, Any]]) -> str:
+    """``auto`` against the other searches at one width on the mean rank, its
+    quartiles deciding between *behind but tied* (they overlap) and *beaten*."""
+    auto = next((r for r in rows if r["search"] == "auto"), None)
+    if auto is None:
+        return "auto has no row"
+    others = [r for r in rows if r is not auto]
+    ahead = [r for r in others if r["mean_rank"] < auto["mean_rank"]]
+    level = [r["search"] for r in others if r["mean_rank"] == auto["mean_rank"]]
+    low, high = auto["rank_quartiles"]
+    parts = []
+    for r in ahead:
+        overlap = low <= r["rank_quartiles"][1] and r["rank_quartiles"][0] <= high
+        parts.append(f"behind {r['search']} on the mean rank ({auto['mean_rank']:g} against"
+                     f" {r['mean_rank']:g}), " + ("quartiles overlapping, so tied best"
+                                                  if overlap else "beaten beyond the quartiles"))
+    if level:
+        parts.append(f"tied with {', '.join(level)} on the mean rank")
+    if not parts:
+        parts.append("best on the mean rank")
+    alone = " (random search the only other search run)" if [
+        r["search"] for r in others] == ["random"] else ""
+    return "; ".join(parts) + alone
+
+
+def many_at_once_section(r: dict[str, Any]) -> list[str]:
+    """bench/many_at_once_bench.py: auto, Optuna's TPE with the constant liar and
+    random search at 16 to 1,024 pending trials, on a virtual clock."""
+    lines = [MANY_TITLE, "", machine_line(r["machine"]), "",
+             "Problems fixed in `bench/many_at_once_bench.py` before any search ran on them: "
+             + ", ".join(r["problems"]) + f". Each search runs {r['rounds']} x width"
+             " evaluations with width slots on a virtual clock (a trial takes 0.5 to 2 time"
+             " units from its configuration; a slot the searcher leaves empty idles). Rank:"
+             " of the best value found, among the searches run at that width, per problem and"
+             f" seed ({len(r['problems'])} problems x {r['seeds']} seeds; ties share); mean"
+             " rank [lower–upper quartile]. Regret: median [min–max] over seeds"
+             " (`bench/stats.py`). Idle: the share of slot time left empty while trials were"
+             " owed. Ask: the searcher's real time per trial.", ""]
+    verdicts, gone = [], set()
+    for w in r["widths"]:
+        rows = []
+        for x in w["rows"]:
+            rows.append([x["search"], "; ".join(x["labels"]),
+                         f"{x['mean_rank']:g} [{x['rank_quartiles'][0]:g}–"
+                         f"{x['rank_quartiles'][1]:g}]",
+                         *[x["median_best"].get(p, "—") for p in r["problems"]],
+                         f"{x['median_idle']:.0%}", f"{x['median_virtual_time']:g}",
+                         f"{x['median_ask_ms_per_trial']:.3g}"])
+        lines += [f"**{w['width']:,} at once**, {w['evaluations']:,} evaluations:", ""]
+        lines += _table(["search", "as run", "mean rank [quartiles]",
+                         *[f"regret {p}" for p in r["problems"]], "idle", "virtual time",
+                         "ask ms/trial"], rows)
+        left = [_why_left_out(n, r) for n in w.get("left_out", [])
+                if n not in r.get("failed", {})]
+        if left:
+            lines += ["Left out here: " + "; ".join(left) + ".", ""]
+        gone |= set(w.get("left_out", [])) & set(r.get("failed", {}))
+        verdicts.append(f"at {w['width']:,}, {many_verdict(w['rows'])}")
+    if gone:
+        lines += ["Could not run at any width: " + "; ".join(
+            _why_left_out(n, r) for n in sorted(gone)) + ".", ""]
+    lines += ["Auto: " + "; ".join(verdicts) + ".", ""]
+    return lines
+
+
+def many_at_once_headline(r: dict[str, Any]) -> list[str]:
+    cells = "; ".join(f"{w['width']:,}: {many_verdict(w['rows'])}" for w in r["widths"])
+    return [f"- `auto` at many trials at once ({len(r['problems'])} problems x {r['seeds']}"
+            f" seeds, mean rank of the best value): {cells}"]
+
+
+MF_HELDOUT_TITLE = "## Multi-fidelity searches on held-out problems, one epoch budget"
+
+
+def mf_heldout_verdict(h: dict[str, Any], fraction: str) -> str:
+    """Which searches ranked ahead of ``auto`` (a lower mean rank) at one fraction of
+    the budget, and which level with it."""
+    rows = h["rows"]
+    auto = next((r for r in rows if r["search"] == "auto"), None)
+    if auto is None:
+        return "auto has no row"
+    mine = auto["mean_rank"][fraction]
+    ahead = sorted((r for r in rows if r["mean_rank"][fraction] < mine),
+                   key=lambda r: r["mean_rank"][fraction])
+    level = [r["search"] for r in rows if r is not auto and r["mean_rank"][fraction] == mine]
+    place = len(ahead) + 1
+    nth = {1: "st", 2: "nd", 3: "rd"}.get(place % 10 if place % 100 not in (11, 12, 13) else 0,
+                                          "th")
+    text = (f"auto {mine:g}, {place}{nth} of {len(rows)}" if ahead
+            else f"auto {mine:g}, best")
+    if ahead:
+        text += ", behind " + ", ".join(f"{r['search']} ({r['mean_rank'][fraction]:g})"
+                                        for r in ahead)
+    if level:
+        text += f"; level with {', '.join(level)}"
+    return text
+
+
+def mf_heldout_section(h: dict[str, Any]) -> list[str]:
+    """bench/multifidelity_heldout_bench.py: which search to spend 30 full trainings on,
+    on problems nestor's rules were not tuned on, at 25, 50 and 100 % of the budget."""
+    fractions = list(h["rows"][0]["mean_rank"]) if h["rows"] else []
+    lines = [MF_HELDOUT_TITLE, "", machine_line(h["machine"]), "",
+             "Synthetic problems fixed in `bench/multifidelity_heldout_bench.py` before any"
+             " search ran on them (" + ", ".join(h["problems"]) + "): a configuration trained"
+             " t epochs (1 to 100) reports a loss that falls towards its floor at its own pace,"
+             " so short trainings can rank configurations wrongly. Every search gets"
+             f" {h['budget_epochs']:,} epochs (30 full trainings), {h['slots']} slots,"
+             " asynchronous, on a virtual clock. Rank: of the regret (the true floor of the"
+             " configuration a search would return, less the best floor) among all"
+             f" {len(h['rows'])} searches per problem and seed ({len(h['problems'])} problems"
+             f" x {h['seeds']} seeds; 1 = best, ties share), after "
+             + ", ".join(fractions) + " of the budget was told; mean ranks only (this result"
+             " records no quartiles of them). Regret at 100 %: median [min–max] over seeds"
+             " (`bench/stats.py`). `old auto` is what auto picked before issue 29. Auto"
+             f" picked: {'; '.join(h['auto_picked']) or 'not recorded'}.", ""]
+    rows = [[r["search"], *[f"{r['mean_rank'][f]:g}" for f in fractions],
+             *[r["median_regret_at_100%"].get(p, "—") for p in h["problems"]],
+             f"{r['median_epochs_spent']:,.0f}", f"{r['ask_ms_per_trial']:g}"]
+            for r in h["rows"]]
+    lines += _table(["search", *[f"mean rank {f}" for f in fractions],
+                     *[f"regret {p}" for p in h["problems"]], "epochs spent",
+                     "ask ms/trial"], rows)
+    lines += ["Auto: " + "; ".join(f"at {f}, {mf_heldout_verdict(h, f)}"
+                                   for f in fractions) + ".", ""]
+    return lines
+
+
+def mf_heldout_headline(h: dict[str, Any]) -> list[str]:
+    fractions = list(h["rows"][0]["mean_rank"]) if h["rows"] else []
+    return [f"- multi-fidelity held-out, mean rank of {len(h['rows'])} searches on"
+            f" {h['budget_epochs']:,} epochs: "
+            + "; ".join(f"{f}: {mf_heldout_verdict(h, f)}" for f in fractions)]
 
 
 BACKENDS_TITLE = "## Horovod against torch.distributed, the same trials"

@@ -101,3 +101,68 @@ def test_multifidelity_counts_every_seed_and_marks_those_that_never_got_there(
         assert summary["reached"] == sum(s["reached"] for s in seeds)
         assert summary["high"] == max(s["epochs"] for s in seeds)
         assert summary["high_is_lower_bound"] == (summary["reached"] < 3)
+
+
+OLD_MACHINE = {"host": "vm", "cores": 2, "cpu": "x", "memory_gib": 1.0, "gpu": "none",
+               "started": "s", "load_average_at_start": [1.0, 1.0, 1.0]}  # no provenance
+
+
+def _many_row(search: str, rank: float, quartiles: list[float], ask: float) -> dict:
+    return {"search": search, "labels": [search], "mean_rank": rank,
+            "rank_quartiles": quartiles, "median_best": {"sphere": "0.5 [0.1–0.9]"},
+            "median_idle": 0.0, "median_virtual_time": 7.5, "median_ask_ms_per_trial": ask}
+
+
+MANY = {"machine": OLD_MACHINE, "seeds": 3, "rounds": 6, "problems": ["sphere"],
+        "nevergrad": True, "failed": {"ngopt": "TypeError: bad"}, "widths": [
+            {"width": 64, "evaluations": 384, "left_out": ["ngopt"], "rows": [
+                _many_row("optuna-tpe", 1.42, [1.0, 2.0], 33.5),
+                _many_row("auto", 1.83, [1.25, 2.0], 0.467),
+                _many_row("random", 2.75, [3.0, 3.0], 0.09)]},
+            {"width": 256, "evaluations": 1536, "left_out": ["ngopt", "optuna-tpe"], "rows": [
+                _many_row("auto", 1.0, [1.0, 1.0], 0.73),
+                _many_row("random", 2.0, [2.0, 2.0], 0.138)]}]}
+
+
+def _mf_row(search: str, ranks: tuple[float, float, float]) -> dict:
+    return {"search": search, "mean_rank": dict(zip(("25%", "50%", "100%"), ranks, strict=True)),
+            "median_regret_at_100%": {"p": "0.1 [0–0.2]"}, "median_epochs_spent": 2995.5,
+            "ask_ms_per_trial": 20.0}
+
+
+MF_HELDOUT = {"machine": OLD_MACHINE, "seeds": 3, "slots": 4, "budget_epochs": 3000,
+              "problems": ["p"], "auto_picked": ["asha tpe, rungs 1-100"], "rows": [
+                  _mf_row("tpe", (4.0, 1.5, 1.0)), _mf_row("auto", (1.0, 2.5, 2.5)),
+                  _mf_row("asha tpe", (3.0, 2.5, 2.5)), _mf_row("hyperband", (2.0, 3.5, 4.0))]}
+
+
+def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
+        tmp_path: Path) -> None:
+    """Issue 29's two benches: their REPORT.md sections come from the results alone,
+    say where auto was beaten, tied or alone with random, why a search has no row,
+    and that results without provenance stay out of the headline."""
+    (tmp_path / "many_at_once.json").write_text(json.dumps(MANY))
+    (tmp_path / "multifidelity_heldout.json").write_text(json.dumps(MF_HELDOUT))
+    out = tmp_path / "REPORT.md"
+    text = report.render(tmp_path, out).read_text()
+    many = text.split(report.MANY_TITLE)[1].split("\n## ")[0]
+    assert "Command and commit: not recorded." in many
+    assert ("| auto | auto | 1.83 [1.25–2] | 0.5 [0.1–0.9] | 0% | 7.5 | 0.467 |"
+            in many), many
+    assert ("at 64, behind optuna-tpe on the mean rank (1.83 against 1.42), quartiles"
+            " overlapping, so tied best; at 256, best on the mean rank (random search the"
+            " only other search run)") in many
+    assert "optuna-tpe not run: its ask time" in many
+    assert "ngopt could not run (it raised `TypeError: bad`)" in many
+    mf = text.split(report.MF_HELDOUT_TITLE)[1].split("\n## ")[0]
+    assert "| tpe | 4 | 1.5 | 1 | 0.1 [0–0.2] | 2,996 | 20 |" in mf, mf
+    assert ("at 25%, auto 1, best; at 50%, auto 2.5, 2nd of 4, behind tpe (1.5); level with"
+            " asha tpe; at 100%, auto 2.5, 2nd of 4") in mf, mf
+    head = text.split("## Headline figures")[1].split("\n## ")[0]
+    assert "Not in the headline" in head and "`auto` at many trials at once" in head
+    assert "multi-fidelity held-out" in head
+    assert report.check(tmp_path, out) == 0
+    changed = json.loads(json.dumps(MF_HELDOUT))
+    changed["rows"][1]["mean_rank"]["50%"] = 1.0  # a new figure, not rendered
+    (tmp_path / "multifidelity_heldout.json").write_text(json.dumps(changed))
+    assert report.check(tmp_path, out) == 1
