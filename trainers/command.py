@@ -19,7 +19,9 @@ The program gets the environment of the caller without Horovod's variables
 (its ranks are its own business) plus ``NESTOR_TRIAL_ID``,
 ``NESTOR_CHECKPOINT_DIR``, ``NESTOR_INIT_FROM``, ``NESTOR_DATA_PARALLEL`` and
 ``NESTOR_MODEL_PARALLEL``. A one-rank command also gets ``LOCAL_RANK=0`` and a
-``CUDA_VISIBLE_DEVICES`` naming only its own GPU (:func:`own_device_env`).
+``CUDA_VISIBLE_DEVICES`` naming only its own GPU (:func:`own_device_env`); the
+trial records that GPU as ``device_gpu`` and ``device_index``, as every trainer
+kind does (:func:`command_device`).
 
 A trial of several ranks runs the command once, in its gang's rank 0, as a
 launcher that starts the ranks itself (``horovodrun``, ``torchrun``,
@@ -61,6 +63,7 @@ from trainers._launch import (
     share_port,
 )
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from trainers.gpu import gpu_granted, gpu_metrics
 
 LOG_LIMIT = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024
@@ -292,12 +295,40 @@ def own_device_env(environ: Mapping[str, str], ranks: int) -> dict[str, str]:
     if ranks > 1:
         return {}
     out = {"LOCAL_RANK": "0"}
-    visible = [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+    visible = _visible(environ)
     if visible:
-        local = int(environ.get("HOROVOD_LOCAL_RANK") or environ.get("NESTOR_GANG_LOCAL_RANK")
-                    or 0)
-        out["CUDA_VISIBLE_DEVICES"] = visible[local % len(visible)]
+        out["CUDA_VISIBLE_DEVICES"] = visible[_own_index(environ, ranks, visible)]
     return out
+
+
+def command_device(environ: Mapping[str, str], ranks: int) -> dict[str, float]:
+    """The device metrics of a command trial (trainers.gpu.gpu_metrics), from what its
+    gang's rank was granted: the CUDA index a built-in trainer in that rank would
+    take (its local rank's GPU among those it sees; a launcher's rank 0 takes the
+    first), or the CPU where no GPU was granted or none is visible.
+
+    >>> command_device({"NESTOR_GPU_GRANTED": "1", "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+    ...                 "NESTOR_GANG_LOCAL_RANK": "3"}, 1)
+    {'device_gpu': 1.0, 'device_index': 3.0}
+    >>> command_device({"CUDA_VISIBLE_DEVICES": "0"}, 1)
+    {'device_gpu': 0.0, 'device_index': -1.0}
+    """
+    visible = _visible(environ)
+    if not gpu_granted(environ) or not visible:
+        return gpu_metrics(None)
+    return gpu_metrics(_own_index(environ, ranks, visible))
+
+
+def _visible(environ: Mapping[str, str]) -> list[str]:
+    return [d for d in environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if d.strip()]
+
+
+def _own_index(environ: Mapping[str, str], ranks: int, visible: list[str]) -> int:
+    """Which of the rank's visible GPUs is the command's (``cuda:<local rank>``)."""
+    if ranks > 1:  # a launcher: its rank 0 has local rank 0
+        return 0
+    local = int(environ.get("HOROVOD_LOCAL_RANK") or environ.get("NESTOR_GANG_LOCAL_RANK") or 0)
+    return local % len(visible)
 
 
 def _on_node(node: Node | None, reason: str) -> str:
@@ -343,13 +374,15 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         "NESTOR_DATA_PARALLEL": str(request.data_parallel),
         "NESTOR_MODEL_PARALLEL": str(request.model_parallel),
     })
-    env.update(own_device_env(os.environ, request.data_parallel * request.model_parallel))
+    ranks = request.data_parallel * request.model_parallel
+    env.update(own_device_env(os.environ, ranks))
+    device = command_device(os.environ, ranks)
     history: list[dict[str, float]] = []
     lock = threading.Lock()
 
     def failed(reason: str, **extra: Any) -> TrialResult:
         return TrialResult(trial_id=request.trial_id, status="failed", reason=reason,
-                           metrics={"wall_time": time.perf_counter() - started},
+                           metrics={**device, "wall_time": time.perf_counter() - started},
                            history=history, **extra)
 
     try:
@@ -453,6 +486,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
     if isinstance(number, str):
         return failed(f"the result {value!r} in the line {line!r} {number}", logs=logs,
                       details=details)
-    metrics = {trainer.result_metric: number, "wall_time": time.perf_counter() - started}
+    metrics = {**device, trainer.result_metric: number,
+               "wall_time": time.perf_counter() - started}
     return TrialResult(trial_id=request.trial_id, status="ok", metrics=metrics, history=history,
                        stopped_early=ended_by == "stop", logs=logs)

@@ -10,7 +10,9 @@ the CPU, as before.
 
 Every Python trainer nestor starts (built-in and function trainers) gets its
 device here: ``set_device(local rank)`` so that ``model.cuda()`` lands on the
-rank's own GPU, the memory cap of a packed rank, and TF32 matmuls.
+rank's own GPU, the memory cap of a packed rank, and TF32 matmuls. Every trial,
+command trials too (from the GPU nestor gave the command), records its device
+through :func:`gpu_metrics`.
 """
 
 from __future__ import annotations
@@ -86,11 +88,18 @@ def select_device(par: Any) -> Any:
 
 
 def device_metrics(device: Any) -> dict[str, float]:
-    """What a trial records of its device (numbers, so they reach MLflow as metrics):
-    ``device_gpu`` 1 on a GPU and 0 on the CPU, ``device_index`` the CUDA index (-1)."""
+    """What a trial records of the torch device its rank 0 trained on (see gpu_metrics)."""
     on_gpu = getattr(device, "type", "cpu") == "cuda"
-    index = device.index if on_gpu and device.index is not None else (0 if on_gpu else -1)
-    return {"device_gpu": 1.0 if on_gpu else 0.0, "device_index": float(index)}
+    return gpu_metrics((device.index or 0) if on_gpu else None)
+
+
+def gpu_metrics(index: int | None) -> dict[str, float]:
+    """What every trial records of its device, whatever its trainer kind (numbers, so
+    they reach the journal and MLflow as metrics): ``device_gpu`` 1 on a GPU and 0 on
+    the CPU, ``device_index`` the CUDA index of rank 0's GPU (``cuda:<local rank>``
+    among the GPUs its rank sees), -1 on the CPU (``index`` None)."""
+    return {"device_gpu": 0.0 if index is None else 1.0,
+            "device_index": -1.0 if index is None else float(index)}
 
 
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")

@@ -137,3 +137,28 @@ def test_a_one_rank_command_sees_local_rank_and_only_its_own_gpu(
                                                             result_pattern=r"FoM:(\S+)")))
     assert result.ok, result.reason
     assert result.metrics["result"] == 6.0  # LOCAL_RANK 0, CUDA_VISIBLE_DEVICES 6
+
+
+def test_a_command_trial_records_the_gpu_nestor_gave_it_as_its_device(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    script = tmp_path / "show.py"
+    script.write_text("import os, sys\nprint('FoM:', os.environ['CUDA_VISIBLE_DEVICES'], sep='')\n"
+                      "sys.exit(int(os.environ.get('FAIL', '0')))\n")
+    command = TrainerRef.command(f"python3 {script}", result_pattern=r"FoM:(\S+)")
+    # local rank 2 of a gang granted a node's GPUs 4-7: its GPU is 6, cuda:2 in the rank
+    monkeypatch.setenv(GRANTED_ENV, "1")
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "4,5,6,7")
+    monkeypatch.setenv("NESTOR_GANG_LOCAL_RANK", "2")
+    result = run_trial(TrialRequest("c", command))
+    assert result.ok, result.reason
+    assert result.metrics["result"] == 6.0  # the command saw only its own GPU
+    assert result.metrics["device_gpu"] == 1.0 and result.metrics["device_index"] == 2.0
+    monkeypatch.setenv("FAIL", "1")  # a failed trial says where it ran too
+    failed = run_trial(TrialRequest("c", command))
+    assert failed.status == "failed"
+    assert failed.metrics["device_gpu"] == 1.0 and failed.metrics["device_index"] == 2.0
+    monkeypatch.delenv("FAIL")
+    monkeypatch.delenv(GRANTED_ENV)  # GPUs visible but none granted: the CPU
+    result = run_trial(TrialRequest("c", command))
+    assert result.ok, result.reason
+    assert result.metrics["device_gpu"] == 0.0 and result.metrics["device_index"] == -1.0
