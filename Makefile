@@ -20,6 +20,7 @@ system-deps:
 
 lint: setup
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
 
 # The whole set-up, then every test. The sub-make keeps the order (system
 # packages before .venv, whose Horovod build needs cmake and g++) under -j too.

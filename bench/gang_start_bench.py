@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def one_at_a_time(gangs: int) -> float:
-    from orchestrator.gangs import GangPool, Shape
+    from orchestrator.backends.ray.gangs import GangPool, Shape
 
     pool = GangPool(gangs)
     began = time.perf_counter()
@@ -38,7 +38,7 @@ def one_at_a_time(gangs: int) -> float:
 def concurrently(gangs: int) -> tuple[float, float]:
     """Seconds until every gang is up, and the longest the loop was held by a launch."""
     from orchestrator.backends import Launch, RayBackend, Started
-    from orchestrator.gangs import GangPool, Shape
+    from orchestrator.backends.ray.gangs import GangPool, Shape
     from trainers import TrainerRef, TrialRequest
 
     backend = RayBackend(GangPool(gangs))

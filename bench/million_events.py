@@ -36,9 +36,9 @@ began = time.perf_counter()
 from pathlib import Path
 from bench import simulate
 from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.journal import Journal, read_events
+from orchestrator.journal.journal import Journal, read_events
 from orchestrator.spec import load_spec_text
-from orchestrator.workflow import StageScheduler
+from orchestrator.engine.workflow import StageScheduler
 
 run_dir, name, schedule, nodes = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 workload = simulate.scaled(next(w for w in simulate.workloads(False) if w.name == name), nodes)

@@ -83,7 +83,7 @@ def machine() -> str:
 
 
 def run_nestor(spec_text: str, workdir: Path, name: str) -> dict:
-    from orchestrator.workflow import run_workflow
+    from orchestrator.engine.workflow import run_workflow
 
     spec = workdir / f"{name}.yaml"
     spec.write_text(spec_text)
@@ -233,9 +233,14 @@ def overhead(counts: list[int], tune_cap: int, workdir: Path) -> dict[str, Any]:
 
 def projection_rate(sizes: list[int], workdir: Path, window: int = 1000) -> dict[str, Any]:
     """Events a second into a fresh run directory store, at each store size."""
-    from orchestrator.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
-    from orchestrator.journal import Journal
-    from orchestrator.projector import Projector
+    from orchestrator.journal.events import (
+        StageStarted,
+        TrialFinished,
+        TrialStarted,
+        WorkflowStarted,
+    )
+    from orchestrator.journal.journal import Journal
+    from orchestrator.projections.projector import Projector
     from orchestrator.spec import load_spec_text
 
     top = max(sizes)
@@ -287,7 +292,7 @@ def simulated_stream(workdir: Path) -> list[dict[str, Any]]:
     """The journal of the 2,048-slot mixed workload (async), times on its virtual clock."""
     import argparse as _argparse
 
-    import orchestrator.journal as journal_module
+    import orchestrator.journal.journal as journal_module
     from bench import simulate
 
     class VirtualTime:
@@ -328,8 +333,8 @@ def projection_lag(workdir: Path, speedup: float, window_s: float) -> dict[str, 
     times faster than they came, for ``window_s`` seconds."""
     import threading
 
-    from orchestrator.journal import Journal
-    from orchestrator.projector import Projector
+    from orchestrator.journal.journal import Journal
+    from orchestrator.projections.projector import Projector
     from orchestrator.spec import load_spec_text
 
     stream = simulated_stream(workdir)

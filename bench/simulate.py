@@ -239,9 +239,9 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
     or an ``allocation`` of ``--allocation-h`` hours that a larger sweep fills
     until the time limit stops the driver."""
     from orchestrator.backends import SimulatedBackend, lognormal_trials
+    from orchestrator.engine.stopping import Interrupted
     from orchestrator.simulate import simulate_workflow
     from orchestrator.spec import load_spec_text
-    from orchestrator.stopping import Interrupted
 
     class TimedBackend(SimulatedBackend):
         """Notes when (in real time) the driver asked for each launch."""

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.kinds import kind_of
+from orchestrator.engine.kinds import kind_of
 
 
 class PredictError(Exception):

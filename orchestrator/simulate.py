@@ -2,7 +2,7 @@
 
 ``nestor run`` builds a Ray cluster, a RayBackend and an MLflow projector of
 its journal, then hands the backend and the journal to
-:class:`~orchestrator.workflow.StageScheduler`. This module builds only the
+:class:`~orchestrator.engine.workflow.StageScheduler`. This module builds only the
 journal (no MLflow: a simulation of thousands of trials has no store to fill),
 and hands the scheduler whatever backend it is given: a
 :class:`~orchestrator.backends.SimulatedBackend` for the 2,048-slot benchmark
@@ -31,16 +31,16 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend
-from orchestrator.events import WorkflowFinished, WorkflowInterrupted, WorkflowStarted
-from orchestrator.journal import Journal, read_events, write_atomic
+from orchestrator.engine.stopping import Interrupted
+from orchestrator.engine.workflow import JOURNAL_FILE, RESULTS_FILE, RunError, StageScheduler
+from orchestrator.journal.events import WorkflowFinished, WorkflowInterrupted, WorkflowStarted
+from orchestrator.journal.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow
-from orchestrator.stopping import Interrupted
-from orchestrator.workflow import JOURNAL_FILE, RESULTS_FILE, RunError, StageScheduler
 
 
 def check_simulatable(workflow: Workflow) -> None:
     """Refuse, naming the stage, what the simulation cannot stand in for."""
-    from orchestrator.kinds import KINDS, stage_kind
+    from orchestrator.engine.kinds import KINDS, stage_kind
 
     simulated = [name for name in KINDS if stage_kind(name).simulated]
     for stage in workflow.stages:
@@ -73,7 +73,7 @@ def simulate_workflow(
     ``run_workflow`` does, plus ``virtual_time_s`` (the backend's clock) and
     ``driver_s`` (real seconds the run took). The backend is shut down at
     the end; its ledger stays readable. A stop request (or a simulated
-    allocation's time limit) raises :class:`~orchestrator.stopping.Interrupted`
+    allocation's time limit) raises :class:`~orchestrator.engine.stopping.Interrupted`
     after journalling it, as ``nestor run`` does.
     """
     check_simulatable(workflow)

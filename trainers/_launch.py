@@ -48,7 +48,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-# Set by orchestrator.gangs.GroupedRanks in every rank of a gang (the same in all):
+# Set by orchestrator.backends.ray.gangs.GroupedRanks in every rank of a gang (the same in all):
 # each host's ranks, in rank order, and the address of rank 0's node.
 GANG_HOSTS_ENV = "NESTOR_GANG_HOSTS"
 GANG_ADDR_ENV = "NESTOR_GANG_ADDR"

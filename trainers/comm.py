@@ -29,7 +29,7 @@ from typing import Any
 
 BACKENDS = ("horovod", "torch")
 DEFAULT_BACKEND = "horovod"
-# Set in each rank of a gang by the orchestrator (orchestrator.gangs): which
+# Set in each rank of a gang by the orchestrator (orchestrator.backends.ray.gangs): which
 # backend the gang was started for, and (torch) who the rank is and where the
 # ranks meet. A command trainer's program sees none of them (trainers.command).
 BACKEND_ENV = "NESTOR_GANG_COMM"

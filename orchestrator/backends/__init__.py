@@ -1,8 +1,8 @@
 """Backends the scheduler runs attempts on: a real Ray cluster, or a simulated one."""
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.backends._ray import RayBackend
-from orchestrator.backends._simulated import (
+from orchestrator.backends.ray.backend import RayBackend
+from orchestrator.backends.simulated.backend import (
     Draw,
     SimulatedBackend,
     SimulationError,

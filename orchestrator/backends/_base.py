@@ -1,6 +1,6 @@
 """What the scheduler needs from a cluster, and the events a cluster sends back.
 
-The scheduler (``orchestrator.trials``, ``orchestrator.workflow``) decides which
+The scheduler (``orchestrator.engine.trials``, ``orchestrator.engine.workflow``) decides which
 trial runs next; a Backend runs it and reports what happened as events. Two
 implementations share this surface, as submitit's local and Slurm executors
 share one API: :class:`~orchestrator.backends.RayBackend` starts Horovod
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.gangs import Shape
+from orchestrator.backends.ray.gangs import Shape
 
 
 @dataclass(frozen=True)

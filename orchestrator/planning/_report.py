@@ -28,7 +28,7 @@ def pick_stage(workflow: Workflow, name: str | None) -> str:
     for candidate in names:
         if workflow.declared_parallel(candidate).is_auto or workflow.batch_of(candidate):
             return candidate
-    from orchestrator.kinds import stage_kind
+    from orchestrator.engine.kinds import stage_kind
 
     return next((n for n in names if stage_kind(workflow.stage(n).kind).searches), names[0])
 

@@ -18,7 +18,7 @@ EXIT_ERROR = 2
 
 
 def _fail(problems: list[object]) -> None:
-    from orchestrator.console import console, print_errors
+    from orchestrator.commands.console import console, print_errors
 
     print_errors(console(stderr=True), problems)
     sys.exit(EXIT_ERROR)
@@ -100,7 +100,7 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
     before the time limit, the driver stops cleanly and journals what it
     finished; `--resume RUNDIR` continues without re-running finished trials.
     """
-    from orchestrator.console import console
+    from orchestrator.commands.console import console
     from orchestrator.slurm import (
         SlurmError,
         SubmitError,
@@ -142,7 +142,7 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
 
 def job_status(job_id: str) -> None:
     """Print Slurm's view of the job, then the run directory's progress."""
-    from orchestrator.console import console
+    from orchestrator.commands.console import console
     from orchestrator.slurm import SlurmError, job_info
 
     try:
@@ -157,6 +157,6 @@ def job_status(job_id: str) -> None:
         console().print(f"{info.run_dir}: no journal yet (the workflow has not started)",
                         soft_wrap=True)
     else:
-        from orchestrator.console import run_status
+        from orchestrator.commands.console import run_status
 
         run_status(info.run_dir, interrupted_hint=f"nestor submit --resume {info.run_dir}")

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.kinds import stage_kind
+from orchestrator.engine.kinds import stage_kind
 from trainers._launch import PLACEHOLDERS, unknown_placeholders
 from trainers.catalog import TRAINERS, Option
 

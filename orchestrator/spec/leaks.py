@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from orchestrator.kinds import stage_kind
+from orchestrator.engine.kinds import stage_kind
 from trainers.catalog import SPLIT_SETTINGS, TRAINERS
 
 from .model import Workflow

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.kinds import KINDS
+from orchestrator.engine.kinds import KINDS
 from search._auto import AutoChoice, choose_search
 from search._genetic import plan_generations
 from search.space import (
@@ -1034,7 +1034,7 @@ class TrainStage(_StageBase):
 Stage = Annotated[
     HpoStage | EnsembleStage | TransferStage | TrainStage, Field(discriminator="kind")
 ]
-STAGE_KINDS = tuple(KINDS)  # what a stage may be: the kinds orchestrator/kinds defines
+STAGE_KINDS = tuple(KINDS)  # what a stage may be: the kinds orchestrator/engine/kinds defines
 DISCRIMINATORS = {"kind": STAGE_KINDS, "algorithm": ALGORITHMS, "type": PARAM_TYPES}
 
 

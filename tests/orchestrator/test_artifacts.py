@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.artifacts import publish_stage
-from orchestrator.tables import stage_report, to_html, to_markdown
+from orchestrator.projections.artifacts import publish_stage
+from orchestrator.projections.tables import stage_report, to_html, to_markdown
 from search import Objective
 from tests.orchestrator.test_plots import ENSEMBLE, TRANSFER, finished, started
 
@@ -28,7 +28,7 @@ class Stage:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One MLflow store for the module: creating one costs seconds."""
-    from orchestrator.tracking import Tracker
+    from orchestrator.projections.tracking import Tracker
 
     tracker = Tracker(tmp_path_factory.mktemp("store"), "artifacts-test")
     yield tracker

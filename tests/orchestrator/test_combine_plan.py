@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.combine import accuracy, blend, combine_weights, greedy_weights
-from orchestrator.plan import Plan, PlannedTrial
+from orchestrator.engine.kinds.combine import accuracy, blend, combine_weights, greedy_weights
+from orchestrator.engine.plan import Plan, PlannedTrial
 from search import Failure, Objective
 
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.gangs import (
+from orchestrator.backends.ray.gangs import (
     GangPool,
     GroupTooBig,
     Shape,

@@ -1,4 +1,4 @@
-"""Stage kinds live behind one interface (orchestrator/kinds): the rest of the
+"""Stage kinds live behind one interface (orchestrator/engine/kinds): the rest of the
 orchestrator asks a stage's kind, never which kind it is."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.kinds import KINDS, StageKind, kind_of, stage_kind
-from orchestrator.products import Product
+from orchestrator.engine.kinds import KINDS, StageKind, kind_of, stage_kind
+from orchestrator.projections.products import Product
+from orchestrator.projections.tables import stage_report, to_markdown
 from orchestrator.spec.model import STAGE_KINDS, Stage
-from orchestrator.tables import stage_report, to_markdown
 
 ROOT = Path(__file__).parents[2]
 # A comparison of something with a stage kind's name: `kind == "hpo"`,

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
-from orchestrator.journal import Journal
-from orchestrator.progress import wait_for_mlflow
-from orchestrator.projector import Projector
+from orchestrator.commands.progress import wait_for_mlflow
+from orchestrator.journal.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
+from orchestrator.journal.journal import Journal
+from orchestrator.projections.projector import Projector
 from orchestrator.spec import load_spec_text
 
 SPEC = """

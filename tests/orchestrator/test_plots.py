@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator import plots
+from orchestrator.projections import plots
 from search import Objective
 
 

@@ -14,15 +14,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.events import (
+from orchestrator.journal.events import (
     StageStarted,
     TrialAttemptFailed,
     TrialFinished,
     TrialStarted,
     WorkflowStarted,
 )
-from orchestrator.journal import Journal
-from orchestrator.projector import CURSOR_FILE, Projector
+from orchestrator.journal.journal import Journal
+from orchestrator.projections.projector import CURSOR_FILE, Projector
 from orchestrator.spec import load_spec
 
 

@@ -28,12 +28,12 @@ from orchestrator.backends import (
     fixed_trials,
     lognormal_trials,
 )
-from orchestrator.gangs import Shape, place
-from orchestrator.journal import Journal, read_events
+from orchestrator.backends.ray.gangs import Shape, place
+from orchestrator.engine.stopping import Interrupted
+from orchestrator.engine.workflow import RunError, StageScheduler
+from orchestrator.journal.journal import Journal, read_events
 from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
-from orchestrator.stopping import Interrupted
-from orchestrator.workflow import RunError, StageScheduler
 
 
 def spec(*, data: int = 2, model: int = 1, population: int = 4, generations: int = 3,
@@ -327,7 +327,7 @@ def test_early_stopping_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_allocation_time_limit_stops_the_driver_resumably(tmp_path: Path) -> None:
-    from orchestrator.stopping import Interrupted, stop_requested
+    from orchestrator.engine.stopping import Interrupted, stop_requested
 
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0,
                                trial_model=fixed_trials(3600.0, 0.5), time_limit_s=5000.0)
@@ -430,7 +430,7 @@ def contract_outcome(run_dir: Path) -> dict[str, Any]:
 def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
         tmp_path: Path, ray_local: object) -> None:
     from orchestrator.backends import RayBackend
-    from orchestrator.gangs import GangPool
+    from orchestrator.backends.ray.gangs import GangPool
     from tests.orchestrator import sim_contract_trainer as trainer
 
     def model(config: Any, rng: random.Random) -> Draw:

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from orchestrator.commands.sweep import build_spec, parse_param, spec_yaml
 from orchestrator.spec import load_spec_text
-from orchestrator.sweep import build_spec, parse_param, spec_yaml
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 

@@ -6,7 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.tracking import Tracker
+from orchestrator.projections.tracking import Tracker
 
 
 def test_nested_runs_with_params_metrics_and_tags(tmp_path: Path) -> None:
@@ -53,7 +53,7 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
     # What `nestor resume` does, in a process of its own as resume is (MLflow
     # caches a run's artifact location per process).
     subprocess.run([sys.executable, "-c", (
-        "import sys; from pathlib import Path; from orchestrator.tracking import Tracker\n"
+        "import sys; from pathlib import Path; from orchestrator.projections.tracking import Tracker\n"  # noqa: E501
         "t = Tracker(Path(sys.argv[1]), 'demo')\n"
         "t.log_artifact(sys.argv[2], Path(sys.argv[3]), folder='later'); t.close()"),
         str(moved), stage, str(note)], check=True, cwd=Path(__file__).parents[2])
@@ -82,7 +82,7 @@ def dying(engine):
     threading.Timer(float(sys.argv[2]), os.kill, (os.getpid(), signal.SIGKILL)).start()
     real(engine)
 db_utils._upgrade_db = dying
-from orchestrator.tracking import Tracker
+from orchestrator.projections.tracking import Tracker
 Tracker(Path(sys.argv[1]), "demo").start_run("tune")
 """
     for delay in ("0.2", "0.5", "1.0"):

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
-from orchestrator.ui import Store, UiError, resolve_store, server_argv, url_of
+from orchestrator.commands.cli import cli
+from orchestrator.commands.ui import Store, UiError, resolve_store, server_argv, url_of
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 
@@ -117,7 +117,7 @@ def test_urls_a_browser_here_can_open() -> None:
 def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.tracking import Tracker, relocate_artifacts
+    from orchestrator.projections.tracking import Tracker, relocate_artifacts
 
     before = tmp_path / "on the cluster"
     tracker = Tracker(before, "moved")

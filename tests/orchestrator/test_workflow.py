@@ -235,7 +235,7 @@ def fault_on_call(target: str, number: int, action: str) -> str:
 
 
 # A trial is launched (its gang being booked), not journalled yet.
-DIES_WHILE_LAUNCHING = fault_on_call("orchestrator.gangs:GangPool.reserve", 3,
+DIES_WHILE_LAUNCHING = fault_on_call("orchestrator.backends.ray.gangs:GangPool.reserve", 3,
                                      "os.killpg(0, signal.SIGKILL)")
 
 
@@ -264,7 +264,7 @@ def test_mlflow_shows_no_run_the_journal_does_not_name_and_resume_leaves_no_twin
 
 # The trial's program has ended and its rank 0 has written the result; the driver
 # has heard of it but not journalled it yet.
-DIES_BEFORE_JOURNALLING_A_RESULT = fault_on_call("orchestrator.trials:TrialRunner._finish_attempt",
+DIES_BEFORE_JOURNALLING_A_RESULT = fault_on_call("orchestrator.engine.trials:TrialRunner._finish_attempt",  # noqa: E501
                                                  3, "os.killpg(0, signal.SIGKILL)")
 
 
@@ -296,7 +296,7 @@ def test_a_result_that_landed_while_the_driver_was_down_is_adopted_not_rerun(
 
 # What Horovod raises when Ray cannot place the gang in time.
 PLACEMENT_TIMES_OUT_ONCE = fault_on_call(
-    "orchestrator.gangs:GangPool._start_executor", 1,
+    "orchestrator.backends.ray.gangs:GangPool._start_executor", 1,
     "raise TimeoutError('Placement group creation timed out. Make sure your cluster"
     " either has enough resources or use an autoscaling cluster.')")
 
@@ -321,7 +321,7 @@ def test_a_gang_that_cannot_be_placed_fails_one_attempt_which_is_retried(
 
 
 PLACEMENT_TIMES_OUT_THRICE = """
-import orchestrator.gangs as gangs
+import orchestrator.backends.ray.gangs as gangs
 real, calls = gangs.GangPool._start_executor, []
 def flaky(self, shape):
     calls.append(1)
@@ -511,7 +511,7 @@ def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None
 def test_an_early_stopper_takes_a_report_that_comes_before_its_start() -> None:
     """The driver does not wait for the stopper to register an attempt (its loop
     never blocks on the actor), so the attempt's first report may come first."""
-    from orchestrator.pruning import EarlyStopper
+    from orchestrator.backends.ray.pruning import EarlyStopper
 
     stopper = EarlyStopper("median", "val_accuracy", "max", warmup_epochs=0,
                            reduction_factor=3, startup_trials=1)

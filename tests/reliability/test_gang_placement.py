@@ -68,7 +68,7 @@ def emit(**record):
     print(json.dumps(record), flush=True)
 
 
-from orchestrator.gangs import GangPool, GangStartError, Shape
+from orchestrator.backends.ray.gangs import GangPool, GangStartError, Shape
 
 try:
     with GangPool(slots={NODES * CPUS}, placement_timeout_s=60) as pool:

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 from nestor_harness import MlflowServer
 
-from orchestrator.journal import read_events
-from orchestrator.projector import CURSOR_FILE, Projector
+from orchestrator.journal.journal import read_events
+from orchestrator.projections.projector import CURSOR_FILE, Projector
 from orchestrator.spec import load_spec
 
 pytestmark = pytest.mark.slow

@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 from nestor_harness import MlflowServer
 
-from orchestrator.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
-from orchestrator.journal import Journal
-from orchestrator.projector import CURSOR_FILE, Projector
+from orchestrator.journal.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
+from orchestrator.journal.journal import Journal
+from orchestrator.projections.projector import CURSOR_FILE, Projector
 from orchestrator.spec import load_spec
 
 pytestmark = pytest.mark.slow
@@ -42,9 +42,9 @@ stages:
 CRASHING_DRIVER = """
 import os, sys, time
 from pathlib import Path
-from orchestrator.events import TrialFinished, TrialStarted
-from orchestrator.journal import Journal
-from orchestrator.projector import Projector
+from orchestrator.journal.events import TrialFinished, TrialStarted
+from orchestrator.journal.journal import Journal
+from orchestrator.projections.projector import Projector
 from orchestrator.spec import load_spec
 run = Path(sys.argv[1])
 projector = Projector(run, load_spec(run / "spec.yaml"))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.commands.cli import cli
 from orchestrator.spec import SpecError, load_spec
 
 BAD = sorted((Path(__file__).parent / "bad").glob("*.yaml"))

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.commands.cli import cli
 from orchestrator.spec import HpoStage, SpecError, load_spec, load_spec_text
 from orchestrator.spec.model import GeneticSearch
 from search.space import CategoricalParam, ConstantParam, FloatParam, IntParam

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.commands.cli import cli
 from orchestrator.spec import SpecError, load_spec_text
 
 STAGE = textwrap.dedent("""

@@ -14,13 +14,13 @@ from typing import Any
 import pytest
 
 from orchestrator.backends import SimulatedBackend, fixed_trials, lognormal_trials
-from orchestrator.journal import Journal, read_events
+from orchestrator.engine.stopping import Interrupted
+from orchestrator.engine.workflow import StageScheduler
+from orchestrator.journal.journal import Journal, read_events
 from orchestrator.planning import plan_stage
+from orchestrator.projections.tables import fmt
 from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
-from orchestrator.stopping import Interrupted
-from orchestrator.tables import fmt
-from orchestrator.workflow import StageScheduler
 
 
 def planned(budget: int) -> Any:
@@ -81,7 +81,7 @@ def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr
     stage's lr_rule (linear here), their learning rate: `nestor results` says so."""
     from click.testing import CliRunner
 
-    from orchestrator.cli import cli
+    from orchestrator.commands.cli import cli
     from trainers.catalog import TRAINERS
 
     backend = SimulatedBackend(4, 8, lognormal_trials(60.0, 0.3), seed=1)
@@ -104,7 +104,7 @@ def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr
            f" {per_rank * plan['dp']}" in text
     # A driver that resumes the stage rebuilds the same account from the journal
     # (on other slots, where it would plan otherwise).
-    from orchestrator.kinds.hpo import HpoRunner, replanned_lines
+    from orchestrator.engine.kinds.hpo import HpoRunner, replanned_lines
 
     log = read_events(tmp_path / "journal.jsonl")
     journal = Journal(tmp_path / "resumed.jsonl")

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.cli import cli
+from orchestrator.commands.cli import cli
 
 SPEC = """\
 name: auto
@@ -71,7 +71,7 @@ def test_planning_imports_neither_torch_nor_ray() -> None:
     code = ("import sys, orchestrator.planning, orchestrator.planning._report\n"
             "heavy = [m for m in ('torch', 'ray', 'horovod', 'mlflow') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
-            "import orchestrator.cli\n")
+            "import orchestrator.commands.cli\n")
     subprocess.run([sys.executable, "-c", code], check=True)
     code = ("import sys\nfrom orchestrator import cli\n"
             "assert 'orchestrator.planning' not in sys.modules\n")

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal import iter_events
+from orchestrator.journal.journal import iter_events
 
 # What the progress is read from: a line of any other kind (the searchers' logs,
 # most of a big journal) is skipped unparsed.

@@ -60,7 +60,7 @@ for node in ray.nodes():
 found = {"address": ray.get_runtime_context().gcs_address, "nodes": nodes}
 if len(sys.argv) > 2:  # --run-dir: does every node see it?
     from pathlib import Path
-    from orchestrator.visibility import RunDirNotShared, check_run_dir_shared
+    from orchestrator.backends.ray.visibility import RunDirNotShared, check_run_dir_shared
     try:
         views = check_run_dir_shared(Path(sys.argv[2]))
         found["run_dir"] = {"path": sys.argv[2], "shared": True, "nodes": len(views)}
@@ -192,7 +192,7 @@ def ray_cluster(address: str | None, timeout_s: float = RAY_PROBE_TIMEOUT_S,
     """The Ray cluster at ``address`` (or RAY_ADDRESS, or the one last started on this
     machine), asked from a child process that gives up after ``timeout_s``; with
     ``run_dir``, also whether every node sees that directory
-    (``orchestrator.visibility``).
+    (``orchestrator.backends.ray.visibility``).
 
     Nothing is started, and nothing is waited for where no one listens: a GCS port
     that refuses the connection is answered at once."""
@@ -315,10 +315,10 @@ def build_problems(builds: list[dict[str, Any]], backends: set[str]) -> list[str
 
 def rank_env() -> dict[str, str]:
     """What every rank of a gang started from here receives besides its place in the
-    gang (orchestrator.gangs.ranks_env): the site's NCCL_*, GLOO_SOCKET_IFNAME,
+    gang (orchestrator.backends.ray.gangs.ranks_env): the site's NCCL_*, GLOO_SOCKET_IFNAME,
     UCX_* and FI_* from this environment, and the stall timeouts. A stage's
     ``trial.env`` adds its own per trial."""
-    from orchestrator.gangs import ranks_env
+    from orchestrator.backends.ray.gangs import ranks_env
 
     return dict(sorted(ranks_env().items()))
 

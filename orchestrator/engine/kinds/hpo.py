@@ -8,10 +8,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from orchestrator.kinds import Finding, PlotMaker, StageKind
-from orchestrator.products import Product
+from orchestrator.engine.kinds import Finding, PlotMaker, StageKind
+from orchestrator.engine.trials import SkipTrial, TrialRunner
+from orchestrator.projections.products import Product
 from orchestrator.spec import HpoStage, Workflow
-from orchestrator.trials import SkipTrial, TrialRunner
 
 SPEC_FILE = "spec.yaml"
 
@@ -20,7 +20,7 @@ class HpoRunner(TrialRunner):
     """An hpo stage's trials: asked of its searcher."""
 
     def __init__(self, workflow: Workflow, stage: HpoStage, **kwargs: Any) -> None:
-        from orchestrator.pruning import start_early_stopper
+        from orchestrator.backends.ray.pruning import start_early_stopper
         from search import Objective, make_searcher
 
         objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
@@ -129,7 +129,7 @@ class HpoKind(StageKind):
         return (summary.get("best") or {}).get("checkpoint")
 
     def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.tables import fmt
+        from orchestrator.projections.tables import fmt
 
         lines = []
         name, best = summary["name"], summary.get("best")
@@ -147,7 +147,7 @@ class HpoKind(StageKind):
         return lines
 
     def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
-        from orchestrator.tables import fmt
+        from orchestrator.projections.tables import fmt
 
         best = summary.get("best") or {}
         if best:
@@ -161,7 +161,7 @@ class HpoKind(StageKind):
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.plots import plot_generations, plot_pareto, plot_population
+        from orchestrator.projections.plots import plot_generations, plot_pareto, plot_population
 
         name = str(summary["name"])
         plots = run_dir / "plots"
@@ -185,7 +185,7 @@ def replanned_lines(summary: dict[str, Any]) -> list[str]:
     data-parallel width, so at another global batch and learning rate (``lr_rule``).
     Named trial by trial, since a searched lr differs per trial; nothing when the
     width never changed."""
-    from orchestrator.tables import fmt
+    from orchestrator.projections.tables import fmt
 
     first = summary.get("planned_shape")
     replans = summary.get("replans") or []
@@ -214,7 +214,11 @@ def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],
                  events: list[dict[str, Any]], run_dir: Path, path: Path) -> Path | None:
     """This stage's curve beside those of the run's earlier hpo stages that chase
     the same metric, one line per search, labelled with its algorithm."""
-    from orchestrator.plots import best_so_far, best_so_far_from_summary, plot_best_so_far
+    from orchestrator.projections.plots import (
+        best_so_far,
+        best_so_far_from_summary,
+        plot_best_so_far,
+    )
 
     if not objectives:
         return None

@@ -6,7 +6,7 @@ trial, their params, per-epoch metrics, tags, logs, plots and end states. Each
 event is projected once it is on disk, in journal order, and the projector
 remembers how far it got (``mlflow-projected``, the next event's sequence
 number) only after MLflow accepted the event's writes. Every write is
-idempotent (``orchestrator.tracking``), so an event projected again after a
+idempotent (``orchestrator.projections.tracking``), so an event projected again after a
 kill, an outage or a resume changes nothing:
 
 - an MLflow outage costs the loop nothing: the projector waits and retries
@@ -38,9 +38,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.gangs import first_line
-from orchestrator.journal import write_atomic
-from orchestrator.tracking import (
+from orchestrator.backends.ray.gangs import first_line
+from orchestrator.journal.journal import write_atomic
+from orchestrator.projections.tracking import (
     RunWrites,
     Tracker,
     default_tracking_uri,
@@ -427,7 +427,7 @@ class Projector:
         return [(Path(path), folder) for path in (event.get("logs") or {}).values()]
 
     def _stage_finished(self, event: dict[str, Any], at: float) -> None:
-        from orchestrator.artifacts import publish_stage
+        from orchestrator.projections.artifacts import publish_stage
 
         name, summary = event["stage"], event["summary"]
         run = self._stage_run(name)

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.events import Event
+    from orchestrator.journal.events import Event
 
 
 class JournalError(RuntimeError):
@@ -243,7 +243,7 @@ class Journal:
         return record
 
     def record(self, event: Event) -> dict[str, Any]:
-        """Append a typed event (``orchestrator.events``): the way the driver writes."""
+        """Append a typed event (``orchestrator.journal.events``): the way the driver writes."""
         return self.append(event.kind, **event.fields())
 
     def wait(self, count: int | None = None, timeout: float | None = None) -> bool:

@@ -7,12 +7,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from orchestrator.kinds import Finding, StageKind
-from orchestrator.kinds._planned import PlannedRunner, best_config
-from orchestrator.plan import PlannedTrial
-from orchestrator.products import Product
+from orchestrator.engine.kinds import Finding, StageKind
+from orchestrator.engine.kinds._planned import PlannedRunner, best_config
+from orchestrator.engine.plan import PlannedTrial
+from orchestrator.engine.trials import SkipTrial, TrialRunner
+from orchestrator.projections.products import Product
 from orchestrator.spec import TrainStage, Workflow
-from orchestrator.trials import SkipTrial, TrialRunner
 
 TRIAL = "final"
 
@@ -100,7 +100,7 @@ class TrainKind(StageKind):
         return (summary.get("train") or {}).get("checkpoint") or super().checkpoint(summary)
 
     def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.tables import fmt
+        from orchestrator.projections.tables import fmt
 
         t = summary.get("train") or {}
         config = ", ".join(f"{k}={fmt(v)}" for k, v in (t.get("config") or {}).items())

@@ -19,7 +19,19 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, RayBackend, TaskDone
-from orchestrator.events import (
+from orchestrator.backends.ray.gangs import (
+    GangPool,
+    cluster_slot_counts,
+    gpu_packing,
+    slot_resource,
+)
+from orchestrator.engine.stopping import (
+    Interrupted,
+    on_stop_request,
+    reinstall_handlers,
+    stop_requested,
+)
+from orchestrator.journal.events import (
     StageFinished,
     StageStarted,
     WorkflowFinished,
@@ -27,10 +39,8 @@ from orchestrator.events import (
     WorkflowResumed,
     WorkflowStarted,
 )
-from orchestrator.gangs import GangPool, cluster_slot_counts, gpu_packing, slot_resource
-from orchestrator.journal import Journal, read_events, write_atomic
+from orchestrator.journal.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
-from orchestrator.stopping import Interrupted, on_stop_request, reinstall_handlers, stop_requested
 
 log = logging.getLogger(__name__)
 CLUSTER_POLL_S = 1.0  # how often a driver waiting on a shared cluster looks again
@@ -166,7 +176,7 @@ def check_gpu_builds(workflow: Workflow) -> None:
     would fail. Checked once per node, before any trial starts."""
     if slot_resource() != "GPU" or os.environ.get(GPU_CHECK_ENV, "1") == "0":
         return
-    from orchestrator.doctor import build_problems, node_builds
+    from orchestrator.commands.doctor import build_problems, node_builds
 
     problems = build_problems(node_builds(), {workflow.backend_of(s.name)
                                               for s in workflow.stages})
@@ -200,14 +210,14 @@ def run_workflow(
     """
     import ray
 
-    from orchestrator.projector import Projector
+    from orchestrator.projections.projector import Projector
 
     run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
     started_ray = not ray.is_initialized()
     total = cluster_slots(workflow, slots, address)
     check_gpu_builds(workflow)
     if address is not None:  # a cluster started elsewhere: do all its nodes see run_dir?
-        from orchestrator.visibility import check_run_dir_shared
+        from orchestrator.backends.ray.visibility import check_run_dir_shared
 
         check_run_dir_shared(run_dir)
     reinstall_handlers()
@@ -375,7 +385,7 @@ class StageScheduler:
                 return
 
     def _start_ready_stages(self) -> None:
-        from orchestrator.kinds import StageError, stage_kind
+        from orchestrator.engine.kinds import StageError, stage_kind
 
         for name in self.workflow.order():
             if name in self.summaries or name in self.active:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.plan import Plan, PlannedTrial
+from orchestrator.engine.plan import Plan, PlannedTrial
+from orchestrator.engine.trials import TrialRunner
 from orchestrator.spec import Workflow
-from orchestrator.trials import TrialRunner
 
 
 def source_objective(sources: list[dict[str, Any]]) -> Any:

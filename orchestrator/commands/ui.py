@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.tracking import ARTIFACTS_DIR, STORE_FILE, relocate_artifacts
+from orchestrator.projections.tracking import ARTIFACTS_DIR, STORE_FILE, relocate_artifacts
 
 READY_TIMEOUT_S = 120.0
 

@@ -33,7 +33,7 @@ def _fmt(value: Any) -> str:
 def render_results(console: Console, results: dict[str, Any]) -> None:
     """Two tables: what each stage produced (its product's validation value and test
     accuracy, against what it is compared with), then what each stage cost."""
-    from orchestrator.products import stage_product
+    from orchestrator.projections.products import stage_product
 
     made = Table(title=f"workflow {results['workflow']}: what each stage produced",
                  title_justify="left", header_style="bold", box=None)
@@ -70,7 +70,7 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
     """results.json with each stage's ``product`` added (for --format json)."""
     from dataclasses import asdict
 
-    from orchestrator.products import stage_product
+    from orchestrator.projections.products import stage_product
 
     return {**results, "stages": [{**stage, "product": asdict(stage_product(stage))}
                                   for stage in results["stages"]]}
@@ -78,7 +78,7 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
 
 def stage_lines(stage: dict[str, Any]) -> list[str]:
     """What a person wants to know of a finished stage, as its kind says it."""
-    from orchestrator.kinds import kind_of
+    from orchestrator.engine.kinds import kind_of
 
     return kind_of(stage).lines(stage)
 

@@ -26,7 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
-from orchestrator.events import (
+from orchestrator.backends.ray.gangs import Shape
+from orchestrator.backends.ray.heartbeat import BEAT_EVERY_S
+from orchestrator.journal.events import (
     CheckpointRemoved,
     SearchLogged,
     StagePlanned,
@@ -37,9 +39,7 @@ from orchestrator.events import (
     TrialInterrupted,
     TrialStarted,
 )
-from orchestrator.gangs import Shape
-from orchestrator.heartbeat import BEAT_EVERY_S
-from orchestrator.journal import Journal, write_atomic
+from orchestrator.journal.journal import Journal, write_atomic
 from orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
@@ -506,7 +506,7 @@ class TrialRunner:
         hooks: dict[str, Any] = {}
         if self.stopper is not None:
 
-            from orchestrator.pruning import AskToStop, ReportTo
+            from orchestrator.backends.ray.pruning import AskToStop, ReportTo
 
             self.stopper.start.remote(trial.id)  # not waited for: the loop never blocks
             hooks = {"report": ReportTo(self.stopper, trial.id),

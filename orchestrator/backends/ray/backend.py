@@ -23,7 +23,14 @@ import time
 from typing import Any
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.gangs import Gang, GangPool, GangStartError, Shape, first_line, horovod_broke
+from orchestrator.backends.ray.gangs import (
+    Gang,
+    GangPool,
+    GangStartError,
+    Shape,
+    first_line,
+    horovod_broke,
+)
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +39,7 @@ _WAKE = object()
 
 
 class RayBackend(Backend):
-    """Runs attempts on the gangs of a :class:`~orchestrator.gangs.GangPool`.
+    """Runs attempts on the gangs of a :class:`~orchestrator.backends.ray.gangs.GangPool`.
 
     >>> backend = RayBackend(GangPool(slots=4))                     # doctest: +SKIP
     >>> backend.launch(Launch("tune/t1#1", Shape(2), request))      # doctest: +SKIP
@@ -67,7 +74,7 @@ class RayBackend(Backend):
         return self.pool.cluster_size()
 
     def launch(self, launch: Launch) -> None:
-        from orchestrator.heartbeat import Beat, start_progress_board
+        from orchestrator.backends.ray.heartbeat import Beat, start_progress_board
 
         if self._board is None:
             self._board = start_progress_board()

@@ -31,7 +31,7 @@ What is modelled, as the real backend does it:
   slots for ``repair_s``, then gives them back.
 - The allocation's end: with ``time_limit_s``, the driver is asked to stop at
   that virtual time, as Slurm's SIGTERM at a job's time limit asks it
-  (:func:`orchestrator.stopping.request_stop`); the scheduler kills what runs
+  (:func:`orchestrator.engine.stopping.request_stop`); the scheduler kills what runs
   and stops, resumable.
 
 Deterministic: every draw comes from an RNG seeded by ``seed`` and the
@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.gangs import Shape, place
+from orchestrator.backends.ray.gangs import Shape, place
 
 DEFAULT_STARTUP_S = 30.0  # a new gang: placement, rendezvous, importing torch in each rank
 DEFAULT_REPAIR_S = 4 * 3600.0  # a failed node: drained, rebooted or replaced, back in the pool
@@ -394,7 +394,7 @@ class SimulatedBackend(Backend):
             if self._ready:
                 return self._deliver()
         if at_limit:
-            from orchestrator.stopping import request_stop
+            from orchestrator.engine.stopping import request_stop
 
             self._now = max(self._now, limit)
             self.stopped_at_limit = True
@@ -421,7 +421,7 @@ class SimulatedBackend(Backend):
     def shutdown(self) -> None:
         """Kill what runs; withdraw the stop request this backend's time limit made."""
         if self.stopped_at_limit:
-            from orchestrator.stopping import clear
+            from orchestrator.engine.stopping import clear
 
             clear()
         for key in list(self._running):

@@ -13,7 +13,7 @@ from typing import Any
 import click
 
 from orchestrator import __version__
-from orchestrator.console import (
+from orchestrator.commands.console import (
     EXIT_DISK_FULL,
     EXIT_NO_RESULT,
     EXIT_SPEC_ERROR,
@@ -57,8 +57,8 @@ def validate(files: tuple[Path, ...], slots: int | None, quiet: bool) -> None:
     problem is reported with file, line, field and what is allowed; the exit
     status is 2 if any spec is invalid.
     """
+    from orchestrator.commands.summary import render_plan
     from orchestrator.spec import SpecError, load_spec, spec_files
-    from orchestrator.summary import render_plan
 
     out = console()
     err = console(stderr=True)
@@ -264,9 +264,9 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     ignored. The flags become a spec, saved in the run directory as spec.yaml, so the
     sweep can be resumed and rerun like any workflow.
     """
+    from orchestrator.commands.sweep import build_spec, spec_yaml
+    from orchestrator.engine.workflow import new_run_dir
     from orchestrator.spec import SpecError, load_spec_text
-    from orchestrator.sweep import build_spec, spec_yaml
-    from orchestrator.workflow import new_run_dir
     from search._budget import parse_budget_text
 
     err = console(stderr=True)
@@ -312,13 +312,13 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     import os
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
-    from orchestrator.progress import StageProgress, wait_for_mlflow
-    from orchestrator.results import render_results
+    from orchestrator.backends.ray.visibility import RunDirNotShared
+    from orchestrator.commands.progress import StageProgress, wait_for_mlflow
+    from orchestrator.engine.stopping import Interrupted, exit_code, install_handlers
+    from orchestrator.engine.stopping import clear as clear_stop
+    from orchestrator.engine.workflow import RunError, run_workflow
+    from orchestrator.projections.results import render_results
     from orchestrator.spec import SpecError
-    from orchestrator.stopping import Interrupted, exit_code, install_handlers
-    from orchestrator.stopping import clear as clear_stop
-    from orchestrator.visibility import RunDirNotShared
-    from orchestrator.workflow import RunError, run_workflow
 
     out = console()
     err = console(stderr=True)
@@ -348,7 +348,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except OSError as exc:
-        from orchestrator.journal import disk_full_message
+        from orchestrator.journal.journal import disk_full_message
 
         message = disk_full_message(exc, run_dir)
         if message is None:
@@ -376,8 +376,8 @@ def _announce_auto(spec: Path | None) -> None:
     (a spec that does not load is reported by the run itself)."""
     if spec is None:
         return
+    from orchestrator.commands.summary import auto_lines
     from orchestrator.spec import SpecError, load_spec
-    from orchestrator.summary import auto_lines
 
     try:
         workflow = load_spec(spec, imports=False)
@@ -410,7 +410,12 @@ def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
 def results(run_dir: Path, fmt: str) -> None:
     """Show the results of a finished run: what each stage produced (its validation
     value and test accuracy, against its baseline), what it cost, every trial."""
-    from orchestrator.results import load_results, render_results, with_products, write_csv
+    from orchestrator.projections.results import (
+        load_results,
+        render_results,
+        with_products,
+        write_csv,
+    )
 
     try:
         data = load_results(run_dir)
@@ -464,7 +469,7 @@ def ui(run_dir: Path | None, tracking_uri: str | None, port: int, host: str) -> 
     Serves RUN_DIR's MLflow store (or --tracking-uri) until Ctrl-C and prints
     the URL to open. Only this machine can connect unless --host says otherwise.
     """
-    from orchestrator.ui import UiError, resolve_store, serve
+    from orchestrator.commands.ui import UiError, resolve_store, serve
 
     try:
         if run_dir is not None and tracking_uri is None:
@@ -481,11 +486,11 @@ def write_mlflow_behind(run_dir: Path) -> None:
     stopped while it waited for MLflow), showing the wait, before the UI shows it."""
     import signal
 
-    from orchestrator.progress import wait_for_mlflow
-    from orchestrator.projector import Projector
+    from orchestrator.commands.progress import wait_for_mlflow
+    from orchestrator.engine.stopping import clear, install_handlers
+    from orchestrator.engine.workflow import JOURNAL_FILE, SPEC_FILE
+    from orchestrator.projections.projector import Projector
     from orchestrator.spec import SpecError, load_spec
-    from orchestrator.stopping import clear, install_handlers
-    from orchestrator.workflow import JOURNAL_FILE, SPEC_FILE
 
     if not (run_dir / JOURNAL_FILE).is_file() or not (run_dir / SPEC_FILE).is_file():
         return
@@ -554,7 +559,7 @@ def trainers() -> None:
     function (`trainer: {function: "pkg.module:train"}`) or a command
     (`trainer: {command: "python3 fit.py"}`).
     """
-    from orchestrator.summary import render_catalog
+    from orchestrator.commands.summary import render_catalog
 
     render_catalog(console())
 
@@ -577,7 +582,7 @@ def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
 
     Warns in red when a GPU is here but torch or Horovod cannot use it.
     """
-    from orchestrator.doctor import gather, render
+    from orchestrator.commands.doctor import gather, render
 
     report = gather(address, ray=not no_ray, run_dir=run_dir)
     if fmt == "json":

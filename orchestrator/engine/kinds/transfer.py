@@ -8,12 +8,12 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.kinds import Finding, PlotMaker, StageKind
-from orchestrator.kinds._planned import PlannedRunner, best_config
-from orchestrator.plan import PlannedTrial
-from orchestrator.products import Product
+from orchestrator.engine.kinds import Finding, PlotMaker, StageKind
+from orchestrator.engine.kinds._planned import PlannedRunner, best_config
+from orchestrator.engine.plan import PlannedTrial
+from orchestrator.engine.trials import SkipTrial, TrialRunner
+from orchestrator.projections.products import Product
 from orchestrator.spec import TransferStage, Workflow
-from orchestrator.trials import SkipTrial, TrialRunner
 
 DEFAULT_LR = 0.05  # the built-in trainers' default, when the config names none
 
@@ -130,7 +130,7 @@ class TransferKind(StageKind):
         return tuned_trial((summary.get("transfer") or {}).get("mode"))
 
     def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.tables import fmt
+        from orchestrator.projections.tables import fmt
 
         t = summary.get("transfer") or {}
         return [f"{summary['name']}: {t.get('mode', 'finetune')} on the target, test"
@@ -139,7 +139,7 @@ class TransferKind(StageKind):
 
     def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
         """Learning curves, one row per epoch (the test accuracies are the product's)."""
-        from orchestrator.tables import fmt
+        from orchestrator.projections.tables import fmt
 
         if not summary.get("transfer"):
             return super().detail(report, summary, objectives)
@@ -155,7 +155,7 @@ class TransferKind(StageKind):
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.plots import plot_transfer
+        from orchestrator.projections.plots import plot_transfer
 
         if not summary.get("transfer"):
             return []

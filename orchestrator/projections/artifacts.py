@@ -20,8 +20,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrator.kinds import kind_of
-from orchestrator.tracking import Tracker
+from orchestrator.engine.kinds import kind_of
+from orchestrator.projections.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +33,7 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
     """Write the stage's plots and tables into ``run_dir`` and log them, with the
     best checkpoint and headline metrics, to the stage's MLflow run ``run_id``.
     Returns the files written."""
-    from orchestrator.journal import JournalError, read_events
+    from orchestrator.journal.journal import JournalError, read_events
 
     try:
         events = read_events(run_dir / JOURNAL_FILE)
@@ -79,7 +79,7 @@ def headline_metrics(summary: dict[str, Any]) -> dict[str, float]:
 
 
 def _slot_use(events: list[dict[str, Any]], name: str, path: Path) -> Path | None:
-    from orchestrator.plots import plot_slot_use, slot_intervals
+    from orchestrator.projections.plots import plot_slot_use, slot_intervals
 
     intervals, slots = slot_intervals(events)  # every stage's: they share the slots
     if not any(i.stage == name for i in intervals):
@@ -89,7 +89,7 @@ def _slot_use(events: list[dict[str, Any]], name: str, path: Path) -> Path | Non
 
 def _tables(tracker: Tracker, run_id: str, summary: dict[str, Any], objectives: list[Any],
             folder: Path) -> list[Path]:
-    from orchestrator.tables import stage_report, to_html, to_markdown
+    from orchestrator.projections.tables import stage_report, to_html, to_markdown
 
     report = stage_report(summary, objectives)
     folder.mkdir(parents=True, exist_ok=True)

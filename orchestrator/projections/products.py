@@ -39,6 +39,6 @@ class Product:
 
 def stage_product(stage: dict[str, Any]) -> Product:
     """The product of a stage's summary, as its kind names it."""
-    from orchestrator.kinds import kind_of
+    from orchestrator.engine.kinds import kind_of
 
     return kind_of(stage).product(stage)

@@ -12,13 +12,13 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.journal import write_atomic
-from orchestrator.kinds import Finding, PlotMaker, StageError, StageKind, stage_kind
-from orchestrator.kinds._planned import PlannedRunner, completed
-from orchestrator.plan import Plan, PlannedTrial
-from orchestrator.products import Product
+from orchestrator.engine.kinds import Finding, PlotMaker, StageError, StageKind, stage_kind
+from orchestrator.engine.kinds._planned import PlannedRunner, completed
+from orchestrator.engine.plan import Plan, PlannedTrial
+from orchestrator.engine.trials import TrialRunner
+from orchestrator.journal.journal import write_atomic
+from orchestrator.projections.products import Product
 from orchestrator.spec import EnsembleStage, Workflow
-from orchestrator.trials import TrialRunner
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class EnsembleRunner(PlannedRunner):
 
         The first call (the runner being built) only notes the candidates; their
         predictions come from ``preparing_task``, and ``prepared`` calls again."""
-        from orchestrator.combine import greedy_weights
+        from orchestrator.engine.kinds.combine import greedy_weights
 
         pool = [t for t in self._distinct(candidates) if t.get("checkpoint")
                 and Path(t["checkpoint"]).is_file()][:GREEDY_CANDIDATES]
@@ -134,7 +134,7 @@ class EnsembleRunner(PlannedRunner):
         return (member_predictions, [r.checkpoint for r in members])
 
     def finalize(self, done: Any = None) -> dict[str, Any]:
-        from orchestrator.combine import accuracy, blend, combine_weights
+        from orchestrator.engine.kinds.combine import accuracy, blend, combine_weights
 
         summary = self.summary()
         members = self._members()
@@ -236,7 +236,7 @@ class EnsembleKind(StageKind):
         return (summary.get("best") or {}).get("checkpoint")
 
     def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.tables import fmt
+        from orchestrator.projections.tables import fmt
 
         e, name = summary.get("ensemble"), summary["name"]
         if not e:
@@ -248,7 +248,7 @@ class EnsembleKind(StageKind):
 
     def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
         """One row per member (the ensemble's own figures are the product's)."""
-        from orchestrator.tables import fmt
+        from orchestrator.projections.tables import fmt
 
         ensemble = summary.get("ensemble")
         if not ensemble:
@@ -270,7 +270,7 @@ class EnsembleKind(StageKind):
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.plots import plot_ensemble
+        from orchestrator.projections.plots import plot_ensemble
 
         if not summary.get("ensemble"):
             return []

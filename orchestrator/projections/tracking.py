@@ -6,7 +6,7 @@ default the store is a SQLite file in the run directory, written by the
 driver's projector thread alone (one writer: no "database is locked").
 
 The journal is the truth; MLflow is a projection of it
-(``orchestrator.projector``). Every write here is safe to repeat, which is
+(``orchestrator.projections.projector``). Every write here is safe to repeat, which is
 what lets the projector replay events after an outage or a kill: a run is
 created only if no run in the experiment carries its key (``nestor.key``;
 the keys a store holds are read once per tracker, ``Tracker.resolve``),
@@ -267,7 +267,7 @@ def _snapshot(live: Path, target: Path) -> None:
 
 def _read_cursor(run_dir: Path) -> int | None:
     """How far the projector got (its cursor file), None if it keeps none here."""
-    from orchestrator.projector import CURSOR_FILE
+    from orchestrator.projections.projector import CURSOR_FILE
 
     try:
         return int((run_dir / CURSOR_FILE).read_text().strip() or 0)
@@ -321,8 +321,8 @@ class LocalStore:
                  self.run_dir, filesystem_type(self.run_dir), self.live)
 
     def _rewind_cursor(self, cursor: int) -> None:
-        from orchestrator.journal import write_atomic
-        from orchestrator.projector import CURSOR_FILE
+        from orchestrator.journal.journal import write_atomic
+        from orchestrator.projections.projector import CURSOR_FILE
 
         now = _read_cursor(self.run_dir)
         if now is not None and now > cursor:
@@ -332,7 +332,7 @@ class LocalStore:
 
     def sync(self) -> None:
         """Copy the live store into the run directory, with the cursor it matches."""
-        from orchestrator.journal import write_atomic
+        from orchestrator.journal.journal import write_atomic
 
         with self._lock:
             if not self.live.is_file():

@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.kinds import kind_of
-from orchestrator.products import stage_product
+from orchestrator.engine.kinds import kind_of
+from orchestrator.projections.products import stage_product
 
 
 @dataclass

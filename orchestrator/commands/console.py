@@ -1,6 +1,6 @@
 """What every `nestor` command prints with, and the exit statuses they share.
 
-Apart from ``orchestrator.cli`` so that command groups defined elsewhere
+Apart from ``orchestrator.commands.cli`` so that command groups defined elsewhere
 (``orchestrator.slurm.command``) use them without importing the CLI that
 registers them: the imports run one way.
 """
@@ -37,7 +37,7 @@ def print_errors(err: Console, problems: Sequence[object]) -> None:
 def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     from rich.table import Table
 
-    from orchestrator.status import workflow_status
+    from orchestrator.projections.status import workflow_status
 
     try:
         info = workflow_status(run_dir)

@@ -24,16 +24,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
-    from orchestrator.products import Product
-    from orchestrator.tables import Report
-    from orchestrator.trials import TrialRunner
+    from orchestrator.engine.trials import TrialRunner
+    from orchestrator.projections.products import Product
+    from orchestrator.projections.tables import Report
 
 # kind name -> the module that defines it (as ``KIND``)
 KINDS: dict[str, str] = {
-    "hpo": "orchestrator.kinds.hpo",
-    "ensemble": "orchestrator.kinds.ensemble",
-    "transfer": "orchestrator.kinds.transfer",
-    "train": "orchestrator.kinds.train",
+    "hpo": "orchestrator.engine.kinds.hpo",
+    "ensemble": "orchestrator.engine.kinds.ensemble",
+    "transfer": "orchestrator.engine.kinds.transfer",
+    "train": "orchestrator.engine.kinds.train",
 }
 
 Finding = tuple[tuple[Any, ...], str]  # (where in the spec, what is wrong)
@@ -86,7 +86,7 @@ class StageKind:
 
     def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
         """The detail table of the stage's summary.md/html: every trial, by default."""
-        from orchestrator.tables import trials_table
+        from orchestrator.projections.tables import trials_table
 
         if summary.get("trials"):
             trials_table(report, summary["trials"], objectives)

@@ -1,0 +1,2 @@
+"""The simulated backend: a cluster on a virtual clock for the same scheduler code.
+"""
