@@ -73,7 +73,7 @@ def test_planning_imports_neither_torch_nor_ray() -> None:
             "assert not heavy, heavy\n"
             "import orchestrator.commands.cli\n")
     subprocess.run([sys.executable, "-c", code], check=True)
-    code = ("import sys\nfrom orchestrator import cli\n"
+    code = ("import sys\nfrom orchestrator.commands import cli\n"
             "assert 'orchestrator.planning' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
