@@ -19,11 +19,16 @@ from typing import Any, ClassVar
 @dataclass(frozen=True, kw_only=True)
 class Event:
     kind: ClassVar[str]
+    # When the journal appended it (seconds since the epoch); set on events read
+    # back by :func:`parse`, not written by the caller (the journal stamps it).
+    time: float = field(default=0.0, compare=False, metadata={"stamp": True})
 
     def fields(self) -> dict[str, Any]:
         """The event's fields as written: optional ones left out while unset."""
         out = {}
         for f in dataclasses.fields(self):
+            if f.metadata.get("stamp"):
+                continue
             value = getattr(self, f.name)
             if f.metadata.get("optional") and value in (None, False):
                 continue
@@ -198,6 +203,38 @@ KINDS: dict[str, type[Event]] = {
     cls.kind: cls for cls in (
         WorkflowStarted, WorkflowResumed, WorkflowFinished, WorkflowInterrupted,
         StageStarted, StageFinished, TrialStarted, TrialAttemptFailed, TrialFinished,
-        TrialInterrupted, ThresholdReached, SearchLogged, StagePlanned, StageReplanned,
+        TrialInterrupted, CheckpointRemoved, ThresholdReached, SearchLogged, StagePlanned,
+        StageReplanned,
     )
+}
+
+
+class UnknownEvent(ValueError):
+    """A journal line whose kind this version of nestor does not know."""
+
+
+def parse(record: dict[str, Any]) -> Event:
+    """One journal record (a line's JSON object) as its typed event.
+
+    Readers match on the class (``isinstance(e, TrialFinished)``), never on the
+    kind's name: the names live here only. Fields a newer writer added and this
+    class lacks are dropped; fields an older writer left out take their defaults
+    (every field added after a release is optional)."""
+    try:
+        cls = KINDS[record["event"]]
+    except KeyError:
+        raise UnknownEvent(
+            f"journal event must be one of {', '.join(KINDS)}, but got {record.get('event')!r}"
+        ) from None
+    known = _FIELD_NAMES[cls]
+    return cls(**{k: v for k, v in record.items() if k in known})
+
+
+def kinds_of(*classes: type[Event]) -> frozenset[str]:
+    """The kind names of these classes: for :func:`journal.iter_events`'s filter."""
+    return frozenset(cls.kind for cls in classes)
+
+
+_FIELD_NAMES: dict[type[Event], frozenset[str]] = {
+    cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in KINDS.values()
 }
