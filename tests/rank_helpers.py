@@ -12,11 +12,15 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 import textwrap
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
+
+import psutil
 
 # Each rank adds ``rank + 1`` to an allreduce over Gloo, so the sum is 3.0 only
 # when both of 2 ranks took part; each rank prints a line of its own, and rank 0
@@ -122,3 +126,19 @@ def ray_cluster(env: Mapping[str, str],
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def rank_log(path: Path) -> list[dict[str, Any]]:
+    """The JSON lines a test trainer's ranks appended to ``path`` (none yet: [])."""
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def lose_node(raylet: int) -> None:
+    """What a crashed node does to a cluster: its raylet and every process it
+    started (workers, ranks) are gone at once."""
+    node = psutil.Process(raylet)
+    for process in [node, *node.children(recursive=True)]:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.send_signal(signal.SIGKILL)

@@ -11,11 +11,8 @@ the ranks' own log (pid and node of every rank), the journal, /proc.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import re
 import secrets
-import signal
 import subprocess
 import textwrap
 import time
@@ -24,7 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 from nestor_harness import NESTOR, events, finished, kill_tagged, tagged_env
-from rank_helpers import ray_cluster
+from rank_helpers import lose_node, rank_log, ray_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -47,20 +44,6 @@ def train(config, ctx):
     return {"val_accuracy": total / 2 - abs(config["x"])}
 """
 
-
-def rank_log(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def lose_node(raylet: int) -> None:
-    """What a crashed node does to a cluster: its raylet and every process it
-    started (workers, ranks) are gone at once."""
-    node = psutil.Process(raylet)
-    for process in [node, *node.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.send_signal(signal.SIGKILL)
 
 
 def test_a_node_lost_mid_sweep_retries_its_trial_on_the_others_and_loses_nothing(

@@ -19,23 +19,19 @@ at once.
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import random
 import secrets
-import signal
 import subprocess
 import textwrap
 import time
 from collections import defaultdict
 from pathlib import Path
-from typing import Any
 
 import psutil
 import pytest
 from nestor_harness import NESTOR, events, finished, kill_tagged, tagged_env
-from rank_helpers import ray_cluster
+from rank_helpers import lose_node, rank_log, ray_cluster
 
 pytestmark = pytest.mark.slow
 
@@ -61,19 +57,6 @@ def train(config, ctx):
     return {"val_accuracy": total / ctx.size - abs(config["x"])}
 """
 
-
-def rank_log(path: Path) -> list[dict[str, Any]]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def lose_node(raylet: int) -> None:
-    """A crashed node: its raylet and every process it started are gone at once."""
-    node = psutil.Process(raylet)
-    for process in [node, *node.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.send_signal(signal.SIGKILL)
 
 
 def test_sixteen_nodes_three_lost_no_group_straddles_nothing_lost_no_rank_left(
