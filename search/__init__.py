@@ -18,11 +18,10 @@ Optuna is imported only when a Bayesian search is built.
 from __future__ import annotations
 
 import difflib
-import inspect
 from collections.abc import Mapping
 from typing import Any
 
-from search._auto import AutoChoice, choose_search
+from search._auto import AutoChoice, AutoSettings, choose_search
 from search._base import (
     Failure,
     Objective,
@@ -39,6 +38,7 @@ from search._hyperband import ASHASearch, HyperbandSearch
 from search._lq_cmaes import LQCMAESSearch
 from search._pbt import PBTSearch, ScheduleStep, schedules_from_state
 from search._random import RandomSearch
+from search._settings import SearchSettings, declared
 from search.space import SearchSpace
 
 ALGORITHMS: dict[str, type[Searcher]] = {
@@ -52,31 +52,20 @@ ALGORITHMS: dict[str, type[Searcher]] = {
 }
 
 
-AUTO_SETTINGS = ("seed", "budget", "parallel", "max_fidelity")
-
-
-def settings_of(algorithm: str) -> list[str]:
-    """The keyword settings ``make_searcher(algorithm, ...)`` accepts, in signature order."""
+def settings_class(algorithm: str) -> type[SearchSettings]:
+    """The declaration of ``algorithm``'s settings (search/_settings.py)."""
     if algorithm == "auto":
-        return list(AUTO_SETTINGS)
+        return AutoSettings
     if algorithm not in ALGORITHMS:
         names = ", ".join([*ALGORITHMS, "auto"])
         raise ValueError(f"algorithm must be one of {names}, but got {algorithm!r}")
-    return _keywords(ALGORITHMS[algorithm])
+    return ALGORITHMS[algorithm].Settings
 
 
-def _keywords(cls: type) -> list[str]:
-    """Keyword-only parameters of ``cls.__init__``; where it passes ``**settings`` on,
-    its base's come first (a subclass adds settings, it does not repeat the base's)."""
-    own = cls.__dict__.get("__init__")
-    if own is None:
-        return _keywords(cls.__mro__[1])
-    parameters = inspect.signature(own).parameters.values()
-    names = [p.name for p in parameters if p.kind is inspect.Parameter.KEYWORD_ONLY]
-    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
-        inherited = _keywords(cls.__mro__[1])
-        return [*inherited, *(n for n in names if n not in inherited)]
-    return names
+def settings_of(algorithm: str) -> list[str]:
+    """The keyword settings ``make_searcher(algorithm, ...)`` accepts, in declared order
+    (a subclass's after its base's)."""
+    return [s.name for s in declared(settings_class(algorithm))]
 
 
 def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
@@ -166,5 +155,6 @@ __all__ = [
     "observations_from_state",
     "schedules_from_state",
     "searcher_class",
+    "settings_class",
     "settings_of",
 ]

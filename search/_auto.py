@@ -111,6 +111,7 @@ from typing import Any
 
 from search._base import as_objectives
 from search._budget import CostBudget, parse_budget
+from search._settings import BUDGET_HELP, SearchSettings, setting
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MANY_AT_ONCE = 16  # from here on, parallelism decides (rule 3)
@@ -119,6 +120,19 @@ DEME_SIZE = 16
 STARTUP_TRIALS = 10
 CMAES_GENERATIONS = 25  # generations CMA-ES needs to adapt its step and shape
 CMAES_MAX_DIMENSIONS = 30
+
+
+@dataclass(frozen=True)
+class AutoSettings(SearchSettings):
+    """What ``make_searcher("auto", ...)`` takes: the pick's inputs besides the space."""
+
+    budget: int | dict[str, float] | None = setting(20, BUDGET_HELP, ge=1)
+    parallel: int | None = setting(
+        None, "trials pending at once that the choice plans for; default 1"
+        " (nestor sweep sets it from --parallel or --slots)", ge=1)
+    max_fidelity: int | None = setting(
+        None, "a trial's full length where it can be trained in stretches (the stage"
+        " sets it from the trainer's value of its fidelity)", ge=1, public=False)
 
 
 @dataclass(frozen=True)

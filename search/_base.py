@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from search._budget import UNLIMITED_TRIALS, CostBudget, Spend, parse_budget
+from search._settings import SearchSettings
 from search.space import Scalar, SearchSpace
 
 STATE_FORMAT = 1
@@ -337,6 +338,9 @@ class Searcher(abc.ABC):
     """
 
     algorithm: ClassVar[str] = ""
+    # Its settings, declared once (search/_settings.py): the constructor's keywords,
+    # the spec's fields and the `nestor sweep` flags all come from this.
+    Settings: ClassVar[type] = SearchSettings
     auto_choice: Any = None  # the AutoChoice that picked this search (make_searcher("auto"))
 
     def __init__(

@@ -33,17 +33,35 @@ import json
 import math
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from search import _optuna
 from search._base import Observation, Searcher, Trial
 from search._fidelity import check_int
 from search._optuna import quiet as _quiet
+from search._settings import BUDGET_HELP, SearchSettings, setting
 from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
 SAMPLERS = ("tpe", "gp", "cmaes")  # and "lq-cmaes": search/_lq_cmaes.py, through make_searcher
 _CMA_START = "nestor:cma_x0"  # the trial note that records where CMA-ES started
 _CMA_GENERATION = "cma:generation"  # Optuna's note of the generation a trial belongs to
+
+
+@dataclass(frozen=True)
+class BayesianSettings(SearchSettings):
+    """The bayesian search's; ``sampler: lq-cmaes`` runs search/_lq_cmaes.py on them."""
+
+    budget: int | dict[str, float] | None = setting(20, BUDGET_HELP, ge=1)
+    sampler: Literal["tpe", "gp", "cmaes", "lq-cmaes"] = setting(
+        "tpe", "tpe, gp, cmaes (Optuna's), or lq-cmaes (CMA-ES with a quadratic"
+        " surrogate, pycma's: numbers only)")
+    startup_trials: int | None = setting(
+        None, "random trials before the model is used (default 10; cmaes and"
+        " lq-cmaes 0: they start at the centre)", ge=0)
+    population: int | None = setting(
+        None, "cmaes, lq-cmaes: trials per generation (default 4 + 3 ln n for"
+        " n parameters)", ge=2)
 
 
 class BayesianSearch(Searcher):
@@ -68,17 +86,12 @@ class BayesianSearch(Searcher):
 
     algorithm = "bayesian"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | dict[str, float] | None = 20,
-        sampler: Literal["tpe", "gp", "cmaes"] = "tpe",
-        startup_trials: int | None = None,
-        population: int | None = None,
-    ) -> None:
+    Settings = BayesianSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        s = self.Settings(**settings)
+        seed, budget, sampler = s.seed, s.budget, s.sampler
+        startup_trials, population = s.startup_trials, s.population
         super().__init__(space, objectives, seed=seed, budget=budget)
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {sampler!r}")

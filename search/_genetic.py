@@ -35,6 +35,7 @@ from deap import base, tools
 
 from search._base import Observation, Searcher, Trial, pareto_front
 from search._sampling import sample_config
+from search._settings import SearchSettings, setting
 from search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
 
 _current_rng: ContextVar[Any] = ContextVar("nestor_deap_rng", default=random)
@@ -158,6 +159,38 @@ def _split(total: int, parts: int) -> list[int]:
     return [total // parts + (1 if i < total % parts else 0) for i in range(parts)]
 
 
+
+@dataclass(frozen=True)
+class GeneticSettings(SearchSettings):
+    population: int = setting(16, "individuals per generation (all demes)", ge=2)
+    generations: int | None = setting(
+        None, "generations to breed; default: as many as budget needs (10 without)", ge=1)
+    mode: Literal["generational", "mu_plus_lambda"] = setting(
+        "generational", "each generation replaces the last, or mu_plus_lambda: parents and"
+        " children compete for the places")
+    offspring: int | None = setting(
+        None, "mu_plus_lambda: children per generation (lambda); default: population", ge=1)
+    schedule: Literal["generational", "async"] = setting(
+        "generational", "barrier per generation, or breed as each result returns")
+    demes: int = setting(1, "islands evolving apart, with migration", ge=1)
+    migration_interval: int = setting(5, "generations between migrations", ge=1)
+    migration_size: int = setting(1, "individuals sent per migration", ge=1)
+    mutation_rate: float = setting(0.3, "chance a child is mutated", ge=0.0, le=1.0)
+    crossover_rate: float = setting(0.5, "chance two parents cross over", ge=0.0, le=1.0)
+    crossover: Literal["blend", "sbx"] = setting(
+        "blend", "how numbers cross over: blend, or simulated binary (sbx)")
+    tournament_size: int = setting(3, "individuals in each parent tournament", ge=2)
+    elitism: int = setting(1, "best individuals kept unchanged (hall of fame)", ge=0)
+    patience: int | None = setting(
+        None, "stop after this many generations without improvement", ge=1)
+    sigma: float = setting(0.1, "mutation step, a share of each gene's range", gt=0,
+                           public=False)
+    sigma_rule: Literal["one_fifth", "fixed"] = setting(
+        "one_fifth", "mutation step: adapted by the one-fifth success rule, or fixed")
+    alpha: float = setting(0.5, "blend crossover's alpha", gt=0, public=False)
+    eta: float = setting(10.0, "sbx's crowding degree", gt=0, public=False)
+
+
 class GeneticSearch(Searcher):
     """A genetic algorithm with islands, elitism, NSGA-II and an async schedule.
 
@@ -201,32 +234,16 @@ class GeneticSearch(Searcher):
 
     algorithm = "genetic"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | dict[str, float] | None = None,
-        population: int = 16,
-        generations: int | None = None,
-        mode: Literal["generational", "mu_plus_lambda"] = "generational",
-        offspring: int | None = None,
-        schedule: Literal["generational", "async"] = "generational",
-        demes: int = 1,
-        migration_interval: int = 5,
-        migration_size: int = 1,
-        mutation_rate: float = 0.3,
-        crossover_rate: float = 0.5,
-        crossover: Literal["blend", "sbx"] = "blend",
-        tournament_size: int = 3,
-        elitism: int = 1,
-        patience: int | None = None,
-        sigma: float = 0.1,
-        sigma_rule: Literal["one_fifth", "fixed"] = "one_fifth",
-        alpha: float = 0.5,
-        eta: float = 10.0,
-    ) -> None:
+    Settings = GeneticSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        s = self.Settings(**settings)
+        seed, budget, population, generations = s.seed, s.budget, s.population, s.generations
+        mode, offspring, schedule, demes = s.mode, s.offspring, s.schedule, s.demes
+        migration_interval, migration_size = s.migration_interval, s.migration_size
+        mutation_rate, crossover_rate, crossover = s.mutation_rate, s.crossover_rate, s.crossover
+        tournament_size, elitism, patience = s.tournament_size, s.elitism, s.patience
+        sigma, sigma_rule, alpha, eta = s.sigma, s.sigma_rule, s.alpha, s.eta
         super().__init__(space, objectives, seed=seed, budget=budget)
         _check_int("population", population, 2)
         if generations is not None:

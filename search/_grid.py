@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import math
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from search._base import Observation, Searcher, Trial
+from search._settings import SearchSettings, setting
 from search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
 
 _MAX_SHUFFLED = 1_000_000
@@ -45,6 +47,12 @@ def grid_values(param: Param, points: int) -> list[Scalar]:
     return [param.value]
 
 
+@dataclass(frozen=True)
+class GridSettings(SearchSettings):
+    points: int | dict[str, int] = setting(
+        3, "grid points per numeric parameter, or per parameter by name")
+
+
 class GridSearch(Searcher):
     """Every combination of per-parameter grids, in a seeded random order.
 
@@ -56,15 +64,11 @@ class GridSearch(Searcher):
 
     algorithm = "grid"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | dict[str, float] | None = None,
-        points: int | dict[str, int] = 3,
-    ) -> None:
+    Settings = GridSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        s = self.Settings(**settings)
+        seed, budget, points = s.seed, s.budget, s.points
         super().__init__(space, objectives, seed=seed, budget=budget)
         numeric = [p.name for p in space.searched if isinstance(p, FloatParam | IntParam)]
         counts = points.values() if isinstance(points, dict) else [points]

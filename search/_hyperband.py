@@ -43,12 +43,13 @@ import random
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from search import _optuna
 from search._base import Observation, Searcher, Trial
 from search._fidelity import budget_used, check_int, check_number, check_one_objective
 from search._sampling import sample_config
+from search._settings import SearchSettings, setting
 from search.space import Scalar, SearchSpace
 
 SAMPLERS = ("random", "tpe")
@@ -108,27 +109,44 @@ def hyperband_brackets(rungs: int, reduction_factor: int) -> list[list[int]]:
     return brackets
 
 
+@dataclass(frozen=True)
+class HalvingSettings(SearchSettings):
+    """What ASHA and Hyperband both take."""
+
+    min_budget: float = setting(1, "the first rung's budget (epochs)", gt=0)
+    max_budget: float = setting(
+        27, "the top rung's; the rungs are max_budget / eta^i down to min_budget, rounded"
+        " where both are whole", gt=0)
+    reduction_factor: int = setting(3, "eta: keep 1 in this many per rung", ge=2)
+    sampler: Literal["random", "tpe"] = setting(
+        "random", "new configurations: random, or TPE on the top full rung (BOHB)")
+    startup_trials: int | None = setting(
+        None, "results on a rung before TPE fits it (default d + 3 for d searched"
+        " parameters, the BOHB paper's N_min + 2)", ge=1)
+
+
+@dataclass(frozen=True)
+class HyperbandSettings(HalvingSettings):
+    iterations: int | None = setting(
+        None, "rounds of every bracket; default: as many as budget needs", ge=1)
+    random_fraction: float = setting(
+        1 / 3, "sampler tpe: share of new configurations drawn at random (BOHB's rho)",
+        ge=0, lt=1)
+
+
 class _SuccessiveHalving(Searcher):
     """What ASHA and Hyperband share: rungs, proposals (random or TPE), ranking.
 
-    Its constructor holds the settings both take, their defaults and their
-    checks; a subclass adds only its own settings (Hyperband's ``iterations``)
-    and passes the rest on (``settings_of`` follows the ``**settings``).
+    Its constructor checks the settings both take (:class:`HalvingSettings`); a
+    subclass declares only its own (Hyperband's ``iterations``) and checks them.
     """
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | dict[str, float] | None = None,
-        min_budget: int | float = 1,
-        max_budget: int | float = 27,
-        reduction_factor: int = 3,
-        sampler: Literal["random", "tpe"] = "random",
-        startup_trials: int | None = None,
-    ) -> None:
+    Settings: ClassVar[type] = HalvingSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        s = self.Settings(**settings)
+        seed, budget, min_budget, max_budget = s.seed, s.budget, s.min_budget, s.max_budget
+        reduction_factor, sampler, startup_trials = s.reduction_factor, s.sampler, s.startup_trials
         super().__init__(space, objectives, seed=seed, budget=budget)
         check_one_objective(self.algorithm, self.objectives)
         self.rungs = rung_budgets(min_budget, max_budget, reduction_factor)
@@ -376,16 +394,12 @@ class HyperbandSearch(_SuccessiveHalving):
 
     algorithm = "hyperband"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        iterations: int | None = None,
-        random_fraction: float = 1 / 3,
-        **settings: Any,
-    ) -> None:
+    Settings = HyperbandSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         super().__init__(space, objectives, **settings)
+        s = self.Settings(**settings)
+        iterations, random_fraction = s.iterations, s.random_fraction
         budget = self.budget
         if (not isinstance(random_fraction, int | float) or isinstance(random_fraction, bool)
                 or not 0 <= random_fraction < 1):  # fmt: skip

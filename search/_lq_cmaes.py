@@ -57,6 +57,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from search._base import Observation, Searcher, Trial
+from search._bayesian import BayesianSettings
 from search._fidelity import check_int
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace, from_unit, to_unit
 
@@ -103,17 +104,12 @@ class LQCMAESSearch(Searcher):
 
     algorithm = "bayesian"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | dict[str, float] | None = 20,
-        sampler: str = "lq-cmaes",
-        startup_trials: int | None = None,
-        population: int | None = None,
-    ) -> None:
+    Settings = BayesianSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        s = self.Settings(**{"sampler": "lq-cmaes", **settings})
+        seed, budget, sampler = s.seed, s.budget, s.sampler
+        startup_trials, population = s.startup_trials, s.population
         super().__init__(space, objectives, seed=seed, budget=budget)
         if sampler != "lq-cmaes":
             raise ValueError(f"sampler must be lq-cmaes for this search, but got {sampler!r}")

@@ -111,6 +111,7 @@ from typing import Any, Literal
 from search._base import Observation, Searcher, Trial, observations_from_state
 from search._fidelity import budget_used, check_int, check_number, check_one_objective, span
 from search._sampling import sample_config, sample_value
+from search._settings import SearchSettings, setting
 from search.space import (
     CategoricalParam,
     FloatParam,
@@ -170,6 +171,25 @@ class _Next:
     base: dict[str, Scalar] | None = None  # PB2: explore around this config when asked
 
 
+@dataclass(frozen=True)
+class PBTSettings(SearchSettings):
+    population: int = setting(8, "members training side by side", ge=2)
+    interval: float = setting(1, "budget (epochs) between exploit/explore steps", gt=0)
+    intervals: int | None = setting(
+        None, "intervals each member trains; default: as many as budget needs (10)", ge=1)
+    quantile: float = setting(0.25, "bottom share that copies the top share's weights",
+                              gt=0, le=0.5)
+    resample_probability: float = setting(
+        0.25, "chance a hyperparameter is redrawn rather than perturbed", ge=0.0, le=1.0)
+    perturbation_factors: list[float] = setting(
+        [0.8, 1.2], "factors a continuous hyperparameter is multiplied by when explored",
+        items={"gt": 0}, min_length=1)
+    explore: Literal["perturb", "pb2"] = setting(
+        "perturb", "how an exploiting member's numbers change: perturb (PBT), or pb2: chosen"
+        " by a GP bandit on how each interval's hyperparameters changed the reward"
+        " (population-based bandits; categoricals are still resampled)")
+
+
 class PBTSearch(Searcher):
     """Population-based training: exploit the top members, explore around them.
 
@@ -185,21 +205,13 @@ class PBTSearch(Searcher):
 
     algorithm = "pbt"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | dict[str, float] | None = None,
-        population: int = 8,
-        interval: int | float = 1,
-        intervals: int | None = None,
-        quantile: float = 0.25,
-        resample_probability: float = 0.25,
-        perturbation_factors: Sequence[float] = (0.8, 1.2),
-        explore: Literal["perturb", "pb2"] = "perturb",
-    ) -> None:
+    Settings = PBTSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        s = self.Settings(**settings)
+        seed, budget, population, interval = s.seed, s.budget, s.population, s.interval
+        intervals, quantile, explore = s.intervals, s.quantile, s.explore
+        resample_probability, perturbation_factors = s.resample_probability, s.perturbation_factors
         super().__init__(space, objectives, seed=seed, budget=budget)
         given_intervals = intervals
         check_one_objective(self.algorithm, self.objectives)

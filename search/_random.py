@@ -3,11 +3,18 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 from search._base import Observation, Searcher, Trial
 from search._sampling import sample_config
+from search._settings import BUDGET_HELP, SearchSettings, setting
 from search.space import SearchSpace
+
+
+@dataclass(frozen=True)
+class RandomSettings(SearchSettings):
+    budget: int | dict[str, float] | None = setting(20, BUDGET_HELP, ge=1)
 
 
 class RandomSearch(Searcher):
@@ -25,16 +32,12 @@ class RandomSearch(Searcher):
 
     algorithm = "random"
 
-    def __init__(
-        self,
-        space: SearchSpace,
-        objectives: Any,
-        *,
-        seed: int = 0,
-        budget: int | dict[str, float] | None = 20,
-    ) -> None:
-        super().__init__(space, objectives, seed=seed, budget=budget)
-        self._rng = random.Random(seed)
+    Settings = RandomSettings
+
+    def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
+        s = self.Settings(**settings)
+        super().__init__(space, objectives, seed=s.seed, budget=s.budget)
+        self._rng = random.Random(s.seed)
         self._seeds: list[dict[str, Any]] = []
 
     @property

@@ -147,7 +147,24 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
     _run(spec, run_dir, resume, slots, address)
 
 
-@cli.command()
+class _SweepCommand(click.Command):
+    """`nestor sweep`, whose search flags come from the searchers' declared settings
+    (:func:`orchestrator.commands.sweep.search_options`). They are added when the
+    command is first used, so `nestor --help` does not import the searchers."""
+
+    _derived = False
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        if not self._derived:
+            from orchestrator.commands.sweep import search_options
+
+            at = next(i for i, p in enumerate(self.params) if p.name == "search_settings")
+            self.params[at:at] = search_options()
+            self._derived = True
+        return super().get_params(ctx)
+
+
+@cli.command(cls=_SweepCommand)
 @click.option("--trainer", metavar="NAME", help="A built-in trainer (see `nestor trainers`).")
 @click.option("--cmd", "command", metavar="COMMAND",
               help="A program run per trial with --NAME=VALUE flags (never through a shell);"
@@ -166,55 +183,18 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               " at once, and says what and why as the run starts. pbt, asha and"
               " hyperband train trials in stretches of --fidelity and continue them from"
               " their checkpoints (weights and optimizer state), so no epoch is paid twice.")
-@click.option("--sampler", type=click.Choice(["tpe", "gp", "cmaes", "lq-cmaes"]),
-              help="Bayesian: Optuna's sampler (default tpe), or lq-cmaes: CMA-ES that ranks"
-              " each generation on a quadratic model of the trials run and runs only the"
-              " candidates it needs to (numbers only). asha, hyperband: tpe draws new"
-              " configurations from a TPE fitted on the highest full rung (BOHB-style);"
-              " left out, they are random.")
-@click.option("--schedule", type=click.Choice(["generational", "async"]),
-              help="Genetic: wait for each generation, or breed as each result returns.")
-@click.option("--demes", type=click.IntRange(min=1), help="Genetic: islands, with migration.")
 @click.option("--budget", metavar="AMOUNT",
               help="Most trials to run (40; pbt, asha, hyperband: each interval or promotion,"
               " continuing a checkpoint, is a trial of its own), or a cost the search"
               " spends until the next trial cannot fit: slot-hours (30h), slot-seconds"
               " (600slot-s) or epochs of the --fidelity setting (300epochs).")
-@click.option("--population", type=click.IntRange(min=2),
-              help="Genetic: individuals per generation. pbt: members training side by side"
-              " (default 8). bayesian --sampler cmaes or lq-cmaes: trials per CMA-ES"
-              " generation (default"
-              " 4 + 3 ln n; give the trials at once when those are more).")
-@click.option("--generations", type=click.IntRange(min=1), help="Genetic: generations.")
 @click.option("--search-set", "search_settings", multiple=True, metavar="KEY=VALUE",
-              help="Any other setting of the spec's search block, value read as YAML;"
-              " repeat for each: --search-set quantile=0.5 (pbt), --search-set"
+              help="A setting of the spec's search block by its name (each has its flag"
+              " too), value read as YAML; repeat for each: --search-set quantile=0.5 (pbt),"
+              " --search-set"
               " startup_trials=5 (bayesian), --search-set mode=mu_plus_lambda (genetic),"
               " --search-set iterations=2 (hyperband); the README's spec table lists each"
               " algorithm's.")
-@click.option("--interval", type=click.FloatRange(min=0, min_open=True),
-              help="pbt: --fidelity units (epochs) each member trains between exploit/explore"
-              " steps (default 1).")
-@click.option("--intervals", type=click.IntRange(min=1),
-              help="pbt: intervals each member trains (default: as many as --budget allows,"
-              " 10 without).")
-@click.option("--explore", type=click.Choice(["perturb", "pb2"]),
-              help="pbt: perturb the copied numbers at random (default), or pb2: choose them"
-              " by a GP bandit on how each interval's hyperparameters changed the reward"
-              " (population-based bandits).")
-@click.option("--min-budget", type=click.FloatRange(min=0, min_open=True),
-              help="asha, hyperband: the first rung's --fidelity budget (default 1 epoch).")
-@click.option("--max-budget", type=click.FloatRange(min=0, min_open=True),
-              help="asha, hyperband: the top rung's budget; rungs are max-budget / eta^i down"
-              " to min-budget, whole numbers where both are"
-              " (default 27).")
-@click.option("--eta", type=click.IntRange(min=2),
-              help="asha, hyperband: reduction factor, keep 1 in eta per rung (default 3).")
-@click.option("--fidelity", metavar="SETTING",
-              help="pbt, asha, hyperband: the trainer setting a trial's budget sets; it trains"
-              " up to it, on from its checkpoint (default epochs). auto: may pick ASHA with"
-              " TPE over it, up to the trainer's value (--set epochs=27); the budget still"
-              " counts full trainings, spent as epochs.")
 @click.option("--keep-checkpoints", type=click.IntRange(min=1), metavar="N",
               help="Keep the N best trials' checkpoints and those the search may still"
               " continue from (PBT's donors, promotable trials); remove the rest as the"
@@ -239,15 +219,11 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
               help="Where results go (default: runs/sweep-TIMESTAMP).")
 @_run_options
 def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
-          settings: tuple[str, ...], algorithm: str, sampler: str | None,
-          schedule: str | None, demes: int | None, budget: str | None,
-          population: int | None, generations: int | None, interval: float | None,
-          intervals: int | None, explore: str | None, min_budget: float | None,
-          max_budget: float | None, eta: int | None, fidelity: str | None,
+          settings: tuple[str, ...], algorithm: str, budget: str | None,
           keep_checkpoints: int | None, search_settings: tuple[str, ...], metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int, backend: str,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
-          address: str | None) -> None:
+          address: str | None, **search_options: Any) -> None:
     """Run a one-stage HPO sweep from flags, without writing a spec.
 
     \b
@@ -274,13 +250,10 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
         amount = None if budget is None else parse_budget_text(budget)
         text = spec_yaml(build_spec(
             trainer=trainer, command=command, params=list(params), settings=list(settings),
-            algorithm=algorithm, budget=amount, population=population,
-            generations=generations, metric=metric, mode=mode, fom_pattern=fom_pattern,
-            dp=dp, mp=mp, backend=backend, parallel=parallel, slots=slots, seed=seed,
-            sampler=sampler, schedule=schedule, demes=demes, interval=interval,
-            intervals=intervals, explore=explore, min_budget=min_budget,
-            max_budget=max_budget, eta=eta, fidelity=fidelity,
-            keep_checkpoints=keep_checkpoints, search_settings=list(search_settings),
+            algorithm=algorithm, budget=amount, metric=metric, mode=mode,
+            fom_pattern=fom_pattern, dp=dp, mp=mp, backend=backend, parallel=parallel,
+            slots=slots, seed=seed, keep_checkpoints=keep_checkpoints,
+            search_settings=list(search_settings), **search_options,
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

@@ -20,31 +20,123 @@ budget sets (``--fidelity``, epochs by default) and their own schedule:
 
 from __future__ import annotations
 
-from typing import Any
+import types
+import typing
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
+import click
 import yaml
+
+if TYPE_CHECKING:
+    from pydantic.fields import FieldInfo
 
 PARAM_FORMS = "NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log] or NAME=choice:A,B,..."
 
-OPTION_OWNERS: dict[str, tuple[str, ...]] = {
-    "sampler": ("bayesian", "asha", "hyperband"),
-    "population": ("genetic", "pbt", "bayesian"),
-    "generations": ("genetic",),
-    "schedule": ("genetic",),
-    "demes": ("genetic",),
-    "interval": ("pbt",),
-    "intervals": ("pbt",),
-    "explore": ("pbt",),
-    "min_budget": ("asha", "hyperband"),
-    "max_budget": ("asha", "hyperband"),
-    "reduction_factor": ("asha", "hyperband"),
-    "fidelity": ("pbt", "asha", "hyperband", "auto"),
-}
-"""Which ``--algo`` each search option belongs to (the spec's field names)."""
+OWN_FLAGS = ("seed", "budget", "parallel")
+"""Search fields that `nestor sweep` sets from flags of its own: --seed, --budget (with
+units), and auto's ``parallel`` from --parallel (or --slots / ranks per trial)."""
 
-FLAGS = {"min_budget": "--min-budget", "max_budget": "--max-budget",
-         "reduction_factor": "--eta"}
-"""Spec field -> its flag, where the two are spelled differently."""
+RENAMED = {"reduction_factor": "--eta", "mode": "--genetic-mode"}
+"""A search field whose flag is not ``--field-name``: eta is what the papers call it,
+and --mode is the objective's direction."""
+
+
+@dataclass(frozen=True)
+class SearchFlag:
+    """A `nestor sweep` flag for one field of the spec's search blocks.
+
+    Made from the spec's search models, which are made from the searchers'
+    declared settings (search/_settings.py): a setting added to a searcher gets
+    its flag, type, bounds and help here with no other edit."""
+
+    field: str
+    flag: str
+    owners: tuple[str, ...]  # the --algo values that have the field
+    type: Any  # a click type
+    help: str
+    yaml: bool  # the value is read as YAML (lists, mappings, unions)
+
+    @property
+    def dest(self) -> str:
+        return self.flag.lstrip("-").replace("-", "_")
+
+
+def search_flags() -> list[SearchFlag]:
+    """One flag per search field, in the order the searches declare them. Owners
+    are listed with the searches that give the field a value by default first."""
+    from orchestrator.spec.model import SEARCH_MODELS
+
+    by_field: dict[str, list[tuple[str, FieldInfo]]] = {}
+    for algorithm, model in SEARCH_MODELS.items():
+        for name, info in model.model_fields.items():
+            if name != "algorithm" and name not in OWN_FLAGS:
+                by_field.setdefault(name, []).append((algorithm, info))
+    flags = []
+    for name, owners in by_field.items():
+        owners.sort(key=lambda owner: owner[1].get_default(call_default_factory=True) is None)
+        kind, yaml_value = _click_type([info for _, info in owners])
+        flags.append(SearchFlag(name, RENAMED.get(name, "--" + name.replace("_", "-")),
+                                tuple(a for a, _ in owners), kind, _help(owners), yaml_value))
+    return flags
+
+
+def _help(owners: list[tuple[str, FieldInfo]]) -> str:
+    """Each owner's description and default, owners that agree named together."""
+    parts: dict[str, list[str]] = {}
+    for algorithm, info in owners:
+        default = info.get_default(call_default_factory=True)
+        if isinstance(default, list):
+            default = ", ".join(f"{v:g}" if isinstance(v, float) else str(v) for v in default)
+        elif isinstance(default, float):
+            default = f"{default:g}"
+        text = info.description or ""
+        text += "" if default is None else f" (default {default})"
+        parts.setdefault(text, []).append(algorithm)
+    return ". ".join(f"{', '.join(algorithms)}: {text}" for text, algorithms in parts.items())
+
+
+def _shape(annotation: Any, metadata: list[Any]) -> tuple[Any, dict[str, float]]:
+    """(the type without None and bounds, the bounds)."""
+    bounds = {k: getattr(m, k) for m in metadata for k in ("ge", "gt", "le", "lt")
+              if getattr(m, k, None) is not None}
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        members = [m for m in typing.get_args(annotation) if m is not type(None)]
+        if len(members) != 1:
+            return annotation, bounds
+        annotation = members[0]
+    if typing.get_origin(annotation) is typing.Annotated:
+        inner, *extra = typing.get_args(annotation)
+        for item in extra:
+            inner, more = _shape(inner, list(getattr(item, "metadata", [item])))
+            bounds.update(more)
+        annotation = inner
+    return annotation, bounds
+
+
+def _click_type(infos: list[FieldInfo]) -> tuple[Any, bool]:
+    """The flag's click type for fields of these types; (STRING, True): read as YAML."""
+    shapes = [_shape(info.annotation, info.metadata) for info in infos]
+    kinds = [kind for kind, _ in shapes]
+    if all(typing.get_origin(k) is typing.Literal for k in kinds):
+        values = [v for k in kinds for v in typing.get_args(k)]
+        return click.Choice(list(dict.fromkeys(values))), False
+    if len(set(kinds)) == 1 and kinds[0] in (int, float):
+        bounds = shapes[0][1] if all(b == shapes[0][1] for _, b in shapes) else {}
+        if not bounds:  # none, or the owners' differ: the spec checks each
+            return (click.INT if kinds[0] is int else click.FLOAT), False
+        low, high = bounds.get("ge", bounds.get("gt")), bounds.get("le", bounds.get("lt"))
+        ranged = click.IntRange if kinds[0] is int else click.FloatRange
+        return ranged(min=low, max=high, min_open="gt" in bounds, max_open="lt" in bounds), False
+    if len(set(kinds)) == 1 and kinds[0] in (str, bool):
+        return (click.STRING if kinds[0] is str else click.BOOL), False
+    return click.STRING, True
+
+
+def search_options() -> list[click.Option]:
+    """The click options of :func:`search_flags`, for `nestor sweep`."""
+    return [click.Option([f.flag, f.dest], type=f.type, help=f"{f.help}.",
+                         metavar="YAML" if f.yaml else None) for f in search_flags()]
 
 
 def _number(text: str, kind: type, where: str) -> Any:
@@ -98,7 +190,8 @@ def parse_setting(text: str, flag: str = "--set") -> tuple[str, Any]:
         raise ValueError(f"{flag} {key}= must be a YAML value, but got {value!r}") from None
 
 
-def _search_settings(texts: list[str], search: dict[str, Any]) -> dict[str, Any]:
+def _search_settings(texts: list[str], search: dict[str, Any],
+                     flags: dict[str, str]) -> dict[str, Any]:
     """``--search-set KEY=VALUE``: any field of the stage's ``search`` block that has
     no flag of its own (``quantile=0.5``, ``startup_trials=5``, ``mode=mu_plus_lambda``,
     ``perturbation_factors=[0.7,1.3]``); the spec's own validation names a field
@@ -109,7 +202,7 @@ def _search_settings(texts: list[str], search: dict[str, Any]) -> dict[str, Any]
         if key == "algorithm":
             raise ValueError("--search-set cannot set algorithm: use --algo")
         if key in search or key in extra:
-            flag = "--search-set" if key in extra else FLAGS.get(key, f"--{key}")
+            flag = "--search-set" if key in extra else flags.get(key, f"--{key}")
             raise ValueError(f"--search-set {key}= is given twice (also by {flag})")
         extra[key] = value
     return extra
@@ -123,8 +216,6 @@ def build_spec(
     settings: list[str],
     algorithm: str,
     budget: int | dict[str, float] | None,
-    population: int | None,
-    generations: int | None,
     metric: str | None,
     mode: str | None,
     fom_pattern: str | None,
@@ -134,35 +225,28 @@ def build_spec(
     slots: int | None,
     seed: int,
     name: str = "sweep",
-    sampler: str | None = None,
-    schedule: str | None = None,
-    demes: int | None = None,
-    interval: float | None = None,
-    intervals: int | None = None,
-    explore: str | None = None,
-    min_budget: float | None = None,
-    max_budget: float | None = None,
-    eta: int | None = None,
-    fidelity: str | None = None,
     backend: str = "horovod",
     keep_checkpoints: int | None = None,
     search_settings: list[str] | None = None,
+    **options: Any,
 ) -> dict[str, Any]:
     """The workflow spec (as data) that these sweep flags describe.
 
-    Algorithm options must belong to the algorithm asked for (see
-    :data:`OPTION_OWNERS`: ``--sampler`` to bayesian and, as tpe, to
-    hyperband and asha (BOHB-style); ``--population`` to genetic, pbt and
-    bayesian (CMA-ES's generation);
-    ``--interval``, ``--intervals`` and ``--explore`` to pbt; ``--min-budget``,
-    ``--max-budget`` and ``--eta`` to asha and hyperband; ``--fidelity`` to those
-    three, and to auto, which may then pick Hyperband over it): silently
-    dropping one would run another search than the one the command line reads
-    as. ``--algo auto`` plans for the trials ``--parallel``
+    ``options`` are the search flags (:func:`search_flags`, by their ``dest``:
+    ``population=8``, ``eta=3``); each must belong to the algorithm asked for
+    (``--sampler`` to bayesian and, as tpe, to hyperband and asha (BOHB-style);
+    ``--population`` to genetic, pbt and bayesian (CMA-ES's generation);
+    ``--fidelity`` to pbt, asha, hyperband and auto, which may then pick ASHA
+    over it): silently dropping one would run another search than the one the
+    command line reads as. ``--algo auto`` plans for the trials ``--parallel``
     (or ``--slots`` / ranks per trial) runs at once. ``--search-set KEY=VALUE``
-    sets any other field of the spec's search block, so a sweep can say
+    sets any field of the spec's search block too, so a sweep can say
     everything a spec can.
     """
+    flags = {f.dest: f for f in search_flags()}
+    unknown = sorted(set(options) - set(flags))
+    if unknown:
+        raise TypeError(f"build_spec() got unexpected keyword arguments {unknown}")
     if (trainer is None) == (command is None):
         raise ValueError("give exactly one of --trainer NAME or --cmd COMMAND")
     if not params:
@@ -183,30 +267,30 @@ def build_spec(
     search: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
     if budget is not None:
         search["budget"] = budget
-    options: dict[str, Any] = {
-        "sampler": sampler, "population": population, "generations": generations,
-        "schedule": schedule, "demes": demes, "interval": interval, "intervals": intervals,
-        "explore": explore, "min_budget": min_budget, "max_budget": max_budget,
-        "reduction_factor": eta, "fidelity": fidelity,
-    }
-    misplaced = [k for k, v in options.items() if v is not None
-                 and algorithm not in OPTION_OWNERS[k]]
+    given = {dest: value for dest, value in options.items() if value is not None}
+    misplaced = [f for dest, f in flags.items() if dest in given and algorithm not in f.owners]
     if misplaced:
         by_owners: dict[tuple[str, ...], list[str]] = {}
-        for key in misplaced:
-            by_owners.setdefault(OPTION_OWNERS[key], []).append(FLAGS.get(key, f"--{key}"))
+        for flag in misplaced:
+            by_owners.setdefault(flag.owners, []).append(flag.flag)
         clauses = [
-            f"{' and '.join(flags)} {'applies' if len(flags) == 1 else 'apply'} to --algo"
-            f" {' or '.join(owners)}" for owners, flags in by_owners.items()
+            f"{' and '.join(names)} {'applies' if len(names) == 1 else 'apply'} to --algo"
+            f" {' or '.join(owners)}" for owners, names in by_owners.items()
         ]
         raise ValueError(f"{', '.join(clauses)}, not {algorithm}")
+    sampler = given.get("sampler")
     if sampler is not None and algorithm in ("asha", "hyperband") and sampler != "tpe":
         raise ValueError(
             f"--sampler for --algo {algorithm} must be tpe (BOHB-style; leave it out for"
             f" random configurations), but got {sampler}"
         )
-    search.update({k: v for k, v in options.items() if v is not None})
-    search.update(_search_settings(search_settings or [], search))
+    for dest, flag in flags.items():
+        if dest in given:
+            value = given[dest]
+            search[flag.field] = (parse_setting(f"{flag.field}={value}", flag.flag)[1]
+                                  if flag.yaml and isinstance(value, str) else value)
+    search.update(_search_settings(search_settings or [], search,
+                                   {f.field: f.flag for f in flags.values()}))
     if algorithm == "auto":
         at_once = parallel if parallel is not None else slots // (dp * mp) if slots else None
         if at_once:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import (
     BaseModel,
@@ -23,6 +23,8 @@ from pydantic import (
 )
 
 from orchestrator.engine.kinds import KINDS
+from orchestrator.spec._derive import search_model
+from search import settings_class
 from search._auto import AutoChoice, choose_search
 from search._genetic import plan_generations
 from search.space import (
@@ -40,7 +42,6 @@ NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
 Scalar = bool | int | float | str
 PositiveInt = Annotated[int, Field(ge=1)]
-Rate = Annotated[float, Field(ge=0.0, le=1.0)]
 
 
 class Strict(BaseModel):
@@ -298,11 +299,11 @@ PARAM_TYPES = ("float", "int", "categorical", "constant")
 
 
 # --- search algorithms --------------------------------------------------------------
-
-
-BUDGET_HELP = ("most trials to run, or a cost: {slot_seconds: S}, {hours: H} (slot-hours) or"
-               " {epochs: E} (fidelity units), also written 600slot-s, 30h, 300epochs")
-Budget = PositiveInt | dict[str, float]
+#
+# A search block's fields are the searcher's own settings, declared once with the
+# searcher (search/_settings.py) and made into fields by _derive.search_model. The
+# classes here add only what the spec knows: checks across fields (named as the
+# searcher names them), the trials a search plans, and the stage's ``fidelity``.
 
 
 def _check_budget(value: Any) -> Any:
@@ -316,10 +317,12 @@ def _check_budget(value: Any) -> Any:
 
 
 class _SearchBase(Strict):
-    seed: int = Field(0, description="seed for every random choice of the search")
-    budget: Budget | None = Field(None, description=BUDGET_HELP)
+    if TYPE_CHECKING:  # the fields every search has (SearchSettings)
+        algorithm: str
+        seed: int
+        budget: int | dict[str, float] | None
 
-    @field_validator("budget", mode="before")
+    @field_validator("budget", mode="before", check_fields=False)
     @classmethod
     def _budget_form(cls, value: Any) -> Any:
         return _check_budget(value)
@@ -336,83 +339,47 @@ class _SearchBase(Strict):
         raise NotImplementedError
 
 
-class GeneticSearch(_SearchBase):
-    algorithm: Literal["genetic"]
-    population: int = Field(16, ge=2, description="individuals per generation (all demes)")
-    generations: PositiveInt | None = Field(
-        None, description="generations to breed; default: as many as budget needs (10 without)"
-    )
-    mode: Literal["generational", "mu_plus_lambda"] = "generational"
-    offspring: PositiveInt | None = Field(
-        None, description="mu_plus_lambda: children per generation (lambda); default: population"
-    )
-    schedule: Literal["generational", "async"] = Field(
-        "generational", description="barrier per generation, or breed as each result returns"
-    )
-    demes: PositiveInt = Field(1, description="islands evolving apart, with migration")
-    migration_interval: PositiveInt = Field(5, description="generations between migrations")
-    migration_size: PositiveInt = Field(1, description="individuals sent per migration")
-    mutation_rate: Rate = 0.3
-    crossover_rate: Rate = 0.5
-    crossover: Literal["blend", "sbx"] = "blend"
-    tournament_size: int = Field(3, ge=2)
-    elitism: int = Field(1, ge=0, description="best individuals kept unchanged (hall of fame)")
-    patience: PositiveInt | None = Field(
-        None, description="stop after this many generations without improvement"
-    )
-    sigma_rule: Literal["one_fifth", "fixed"] = Field(
-        "one_fifth", description="mutation step: adapted by the one-fifth success rule, or fixed"
-    )
-
+class _GeneticRules(_SearchBase):
     @model_validator(mode="after")
-    def _consistent(self) -> GeneticSearch:
-        if self.population < 2 * self.demes:
+    def _consistent(self) -> Any:
+        s: Any = self
+        if s.population < 2 * s.demes:
             raise ValueError(
-                f"population must be at least 2 per deme ({2 * self.demes} for"
-                f" {self.demes} demes), but got {self.population}"
+                f"population must be at least 2 per deme ({2 * s.demes} for"
+                f" {s.demes} demes), but got {s.population}"
             )
-        if self.mode == "mu_plus_lambda" and self.crossover_rate + self.mutation_rate > 1:
+        if s.mode == "mu_plus_lambda" and s.crossover_rate + s.mutation_rate > 1:
             raise ValueError(
                 "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
-                f" but got {self.crossover_rate + self.mutation_rate:g}"
+                f" but got {s.crossover_rate + s.mutation_rate:g}"
             )
-        if self.elitism >= self.population:
+        if s.elitism >= s.population:
             raise ValueError(
-                f"elitism must be less than population ({self.population}),"
-                f" but got {self.elitism}"
+                f"elitism must be less than population ({s.population}),"
+                f" but got {s.elitism}"
             )
         self.planned_generations()  # a budget the generations cannot reach is an error
         return self
 
     def planned_generations(self) -> int:
         """``generations``, or as many as ``budget`` needs when it is left out."""
+        s: Any = self
         return plan_generations(
-            self.population, self.generations, self.trials_budget(), self.mode, self.offspring
+            s.population, s.generations, self.trials_budget(), s.mode, s.offspring
         )
 
     def planned_trials(self, space: SearchSpace) -> int:
+        s: Any = self
         generations = self.planned_generations()
-        if self.mode == "mu_plus_lambda":
-            planned = self.population + (self.offspring or self.population) * (generations - 1)
+        if s.mode == "mu_plus_lambda":
+            planned = s.population + (s.offspring or s.population) * (generations - 1)
         else:
-            planned = self.population * generations
+            planned = s.population * generations
         return min(planned, self.trials_budget() or planned)
 
 
-class BayesianSearch(_SearchBase):
-    algorithm: Literal["bayesian"]
-    sampler: Literal["tpe", "gp", "cmaes", "lq-cmaes"] = Field(
-        "tpe", description="tpe, gp, cmaes (Optuna's), or lq-cmaes (CMA-ES with a quadratic"
-        " surrogate, pycma's: numbers only)")
-    startup_trials: int | None = Field(
-        None, ge=0, description="random trials before the model is used (default 10; cmaes and"
-        " lq-cmaes 0: they start at the centre)")
-    population: int | None = Field(
-        None, ge=2, description="cmaes, lq-cmaes: trials per generation (default 4 + 3 ln n for"
-        " n parameters)")
-    budget: Budget | None = Field(20, description=BUDGET_HELP)
-
-    @field_validator("startup_trials")
+class _BayesianRules(_SearchBase):
+    @field_validator("startup_trials", check_fields=False)
     @classmethod
     def _no_startup_for_lq(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value and info.data.get("sampler") == "lq-cmaes":
@@ -420,7 +387,7 @@ class BayesianSearch(_SearchBase):
                              f" centre and models its own trials), but got {value}")
         return value
 
-    @field_validator("population")
+    @field_validator("population", check_fields=False)
     @classmethod
     def _population_is_cmaes(cls, value: int | None, info: ValidationInfo) -> int | None:
         sampler = info.data.get("sampler")
@@ -433,21 +400,13 @@ class BayesianSearch(_SearchBase):
         return self.trials_budget() or 20
 
 
-class RandomSearch(_SearchBase):
-    algorithm: Literal["random"]
-    budget: Budget | None = Field(20, description=BUDGET_HELP)
-
+class _RandomRules(_SearchBase):
     def planned_trials(self, space: SearchSpace) -> int:
         return self.trials_budget() or 20
 
 
-class GridSearch(_SearchBase):
-    algorithm: Literal["grid"]
-    points: int | dict[str, int] = Field(
-        3, description="grid points per numeric parameter, or per parameter by name"
-    )
-
-    @field_validator("points")
+class _GridRules(_SearchBase):
+    @field_validator("points", check_fields=False)
     @classmethod
     def _points_at_least_two(cls, value: int | dict[str, int]) -> int | dict[str, int]:
         counts = value.values() if isinstance(value, dict) else [value]
@@ -457,9 +416,10 @@ class GridSearch(_SearchBase):
         return value
 
     def points_for(self, name: str) -> int:
-        if isinstance(self.points, dict):
-            return self.points.get(name, 3)
-        return self.points
+        points: int | dict[str, int] = self.points  # type: ignore[attr-defined]
+        if isinstance(points, dict):
+            return points.get(name, 3)
+        return points
 
     def planned_trials(self, space: SearchSpace) -> int:
         total = 1
@@ -478,20 +438,13 @@ FIDELITY_SETTINGS = ("epochs",)
 continues from a checkpoint (``trainers/builtin.py`` trains on up to them)."""
 
 
-class AutoSearch(_SearchBase):
+class _AutoRules(_SearchBase):
     """Let nestor pick the search from the space, the budget and the parallelism.
 
     The pick is a pure function of these (``search.choose_search``), so
     ``nestor validate`` shows it and a resumed run makes it again.
     """
 
-    algorithm: Literal["auto"]
-    budget: Budget | None = Field(20, description=BUDGET_HELP)
-    parallel: PositiveInt | None = Field(
-        None,
-        description="trials pending at once that the choice plans for; default 1"
-        " (nestor sweep sets it from --parallel or --slots)",
-    )
     fidelity: str | None = Field(
         None,
         description="a trainer setting that sets how long a trial trains (epochs) and that"
@@ -508,7 +461,8 @@ class AutoSearch(_SearchBase):
     def choose(
         self, space: SearchSpace, objectives: Any, max_fidelity: int | None = None
     ) -> AutoChoice:
-        return choose_search(space, objectives, budget=self.budget, parallel=self.parallel or 1,
+        parallel: int | None = self.parallel  # type: ignore[attr-defined]
+        return choose_search(space, objectives, budget=self.budget, parallel=parallel or 1,
                              max_fidelity=max_fidelity)
 
     def planned_trials(self, space: SearchSpace, objectives: Any = None,
@@ -535,74 +489,49 @@ class _ContinuingSearch(_SearchBase):
     def planned_trials(self, space: SearchSpace) -> int:
         from search import make_searcher
 
-        return make_searcher(self.algorithm, space, [("objective", "max")],  # type: ignore[attr-defined]
+        return make_searcher(self.algorithm, space, [("objective", "max")],
                              **self.settings()).planned
 
 
-class PbtSearch(_ContinuingSearch):
-    algorithm: Literal["pbt"]
-    population: int = Field(8, ge=2, description="members training side by side")
-    interval: float = Field(1, gt=0, description="budget (epochs) between exploit/explore steps")
-    intervals: PositiveInt | None = Field(
-        None, description="intervals each member trains; default: as many as budget needs (10)"
-    )
-    quantile: float = Field(0.25, gt=0, le=0.5,
-                            description="bottom share that copies the top share's weights")
-    resample_probability: Rate = Field(
-        0.25, description="chance a hyperparameter is redrawn rather than perturbed"
-    )
-    perturbation_factors: list[Annotated[float, Field(gt=0)]] = Field(
-        default_factory=lambda: [0.8, 1.2], min_length=1,
-        description="factors a continuous hyperparameter is multiplied by when explored",
-    )
-    explore: Literal["perturb", "pb2"] = Field(
-        "perturb", description="how an exploiting member's numbers change: perturb (PBT), or"
-        " pb2: chosen by a GP bandit on how each interval's hyperparameters changed the"
-        " reward (population-based bandits; categoricals are still resampled)",
-    )
-
-
 class _HalvingSearch(_ContinuingSearch):
-    min_budget: float = Field(1, gt=0, description="the first rung's budget (epochs)")
-    max_budget: float = Field(27, gt=0, description="the top rung's; the rungs are"
-                              " max_budget / eta^i down to min_budget, rounded where both"
-                              " are whole")
-    reduction_factor: int = Field(3, ge=2, description="eta: keep 1 in this many per rung")
-    sampler: Literal["random", "tpe"] = Field(
-        "random", description="new configurations: random, or TPE on the top full rung (BOHB)"
-    )
-    startup_trials: int | None = Field(
-        None, ge=1, description="results on a rung before TPE fits it (default d + 3 for d"
-        " searched parameters, the BOHB paper's N_min + 2)")
-
     @model_validator(mode="after")
-    def _rungs(self) -> _HalvingSearch:
+    def _rungs(self) -> Any:
         from search._hyperband import rung_budgets
 
-        rung_budgets(self.min_budget, self.max_budget, self.reduction_factor)
+        s: Any = self
+        rung_budgets(s.min_budget, s.max_budget, s.reduction_factor)
         return self
 
 
-class AshaSearch(_HalvingSearch):
-    algorithm: Literal["asha"]
+_RULES: dict[str, type[_SearchBase]] = {
+    "genetic": _GeneticRules, "bayesian": _BayesianRules, "random": _RandomRules,
+    "grid": _GridRules, "auto": _AutoRules, "pbt": _ContinuingSearch,
+    "asha": _HalvingSearch, "hyperband": _HalvingSearch,
+}
+"""What the spec adds to each searcher's declared settings."""
 
+ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto", "pbt", "asha", "hyperband")
+SEARCH_MODELS: dict[str, Any] = {
+    algorithm: search_model(f"{algorithm.capitalize()}Search", algorithm,
+                            settings_class(algorithm), _RULES[algorithm])
+    for algorithm in ALGORITHMS
+}
+"""The model of a ``search:`` block, by algorithm, built from the searcher's settings."""
 
-class HyperbandSearch(_HalvingSearch):
-    algorithm: Literal["hyperband"]
-    iterations: PositiveInt | None = Field(
-        None, description="rounds of every bracket; default: as many as budget needs"
-    )
-    random_fraction: float = Field(
-        1 / 3, ge=0, lt=1, description="sampler tpe: share of new configurations drawn at"
-        " random (BOHB's rho)")
-
+GeneticSearch = SEARCH_MODELS["genetic"]
+BayesianSearch = SEARCH_MODELS["bayesian"]
+RandomSearch = SEARCH_MODELS["random"]
+GridSearch = SEARCH_MODELS["grid"]
+AutoSearch = SEARCH_MODELS["auto"]
+PbtSearch = SEARCH_MODELS["pbt"]
+AshaSearch = SEARCH_MODELS["asha"]
+HyperbandSearch = SEARCH_MODELS["hyperband"]
 
 Search = Annotated[
     GeneticSearch | BayesianSearch | RandomSearch | GridSearch | AutoSearch | PbtSearch
     | AshaSearch | HyperbandSearch,
     Field(discriminator="algorithm"),
 ]
-ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto", "pbt", "asha", "hyperband")
 
 
 class Objective(Strict):

@@ -1,0 +1,60 @@
+"""The spec's search models, built from the searchers' own declarations.
+
+A searcher declares each setting once (``search/_settings.py``: type, default,
+bounds, a line of help). :func:`search_model` turns that declaration into the
+pydantic model of a ``search:`` block, on a base class that adds what only the
+spec knows (checks across fields, the trials a search plans, ``fidelity``). So
+a setting added to a searcher is in the spec, with its default, bounds and
+help, and reports errors like any other field.
+"""
+
+from __future__ import annotations
+
+import functools
+import operator
+import types
+import typing
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, Field, create_model
+
+from search._settings import Declared, declared
+
+
+def annotation(setting: Declared) -> Any:
+    """The setting's type with its bounds on each number it may be, and on each item
+    of a list (``int | None`` with ``ge=1`` -> ``Annotated[int, Field(ge=1)] | None``)."""
+    return _bounded(setting.annotation, setting.info.bounds, setting.info.items)
+
+
+def _bounded(kind: Any, bounds: dict[str, float], items: dict[str, float]) -> Any:
+    origin = typing.get_origin(kind)
+    if origin in (typing.Union, types.UnionType):
+        return functools.reduce(operator.or_, (_bounded(m, bounds, items)
+                                               for m in typing.get_args(kind)))
+    if origin is list and items:
+        (item,) = typing.get_args(kind)
+        return list[Annotated[item, Field(**items)]]  # type: ignore[valid-type]
+    if kind in (int, float) and bounds:
+        return Annotated[kind, Field(**bounds)]
+    return kind
+
+
+def search_model(name: str, algorithm: str, settings: type, base: type[BaseModel]) -> Any:
+    """The model of a ``search:`` block with ``algorithm``: ``base``'s fields and
+    checks, then the searcher's public settings as fields (seed and budget first)."""
+    fields: dict[str, Any] = {}
+    for setting in declared(settings, public_only=True):
+        default = setting.default
+        extra: dict[str, Any] = {"description": setting.info.help}
+        if setting.info.min_length is not None:
+            extra["min_length"] = setting.info.min_length
+        if isinstance(default, list):
+            field = Field(default_factory=functools.partial(list, default), **extra)
+        else:
+            field = Field(default, **extra)
+        fields[setting.name] = (annotation(setting), field)
+        if setting.name == "budget":  # where the hand-written models had it
+            fields["algorithm"] = (Literal[algorithm], ...)
+    fields.setdefault("algorithm", (Literal[algorithm], ...))
+    return create_model(name, __base__=base, __module__=base.__module__, **fields)

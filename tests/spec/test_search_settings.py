@@ -1,0 +1,111 @@
+"""Search settings are declared once, by the searchers (search/_settings.py): the
+spec's search models and the `nestor sweep` flags are made from those declarations."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from orchestrator.commands.sweep import build_spec, search_flags, spec_yaml
+from orchestrator.spec import load_spec_text
+from orchestrator.spec.model import ALGORITHMS, SEARCH_MODELS
+from search import make_searcher, settings_class
+from search._settings import declared
+from search.space import FloatParam, SearchSpace
+
+SPEC_ONLY = {"algorithm", "fidelity"}  # the stage's business, not the searcher's
+
+
+def defaults(algorithm: str) -> dict:
+    return {s.name: s.default for s in declared(settings_class(algorithm), public_only=True)}
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_the_spec_has_the_searchers_settings_and_defaults(algorithm: str) -> None:
+    model = SEARCH_MODELS[algorithm]
+    spec = {name: field.get_default(call_default_factory=True)
+            for name, field in model.model_fields.items() if name not in SPEC_ONLY}
+    assert spec == defaults(algorithm)
+    for setting in declared(settings_class(algorithm), public_only=True):
+        assert model.model_fields[setting.name].description == setting.info.help
+
+
+@pytest.mark.parametrize("algorithm", [a for a in ALGORITHMS if a != "auto"])
+def test_a_searcher_built_from_the_spec_defaults_is_the_default_searcher(algorithm: str) -> None:
+    space = SearchSpace([FloatParam("x", 0.0, 1.0), FloatParam("y", 1e-3, 1.0, log=True)])
+    spec = SEARCH_MODELS[algorithm](algorithm=algorithm)
+    from_spec = make_searcher(algorithm, space, [("loss", "min")], **spec.settings())
+    plain = make_searcher(algorithm, space, [("loss", "min")])
+    assert from_spec.state()["settings"] == plain.state()["settings"]
+
+
+def sweep(algorithm: str, **options: object) -> dict:
+    return build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
+                      settings=[], algorithm=algorithm, budget=None, metric=None, mode=None,
+                      fom_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
+                      **options)
+
+
+@pytest.mark.parametrize("algorithm", ALGORITHMS)
+def test_a_sweep_without_search_flags_runs_the_searchers_defaults(algorithm: str) -> None:
+    """No flag of a search's given: its block is only algorithm and seed, so the
+    spec's default (the searcher's) applies, and the flag's help names it."""
+    search = sweep(algorithm)["stages"][0]["search"]
+    assert search == {"algorithm": algorithm, "seed": 0}
+    loaded = load_spec_text(spec_yaml(sweep(algorithm))).stage("sweep").search
+    declared_defaults = defaults(algorithm)
+    assert {k: getattr(loaded, k) for k in declared_defaults} == declared_defaults
+    for flag in search_flags():
+        default = declared_defaults.get(flag.field)
+        if algorithm in flag.owners and isinstance(default, int | str) and default != "":
+            assert f"(default {default})" in flag.help, (flag.flag, algorithm)
+
+
+ADDED = textwrap.dedent("""
+    import dataclasses
+    import search._pbt as pbt
+    from search._settings import setting
+
+    @dataclasses.dataclass(frozen=True)
+    class Extended(pbt.PBTSettings):
+        lag_limit: int = setting(4, "intervals a member may lag before it is replaced", ge=2)
+
+    pbt.PBTSearch.Settings = Extended  # the one edit: the searcher's declaration
+
+    from click.testing import CliRunner
+    from orchestrator.commands.cli import cli
+    from orchestrator.commands.sweep import build_spec, spec_yaml
+    from orchestrator.spec import SpecError, load_spec_text
+    from orchestrator.spec.model import PbtSearch
+
+    field = PbtSearch.model_fields["lag_limit"]
+    print("DEFAULT", field.default, "|", field.description)
+    spec = build_spec(trainer="cnn", command=None, params=["lr=float:0.01:0.1"], settings=[],
+                      algorithm="pbt", budget=None, metric=None, mode=None, fom_pattern=None,
+                      dp=1, mp=1, parallel=None, slots=None, seed=0, lag_limit=3)
+    print("SWEEP", load_spec_text(spec_yaml(spec)).stage("sweep").search.lag_limit)
+    spec["stages"][0]["search"]["lag_limit"] = 1
+    try:
+        load_spec_text(spec_yaml(spec), "lag.yaml")
+    except SpecError as exc:
+        print("ERROR", exc)
+    print(CliRunner().invoke(cli, ["sweep", "--help"]).output)
+""")
+
+
+def test_a_setting_added_to_a_searcher_is_in_the_spec_and_the_flags() -> None:
+    result = subprocess.run([sys.executable, "-c", ADDED], capture_output=True, text=True,
+                            check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    assert "DEFAULT 4 | intervals a member may lag before it is replaced" in out
+    assert "SWEEP 3" in out
+    assert re.search(r"^ERROR lag\.yaml:\d+:\d+: stages\[0\]\.search\.lag_limit: must be at"
+                     r" least 2, but got 1$", out, re.MULTILINE), out
+    help_text = " ".join(out.split())
+    assert "--lag-limit INTEGER RANGE pbt: intervals a member may lag before it is replaced" \
+        " (default 4)." in help_text
