@@ -19,7 +19,10 @@ API (for ``nestor status``, the plots, and later resume and the projector):
   ``journal.fold.json`` when it still matches the journal (same bytes before
   its offset), folding only the tail, and writing the snapshot again (best
   effort: a read-only copy of a run is read all the same). ``save``/``load``
-  do the snapshot alone.
+  do the snapshot alone. ``RunState(trials=False)`` (and ``of(..., trials=False)``,
+  snapshot ``journal.fold-stages.json``) folds the stages' heads alone: their
+  state, counts and running ids, not a record per trial; a snapshot of a few KiB
+  whatever the journal's size, which is what ``nestor status`` reads.
 - ``state.workflow`` (name, slots, pid of the last driver, run key, finished,
   interrupted reason, resumes), ``state.first_time``/``last_time`` (any event's
   stamp), ``state.events`` (lines folded), ``state.stages[name]``:
@@ -73,6 +76,7 @@ from orchestrator.journal.events import (
 )
 
 SNAPSHOT = "journal.fold.json"
+STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
 VERSION = 1  # of the snapshot's layout: another version is folded afresh
 CHECK_BYTES = 4096  # the journal's bytes before the offset that a snapshot must match
 SKIPPED = kinds_of(SearchLogged)  # lines the fold reads only the stamp of
@@ -157,7 +161,8 @@ class WorkflowState:
 class RunState:
     """A run as its journal says it: see the module's docstring."""
 
-    def __init__(self) -> None:
+    def __init__(self, trials: bool = True) -> None:
+        self.trials = trials  # False: the stages' heads alone (counts, running ids)
         self.workflow = WorkflowState()
         self.stages: dict[str, StageState] = {}
         self.events = 0  # lines folded (skipped kinds included)
@@ -283,6 +288,9 @@ class RunState:
         return record
 
     def _started(self, stage: StageState, event: TrialStarted, index: int) -> None:
+        if not self.trials:
+            stage.running.add(str(event.trial["id"]))
+            return
         trial = self._trial(stage, event.trial)
         attempt = Attempt(stage.name, trial.id, int(event.attempt or 1), event.shape,
                           event.time, index)
@@ -294,6 +302,12 @@ class RunState:
 
     def _ended(self, stage: StageState,
                event: TrialFinished | TrialAttemptFailed | TrialInterrupted, index: int) -> None:
+        if not self.trials:
+            if isinstance(event, TrialFinished):
+                stage.running.discard(str(event.trial["id"]))
+                outcome = event.status or "completed"
+                stage.finished[outcome] = stage.finished.get(outcome, 0) + 1
+            return
         trial = self._trial(stage, event.trial)
         number = int(event.attempt or 1)
         trial.attempts = max(trial.attempts, number)
@@ -319,34 +333,37 @@ class RunState:
 
     @classmethod
     def of(cls, run_dir: str | os.PathLike[str], journal: str = "journal.jsonl",
-           save: bool = True) -> RunState:
-        """The run's state: its snapshot brought up to date with the journal's tail."""
+           trials: bool = True, save: bool = True) -> RunState:
+        """The run's state: its snapshot brought up to date with the journal's tail.
+        ``trials=False``: the stages' heads alone, with a snapshot of their own (small:
+        what ``nestor status`` reads)."""
         path = Path(run_dir) / journal
-        state = cls.load(Path(run_dir) / SNAPSHOT, path) or cls()
+        snapshot = snapshot_path(run_dir, trials)
+        state = cls.load(snapshot, path, trials) or cls(trials)
         if state.fold(path) and save:
             with contextlib.suppress(OSError):  # a read-only copy of a run: not cached
-                state.save(Path(run_dir) / SNAPSHOT, path)
+                state.save(snapshot, path)
         return state
 
     def save(self, snapshot: Path, journal: Path) -> None:
         """Write the state with the journal offset it covers (atomically)."""
-        data = {"version": VERSION, "offset": self.offset, "check": _check(journal, self.offset),
-                "state": self._encode()}
+        data = {"version": VERSION, "trials": self.trials, "offset": self.offset,
+                "check": _check(journal, self.offset), "state": self._encode()}
         tmp = snapshot.with_name(snapshot.name + ".tmp")
         tmp.write_text(json.dumps(data, separators=(",", ":")))
         tmp.replace(snapshot)
 
     @classmethod
-    def load(cls, snapshot: Path, journal: Path) -> RunState | None:
+    def load(cls, snapshot: Path, journal: Path, trials: bool = True) -> RunState | None:
         """The snapshot's state if it is of this layout and the journal still holds the
         bytes it was folded from; else None (fold from the start)."""
         try:
             data = json.loads(snapshot.read_bytes())
-            if data.get("version") != VERSION:
+            if data.get("version") != VERSION or data.get("trials") != trials:
                 return None
             if _check(journal, int(data["offset"])) != data["check"]:
                 return None
-            return cls._decode(data["state"], int(data["offset"]))
+            return cls._decode(data["state"], int(data["offset"]), trials)
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -370,8 +387,8 @@ class RunState:
                 "open": [[a.stage, a.trial, a.attempt] for a in self._open.values()]}
 
     @classmethod
-    def _decode(cls, data: dict[str, Any], offset: int) -> RunState:
-        state = cls()
+    def _decode(cls, data: dict[str, Any], offset: int, trials: bool) -> RunState:
+        state = cls(trials)
         state.offset, state.events = offset, int(data["events"])
         state.first_time, state.last_time = data["first_time"], data["last_time"]
         flow = data["workflow"]
@@ -392,6 +409,11 @@ class RunState:
                            if a.attempt == number and a.end_index is None)
             state._open[(stage_name, tid, number)] = attempt
         return state
+
+
+def snapshot_path(run_dir: str | os.PathLike[str], trials: bool = True) -> Path:
+    """Where a run's fold snapshot is: one per level of detail."""
+    return Path(run_dir) / (SNAPSHOT if trials else STAGES_SNAPSHOT)
 
 
 def fold(records: Iterable[dict[str, Any] | Event]) -> RunState:

@@ -29,9 +29,10 @@ def _alive(pid: int | None) -> bool:
 def workflow_status(run_dir: Path) -> dict[str, Any]:
     """Per stage: its state and how many trials completed, failed and are running.
 
-    Read from the journal's fold (:class:`RunState`), whose snapshot in the run
-    directory makes a second look at a big run read only what was appended since."""
-    run = RunState.of(run_dir)
+    Read from the journal's fold (:class:`RunState`, its stages alone), whose
+    snapshot in the run directory makes a second look at a big run read only what
+    was appended since."""
+    run = RunState.of(run_dir, trials=False)
     if not run.events or run.last_time is None:
         raise FileNotFoundError(f"{run_dir} has no journal: not a nestor run directory")
     finished = run.workflow.finished

@@ -24,7 +24,7 @@ from orchestrator.backends import SimulatedBackend, lognormal_trials
 from orchestrator.engine.stopping import Interrupted
 from orchestrator.journal import state as fold_module
 from orchestrator.journal.journal import read_events
-from orchestrator.journal.state import SNAPSHOT, RunState, fold
+from orchestrator.journal.state import SNAPSHOT, STAGES_SNAPSHOT, RunState, fold
 from orchestrator.projections import plots
 from orchestrator.projections.status import workflow_status
 from orchestrator.simulate import simulate_workflow
@@ -260,7 +260,22 @@ def test_a_read_only_run_is_folded_without_a_snapshot(journals: dict[str, Path],
 
     monkeypatch.setattr(fold_module.RunState, "save", refuse)
     assert workflow_status(run)["state"] == "finished"
-    assert not (run / SNAPSHOT).exists()
+    assert not list(run.glob("journal.fold*"))
+
+
+@pytest.mark.parametrize("share", [1.0, 0.5])
+def test_the_stages_alone_fold_as_the_whole_fold_has_them(journals: dict[str, Path],
+                                                         share: float, tmp_path: Path) -> None:
+    run = cut(journals["limited"], share, tmp_path / "run")
+    whole = RunState.of(run)
+    heads = RunState.of(run, trials=False)
+    assert (run / STAGES_SNAPSHOT).stat().st_size < (run / SNAPSHOT).stat().st_size / 4
+    again = RunState.of(run, trials=False)  # from its snapshot
+    for state in (heads, again):
+        assert not any(stage.trials or stage.runs for stage in state.stages.values())
+        assert [(s.name, s.state, s.finished, s.running) for s in state.stages.values()] == [
+            (s.name, s.state, s.finished, s.running) for s in whole.stages.values()]
+        assert state.workflow == whole.workflow and state.last_time == whole.last_time
 
 
 def test_the_searchers_logs_are_counted_but_not_parsed(journals: dict[str, Path],
