@@ -80,6 +80,8 @@ STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
 VERSION = 1  # of the snapshot's layout: another version is folded afresh
 CHECK_BYTES = 4096  # the journal's bytes before the offset that a snapshot must match
 SKIPPED = kinds_of(SearchLogged)  # lines the fold reads only the stamp of
+# The last field of a kind, not kept and so not parsed: the line is cut before it.
+UNKEPT = {StageFinished.kind: b',"summary":'}
 
 
 @dataclass(slots=True)
@@ -234,7 +236,7 @@ class RunState:
                     self.events += 1
                     self._stamp(_time(line))
                     continue
-                self.apply(read(json.loads(line)))
+                self.apply(read(json.loads(_head(line, kind))))
         return self.events - before
 
     def timeline(self) -> Iterator[tuple[str, Any]]:
@@ -447,6 +449,17 @@ def _kind(line: bytes) -> str | None:
         return None
     start += 9
     return line[start:line.find(b'"', start)].decode()
+
+
+def _head(line: bytes, kind: str | None) -> bytes:
+    """The line without the fields the fold does not keep (a stage's summary: every
+    trial again, tens of MiB on a big run), cut where Journal.append wrote them last;
+    the whole line where they are not found."""
+    marker = UNKEPT.get(kind or "")
+    if marker is None:
+        return line
+    at = line.find(marker)
+    return line if at < 0 else line[:at] + b"}"
 
 
 def _time(line: bytes) -> float | None:

@@ -278,17 +278,29 @@ def test_the_stages_alone_fold_as_the_whole_fold_has_them(journals: dict[str, Pa
         assert state.workflow == whole.workflow and state.last_time == whole.last_time
 
 
-def test_the_searchers_logs_are_counted_but_not_parsed(journals: dict[str, Path],
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_searchers_logs_and_stage_summaries_are_not_parsed(
+        journals: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     kinds: list[str] = []
     original = fold_module.read
     monkeypatch.setattr(fold_module, "read", lambda r: (kinds.append(r["event"]),
                                                         original(r))[1])
+    texts: list[bytes] = []
+
+    class Json:
+        @staticmethod
+        def loads(text: bytes) -> Any:
+            texts.append(text)
+            return json.loads(text)
+
+    monkeypatch.setattr(fold_module, "json", Json)
     state = RunState()
     state.fold(journals["sweep"] / "journal.jsonl")
     events = read_events(journals["sweep"] / "journal.jsonl")
     assert "search" not in kinds and any(e["event"] == "search" for e in events)
+    assert "stage_finished" in kinds and not any(b'"summary"' in t for t in texts)
     assert state.events == len(events)
+    assert {s.name: s.state for s in state.stages.values()} == {"wide": "finished",
+                                                                "narrow": "finished"}
 
 
 def test_a_finished_stage_runs_nothing_whatever_it_left_started() -> None:
