@@ -13,6 +13,9 @@ in a fresh process, with its peak memory (``/usr/bin/time``) and the load:
   stopped, looked at once, then given the rest of the journal: the tail alone
   folded onto the snapshot (a run still going);
 - ``results``: ``nestor results RUN`` on the finished run (it reads results.json);
+- ``plots``: the numbers behind the plots: the journal's whole fold (a record
+  per trial and attempt), every attempt laid on the slots, each stage's
+  best-so-far curve;
 - ``resume``: a driver killed after ``--cut`` events (the journal's first
   ``--cut`` lines, in a copy, without the searchers' snapshots, so the whole
   search log is replayed: the worst case) made ready to schedule again: the
@@ -61,6 +64,22 @@ with Journal(run_dir / "journal.jsonl") as journal:
     pending = sum(len(r.queue) + len(r.searcher.pending) for r in scheduler.active.values())
 print(f"events {len(events)} read_s {read:.2f} ready_s {time.perf_counter() - began:.2f}"
       f" stages {len(scheduler.active)} requeued {pending}")
+"""
+
+PLOTS = """
+import sys, time
+from pathlib import Path
+from orchestrator.journal.state import RunState
+from orchestrator.projections.plots import best_so_far, slot_intervals
+
+began = time.perf_counter()
+state = RunState.of(Path(sys.argv[1]), save=False)
+folded = time.perf_counter()
+intervals, slots = slot_intervals(state)
+laid = time.perf_counter()
+curves = {name: best_so_far(state, name, "max") for name in state.stages}
+print(f"fold_s {folded - began:.2f} slot_intervals_s {laid - folded:.2f}"
+      f" best_so_far_s {time.perf_counter() - laid:.2f} attempts {len(intervals)} slots {slots}")
 """
 
 
@@ -115,6 +134,11 @@ def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         result[name] = timed([nestor, *argv, str(run_dir)], REPO)
         print(f"{name}: {result[name]['wall_s']} s, peak {result[name]['peak_mib']} MiB"
               f" (load {result[name]['load']})", flush=True)
+    # the plots' numbers: the whole fold (a record per trial and attempt), every attempt
+    # laid on the slots, each stage's best-so-far curve
+    result["plots"] = timed([sys.executable, "-c", PLOTS, str(run_dir)], REPO)
+    print(f"plots: {result['plots']['wall_s']} s, peak {result['plots']['peak_mib']} MiB"
+          f" ({result['plots']['out']})", flush=True)
     cut = args.cut or total * 9 // 10
     with tempfile.TemporaryDirectory(prefix="million-", dir=run_dir.parent) as tmp:
         copy = Path(tmp) / "run"
@@ -182,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         small, large = sizes[0], sizes[-1]
         result["growth"] = {"events": round(large["events"] / small["events"], 2), **{
             f"{name}_{what}": round(large[name][what] / max(small[name][what], 1e-9), 2)
-            for name in ("status_first", "status", "results", "resume", "status_tail")
+            for name in ("status_first", "status", "results", "resume", "status_tail", "plots")
             for what in ("wall_s", "peak_mib")}}
     result["command"] = " ".join(["python -m bench.million_events", *(argv or sys.argv[1:])])
     result["machine"] = machine.finish(start)

@@ -884,7 +884,8 @@ MILLION_ROWS = (("resume", "resume ready to schedule (killed at 90 %)", "resume_
                 ("status_first", "status, first look (whole journal folded)", "status_s"),
                 ("status", "status again (fold snapshot)", "status_s"),
                 ("status_tail", "status, snapshot + last 10 % folded", "status_s"),
-                ("results", "results (results.json)", "results_s"))
+                ("results", "results (results.json)", "results_s"),
+                ("plots", "plots' numbers (whole fold, slots, curves)", "plots_s"))
 
 
 def million_events_section(m: dict[str, Any]) -> list[str]:

@@ -13,6 +13,7 @@ chart shows idle slots as gaps, with the utilization in its title.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -262,30 +263,49 @@ def slot_intervals(events: RunState | Iterable[dict[str, Any]], stage: str | Non
     state = as_state(events)
     slots = state.workflow.slots
     last = state.last_time or 0.0
-    busy: dict[int, Attempt] = {}
+    free = FreeSlots(slots)
     taken: dict[int, tuple[Attempt, tuple[int, ...]]] = {}  # id(attempt) -> it, its slots
     done: list[SlotInterval] = []
     for what, attempt in state.timeline():
         if what == "start":
-            ranks = _ranks(attempt.shape)
-            free = [s for s in range(slots + len(busy) + ranks) if s not in busy][:ranks]
-            for slot in free:
-                busy[slot] = attempt
-            taken[id(attempt)] = (attempt, tuple(free))
+            taken[id(attempt)] = (attempt, free.take(_ranks(attempt.shape)))
         elif what == "end" and id(attempt) in taken:
-            done.append(_interval(*taken.pop(id(attempt)), busy, attempt.ended,
+            done.append(_interval(*taken.pop(id(attempt)), free, attempt.ended,
                                   attempt.outcome or "completed"))
     for attempt, held in taken.values():  # never ended: the driver was killed
-        done.append(_interval(attempt, held, busy, last, "running"))
+        done.append(_interval(attempt, held, free, last, "running"))
     used = max((s for i in done for s in i.slots), default=-1) + 1
     mine = [i for i in done if stage is None or i.stage == stage]
     return sorted(mine, key=lambda i: (i.start, i.slots)), max(slots, used)
 
 
-def _interval(attempt: Attempt, slots: tuple[int, ...], busy: dict[int, Attempt],
+class FreeSlots:
+    """The free slot numbers, lowest first: a start takes the lowest ``ranks`` free
+    ones (past ``slots`` when all are taken: oversubscription), in O(ranks log slots),
+    so laying out a journal's attempts costs time linear in the journal."""
+
+    def __init__(self, slots: int) -> None:
+        self._free = list(range(slots))  # a heap of the free numbers below _next
+        self._next = slots  # no slot at or past it was ever taken
+
+    def take(self, ranks: int) -> tuple[int, ...]:
+        out = []
+        for _ in range(ranks):
+            if self._free:
+                out.append(heapq.heappop(self._free))
+            else:
+                out.append(self._next)
+                self._next += 1
+        return tuple(out)
+
+    def give(self, slots: tuple[int, ...]) -> None:
+        for slot in slots:
+            heapq.heappush(self._free, slot)
+
+
+def _interval(attempt: Attempt, slots: tuple[int, ...], free: FreeSlots,
               end: float | None, status: str) -> SlotInterval:
-    for slot in slots:
-        busy.pop(slot, None)
+    free.give(slots)
     return SlotInterval(slots, attempt.started or 0.0, end if end is not None else 0.0,
                         attempt.trial, attempt.attempt, status, attempt.stage)
 

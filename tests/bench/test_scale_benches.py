@@ -42,7 +42,7 @@ def test_resume_status_and_results_are_timed_on_a_kept_run(
     assert [s["events"] for s in found["sizes"]] == [
         sum(1 for _ in (run / "journal.jsonl").open()) for run in runs]
     assert found["events"] == found["sizes"][-1]["events"]
-    for name in ("status_first", "status", "status_tail", "results", "resume"):
+    for name in ("status_first", "status", "status_tail", "results", "resume", "plots"):
         assert found[name]["wall_s"] > 0 and found[name]["peak_mib"] > 0
     assert found["resume"]["out"][0].startswith(f"events {found['resume']['cut']} ")
     assert found["status_tail"]["tail"] == found["events"] - found["resume"]["cut"]
