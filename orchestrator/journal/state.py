@@ -34,6 +34,14 @@ API (for ``nestor status``, the plots, and later resume and the projector):
 - ``state.timeline()``: every attempt's start and end and every driver restart
   in journal order, for anything that replays slot use.
 
+Adopting it. Resume needs, beyond what is here, each finished trial's trial
+dict, metrics, history and reason: keep the parsed TrialFinished on its
+TrialState (a reference, not a copy) rather than a second pass over records; and
+the searchers' log, which the fold skips: read it with ``iter_events(path,
+kinds=kinds_of(SearchLogged))``. The projector's cursor is ``offset``: call
+``fold`` on each wake, and take the new typed events from ``apply`` (override it,
+or fold a reader's own records with ``apply_record``).
+
 Folded, not parsed: the searchers' logs (``SearchLogged``, most of a big
 journal) are skipped unparsed (their stamp is still read), and a stage's summary
 (``StageFinished``: every trial again, tens of MiB on a big run) is not kept,
@@ -351,7 +359,7 @@ class RunState:
         """Write the state with the journal offset it covers (atomically)."""
         data = {"version": VERSION, "trials": self.trials, "offset": self.offset,
                 "check": _check(journal, self.offset), "state": self._encode()}
-        tmp = snapshot.with_name(snapshot.name + ".tmp")
+        tmp = snapshot.with_name(f"{snapshot.name}.{os.getpid()}.tmp")  # two readers at once
         tmp.write_text(json.dumps(data, separators=(",", ":")))
         tmp.replace(snapshot)
 
