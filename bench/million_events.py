@@ -117,8 +117,6 @@ def make(keep: Path, workload: str, schedule: str, nodes: int, generations: int,
 
 def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Every figure of one run directory (one journal size)."""
-    from orchestrator.journal.state import SNAPSHOT
-
     journal = run_dir / "journal.jsonl"
     with journal.open("rb") as handle:
         total = sum(1 for _ in handle)
@@ -126,7 +124,8 @@ def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     result: dict[str, Any] = {"run_dir": str(run_dir), "events": total,
                               "journal_mib": round(journal.stat().st_size / 2**20, 1)}
     print(f"{run_dir}: {total:,} events, {result['journal_mib']} MiB", flush=True)
-    (run_dir / SNAPSHOT).unlink(missing_ok=True)
+    for snapshot in run_dir.glob("journal.fold*"):  # every fold snapshot: a first look
+        snapshot.unlink()
     # status: the first look folds the whole journal (and leaves its snapshot); the next
     # reads the snapshot; results reads results.json, not the journal.
     for name, argv in (("status_first", ["status"]), ("status", ["status"]),
