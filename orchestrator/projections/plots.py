@@ -79,8 +79,22 @@ def best_so_far(events: RunState | Iterable[dict[str, Any]], stage: str,
 
 
 def as_state(events: RunState | Iterable[dict[str, Any]]) -> RunState:
-    """The journal's fold, made from its records unless it is one already."""
-    return events if isinstance(events, RunState) else fold(events)
+    """The journal's fold, made from its records unless it is one already. The last
+    list of records folded is remembered (held, so it is the same list; and of the
+    same length): a stage's plots ask for its curves and slots from one list."""
+    if isinstance(events, RunState):
+        return events
+    if isinstance(events, list):
+        held, length, state = _LAST_FOLD
+        if held is events and length == len(events):
+            return state
+        state = fold(events)
+        _LAST_FOLD[:] = [events, len(events), state]
+        return state
+    return fold(events)
+
+
+_LAST_FOLD: list[Any] = [None, 0, None]
 
 
 def best_so_far_from_summary(summary: dict[str, Any], mode: str) -> list[tuple[int, float]]:

@@ -315,3 +315,20 @@ def test_a_finished_stage_runs_nothing_whatever_it_left_started() -> None:
     ]
     assert len(fold(records[:-1]).stages["s"].running) == 2
     assert fold(records).stages["s"].running == set()
+
+
+def test_a_stages_plots_fold_its_records_once_and_again_when_they_grow(
+        journals: dict[str, Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    events = read_events(journals["sweep"] / "journal.jsonl")
+    folds: list[int] = []
+    monkeypatch.setattr(plots, "fold", lambda records: (folds.append(len(records)),
+                                                        fold(records))[1])
+    curve = plots.best_so_far(events, "wide", "max")
+    plots.best_so_far(events, "narrow", "max")
+    plots.slot_intervals(events, "wide")
+    assert folds == [len(events)]
+    events.append({"event": "trial_finished", "time": events[-1]["time"] + 1, "stage": "wide",
+                   "trial": {"id": "late"}, "attempt": 1, "status": "completed",
+                   "value": 2.0})
+    assert plots.best_so_far(events, "wide", "max")[-1][1] == 2.0 != curve[-1][1]
+    assert folds == [len(events) - 1, len(events)]
