@@ -1,10 +1,11 @@
 """A journal of a million events: how long resume, status and results take on it.
 
 Reads run directories that ``python -m bench.simulate --nodes 4096 --keep DIR``
-left, or that ``--make GENERATIONS`` runs first (the mixed sweep at 32,768 slots
-for 68 generations journals about 1.05 million events; at 2,048 nodes half
-that: two sizes show how each figure grows with the journal), and times, each
-in a fresh process, with its peak memory (``/usr/bin/time``) and the load:
+left, or that ``--make GENERATIONS`` runs first (the mixed sweep at 2,048 nodes
+for 68 generations journals 523,802 events; at 4,096 nodes for 60, 924,309;
+at 4,096 for 68, about 1.05 million: give two sizes to see how each figure
+grows with the journal), and times, each in a fresh process, with its peak
+memory (``/usr/bin/time``) and the load:
 
 - ``status_first``: ``nestor status RUN`` on the finished run with no fold
   snapshot (the whole journal folded, the snapshot left);
@@ -25,6 +26,8 @@ in a fresh process, with its peak memory (``/usr/bin/time``) and the load:
 
     python -m bench.million_events /tmp/half/mixed-generational-sweep \\
         /tmp/full/mixed-generational-sweep --nodes 2048 4096 --make 68
+    python -m bench.million_events HALF/mixed-generational-sweep \\
+        W28/mixed-generational-sweep --nodes 2048 4096 --generations 68 60
 
 Writes bench/results/million-events.json.
 """
@@ -53,7 +56,8 @@ from orchestrator.engine.workflow import StageScheduler
 
 run_dir, name, schedule, nodes = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 workload = simulate.scaled(next(w for w in simulate.workloads(False) if w.name == name), nodes)
-workflow = load_spec_text(simulate.spec_text(workload, schedule, workload.generations))
+generations = int(sys.argv[5]) if sys.argv[5] != "-" else workload.generations
+workflow = load_spec_text(simulate.spec_text(workload, schedule, generations))
 events = read_events(run_dir / "journal.jsonl")
 read = time.perf_counter() - began
 backend = SimulatedBackend(nodes, simulate.SLOTS_PER_NODE, lognormal_trials(60.0, 0.5))
@@ -150,7 +154,7 @@ def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
         (copy / "searcher").mkdir()  # no snapshot: the whole search log is replayed
         result["resume"] = {"cut": cut, **timed(
             [sys.executable, "-c", READY, str(copy), args.workload, args.schedule,
-             str(args.nodes)], REPO)}
+             str(args.nodes), str(args.generations or "-")], REPO)}
         print(f"resume after {cut:,} events: ready in {result['resume']['wall_s']} s, peak"
               f" {result['resume']['peak_mib']} MiB (load {result['resume']['load']},"
               f" {result['resume']['out']})", flush=True)
@@ -187,17 +191,23 @@ def main(argv: list[str] | None = None) -> int:
                    help="first run each simulated sweep (this many generations, fsync on) into"
                         " its RUN_DIR's parent; RUN_DIR must then end in"
                         " WORKLOAD-SCHEDULE-sweep")
+    p.add_argument("--generations", type=int, nargs="+", default=None,
+                   help="the generations each run's spec had (default: the workload's, or"
+                        " --make's)")
     args = p.parse_args(argv)
     start = machine.describe()
     nodes = args.nodes * len(args.run_dirs) if len(args.nodes) == 1 else args.nodes
+    generations = args.generations or [args.make]
+    generations = generations * len(args.run_dirs) if len(generations) == 1 else generations
     sizes = []
-    for run_dir, count in zip(args.run_dirs, nodes, strict=True):
+    for run_dir, count, planned in zip(args.run_dirs, nodes, generations, strict=True):
         if args.make is not None:
             made = make(run_dir.parent, args.workload, args.schedule, count, args.make,
                         fsync=True)
             if made != run_dir:
                 raise SystemExit(f"RUN_DIR must be {made} for --make, but got {run_dir}")
-        sizes.append(measure(run_dir, argparse.Namespace(**{**vars(args), "nodes": count})))
+        sizes.append(measure(run_dir, argparse.Namespace(**{**vars(args), "nodes": count,
+                                                            "generations": planned})))
     result: dict[str, Any] = {**sizes[-1], "sizes": sizes,
                               "goals": {"resume_s": 60, "status_s": 2, "results_s": 10,
                                         "peak_mib": 4096}}
