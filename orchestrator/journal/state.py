@@ -360,8 +360,12 @@ class RunState:
         data = {"version": VERSION, "trials": self.trials, "offset": self.offset,
                 "check": _check(journal, self.offset), "state": self._encode()}
         tmp = snapshot.with_name(f"{snapshot.name}.{os.getpid()}.tmp")  # two readers at once
-        tmp.write_text(json.dumps(data, separators=(",", ":")))
-        tmp.replace(snapshot)
+        try:
+            tmp.write_text(json.dumps(data, separators=(",", ":")))
+            tmp.replace(snapshot)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file
+            raise
 
     @classmethod
     def load(cls, snapshot: Path, journal: Path, trials: bool = True) -> RunState | None:

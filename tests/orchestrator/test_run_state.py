@@ -332,3 +332,18 @@ def test_a_stages_plots_fold_its_records_once_and_again_when_they_grow(
                    "value": 2.0})
     assert plots.best_so_far(events, "wide", "max")[-1][1] == 2.0 != curve[-1][1]
     assert folds == [len(events) - 1, len(events)]
+
+
+def test_a_snapshot_that_cannot_be_written_leaves_nothing_behind(
+        journals: dict[str, Path], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    run = cut(journals["sweep"], 1.0, tmp_path / "run")
+    real = Path.replace
+
+    def full(self: Path, target: Any) -> Any:
+        if self.name.endswith(".tmp"):
+            raise OSError(28, "No space left on device")
+        return real(self, target)
+
+    monkeypatch.setattr(Path, "replace", full)
+    assert workflow_status(run)["state"] == "finished"
+    assert sorted(p.name for p in run.iterdir()) == ["journal.jsonl"]
