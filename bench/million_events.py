@@ -1,11 +1,22 @@
 """A journal of a million events: how long resume, status and results take on it.
 
-Reads a run directory that ``python -m bench.simulate --nodes 4096 --keep DIR``
-left (a simulated sweep at 32,768 slots journals about a million events) and
-times, each in a fresh process, with its peak memory (``/usr/bin/time``):
+Reads run directories that ``python -m bench.simulate --nodes 4096 --keep DIR``
+left, or that ``--make GENERATIONS`` runs first (the mixed sweep at 2,048 nodes
+for 68 generations journals 523,802 events; at 4,096 nodes for 60, 924,309;
+at 4,096 for 68, about 1.05 million: give two sizes to see how each figure
+grows with the journal), and times, each in a fresh process, with its peak
+memory (``/usr/bin/time``) and the load:
 
-- ``status``: ``nestor status RUN`` on the finished run;
-- ``results``: ``nestor results RUN`` on the finished run;
+- ``status_first``: ``nestor status RUN`` on the finished run with no fold
+  snapshot (the whole journal folded, the snapshot left);
+- ``status``: the same again (the snapshot read, nothing left to fold);
+- ``status_tail``: on a copy of the run cut where the killed driver below
+  stopped, looked at once, then given the rest of the journal: the tail alone
+  folded onto the snapshot (a run still going);
+- ``results``: ``nestor results RUN`` on the finished run (it reads results.json);
+- ``plots``: the numbers behind the plots: the journal's whole fold (a record
+  per trial and attempt), every attempt laid on the slots, each stage's
+  best-so-far curve;
 - ``resume``: a driver killed after ``--cut`` events (the journal's first
   ``--cut`` lines, in a copy, without the searchers' snapshots, so the whole
   search log is replayed: the worst case) made ready to schedule again: the
@@ -13,8 +24,10 @@ times, each in a fresh process, with its peak memory (``/usr/bin/time``):
   does before its first launch (on a simulated backend: Ray's start is not the
   journal's cost).
 
-    python -m bench.million_events /tmp/runs/mixed-generational-sweep \\
-        --workload mixed --schedule generational --nodes 4096
+    python -m bench.million_events /tmp/half/mixed-generational-sweep \\
+        /tmp/full/mixed-generational-sweep --nodes 2048 4096 --make 68
+    python -m bench.million_events HALF/mixed-generational-sweep \\
+        W28/mixed-generational-sweep --nodes 2048 4096 --generations 68 60
 
 Writes bench/results/million-events.json.
 """
@@ -22,6 +35,7 @@ Writes bench/results/million-events.json.
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import subprocess
 import sys
@@ -42,7 +56,8 @@ from orchestrator.engine.workflow import StageScheduler
 
 run_dir, name, schedule, nodes = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 workload = simulate.scaled(next(w for w in simulate.workloads(False) if w.name == name), nodes)
-workflow = load_spec_text(simulate.spec_text(workload, schedule, workload.generations))
+generations = int(sys.argv[5]) if sys.argv[5] != "-" else workload.generations
+workflow = load_spec_text(simulate.spec_text(workload, schedule, generations))
 events = read_events(run_dir / "journal.jsonl")
 read = time.perf_counter() - began
 backend = SimulatedBackend(nodes, simulate.SLOTS_PER_NODE, lognormal_trials(60.0, 0.5))
@@ -55,9 +70,27 @@ print(f"events {len(events)} read_s {read:.2f} ready_s {time.perf_counter() - be
       f" stages {len(scheduler.active)} requeued {pending}")
 """
 
+PLOTS = """
+import sys, time
+from pathlib import Path
+from orchestrator.journal.state import RunState
+from orchestrator.projections.plots import best_so_far, slot_intervals
+
+began = time.perf_counter()
+state = RunState.of(Path(sys.argv[1]), save=False)
+folded = time.perf_counter()
+intervals, slots = slot_intervals(state)
+laid = time.perf_counter()
+curves = {name: best_so_far(state, name, "max") for name in state.stages}
+print(f"fold_s {folded - began:.2f} slot_intervals_s {laid - folded:.2f}"
+      f" best_so_far_s {time.perf_counter() - laid:.2f} attempts {len(intervals)} slots {slots}")
+"""
+
 
 def timed(argv: list[str], cwd: Path) -> dict[str, Any]:
-    """Run ``argv``; its wall seconds and peak resident memory (GNU time)."""
+    """Run ``argv``; its wall seconds and peak resident memory (GNU time), and the
+    load average (1 min) as it started: the machine is shared."""
+    load = round(os.getloadavg()[0], 1)
     done = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *argv], capture_output=True,
                           text=True, cwd=cwd, check=False)
     line = next(x for x in done.stderr.splitlines() if x.startswith("TIME "))
@@ -65,35 +98,52 @@ def timed(argv: list[str], cwd: Path) -> dict[str, Any]:
     if done.returncode != 0:
         raise RuntimeError(f"{argv} failed: {done.stderr[-2000:]}")
     return {"wall_s": float(wall), "peak_mib": round(int(kib) / 1024, 1),
-            "out": done.stdout.strip().splitlines()[-1:]}
+            "out": done.stdout.strip().splitlines()[-1:], "load": load}
 
 
-def main(argv: list[str] | None = None) -> int:
-    from bench import machine
+def make(keep: Path, workload: str, schedule: str, nodes: int, generations: int,
+         fsync: bool) -> Path:
+    """Run the simulated sweep whose journal is measured: ``workload`` at ``nodes``
+    nodes for ``generations`` generations (bench.simulate's workloads, cluster and
+    failures), its run directory kept in ``keep``. Returns that directory."""
+    from dataclasses import replace
 
-    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("run_dir", type=Path)
-    p.add_argument("--workload", default="mixed")
-    p.add_argument("--schedule", default="generational")
-    p.add_argument("--nodes", type=int, default=4096)
-    p.add_argument("--cut", type=int, default=None,
-                   help="events the killed driver had journalled (default: all but the last"
-                        " tenth)")
-    args = p.parse_args(argv)
-    start = machine.describe()
-    journal = args.run_dir / "journal.jsonl"
+    from bench import simulate
+
+    chosen = next(w for w in simulate.workloads(False) if w.name == workload)
+    chosen = replace(simulate.scaled(chosen, nodes), generations=generations)
+    args = argparse.Namespace(nodes=nodes, seed=0, rank_failure=0.005, node_mtbf_h=2000.0,
+                              repair_h=4.0, allocation_h=None, fsync=fsync)
+    keep.mkdir(parents=True, exist_ok=True)
+    simulate.run_one(chosen, schedule, "sweep", args, keep)
+    return keep / f"{workload}-{schedule}-sweep"
+
+
+def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Every figure of one run directory (one journal size)."""
+    journal = run_dir / "journal.jsonl"
     with journal.open("rb") as handle:
         total = sum(1 for _ in handle)
     nestor = str(Path(sys.executable).parent / "nestor")
-    result: dict[str, Any] = {"run_dir": str(args.run_dir), "events": total,
+    result: dict[str, Any] = {"run_dir": str(run_dir), "events": total,
                               "journal_mib": round(journal.stat().st_size / 2**20, 1)}
-    print(f"{total:,} events, {result['journal_mib']} MiB", flush=True)
-    for name in ("status", "results"):
-        result[name] = timed([nestor, name, str(args.run_dir)], REPO)
-        print(f"{name}: {result[name]['wall_s']} s, peak {result[name]['peak_mib']} MiB",
-              flush=True)
+    print(f"{run_dir}: {total:,} events, {result['journal_mib']} MiB", flush=True)
+    for snapshot in run_dir.glob("journal.fold*"):  # every fold snapshot: a first look
+        snapshot.unlink()
+    # status: the first look folds the whole journal (and leaves its snapshot); the next
+    # reads the snapshot; results reads results.json, not the journal.
+    for name, argv in (("status_first", ["status"]), ("status", ["status"]),
+                       ("results", ["results"])):
+        result[name] = timed([nestor, *argv, str(run_dir)], REPO)
+        print(f"{name}: {result[name]['wall_s']} s, peak {result[name]['peak_mib']} MiB"
+              f" (load {result[name]['load']})", flush=True)
+    # the plots' numbers: the whole fold (a record per trial and attempt), every attempt
+    # laid on the slots, each stage's best-so-far curve
+    result["plots"] = timed([sys.executable, "-c", PLOTS, str(run_dir)], REPO)
+    print(f"plots: {result['plots']['wall_s']} s, peak {result['plots']['peak_mib']} MiB"
+          f" ({result['plots']['out']})", flush=True)
     cut = args.cut or total * 9 // 10
-    with tempfile.TemporaryDirectory(prefix="million-", dir=args.run_dir.parent) as tmp:
+    with tempfile.TemporaryDirectory(prefix="million-", dir=run_dir.parent) as tmp:
         copy = Path(tmp) / "run"
         copy.mkdir()
         with journal.open("rb") as source, (copy / "journal.jsonl").open("wb") as target:
@@ -104,10 +154,69 @@ def main(argv: list[str] | None = None) -> int:
         (copy / "searcher").mkdir()  # no snapshot: the whole search log is replayed
         result["resume"] = {"cut": cut, **timed(
             [sys.executable, "-c", READY, str(copy), args.workload, args.schedule,
-             str(args.nodes)], REPO)}
+             str(args.nodes), str(args.generations or "-")], REPO)}
+        print(f"resume after {cut:,} events: ready in {result['resume']['wall_s']} s, peak"
+              f" {result['resume']['peak_mib']} MiB (load {result['resume']['load']},"
+              f" {result['resume']['out']})", flush=True)
+        # status while a driver runs: its snapshot from a look at the cut journal, then
+        # the rest of the journal appended; only that tail is folded.
+        timed([nestor, "status", str(copy)], REPO)
+        with journal.open("rb") as source, (copy / "journal.jsonl").open("ab") as target:
+            for number, line in enumerate(source):
+                if number >= cut:
+                    target.write(line)
+        result["status_tail"] = {"tail": total - cut, **timed([nestor, "status", str(copy)],
+                                                               REPO)}
+        print(f"status after {total - cut:,} more events: {result['status_tail']['wall_s']} s,"
+              f" peak {result['status_tail']['peak_mib']} MiB", flush=True)
         shutil.rmtree(copy)
-    print(f"resume after {cut:,} events: ready in {result['resume']['wall_s']} s, peak"
-          f" {result['resume']['peak_mib']} MiB ({result['resume']['out']})", flush=True)
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    from bench import machine
+
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("run_dirs", type=Path, nargs="+", metavar="RUN_DIR",
+                   help="kept simulated runs, smallest first: the figures of each, the"
+                        " largest's also at the top of the result")
+    p.add_argument("--workload", default="mixed")
+    p.add_argument("--schedule", default="generational")
+    p.add_argument("--nodes", type=int, nargs="+", default=[4096],
+                   help="the nodes each run had (one for all, or one per run)")
+    p.add_argument("--cut", type=int, default=None,
+                   help="events the killed driver had journalled (default: all but the last"
+                        " tenth)")
+    p.add_argument("--make", type=int, default=None, metavar="GENERATIONS",
+                   help="first run each simulated sweep (this many generations, fsync on) into"
+                        " its RUN_DIR's parent; RUN_DIR must then end in"
+                        " WORKLOAD-SCHEDULE-sweep")
+    p.add_argument("--generations", type=int, nargs="+", default=None,
+                   help="the generations each run's spec had (default: the workload's, or"
+                        " --make's)")
+    args = p.parse_args(argv)
+    start = machine.describe()
+    nodes = args.nodes * len(args.run_dirs) if len(args.nodes) == 1 else args.nodes
+    generations = args.generations or [args.make]
+    generations = generations * len(args.run_dirs) if len(generations) == 1 else generations
+    sizes = []
+    for run_dir, count, planned in zip(args.run_dirs, nodes, generations, strict=True):
+        if args.make is not None:
+            made = make(run_dir.parent, args.workload, args.schedule, count, args.make,
+                        fsync=True)
+            if made != run_dir:
+                raise SystemExit(f"RUN_DIR must be {made} for --make, but got {run_dir}")
+        sizes.append(measure(run_dir, argparse.Namespace(**{**vars(args), "nodes": count,
+                                                            "generations": planned})))
+    result: dict[str, Any] = {**sizes[-1], "sizes": sizes,
+                              "goals": {"resume_s": 60, "status_s": 2, "results_s": 10,
+                                        "peak_mib": 4096}}
+    if len(sizes) > 1:  # each figure's growth against the events' growth
+        small, large = sizes[0], sizes[-1]
+        result["growth"] = {"events": round(large["events"] / small["events"], 2), **{
+            f"{name}_{what}": round(large[name][what] / max(small[name][what], 1e-9), 2)
+            for name in ("status_first", "status", "results", "resume", "status_tail", "plots")
+            for what in ("wall_s", "peak_mib")}}
     result["command"] = " ".join(["python -m bench.million_events", *(argv or sys.argv[1:])])
     result["machine"] = machine.finish(start)
     print("wrote", machine.write_result("million-events", result))

@@ -13,13 +13,15 @@ chart shows idle slots as gaps, with the utilization in its title.
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-END_EVENTS = ("trial_finished", "trial_attempt_failed", "trial_interrupted")
+from orchestrator.journal.state import Attempt, RunState, fold
+
 STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
                  "interrupted": "tab:gray", "running": "tab:blue"}
 
@@ -55,25 +57,44 @@ def _better(a: float, b: float, mode: str) -> bool:
 # -- best so far --------------------------------------------------------------------------
 
 
-def best_so_far(events: Iterable[dict[str, Any]], stage: str, mode: str) -> list[tuple[int, float]]:
+def best_so_far(events: RunState | Iterable[dict[str, Any]], stage: str,
+                mode: str) -> list[tuple[int, float]]:
     """(runs so far, best value so far) after each run of ``stage`` that changed the best.
 
     A run is an attempt that ended (finished, failed and retried, or pruned),
     counted in the order they ended, so the curve charges the search for every
-    training run it paid for.
+    training run it paid for. ``events``: the journal's fold, or its records.
     """
-    runs, best, curve = 0, None, []
-    for event in events:
-        if event.get("stage") != stage or event["event"] not in END_EVENTS[:2]:
+    state = as_state(events)
+    best, curve = None, []
+    found = state.stages.get(stage)
+    for runs, run in enumerate(found.runs if found else [], start=1):
+        if run.status != "completed":
             continue
-        runs += 1
-        if event["event"] != "trial_finished" or event.get("status") != "completed":
-            continue
-        value = _first(event.get("value"))
+        value = _first(run.value)
         if value is not None and (best is None or _better(value, best, mode)):
             best = value
             curve.append((runs, best))
     return curve
+
+
+def as_state(events: RunState | Iterable[dict[str, Any]]) -> RunState:
+    """The journal's fold, made from its records unless it is one already. The last
+    list of records folded is remembered (held, so it is the same list; and of the
+    same length): a stage's plots ask for its curves and slots from one list."""
+    if isinstance(events, RunState):
+        return events
+    if isinstance(events, list):
+        held, length, state = _LAST_FOLD
+        if held is events and length == len(events):
+            return state
+        state = fold(events)
+        _LAST_FOLD[:] = [events, len(events), state]
+        return state
+    return fold(events)
+
+
+_LAST_FOLD: list[Any] = [None, 0, None]
 
 
 def best_so_far_from_summary(summary: dict[str, Any], mode: str) -> list[tuple[int, float]]:
@@ -240,47 +261,67 @@ class SlotInterval:
     stage: str = ""
 
 
-def slot_intervals(events: Sequence[dict[str, Any]], stage: str | None = None,
+def slot_intervals(events: RunState | Iterable[dict[str, Any]], stage: str | None = None,
                    ) -> tuple[list[SlotInterval], int]:
     """The journal's attempts laid on numbered slots; returns those of ``stage``
-    (all if None) and the slot count.
+    (all if None) and the slot count. ``events``: the journal's fold, or its records.
 
     Every stage's attempts take slots, so all are laid out (stages of a DAG run
     at once) before the result is filtered. The journal says when each attempt
     started and ended and how many ranks (dp x mp) it used, not which slots:
     each start takes the lowest-numbered free ones, as a person would draw it.
-    An attempt never ended (the driver was killed) runs to the last event.
+    An attempt a driver restart cut ends then, "interrupted"; one never ended
+    (the driver was killed) runs to the last event.
     Slots past the workflow's count appear only when it oversubscribed.
     """
-    slots = max((int(e.get("slots") or 0) for e in events
-                 if e["event"] in ("workflow_started", "workflow_resumed")), default=0)
-    last = max((e["time"] for e in events), default=0.0)
-    busy: dict[int, tuple[str, int]] = {}  # slot -> (trial, attempt)
-    open_: dict[tuple[str, str, int], tuple[tuple[int, ...], float, str]] = {}
+    state = as_state(events)
+    slots = state.workflow.slots
+    last = state.last_time or 0.0
+    free = FreeSlots(slots)
+    taken: dict[int, tuple[Attempt, tuple[int, ...]]] = {}  # id(attempt) -> it, its slots
     done: list[SlotInterval] = []
-    for event in events:
-        kind = event["event"]
-        if kind == "workflow_resumed":  # a driver restart ended whatever was running
-            _close_all(open_, busy, done, event["time"], "interrupted")
-        elif kind == "trial_started":
-            ranks = _ranks(event.get("shape"))
-            free = [s for s in range(slots + len(busy) + ranks) if s not in busy][:ranks]
-            key = (str(event.get("stage", "")), str(event["trial"]["id"]),
-                   int(event.get("attempt", 1)))
-            for slot in free:
-                busy[slot] = key
-            open_[key] = (tuple(free), event["time"], "running")
-        elif kind in END_EVENTS:
-            key = (str(event.get("stage", "")), str(event["trial"]["id"]),
-                   int(event.get("attempt", 1)))
-            if key in open_:
-                status = {"trial_attempt_failed": "failed",
-                          "trial_interrupted": "interrupted"}.get(kind, event.get("status"))
-                _close(open_, busy, done, key, event["time"], status or "completed")
-    _close_all(open_, busy, done, last, "running")
+    for what, attempt in state.timeline():
+        if what == "start":
+            taken[id(attempt)] = (attempt, free.take(_ranks(attempt.shape)))
+        elif what == "end" and id(attempt) in taken:
+            done.append(_interval(*taken.pop(id(attempt)), free, attempt.ended,
+                                  attempt.outcome or "completed"))
+    for attempt, held in taken.values():  # never ended: the driver was killed
+        done.append(_interval(attempt, held, free, last, "running"))
     used = max((s for i in done for s in i.slots), default=-1) + 1
     mine = [i for i in done if stage is None or i.stage == stage]
     return sorted(mine, key=lambda i: (i.start, i.slots)), max(slots, used)
+
+
+class FreeSlots:
+    """The free slot numbers, lowest first: a start takes the lowest ``ranks`` free
+    ones (past ``slots`` when all are taken: oversubscription), in O(ranks log slots),
+    so laying out a journal's attempts costs time linear in the journal."""
+
+    def __init__(self, slots: int) -> None:
+        self._free = list(range(slots))  # a heap of the free numbers below _next
+        self._next = slots  # no slot at or past it was ever taken
+
+    def take(self, ranks: int) -> tuple[int, ...]:
+        out = []
+        for _ in range(ranks):
+            if self._free:
+                out.append(heapq.heappop(self._free))
+            else:
+                out.append(self._next)
+                self._next += 1
+        return tuple(out)
+
+    def give(self, slots: tuple[int, ...]) -> None:
+        for slot in slots:
+            heapq.heappush(self._free, slot)
+
+
+def _interval(attempt: Attempt, slots: tuple[int, ...], free: FreeSlots,
+              end: float | None, status: str) -> SlotInterval:
+    free.give(slots)
+    return SlotInterval(slots, attempt.started or 0.0, end if end is not None else 0.0,
+                        attempt.trial, attempt.attempt, status, attempt.stage)
 
 
 def _ranks(shape: Any) -> int:
@@ -289,19 +330,6 @@ def _ranks(shape: Any) -> int:
         return max(int(data) * int(model), 1)
     except (ValueError, AttributeError):
         return 1
-
-
-def _close(open_: dict, busy: dict, done: list, key: tuple[str, str, int], when: float,
-           status: str) -> None:
-    slots, start, _ = open_.pop(key)
-    for slot in slots:
-        busy.pop(slot, None)
-    done.append(SlotInterval(slots, start, when, key[1], key[2], status, key[0]))
-
-
-def _close_all(open_: dict, busy: dict, done: list, when: float, status: str) -> None:
-    for key in list(open_):
-        _close(open_, busy, done, key, when, status)
 
 
 def utilization(intervals: Sequence[SlotInterval], slots: int,

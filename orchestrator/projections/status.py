@@ -11,12 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.journal import iter_events
-
-# What the progress is read from: a line of any other kind (the searchers' logs,
-# most of a big journal) is skipped unparsed.
-KINDS = frozenset({"workflow_started", "workflow_resumed", "workflow_finished",
-                   "stage_started", "stage_finished", "trial_started", "trial_finished"})
+from orchestrator.journal.state import RunState
 
 
 def _alive(pid: int | None) -> bool:
@@ -32,45 +27,32 @@ def _alive(pid: int | None) -> bool:
 
 
 def workflow_status(run_dir: Path) -> dict[str, Any]:
-    """Per stage: its state and how many trials completed, failed and are running."""
-    stages: dict[str, dict[str, Any]] = {}
-    driver_pid = None
-    finished = False
-    last: dict[str, Any] | None = None
-    for event in iter_events(run_dir / "journal.jsonl", KINDS):
-        last = event
-        kind = event["event"]
-        if kind in ("workflow_started", "workflow_resumed"):
-            driver_pid = event.get("pid")
-        elif kind == "workflow_finished":
-            finished = True
-        name = event.get("stage")
-        if name is None:
-            continue
-        stage = stages.setdefault(
-            name, {"name": name, "state": "running", "running": set(), "completed": 0,
-                   "failed": 0}
-        )
-        if kind == "trial_started":
-            stage["running"].add(event["trial"]["id"])
-        elif kind == "trial_finished":
-            stage["running"].discard(event["trial"]["id"])
-            stage["completed" if event["status"] == "completed" else "failed"] += 1
-        elif kind == "stage_finished":
-            stage["state"] = "finished"
-            stage["running"] = set()
-    if last is None:
+    """Per stage: its state and how many trials completed, failed and are running.
+
+    Read from the journal's fold (:class:`RunState`, its stages alone), whose
+    snapshot in the run directory makes a second look at a big run read only what
+    was appended since."""
+    run = RunState.of(run_dir, trials=False)
+    if not run.events or run.last_time is None:
         raise FileNotFoundError(f"{run_dir} has no journal: not a nestor run directory")
-    alive = _alive(driver_pid) and not finished
-    for stage in stages.values():
-        stage["running"] = len(stage["running"]) if alive or stage["state"] == "running" else 0
-        if stage["state"] == "running" and not alive:
-            stage["state"] = "interrupted"
+    finished = run.workflow.finished
+    alive = _alive(run.workflow.pid) and not finished
+    stages = []
+    for stage in run.stages.values():
+        state = stage.state
+        if state == "running" and not alive:
+            state = "interrupted"
+        completed = stage.count("completed")
+        stages.append({
+            "name": stage.name, "state": state, "completed": completed,
+            "failed": sum(stage.finished.values()) - completed,
+            "running": len(stage.running) if alive or stage.state == "running" else 0,
+        })
     state = "finished" if finished else ("running" if alive else "interrupted")
     return {
         "run_dir": str(run_dir),
         "state": state,
-        "driver_pid": driver_pid if alive else None,
-        "last_event_age_s": round(time.time() - last["time"], 1),
-        "stages": list(stages.values()),
+        "driver_pid": run.workflow.pid if alive else None,
+        "last_event_age_s": round(time.time() - run.last_time, 1),
+        "stages": stages,
     }

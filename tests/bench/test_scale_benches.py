@@ -29,14 +29,31 @@ def test_the_journal_bench_makes_every_event_durable_in_fewer_fsyncs(
 
 def test_resume_status_and_results_are_timed_on_a_kept_run(
         results: Path, tmp_path: Path) -> None:
-    keep = tmp_path / "runs"
-    keep.mkdir()
-    assert simulate.main(["--nodes", "32", "--workloads", "seed", "--modes", "sweep",
-                          "--keep", str(keep), "--out", "sim"]) == 0
-    run = keep / "seed-generational-sweep"
-    assert million_events.main([str(run), "--workload", "seed", "--nodes", "32"]) == 0
+    runs = []
+    for nodes in (32, 64):  # two sizes: each figure's growth with the journal
+        keep = tmp_path / f"runs-{nodes}"
+        keep.mkdir()
+        assert simulate.main(["--nodes", str(nodes), "--workloads", "seed", "--modes", "sweep",
+                              "--keep", str(keep), "--out", "sim"]) == 0
+        runs.append(keep / "seed-generational-sweep")
+    assert million_events.main([*map(str, runs), "--workload", "seed", "--nodes", "32",
+                                "64"]) == 0
     found = json.loads((results / "million-events.json").read_text())
-    assert found["events"] == sum(1 for _ in (run / "journal.jsonl").open())
-    for name in ("status", "results", "resume"):
+    assert [s["events"] for s in found["sizes"]] == [
+        sum(1 for _ in (run / "journal.jsonl").open()) for run in runs]
+    assert found["events"] == found["sizes"][-1]["events"]
+    for name in ("status_first", "status", "status_tail", "results", "resume", "plots"):
         assert found[name]["wall_s"] > 0 and found[name]["peak_mib"] > 0
     assert found["resume"]["out"][0].startswith(f"events {found['resume']['cut']} ")
+    assert found["status_tail"]["tail"] == found["events"] - found["resume"]["cut"]
+    assert found["growth"]["events"] == round(found["events"] / found["sizes"][0]["events"], 2)
+    # the status the snapshot answered is the status the whole fold answered
+    assert found["status"]["out"] == found["status_first"]["out"]
+    assert (runs[-1] / "journal.fold-stages.json").exists()
+
+
+def test_a_million_events_are_made_by_the_bench_itself(results: Path, tmp_path: Path) -> None:
+    run = tmp_path / "made" / "mixed-generational-sweep"
+    assert million_events.main([str(run), "--nodes", "32", "--make", "2"]) == 0
+    found = json.loads((results / "million-events.json").read_text())
+    assert found["events"] == sum(1 for _ in (run / "journal.jsonl").open()) > 100

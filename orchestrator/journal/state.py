@@ -1,0 +1,498 @@
+"""One fold of the journal into a typed run state: what every reader of a run needs.
+
+The journal stays the truth; :class:`RunState` is what it says, folded once, in
+journal order, one event at a time (``apply``), so it costs time linear in the
+journal and can be kept up to date by folding only what was appended since
+(``fold`` from ``offset``). Readers use it instead of matching event names:
+
+    state = RunState.of(run_dir)                      # snapshot + the journal's tail
+    for stage in state.stages.values():
+        print(stage.name, stage.state, stage.count("completed"), len(stage.running))
+
+API (for ``nestor status``, the plots, and later resume and the projector):
+
+- ``RunState()`` then ``apply(event)`` for each typed event (``events.parse``),
+  or ``apply_record(record)`` for a raw journal line's dict; ``fold(path)``
+  reads the journal file from ``state.offset`` (bytes) to its last complete
+  line and applies what it holds, so calling it again folds only new lines.
+- ``RunState.of(run_dir)``: the state of a run directory, from the snapshot
+  ``journal.fold.json`` when it still matches the journal (same bytes before
+  its offset), folding only the tail, and writing the snapshot again (best
+  effort: a read-only copy of a run is read all the same). ``save``/``load``
+  do the snapshot alone. ``RunState(trials=False)`` (and ``of(..., trials=False)``,
+  snapshot ``journal.fold-stages.json``) folds the stages' heads alone: their
+  state, counts and running ids, not a record per trial; a snapshot of a few KiB
+  whatever the journal's size, which is what ``nestor status`` reads.
+- ``state.workflow`` (name, slots, pid of the last driver, run key, finished,
+  interrupted reason, resumes), ``state.first_time``/``last_time`` (any event's
+  stamp), ``state.events`` (lines folded), ``state.stages[name]``:
+  :class:`StageState` with its ``trials`` (:class:`TrialState` by id, each with
+  its :class:`Attempt` list), ``running`` (trial ids started and not finished),
+  ``finished`` (TrialFinished counts by status), ``runs`` (every attempt that
+  ended, finished or failed-and-retried, in the order they ended: what a search
+  paid for), ``plan``/``replans``, ``threshold_at`` and ``removed`` checkpoints.
+- ``state.timeline()``: every attempt's start and end and every driver restart
+  in journal order, for anything that replays slot use.
+
+Adopting it. Resume needs, beyond what is here, each finished trial's trial
+dict, metrics, history and reason: keep the parsed TrialFinished on its
+TrialState (a reference, not a copy) rather than a second pass over records; and
+the searchers' log, which the fold skips: read it with ``iter_events(path,
+kinds=kinds_of(SearchLogged))``. The projector's cursor is ``offset``: call
+``fold`` on each wake, and take the new typed events from ``apply`` (override it,
+or fold a reader's own records with ``apply_record``).
+
+Folded, not parsed: the searchers' logs (``SearchLogged``, most of a big
+journal) are skipped unparsed (their stamp is still read), and a stage's summary
+(``StageFinished``: every trial again, tens of MiB on a big run) is not kept,
+since results.json holds it. Resume needs the search log: it reads those lines
+itself, with ``iter_events(kinds=...)``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from orchestrator.journal.events import (
+    KINDS,
+    CheckpointRemoved,
+    Event,
+    SearchLogged,
+    StageFinished,
+    StagePlanned,
+    StageReplanned,
+    StageStarted,
+    ThresholdReached,
+    TrialAttemptFailed,
+    TrialFinished,
+    TrialInterrupted,
+    TrialStarted,
+    WorkflowFinished,
+    WorkflowInterrupted,
+    WorkflowResumed,
+    WorkflowStarted,
+    kinds_of,
+    parse,
+)
+
+SNAPSHOT = "journal.fold.json"
+STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
+VERSION = 1  # of the snapshot's layout: another version is folded afresh
+CHECK_BYTES = 4096  # the journal's bytes before the offset that a snapshot must match
+SKIPPED = kinds_of(SearchLogged)  # lines the fold reads only the stamp of
+# The last field of a kind, not kept and so not parsed: the line is cut before it.
+UNKEPT = {StageFinished.kind: b',"summary":'}
+
+
+@dataclass(slots=True)
+class Attempt:
+    """One attempt of one trial: started (or only ended, in an old journal), maybe ended.
+    ``outcome`` is the trial's status for its last attempt, "failed" for an attempt that
+    failed and was retried, "interrupted" when a driver restart or a TrialInterrupted
+    cut it, None while it runs. ``start_index``/``end_index``: events folded before it."""
+
+    stage: str
+    trial: str
+    attempt: int
+    shape: str | None = None
+    started: float | None = None
+    start_index: int | None = None
+    ended: float | None = None
+    end_index: int | None = None
+    outcome: str | None = None
+
+
+@dataclass(slots=True)
+class Run:
+    """An attempt that ended and trained (TrialFinished or TrialAttemptFailed): what
+    a search's runs are counted by. ``status``: the trial's, or "retried"."""
+
+    trial: str
+    attempt: int
+    status: str
+    value: Any
+
+
+@dataclass(slots=True)
+class TrialState:
+    id: str
+    attempts: int = 0
+    status: str = "running"  # until TrialFinished: completed, pruned or failed
+    value: Any = None
+    shape: str | None = None
+    slot_seconds: float = 0.0
+    finished_at: float | None = None
+    checkpoint: str | None = None
+    history: list[Attempt] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class StageState:
+    name: str
+    kind: str | None = None
+    sources: list[str] = field(default_factory=list)
+    state: str = "running"  # or "finished"
+    started_at: float | None = None
+    finished_at: float | None = None
+    trials: dict[str, TrialState] = field(default_factory=dict)
+    running: set[str] = field(default_factory=set)
+    finished: dict[str, int] = field(default_factory=dict)  # TrialFinished by status
+    runs: list[Run] = field(default_factory=list)
+    plan: dict[str, Any] | None = None  # the StagePlanned's dp, mp, slots
+    replans: list[dict[str, Any]] = field(default_factory=list)
+    threshold_at: float | None = None
+    removed: set[str] = field(default_factory=set)  # trials whose checkpoint went
+
+    def count(self, status: str) -> int:
+        return self.finished.get(status, 0)
+
+
+@dataclass(slots=True)
+class WorkflowState:
+    name: str | None = None
+    slots: int = 0  # the most any driver had
+    pid: int | None = None  # the last driver's
+    run_key: str | None = None
+    backend: str | None = None
+    started_at: float | None = None
+    finished: bool = False
+    interrupted: str | None = None  # the last WorkflowInterrupted's reason
+    resumes: list[tuple[int, float]] = field(default_factory=list)  # (index, time)
+
+
+class RunState:
+    """A run as its journal says it: see the module's docstring."""
+
+    def __init__(self, trials: bool = True) -> None:
+        self.trials = trials  # False: the stages' heads alone (counts, running ids)
+        self.workflow = WorkflowState()
+        self.stages: dict[str, StageState] = {}
+        self.events = 0  # lines folded (skipped kinds included)
+        self.offset = 0  # journal bytes folded
+        self.first_time: float | None = None
+        self.last_time: float | None = None
+        self._open: dict[tuple[str, str, int], Attempt] = {}  # started, not ended
+
+    # -- folding --------------------------------------------------------------------
+
+    def apply(self, event: Event) -> None:
+        """Fold one typed event, the next in journal order."""
+        index = self.events
+        self.events += 1
+        self._stamp(event.time)
+        if isinstance(event, WorkflowStarted | WorkflowResumed):
+            self._driver(event, index)
+            return
+        if isinstance(event, WorkflowFinished):
+            self.workflow.finished = True
+            return
+        if isinstance(event, WorkflowInterrupted):
+            self.workflow.interrupted = event.reason
+            return
+        stage = self._stage(event.stage)  # type: ignore[attr-defined]
+        if isinstance(event, TrialStarted):
+            self._started(stage, event, index)
+        elif isinstance(event, TrialFinished | TrialAttemptFailed | TrialInterrupted):
+            self._ended(stage, event, index)
+        elif isinstance(event, StageStarted):
+            stage.kind, stage.sources, stage.started_at = (event.stage_kind,
+                                                           list(event.sources or []), event.time)
+        elif isinstance(event, StageFinished):
+            stage.state, stage.finished_at, stage.running = "finished", event.time, set()
+        elif isinstance(event, StagePlanned):
+            stage.plan = {"dp": event.dp, "mp": event.mp, "slots": event.slots}
+        elif isinstance(event, StageReplanned):
+            stage.replans.append({"dp": event.dp, "mp": event.mp, "left": event.left,
+                                  "reason": event.reason})
+        elif isinstance(event, ThresholdReached):
+            stage.threshold_at = event.time
+        elif isinstance(event, CheckpointRemoved):
+            stage.removed.add(event.trial)
+
+    def apply_record(self, record: dict[str, Any]) -> None:
+        """Fold one journal record (a line's dict); a kind the fold skips is counted."""
+        if record.get("event") in SKIPPED:
+            self.events += 1
+            self._stamp(record.get("time"))
+            return
+        self.apply(read(record))
+
+    def fold(self, path: str | os.PathLike[str]) -> int:
+        """Fold the journal at ``path`` from ``self.offset`` to its last complete line
+        (a torn tail waits for the next call); returns the lines folded."""
+        before = self.events
+        if not Path(path).exists():
+            return 0
+        with Path(path).open("rb") as handle:
+            handle.seek(self.offset)
+            for line in handle:
+                if not line.endswith(b"\n"):
+                    break  # torn, or still being written
+                self.offset += len(line)
+                if not line.strip():
+                    continue
+                kind = _kind(line)
+                if kind in SKIPPED:
+                    self.events += 1
+                    self._stamp(_time(line))
+                    continue
+                self.apply(read(json.loads(_head(line, kind))))
+        return self.events - before
+
+    def timeline(self) -> Iterator[tuple[str, Any]]:
+        """("start", Attempt), ("end", Attempt) and ("resume", time), in journal order."""
+        marks: list[tuple[int, int, str, Any]] = [(i, 0, "resume", t)
+                                                  for i, t in self.workflow.resumes]
+        for stage in self.stages.values():
+            for trial in stage.trials.values():
+                for attempt in trial.history:
+                    if attempt.start_index is not None:
+                        marks.append((attempt.start_index, 1, "start", attempt))
+                    if attempt.end_index is not None:
+                        marks.append((attempt.end_index, 2, "end", attempt))
+        marks.sort(key=lambda m: (m[0], m[1]))
+        for _, _, what, item in marks:
+            yield what, item
+
+    # -- the parts --------------------------------------------------------------------
+
+    def _stamp(self, time: float | None) -> None:
+        if time is None:
+            return
+        if self.first_time is None:
+            self.first_time = time
+        self.last_time = time if self.last_time is None else max(self.last_time, time)
+
+    def _driver(self, event: WorkflowStarted | WorkflowResumed, index: int) -> None:
+        flow = self.workflow
+        flow.pid = event.pid
+        flow.slots = max(flow.slots, int(event.slots or 0))
+        if isinstance(event, WorkflowStarted):
+            flow.name, flow.run_key, flow.backend = event.workflow, event.run_key, event.backend
+            flow.started_at = event.time
+            return
+        flow.resumes.append((index, event.time))
+        for attempt in self._open.values():  # a restart ended whatever was running
+            attempt.ended, attempt.end_index, attempt.outcome = event.time, index, "interrupted"
+        self._open.clear()
+
+    def _stage(self, name: str) -> StageState:
+        stage = self.stages.get(name)
+        if stage is None:
+            stage = self.stages[name] = StageState(name)
+        return stage
+
+    def _trial(self, stage: StageState, trial: dict[str, Any] | str) -> TrialState:
+        trial_id = str(trial["id"] if isinstance(trial, dict) else trial)
+        record = stage.trials.get(trial_id)
+        if record is None:
+            record = stage.trials[trial_id] = TrialState(trial_id)
+        return record
+
+    def _started(self, stage: StageState, event: TrialStarted, index: int) -> None:
+        if not self.trials:
+            stage.running.add(str(event.trial["id"]))
+            return
+        trial = self._trial(stage, event.trial)
+        attempt = Attempt(stage.name, trial.id, int(event.attempt or 1), event.shape,
+                          event.time, index)
+        trial.history.append(attempt)
+        trial.attempts = max(trial.attempts, attempt.attempt)
+        trial.shape = event.shape or trial.shape
+        stage.running.add(trial.id)
+        self._open[(stage.name, trial.id, attempt.attempt)] = attempt
+
+    def _ended(self, stage: StageState,
+               event: TrialFinished | TrialAttemptFailed | TrialInterrupted, index: int) -> None:
+        if not self.trials:
+            if isinstance(event, TrialFinished):
+                stage.running.discard(str(event.trial["id"]))
+                outcome = event.status or "completed"
+                stage.finished[outcome] = stage.finished.get(outcome, 0) + 1
+            return
+        trial = self._trial(stage, event.trial)
+        number = int(event.attempt or 1)
+        trial.attempts = max(trial.attempts, number)
+        if isinstance(event, TrialInterrupted):
+            outcome = "interrupted"
+        elif isinstance(event, TrialAttemptFailed):
+            outcome = "failed"
+            stage.runs.append(Run(trial.id, number, "retried", None))
+        else:
+            outcome = event.status or "completed"
+            stage.runs.append(Run(trial.id, number, outcome, event.value))
+            stage.running.discard(trial.id)
+            stage.finished[outcome] = stage.finished.get(outcome, 0) + 1
+            trial.status, trial.value, trial.finished_at = outcome, event.value, event.time
+            trial.checkpoint = event.checkpoint
+        if not isinstance(event, TrialInterrupted):
+            trial.slot_seconds += float(event.slot_seconds or 0.0)
+        attempt = self._open.pop((stage.name, trial.id, number), None)
+        if attempt is not None:
+            attempt.ended, attempt.end_index, attempt.outcome = event.time, index, outcome
+
+    # -- the snapshot -----------------------------------------------------------------
+
+    @classmethod
+    def of(cls, run_dir: str | os.PathLike[str], journal: str = "journal.jsonl",
+           trials: bool = True, save: bool = True) -> RunState:
+        """The run's state: its snapshot brought up to date with the journal's tail.
+        ``trials=False``: the stages' heads alone, with a snapshot of their own (small:
+        what ``nestor status`` reads)."""
+        path = Path(run_dir) / journal
+        snapshot = snapshot_path(run_dir, trials)
+        state = cls.load(snapshot, path, trials) or cls(trials)
+        if state.fold(path) and save:
+            with contextlib.suppress(OSError):  # a read-only copy of a run: not cached
+                state.save(snapshot, path)
+        return state
+
+    def save(self, snapshot: Path, journal: Path) -> None:
+        """Write the state with the journal offset it covers (atomically)."""
+        data = {"version": VERSION, "trials": self.trials, "offset": self.offset,
+                "check": _check(journal, self.offset), "state": self._encode()}
+        tmp = snapshot.with_name(f"{snapshot.name}.{os.getpid()}.tmp")  # two readers at once
+        try:
+            tmp.write_text(json.dumps(data, separators=(",", ":")))
+            tmp.replace(snapshot)
+        except OSError:
+            tmp.unlink(missing_ok=True)  # a full disk leaves no half-written file
+            raise
+
+    @classmethod
+    def load(cls, snapshot: Path, journal: Path, trials: bool = True) -> RunState | None:
+        """The snapshot's state if it is of this layout and the journal still holds the
+        bytes it was folded from; else None (fold from the start)."""
+        try:
+            data = json.loads(snapshot.read_bytes())
+            if data.get("version") != VERSION or data.get("trials") != trials:
+                return None
+            if _check(journal, int(data["offset"])) != data["check"]:
+                return None
+            return cls._decode(data["state"], int(data["offset"]), trials)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def _encode(self) -> dict[str, Any]:
+        stages = []
+        for stage in self.stages.values():
+            head = {f.name: getattr(stage, f.name) for f in dataclasses.fields(StageState)
+                    if f.name not in ("trials", "running", "runs", "removed")}
+            stages.append({
+                **head, "running": sorted(stage.running), "removed": sorted(stage.removed),
+                "runs": [[r.trial, r.attempt, r.status, r.value] for r in stage.runs],
+                "trials": [[t.id, t.attempts, t.status, t.value, t.shape, t.slot_seconds,
+                            t.finished_at, t.checkpoint,
+                            [[a.attempt, a.shape, a.started, a.start_index, a.ended,
+                              a.end_index, a.outcome] for a in t.history]]
+                           for t in stage.trials.values()],
+            })
+        flow = dataclasses.asdict(self.workflow)
+        return {"workflow": flow, "stages": stages, "events": self.events,
+                "first_time": self.first_time, "last_time": self.last_time,
+                "open": [[a.stage, a.trial, a.attempt] for a in self._open.values()]}
+
+    @classmethod
+    def _decode(cls, data: dict[str, Any], offset: int, trials: bool) -> RunState:
+        state = cls(trials)
+        state.offset, state.events = offset, int(data["events"])
+        state.first_time, state.last_time = data["first_time"], data["last_time"]
+        flow = data["workflow"]
+        state.workflow = WorkflowState(**{**flow, "resumes": [tuple(r) for r in flow["resumes"]]})
+        for raw in data["stages"]:
+            stage = StageState(**{k: v for k, v in raw.items()
+                                  if k not in ("trials", "running", "runs", "removed")})
+            stage.running, stage.removed = set(raw["running"]), set(raw["removed"])
+            stage.runs = [Run(*r) for r in raw["runs"]]
+            for (tid, attempts, status, value, shape, slot_s, at, checkpoint,
+                 history) in raw["trials"]:
+                stage.trials[tid] = TrialState(
+                    tid, attempts, status, value, shape, slot_s, at, checkpoint,
+                    [Attempt(stage.name, tid, *a) for a in history])
+            state.stages[stage.name] = stage
+        for stage_name, tid, number in data["open"]:
+            attempt = next(a for a in state.stages[stage_name].trials[tid].history
+                           if a.attempt == number and a.end_index is None)
+            state._open[(stage_name, tid, number)] = attempt
+        return state
+
+
+def snapshot_path(run_dir: str | os.PathLike[str], trials: bool = True) -> Path:
+    """Where a run's fold snapshot is: one per level of detail."""
+    return Path(run_dir) / (SNAPSHOT if trials else STAGES_SNAPSHOT)
+
+
+def fold(records: Iterable[dict[str, Any] | Event]) -> RunState:
+    """The state of records (journal lines' dicts) or typed events, folded in order."""
+    state = RunState()
+    for record in records:
+        if isinstance(record, Event):
+            state.apply(record)
+        else:
+            state.apply_record(record)
+    return state
+
+
+def read(record: dict[str, Any]) -> Event:
+    """``events.parse``, but a field its class requires that an older writer (or a
+    hand-made record) left out reads as None, so an old journal still folds."""
+    try:
+        return parse(record)
+    except TypeError:
+        cls = KINDS[record["event"]]
+        needed = {f.name: None for f in dataclasses.fields(cls)
+                  if f.default is dataclasses.MISSING
+                  and f.default_factory is dataclasses.MISSING}
+        return parse({**needed, **record})
+
+
+def _kind(line: bytes) -> str | None:
+    """A line's kind from its start, where Journal.append writes it (None: not there)."""
+    start = line.find(b'"event":"', 0, 120)
+    if start < 0:
+        return None
+    start += 9
+    return line[start:line.find(b'"', start)].decode()
+
+
+def _head(line: bytes, kind: str | None) -> bytes:
+    """The line without the fields the fold does not keep (a stage's summary: every
+    trial again, tens of MiB on a big run), cut where Journal.append wrote them last;
+    the whole line where they are not found."""
+    marker = UNKEPT.get(kind or "")
+    if marker is None:
+        return line
+    at = line.find(marker)
+    return line if at < 0 else line[:at] + b"}"
+
+
+def _time(line: bytes) -> float | None:
+    start = line.find(b'"time":', 0, 80)
+    if start < 0:
+        return None
+    start += 7
+    try:
+        return float(line[start:line.find(b",", start)])
+    except ValueError:
+        return None
+
+
+def _check(journal: Path, offset: int) -> str | None:
+    """A digest of the journal's bytes just before ``offset`` (None: it is shorter)."""
+    try:
+        with journal.open("rb") as handle:
+            handle.seek(max(0, offset - CHECK_BYTES))
+            data = handle.read(min(offset, CHECK_BYTES))
+    except OSError:
+        return None
+    if len(data) != min(offset, CHECK_BYTES):
+        return None
+    return hashlib.sha1(data).hexdigest() + f":{offset}"
