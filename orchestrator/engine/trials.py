@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
-from orchestrator.backends.ray.gangs import Shape
 from orchestrator.backends.ray.heartbeat import BEAT_EVERY_S
+from orchestrator.backends.shape import Shape
 from orchestrator.journal.events import (
     CheckpointRemoved,
     SearchLogged,
