@@ -172,6 +172,16 @@ class SearchLogged(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlanState(Event):
+    """A fixed plan's whole state (its few trials, asked and told), journalled when it
+    changes: a resumed driver restores the stage's plan from the last one."""
+
+    kind: ClassVar[str] = "plan_state"
+    stage: str
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
 class StagePlanned(Event):
     """The shape a ``parallel: auto`` stage's trials take, chosen on the slots it
     has; a resumed driver reads it back rather than choosing again."""
@@ -205,7 +215,7 @@ KINDS: dict[str, type[Event]] = {
         WorkflowStarted, WorkflowResumed, WorkflowFinished, WorkflowInterrupted,
         StageStarted, StageFinished, TrialStarted, TrialAttemptFailed, TrialFinished,
         TrialInterrupted, CheckpointRemoved, ThresholdReached, SearchLogged, StagePlanned,
-        StageReplanned,
+        StageReplanned, PlanState,
     )
 }
 
