@@ -31,7 +31,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +41,7 @@ from orchestrator.engine.attempts import Attempt, AttemptPolicy
 from orchestrator.engine.checkpoints import CheckpointKeeper
 from orchestrator.engine.outcome import outcome as attempt_outcome
 from orchestrator.engine.outcome import slot_time
+from orchestrator.engine.records import TrialRecord, TrialRecords
 from orchestrator.engine.search_log import SearchLog
 from orchestrator.engine.shaping import StageShape
 from orchestrator.journal.events import (
@@ -63,28 +63,6 @@ from orchestrator.spec import Workflow
 log = logging.getLogger(__name__)
 
 __all__ = ["Attempt", "SkipTrial", "TrialRecord", "TrialRunner"]
-
-
-@dataclass
-class TrialRecord:
-    """What the stage knows of a trial, for the summary and results."""
-
-    id: str
-    config: dict[str, Any]
-    generation: int
-    deme: int
-    parents: list[str]
-    status: str = "running"
-    value: float | list[float] | None = None
-    metrics: dict[str, Any] = field(default_factory=dict)
-    reason: str | None = None
-    attempts: int = 0
-    slot_seconds: float = 0.0  # the trial's own ranks' busy time
-    startup_slot_seconds: float = 0.0  # slot time spent starting gangs for it
-    finished_at: float | None = None
-    checkpoint: str | None = None
-    history: list[dict[str, Any]] = field(default_factory=list)  # per-epoch metrics
-    shape: str | None = None  # of its last attempt ("2x1"): a re-plan widens later trials
 
 
 class SkipTrial(Exception):
@@ -145,7 +123,7 @@ class TrialRunner:
         self.checkpoints = CheckpointKeeper(stage.name, getattr(stage, "keep_checkpoints", None),
                                             run_dir, journal)
         self.results = ResultFiles(run_dir, stage.name)
-        self.records: dict[str, TrialRecord] = {}
+        self.records = TrialRecords()
         self.running: dict[str, Attempt] = {}  # by trial id
         self._busy_ranks = 0  # the running attempts' ranks, kept as they come and go
         self.keys: dict[str, str] = {}  # attempt key -> trial id
@@ -169,24 +147,8 @@ class TrialRunner:
         self.shaping.restore(mine)
         self.search_log.restore(mine)
         for event in mine:
-            if isinstance(event, TrialStarted):
-                record = self._record(event.trial)
-                record.attempts = max(record.attempts, event.attempt)
-                record.shape = event.shape or record.shape
-            elif isinstance(event, TrialFinished | TrialAttemptFailed):
-                record = self._record(event.trial)
-                record.attempts = max(record.attempts, event.attempt)
-                record.slot_seconds += event.slot_seconds
-                record.startup_slot_seconds += event.startup_slot_seconds
-                if isinstance(event, TrialFinished):
-                    record.status = event.status
-                    record.value = event.value
-                    record.metrics = event.metrics
-                    record.reason = event.reason
-                    record.checkpoint = event.checkpoint
-                    record.history = event.history
-                    record.finished_at = event.time
-            elif isinstance(event, ThresholdReached):
+            self.records.apply(event)
+            if isinstance(event, ThresholdReached):
                 self.threshold_at = event.time
             elif isinstance(event, CheckpointRemoved):
                 self.checkpoints.removed(event.trial, self.records)
@@ -213,7 +175,7 @@ class TrialRunner:
         if found is None:
             return False
         number, result = found
-        record = self._record(trial.to_dict())
+        record = self.records.of(trial.to_dict())
         record.attempts = max(record.attempts, number)
         now = self.backend.now()
         key = f"{self.stage.name}/{trial.id}#{number}"
@@ -229,14 +191,6 @@ class TrialRunner:
         self._finish_attempt(attempt, attempt_outcome(attempt, event, self.objectives), event,
                              adopted=True)
         return True
-
-    def _record(self, trial: dict[str, Any]) -> TrialRecord:
-        if trial["id"] not in self.records:
-            self.records[trial["id"]] = TrialRecord(
-                trial["id"], dict(trial["config"]), trial.get("generation", 0),
-                trial.get("deme", 0), list(trial.get("parents", [])),
-            )
-        return self.records[trial["id"]]
 
     # -- the loop (the workflow's StageScheduler drives it) ---------------------------
 
@@ -338,7 +292,7 @@ class TrialRunner:
     def _start(self, trial: Any, number: int) -> None:
         from trainers import TrialRequest
 
-        record = self._record(trial.to_dict())
+        record = self.records.of(trial.to_dict())
         record.attempts = number
         record.shape = str(self.shape)
         try:
@@ -513,7 +467,6 @@ class TrialRunner:
     def summary(self) -> dict[str, Any]:
         best = self.searcher.best()
         best_record = self.records.get(best.trial.id) if best else None
-        finished = [r for r in self.records.values() if r.status != "running"]
         return {
             "name": self.stage.name,
             "kind": self.stage.kind,
@@ -526,26 +479,9 @@ class TrialRunner:
                 "test_value": best_record.metrics.get("test_accuracy"),
                 "checkpoint": best_record.checkpoint,
             },
-            "trials": [
-                {
-                    "id": r.id, "status": r.status, "value": r.value, "config": r.config,
-                    "checkpoint": r.checkpoint,
-                    "generation": r.generation, "deme": r.deme, "parents": r.parents,
-                    "attempts": r.attempts, "slot_seconds": round(r.slot_seconds, 3),
-                    "startup_slot_seconds": round(r.startup_slot_seconds, 3),
-                    "reason": r.reason, "metrics": r.metrics, "shape": r.shape,
-                    **self._batch_of(r),
-                }
-                for r in self.records.values()
-            ],
+            "trials": self.records.rows(self._batch_of),
             **self.shaping.summary(self.settings.get("lr_scaling")),
-            "n_trials": len(self.records),
-            "n_runs": sum(r.attempts for r in self.records.values()),
-            "n_failed": sum(1 for r in finished if r.status == "failed"),
-            "n_pruned": sum(1 for r in finished if r.status == "pruned"),
-            "slot_seconds": round(sum(r.slot_seconds for r in self.records.values()), 3),
-            "startup_slot_seconds": round(sum(r.startup_slot_seconds
-                                              for r in self.records.values()), 3),
+            **self.records.totals(),
             "wall_time_s": round(time.time() - self.started_at, 3),
             "time_to_threshold_s": None if self.threshold_at is None
             else round(self.threshold_at - self.started_at, 3),

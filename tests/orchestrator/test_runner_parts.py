@@ -342,3 +342,38 @@ def test_slot_time_splits_a_trials_own_time_from_its_gangs_start() -> None:
     never = attempt()
     never.launched = 25.0
     assert slot_time(never, Ended("k", 30.0, started=False)) == (0.0, 10.0)
+
+
+# -- the ledger of trials -------------------------------------------------------------------
+
+
+def test_the_ledger_replays_a_trials_attempts_into_its_record_and_totals() -> None:
+    from orchestrator.engine.records import TrialRecords
+
+    trial = {"id": "t1", "config": {"x": 0.5}, "generation": 2}
+    journal = [
+        {"event": "trial_started", "stage": "tune", "trial": trial, "attempt": 1, "gang": 1,
+         "shape": "2x1"},
+        {"event": "trial_attempt_failed", "stage": "tune", "trial": trial, "attempt": 1,
+         "reason": "rank 1 died", "slot_seconds": 10.0, "startup_slot_seconds": 2.0},
+        {"event": "trial_started", "stage": "tune", "trial": trial, "attempt": 2, "gang": 2,
+         "shape": "4x1"},
+        {"event": "trial_finished", "stage": "tune", "trial": trial, "attempt": 2,
+         "status": "completed", "value": 0.9, "metrics": {"val_accuracy": 0.9}, "reason": None,
+         "slot_seconds": 30.0, "startup_slot_seconds": 4.0, "checkpoint": "/c/t1",
+         "time": 123.0},
+        {"event": "trial_started", "stage": "tune", "trial": {"id": "t2", "config": {}},
+         "attempt": 1, "gang": 3, "shape": "2x1"},
+    ]
+    records = TrialRecords()
+    for record in journal:
+        records.apply(parse(record))
+    done = records["t1"]
+    assert (done.attempts, done.status, done.value, done.shape, done.generation) == (
+        2, "completed", 0.9, "4x1", 2)
+    assert (done.slot_seconds, done.startup_slot_seconds, done.finished_at) == (40.0, 6.0, 123.0)
+    assert records["t2"].status == "running"
+    assert records.totals() == {"n_trials": 2, "n_runs": 3, "n_failed": 0, "n_pruned": 0,
+                                "slot_seconds": 40.0, "startup_slot_seconds": 6.0}
+    rows = records.rows(lambda r: {"lr": 0.1} if r.id == "t1" else {})
+    assert [row["id"] for row in rows] == ["t1", "t2"] and rows[0]["lr"] == 0.1
