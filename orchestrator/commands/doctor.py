@@ -35,7 +35,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.ray.probe import ray_cluster
+from orchestrator.backends.ray import probe
 
 RESETUP = "rerun set-up on this node (NESTOR_FORCE_SETUP=1 make setup)"
 
@@ -192,7 +192,7 @@ def gather(address: str | None = None, *, ray: bool = True,
         "gpus": nvidia_gpus(),
         "torch": torch_info(),
         "horovod": horovod_info(),
-        "ray": ray_cluster(address, run_dir=run_dir) if ray else None,
+        "ray": probe.ray_cluster(address, run_dir=run_dir) if ray else None,
         "rank_env": rank_env(),
     }
     report["warnings"] = warnings_for(report)
