@@ -83,11 +83,11 @@ def machine() -> str:
 
 
 def run_nestor(spec_text: str, workdir: Path, name: str) -> dict:
-    from orchestrator.engine.workflow import run_workflow
+    from orchestrator.commands.run import run_spec
 
     spec = workdir / f"{name}.yaml"
     spec.write_text(spec_text)
-    _, results = run_workflow(spec, run_dir=workdir / name)
+    _, results = run_spec(spec, run_dir=workdir / name)
     return results["stages"][0] | {"total_wall_s": results["wall_time_s"]}
 
 

@@ -312,8 +312,9 @@ def warm_worker() -> None:
 def run_search(workdir: Path, profile: Profile, name: str, seed: int) -> dict[str, Any]:
     """One search, one seed: a real workflow on the Ray this process started,
     stopped when its slot-seconds are spent; its figures read from its journal."""
+    from orchestrator.commands.run import run_spec
     from orchestrator.engine import stopping
-    from orchestrator.engine.workflow import JOURNAL_FILE, run_workflow
+    from orchestrator.engine.workflow import JOURNAL_FILE
     from orchestrator.journal.journal import read_events
 
     spec = spec_for(profile, name, seed)
@@ -322,7 +323,7 @@ def run_search(workdir: Path, profile: Profile, name: str, seed: int) -> dict[st
     run_dir = workdir / spec["name"]
     with SlotBudget(profile.budget_slot_s) as budget:
         try:
-            run_workflow(path, run_dir=run_dir, on_progress=budget.on_progress)
+            run_spec(path, run_dir=run_dir, on_progress=budget.on_progress)
         except stopping.Interrupted as exc:
             if exc.reason != STOP_REASON:
                 raise

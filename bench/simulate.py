@@ -240,7 +240,7 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
     until the time limit stops the driver."""
     from orchestrator.backends import SimulatedBackend, lognormal_trials
     from orchestrator.engine.stopping import Interrupted
-    from orchestrator.simulate import simulate_workflow
+    from orchestrator.engine.workflow import run_workflow
     from orchestrator.spec import load_spec_text
 
     class TimedBackend(SimulatedBackend):
@@ -268,7 +268,7 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
     _reset_peak_memory()
     cpu0, wall0 = time.process_time(), time.perf_counter()
     try:
-        simulate_workflow(workflow, backend, run_dir, fsync=args.fsync)
+        run_workflow(workflow, backend, run_dir, fsync=args.fsync)
     except Interrupted:
         if not allocation:
             raise

@@ -151,8 +151,8 @@ def simulate_row(model: Any, row: dict[str, Any], *, nodes: int, slots_per_node:
                  workdir: Path) -> dict[str, Any]:
     """Run one row's workflow on the simulated cluster; what its slots did."""
     from orchestrator.backends import SimulatedBackend
+    from orchestrator.engine.workflow import run_workflow
     from orchestrator.planning import GANG_START_S, cost_model_trials
-    from orchestrator.simulate import simulate_workflow
     from orchestrator.spec import load_spec_text
 
     c = row["candidate"]
@@ -169,7 +169,7 @@ def simulate_row(model: Any, row: dict[str, Any], *, nodes: int, slots_per_node:
                                         population=population, generations=generations))
     run_dir = workdir / row["label"].replace(" ", "_").replace("(", "").replace(")", "")
     tick = time.perf_counter()
-    results = simulate_workflow(workflow, backend, run_dir)
+    results = run_workflow(workflow, backend, run_dir)
     end = backend.now()
     busy = sum((a.ended - a.started) * a.ranks for a in backend.attempts
                if a.started is not None and a.ended is not None)

@@ -16,7 +16,7 @@
    of the individual speed-ups (HPO from table 2, dp and mp from table 1)
    that the seed used as its estimate.
 
-Every HPO run is a real nestor workflow (``run_workflow``: Ray, warm Horovod
+Every HPO run is a real nestor workflow (``run_spec``: Ray, warm Horovod
 gangs, journal, MLflow) on one Ray started here with ``--slots`` CPUs.
 
     .venv/bin/python -m bench.tables --quick          # minutes, small sizes
@@ -181,7 +181,7 @@ def search_block(algorithm: str, profile: Profile, seed: int) -> str:
 def run_stage(workdir: Path, name: str, *, search: str, profile: Profile, slots: int,
               threshold: float | None, dp: int = 1, mp: int = 1) -> dict[str, Any]:
     """One nestor workflow with one HPO stage; returns the stage's summary and wall time."""
-    from orchestrator.engine.workflow import run_workflow
+    from orchestrator.commands.run import run_spec
 
     settings = {**profile.settings, "epochs": profile.epochs}
     constants = "".join(f"      {name}: {{type: constant, value: {value}}}\n"
@@ -205,7 +205,7 @@ def run_stage(workdir: Path, name: str, *, search: str, profile: Profile, slots:
     path = workdir / f"{name}.yaml"
     path.write_text(spec)
     tick = time.perf_counter()
-    _, results = run_workflow(path, run_dir=workdir / name)
+    _, results = run_spec(path, run_dir=workdir / name)
     wall = time.perf_counter() - tick
     stage = results["stages"][0]
     values = [t["value"] for t in stage["trials"]]

@@ -1,6 +1,14 @@
 """Backends the scheduler runs attempts on: a real Ray cluster, or a simulated one."""
 
-from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
+from orchestrator.backends._base import (
+    Backend,
+    ClusterError,
+    Ended,
+    Event,
+    Launch,
+    Started,
+    TaskDone,
+)
 from orchestrator.backends.ray.backend import RayBackend
 from orchestrator.backends.simulated.backend import (
     Draw,
@@ -12,6 +20,7 @@ from orchestrator.backends.simulated.backend import (
 
 __all__ = [
     "Backend",
+    "ClusterError",
     "Draw",
     "Ended",
     "Event",

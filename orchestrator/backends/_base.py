@@ -22,7 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.backends.ray.gangs import Shape
+from orchestrator.backends.shape import Shape
+
+
+class ClusterError(Exception):
+    """The cluster cannot run the workflow as asked (too few slots, GPU nodes whose
+    builds cannot use their GPUs); the message says why and what to do."""
 
 
 @dataclass(frozen=True)
@@ -97,6 +102,10 @@ class Backend(abc.ABC):
     # Its trials run real code on real machines, so measuring them means something
     # (a planned stage profiles its trainer first); a simulation's do not.
     measurable: bool = True
+    # Its clock and trials are played, not run (a simulation): the journal needs no
+    # fsync (nothing is lost in a crash), only kinds that need no files on disk can
+    # run, and the results report the backend's clock beside the driver's.
+    virtual: bool = False
 
     @abc.abstractmethod
     def now(self) -> float:

@@ -285,11 +285,13 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     import os
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
+    from orchestrator.backends import ClusterError
     from orchestrator.backends.ray.visibility import RunDirNotShared
     from orchestrator.commands.progress import StageProgress, wait_for_mlflow
+    from orchestrator.commands.run import run_spec
     from orchestrator.engine.stopping import Interrupted, exit_code, install_handlers
     from orchestrator.engine.stopping import clear as clear_stop
-    from orchestrator.engine.workflow import RunError, run_workflow
+    from orchestrator.engine.workflow import RunError
     from orchestrator.projections.results import render_results
     from orchestrator.spec import SpecError
 
@@ -309,7 +311,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
 
     try:
         with StageProgress(err) as progress:
-            run_dir, results = run_workflow(
+            run_dir, results = run_spec(
                 spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
                 on_progress=progress.update, on_results=show,
                 wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
@@ -317,7 +319,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     except SpecError as exc:
         print_errors(console(stderr=True), exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
-    except (RunError, RunDirNotShared) as exc:
+    except (RunError, ClusterError, RunDirNotShared) as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except OSError as exc:

@@ -18,13 +18,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends import Backend, RayBackend, TaskDone
-from orchestrator.backends.ray.gangs import (
-    GangPool,
-    cluster_slot_counts,
-    gpu_packing,
-    slot_resource,
-)
+from orchestrator.backends import Backend, TaskDone
 from orchestrator.engine.stopping import (
     Interrupted,
     on_stop_request,
@@ -38,6 +32,7 @@ from orchestrator.journal.events import (
     WorkflowInterrupted,
     WorkflowResumed,
     WorkflowStarted,
+    select,
 )
 from orchestrator.journal.journal import Journal, read_events, write_atomic
 from orchestrator.spec import Workflow, load_spec
@@ -86,188 +81,103 @@ def prepare_run_dir(spec_path: Path, run_dir: Path | None, resume: bool) -> tupl
     return run_dir, workflow
 
 
-def joining_runtime_env(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
-    """What a driver joining a cluster started elsewhere (``--address``) hands its ranks.
+def check_simulatable(workflow: Workflow) -> None:
+    """Refuse, naming the stage, what a simulated backend cannot stand in for."""
+    from orchestrator.engine.kinds import KINDS, stage_kind
 
-    Workers there have the cluster's environment, not this driver's. The spec's
-    import check looked on the driver's PYTHONPATH, so the ranks get it too (made
-    absolute: they run in another directory), ahead of the cluster's own."""
-    environ = os.environ if environ is None else environ
-    entries = [str(Path(entry).resolve())
-               for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
-    if not entries:
-        return None
-    return {"env_vars": {"PYTHONPATH": os.pathsep.join([*entries, "${PYTHONPATH}"])}}
-
-
-RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
-
-
-class _NoTokenAdvice(logging.Filter):
-    """Drops Ray's advice, on starting a cluster, to turn its token off."""
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return "RAY_AUTH_MODE=disabled" not in record.getMessage()
-
-
-def quiet_token_advice() -> None:
-    """Say nothing of the token of the Ray cluster nestor starts for a run.
-
-    Ray's token is what keeps that cluster (its ports on this host) private to the
-    run; Ray's own line about it ("... Set RAY_AUTH_MODE=disabled to opt out")
-    tells every user how to turn that protection off, so it is not shown."""
-    logger = logging.getLogger(RAY_TOKEN_LOGGER)
-    if not any(isinstance(f, _NoTokenAdvice) for f in logger.filters):
-        logger.addFilter(_NoTokenAdvice())
-
-
-def cluster_slots(workflow: Workflow, slots: int | None, address: str | None) -> int:
-    """Slots to use: the spec's, else --slots, else the Ray cluster's CPUs (GPUs if any)."""
-    import ray
-
-    if workflow.resources.slots is not None:
-        wanted = workflow.resources.slots
-    elif slots is not None:
-        wanted = slots
-    else:
-        wanted = None
-    if address is None and not ray.is_initialized():
-        from orchestrator.spec import default_slots
-
-        quiet_token_advice()
-        ray.init(
-            address="local",  # a Ray of its own, even where another runs on this host
-            num_cpus=max(wanted or default_slots(), 1),
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-        )
-    elif not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, configure_logging=False,
-                 runtime_env=joining_runtime_env())
-    resource = slot_resource()
-    packing = gpu_packing(workflow.resources.gpus_per_trial) if resource == "GPU" else 1
-    available, idle = cluster_slot_counts(resource, packing)
-    if wanted is not None and wanted > available and not workflow.resources.oversubscribe:
-        raise RunError(
-            f"the workflow asks for {wanted} slots but the Ray cluster has {available}"
-        )
-    if address is not None and not workflow.resources.oversubscribe:
-        # A shared cluster: other drivers may hold slots. Refuse now, clearly, rather
-        # than wait in placement-group creation until Horovod times out.
-        if wanted is None:
-            wanted = idle  # what the cluster has free now
-        if wanted > idle or wanted < 1:
+    simulated = [name for name in KINDS if stage_kind(name).simulated]
+    for stage in workflow.stages:
+        if not stage_kind(stage.kind).simulated:
             raise RunError(
-                f"the workflow asks for {wanted} slots but only {idle} of the Ray"
-                f" cluster's {available} are free (other workflows hold the rest); lower"
-                " resources.slots or --slots, or wait for them"
+                f"stage {stage.name!r} is a {stage.kind} stage, but the simulation runs"
+                f" only {' and '.join(simulated)} stages: {stage.kind} stages need the"
+                " checkpoints and predictions real trials leave on disk"
             )
-    return wanted or available
-
-
-# A cluster whose GPUs are logical only (tests, dry runs) may skip the start check.
-GPU_CHECK_ENV = "NESTOR_GPU_CHECK"
-
-
-def check_gpu_builds(workflow: Workflow) -> None:
-    """Where the ranks will be granted GPUs, refuse to start on a node whose torch is a
-    CPU build (or whose Horovod lacks NCCL, for Horovod stages): each of its trials
-    would fail. Checked once per node, before any trial starts."""
-    if slot_resource() != "GPU" or os.environ.get(GPU_CHECK_ENV, "1") == "0":
-        return
-    from orchestrator.commands.doctor import build_problems, node_builds
-
-    problems = build_problems(node_builds(), {workflow.backend_of(s.name)
-                                              for s in workflow.stages})
-    if problems:
-        raise RunError(
-            "the ranks are granted GPUs, but cannot use them: " + "; ".join(problems)
-            + "; run `nestor doctor` on that node and rerun set-up there"
-            f" (NESTOR_TORCH_FLAVOUR=cuda scripts/setup.sh), or set {GPU_CHECK_ENV}=0 where"
-            " the cluster's GPUs are logical only")
+        if getattr(stage, "early_stopping", None) is not None:
+            raise RunError(
+                f"stage {stage.name!r} sets early_stopping, but the simulation cannot run it:"
+                " early stopping judges the per-epoch reports of real trials on a Ray actor"
+            )
 
 
 def run_workflow(
-    spec_path: Path | None,
+    workflow: Workflow,
+    backend: Backend,
+    run_dir: Path,
     *,
-    run_dir: Path | None = None,
     resume: bool = False,
-    slots: int | None = None,
-    address: str | None = None,
+    fsync: bool | None = None,
     on_progress: Callable[[Any], None] | None = None,
     on_results: Callable[[Path, dict[str, Any]], None] | None = None,
-    wait_for_mlflow: Callable[[Any], None] | None = None,
-) -> tuple[Path, dict[str, Any]]:
-    """Run (or resume) a workflow; returns the run directory and its results.
+    on_append: Callable[[dict[str, Any]], None] | None = None,
+) -> dict[str, Any]:
+    """Run (or, with ``resume``, go on with) ``workflow`` on ``backend``, journalling
+    into ``run_dir``; returns its results. The one run path, for every backend
+    (``orchestrator.backends.factory.make_backend`` makes them).
 
     Stages form a DAG through ``from:``. Every stage whose sources are done
     runs at once, all of them stepping their trials on one shared pool of
     slots; a finished stage is journalled with its summary and never re-run.
     ``on_results`` is told the results as soon as they are journalled, before
-    Ray is shut down and MLflow is waited for (``wait_for_mlflow(projector)``,
-    else ``projector.close()``): a command prints them without waiting on either.
+    the backend is shut down (a command prints them without waiting for Ray's
+    shutdown or MLflow); ``on_append`` is told of each journalled event (the MLflow
+    projector's wake). The journal fsyncs its events unless ``fsync`` is False (by
+    default, unless the backend is virtual: a simulation has nothing to lose in a
+    crash). A virtual backend's results add ``virtual_time_s`` (its clock) and
+    ``driver_s`` (real seconds the run took). The backend is shut down at the end;
+    a stop request (or a simulated allocation's time limit) raises
+    :class:`~orchestrator.engine.stopping.Interrupted` after journalling it.
     """
-    import ray
-
-    from orchestrator.projections.projector import Projector
-
-    run_dir, workflow = prepare_run_dir(spec_path or Path(), run_dir, resume)
-    started_ray = not ray.is_initialized()
-    total = cluster_slots(workflow, slots, address)
-    check_gpu_builds(workflow)
-    if address is not None:  # a cluster started elsewhere: do all its nodes see run_dir?
-        from orchestrator.backends.ray.visibility import check_run_dir_shared
-
-        check_run_dir_shared(run_dir)
-    reinstall_handlers()
+    run_dir = Path(run_dir)
+    if backend.virtual:
+        check_simulatable(workflow)
+    if not resume and (run_dir / JOURNAL_FILE).exists():
+        backend.shutdown()
+        raise RunError(f"{run_dir} already holds a workflow run; continue it with"
+                       f" `nestor resume {run_dir}` or choose another run directory")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    reinstall_handlers()  # a backend's start (ray.init) may have taken the signals
     events = read_events(run_dir / JOURNAL_FILE)
-    journal = Journal(run_dir / JOURNAL_FILE)
-    projector = Projector(run_dir, workflow)  # MLflow, off the loop
-    journal.on_append = projector.wake
-    pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
-                    use_gpu=slot_resource() == "GPU", shared=address is not None,
-                    gpu_share=workflow.resources.gpus_per_trial)
-    backend = RayBackend(pool)
-    started = time.time()
+    journal = Journal(run_dir / JOURNAL_FILE, on_append,
+                      fsync=not backend.virtual if fsync is None else fsync)
+    began, began_at, clock0 = time.perf_counter(), time.time(), backend.now()
     try:
-        # Names this run's MLflow runs for good: the projector derives every run's
-        # key from it, so a resumed driver's projector finds the runs made before.
-        run_key = next((e.get("run_key") for e in events if e["event"] == "workflow_started"),
-                       None) or uuid.uuid4().hex
-        if not events:
-            journal.record(WorkflowStarted(workflow=workflow.name, slots=total,
-                                           pid=os.getpid(), run_key=run_key))
+        started = next(select(events, WorkflowStarted), None)
+        if started is None:
+            # Names this run's MLflow runs for good: the projector derives every run's
+            # key from it, so a resumed driver's projector finds the runs made before.
+            journal.record(WorkflowStarted(
+                workflow=workflow.name, slots=backend.slots, pid=os.getpid(),
+                run_key=uuid.uuid4().hex,
+                backend=type(backend).__name__ if backend.virtual else None))
         else:
-            journal.record(WorkflowResumed(slots=total, pid=os.getpid()))
+            journal.record(WorkflowResumed(slots=backend.slots, pid=os.getpid()))
         scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
                                    events=events, on_progress=on_progress)
         summaries = scheduler.run()
         results: dict[str, Any] = {
-            "workflow": workflow.name, "run_dir": str(run_dir), "slots": total,
+            "workflow": workflow.name, "run_dir": str(run_dir), "slots": backend.slots,
             "stages": [summaries[name] for name in workflow.order()],
             "n_runs": sum(summaries[name]["n_runs"] for name in summaries),
             "slot_seconds": round(sum(summaries[n]["slot_seconds"] for n in summaries), 3),
         }
-        first = next((e["time"] for e in events if e["event"] == "workflow_started"), started)
+        first = started.time if started is not None else began_at  # resumed: from the start
         results["wall_time_s"] = round(time.time() - first, 3)
+        if backend.virtual:
+            results["virtual_time_s"] = backend.now() - clock0
+            results["driver_s"] = time.perf_counter() - began
         write_atomic(run_dir / RESULTS_FILE, json.dumps(results, indent=2, default=str))
         journal.record(WorkflowFinished())
         if on_results is not None:
             on_results(run_dir, results)
-        return run_dir, results
-    except Interrupted as exc:
+        return results
+    except Interrupted as exc:  # a stop request, or a simulated allocation's time limit
         journal.record(WorkflowInterrupted(reason=exc.reason))
         exc.run_dir = run_dir
         raise
     finally:
         journal.close()
-        try:
-            backend.shutdown()
-            if started_ray:
-                ray.shutdown()
-        finally:  # what MLflow still lacks then, the next driver on run_dir sends
-            (wait_for_mlflow or Projector.close)(projector)
+        backend.shutdown()
 
 
 class StageScheduler:
@@ -287,9 +197,8 @@ class StageScheduler:
         self.events = events
         self.on_progress = on_progress
         self.summaries: dict[str, dict[str, Any]] = {}
-        for event in events:
-            if event["event"] == "stage_finished":
-                self.summaries[event["stage"]] = event["summary"]
+        for finished in select(events, StageFinished):
+            self.summaries[finished.stage] = finished.summary
         self.active: dict[str, Any] = {}
         self.finishing: dict[str, str] = {}  # a stage's finishing task's key -> the stage
         self.preparing: dict[str, str] = {}  # and its preparing task's
@@ -393,8 +302,7 @@ class StageScheduler:
             stage = self.workflow.stage(name)
             if not all(dep in self.summaries for dep in stage.from_):
                 continue
-            if not any(e["event"] == "stage_started" and e["stage"] == name
-                       for e in self.events):
+            if not any(e.stage == name for e in select(self.events, StageStarted)):
                 self.journal.record(StageStarted(stage=name, stage_kind=stage.kind,
                                                  sources=list(stage.from_)))
             kwargs: dict[str, Any] = dict(

@@ -12,6 +12,7 @@ stay readable: a field added later is optional here.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -171,6 +172,16 @@ class SearchLogged(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class PlanState(Event):
+    """A fixed plan's whole state (its few trials, asked and told), journalled when it
+    changes: a resumed driver restores the stage's plan from the last one."""
+
+    kind: ClassVar[str] = "plan_state"
+    stage: str
+    state: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
 class StagePlanned(Event):
     """The shape a ``parallel: auto`` stage's trials take, chosen on the slots it
     has; a resumed driver reads it back rather than choosing again."""
@@ -204,7 +215,7 @@ KINDS: dict[str, type[Event]] = {
         WorkflowStarted, WorkflowResumed, WorkflowFinished, WorkflowInterrupted,
         StageStarted, StageFinished, TrialStarted, TrialAttemptFailed, TrialFinished,
         TrialInterrupted, CheckpointRemoved, ThresholdReached, SearchLogged, StagePlanned,
-        StageReplanned,
+        StageReplanned, PlanState,
     )
 }
 
@@ -238,3 +249,16 @@ def kinds_of(*classes: type[Event]) -> frozenset[str]:
 _FIELD_NAMES: dict[type[Event], frozenset[str]] = {
     cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in KINDS.values()
 }
+
+
+def select(records: Iterable[dict[str, Any]], *classes: type[Event]) -> Iterator[Event]:
+    """The records of these classes, parsed, in order; the others are skipped unparsed
+    (a reader that wants two kinds from a million-event journal parses only those).
+
+    >>> [type(e).__name__ for e in select([{"event": "workflow_finished"}], WorkflowFinished)]
+    ['WorkflowFinished']
+    """
+    names = kinds_of(*classes)
+    for record in records:
+        if record.get("event") in names:
+            yield parse(record)

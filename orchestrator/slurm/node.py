@@ -180,11 +180,8 @@ def start(role: str, job_id: str, address: str, job_tmp: Path, grace_s: float) -
 
 def wait(address: str, nodes: int, timeout_s: float) -> int:
     """Wait from Python: `ray status` without the job's token would hang."""
-    import logging
+    from orchestrator.backends.ray.probe import wait_for_nodes
 
-    import ray
-
-    logging.getLogger("ray").setLevel(logging.WARNING)
     deadline = time.monotonic() + timeout_s
     while not _reachable(address):
         if time.monotonic() > deadline:
@@ -193,22 +190,14 @@ def wait(address: str, nodes: int, timeout_s: float) -> int:
                   file=sys.stderr)
             return 1
         time.sleep(0.5)
-    ray.init(address=address, log_to_driver=False, configure_logging=False)
-    try:
-        alive = 0
-        while time.monotonic() < deadline:
-            alive = sum(1 for n in ray.nodes() if n.get("Alive"))
-            if alive >= nodes:
-                print(f"nestor.node: {alive} Ray node(s) joined; CPUs"
-                      f" {ray.cluster_resources().get('CPU', 0):g}", file=sys.stderr)
-                return 0
-            time.sleep(0.5)
-        print(f"error: only {alive} of {nodes} Ray nodes joined {address} within"
-              f" {timeout_s:g} s; a node's Ray failed to start (see the job's output)",
-              file=sys.stderr)
-        return 1
-    finally:
-        ray.shutdown()
+    alive, cpus = wait_for_nodes(address, nodes, deadline)
+    if alive >= nodes:
+        print(f"nestor.node: {alive} Ray node(s) joined; CPUs {cpus:g}", file=sys.stderr)
+        return 0
+    print(f"error: only {alive} of {nodes} Ray nodes joined {address} within"
+          f" {timeout_s:g} s; a node's Ray failed to start (see the job's output)",
+          file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from test_simulated import finished
 
 from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.simulate import simulate_workflow
+from orchestrator.engine.workflow import run_workflow
 from orchestrator.spec import load_spec_text
 
 SPEC = textwrap.dedent("""
@@ -29,7 +29,7 @@ def test_auto_over_epochs_runs_asha_and_spends_the_epochs(tmp_path: Path) -> Non
     stage = workflow.stage("tune")
     assert stage.auto_choice().label() == "asha tpe, rungs 1-9, eta 3, budget 270 epochs"
     backend = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1)
-    simulate_workflow(workflow, backend, tmp_path / "run")
+    run_workflow(workflow, backend, tmp_path / "run")
     done = finished(tmp_path / "run")
     assert all(e["status"] == "completed" for e in done.values())
     trials = [e["trial"] for e in done.values()]

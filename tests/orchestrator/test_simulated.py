@@ -30,9 +30,8 @@ from orchestrator.backends import (
 )
 from orchestrator.backends.ray.gangs import Shape, place
 from orchestrator.engine.stopping import Interrupted
-from orchestrator.engine.workflow import RunError, StageScheduler
+from orchestrator.engine.workflow import RunError, StageScheduler, run_workflow
 from orchestrator.journal.journal import Journal, read_events
-from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
 
 
@@ -98,7 +97,7 @@ def test_placement_packs_onto_the_fullest_nodes_first() -> None:
 def test_a_small_sweep_finishes_with_every_trial_journalled(tmp_path: Path) -> None:
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=3,
                                trial_model=lognormal_trials(600.0, sigma=0.5))
-    results = simulate_workflow(spec(population=4, generations=3), backend, tmp_path / "run")
+    results = run_workflow(spec(population=4, generations=3), backend, tmp_path / "run")
     done = finished(tmp_path / "run")
     assert len(done) == 12 and {e["status"] for e in done.values()} == {"completed"}
     started = {e["trial"]["id"] for e in journal(tmp_path / "run", "trial_started")}
@@ -118,7 +117,7 @@ def test_the_virtual_clock_runs_ten_hours_of_trials_in_seconds(tmp_path: Path) -
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0,
                                trial_model=fixed_trials(3600.0, lambda c: c["x"]))
     began = time.perf_counter()
-    results = simulate_workflow(spec(population=4, generations=10), backend, tmp_path / "run")
+    results = run_workflow(spec(population=4, generations=10), backend, tmp_path / "run")
     took = time.perf_counter() - began
     # Ten generations of one-hour trials behind a barrier each: at least ten hours.
     assert results["virtual_time_s"] >= 10 * 3600
@@ -130,7 +129,7 @@ def test_an_injected_rank_failure_is_retried_on_a_new_gang(tmp_path: Path) -> No
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=1,
                                trial_model=fixed_trials(600.0, 0.5),
                                fail_keys={"tune/3#1": 0.5})
-    simulate_workflow(spec(), backend, tmp_path / "run")
+    run_workflow(spec(), backend, tmp_path / "run")
     failed = [e for e in journal(tmp_path / "run", "trial_attempt_failed")]
     assert [(e["trial"]["id"], e["attempt"]) for e in failed] == [("3", 1)]
     assert "simulated rank failure" in failed[0]["reason"]
@@ -151,7 +150,7 @@ def test_a_lost_node_retries_its_trials_on_the_other_nodes_and_loses_nothing(
     backend = SimulatedBackend(nodes=4, slots_per_node=8, seed=2,
                                trial_model=fixed_trials(600.0, lambda c: c["x"]),
                                node_failures=[(100.0, 1)], repair_s=7200.0)
-    simulate_workflow(spec(data=4, model=2, population=4, generations=3, retries=1),
+    run_workflow(spec(data=4, model=2, population=4, generations=3, retries=1),
                       backend, tmp_path / "run")
     lost = [a for a in backend.attempts if a.outcome == "node_lost"]
     assert lost and all(1 in a.nodes for a in lost)
@@ -181,7 +180,7 @@ def test_the_scheduler_waits_for_a_repaired_node_when_nothing_else_fits(
 
     def run() -> None:
         try:
-            outcome["results"] = simulate_workflow(
+            outcome["results"] = run_workflow(
                 spec(data=2, model=8, population=2, generations=1), backend, tmp_path / "run")
         except Exception as exc:  # reported below
             outcome["error"] = exc
@@ -202,7 +201,7 @@ def test_model_parallel_groups_never_straddle_nodes_in_a_sweep(tmp_path: Path) -
     backend = SimulatedBackend(nodes=5, slots_per_node=8, seed=4,
                                trial_model=lognormal_trials(600.0, sigma=1.0),
                                rank_failure_p=0.1)
-    simulate_workflow(spec(data=3, model=3, population=6, generations=3, retries=3,
+    run_workflow(spec(data=3, model=3, population=6, generations=3, retries=3,
                            schedule="async"), backend, tmp_path / "run")
     placed = [a for a in backend.attempts if a.where]
     assert placed
@@ -240,7 +239,7 @@ def test_the_same_seed_gives_the_same_run_and_another_seed_another(tmp_path: Pat
         backend = SimulatedBackend(nodes=4, slots_per_node=8, seed=seed,
                                    trial_model=lognormal_trials(600.0, sigma=1.0),
                                    rank_failure_p=0.1, node_mtbf_s=20_000.0, repair_s=3600.0)
-        simulate_workflow(spec(data=2, model=2, population=8, generations=3, retries=3,
+        run_workflow(spec(data=2, model=2, population=8, generations=3, retries=3,
                                schedule="async"), backend, tmp_path / name)
         ledger = [(a.key, a.gang, a.launched, a.started, a.ended, a.outcome, a.where)
                   for a in backend.attempts]
@@ -259,7 +258,7 @@ def test_a_trial_past_its_timeout_is_cancelled_on_the_virtual_clock(tmp_path: Pa
 
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0, trial_model=model,
                                startup_s=10.0)
-    simulate_workflow(spec(timeout=1000, retries=1), backend, tmp_path / "run")
+    run_workflow(spec(timeout=1000, retries=1), backend, tmp_path / "run")
     done = finished(tmp_path / "run")
     slow = [e for e in done.values() if e["trial"]["config"]["x"] > 0.5]
     assert slow and all(e["status"] == "failed" and e["reason"] == "timeout after 1000 s"
@@ -280,7 +279,7 @@ def test_two_shapes_share_the_cluster_and_evict_each_others_idle_gangs(tmp_path:
     """
     backend = SimulatedBackend(nodes=2, slots_per_node=8, seed=0,
                                trial_model=lognormal_trials(600.0, sigma=1.0))
-    results = simulate_workflow(spec(data=2, model=1, population=4, generations=3,
+    results = run_workflow(spec(data=2, model=1, population=4, generations=3,
                                      extra=second), backend, tmp_path / "run")
     assert [s["n_trials"] for s in results["stages"]] == [12, 6]
     assert backend.gangs_evicted > 0
@@ -296,7 +295,7 @@ def test_a_train_stage_runs_on_the_best_configuration(tmp_path: Path) -> None:
     """
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0,
                                trial_model=fixed_trials(60.0, lambda c: c["x"]))
-    results = simulate_workflow(spec(extra=final), backend, tmp_path / "run")
+    results = run_workflow(spec(extra=final), backend, tmp_path / "run")
     tune, train = results["stages"]
     assert train["train"]["config"] == tune["best"]["config"]
 
@@ -312,7 +311,7 @@ def test_stage_kinds_the_simulation_cannot_run_are_refused(tmp_path: Path, stage
                                                             words: list[str]) -> None:
     backend = SimulatedBackend(nodes=1, slots_per_node=4, trial_model=fixed_trials(1.0))
     with pytest.raises(RunError) as caught:
-        simulate_workflow(spec(extra=stage), backend, tmp_path / "run")
+        run_workflow(spec(extra=stage), backend, tmp_path / "run")
     assert all(word in str(caught.value) for word in words), caught.value
     assert not (tmp_path / "run" / "journal.jsonl").exists()
 
@@ -323,7 +322,7 @@ def test_early_stopping_is_refused(tmp_path: Path) -> None:
         update={"early_stopping": {"rule": "median"}})
     backend = SimulatedBackend(nodes=1, slots_per_node=4, trial_model=fixed_trials(1.0))
     with pytest.raises(RunError, match="early_stopping"):
-        simulate_workflow(workflow, backend, tmp_path / "run")
+        run_workflow(workflow, backend, tmp_path / "run")
 
 
 def test_the_allocation_time_limit_stops_the_driver_resumably(tmp_path: Path) -> None:
@@ -332,7 +331,7 @@ def test_the_allocation_time_limit_stops_the_driver_resumably(tmp_path: Path) ->
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0,
                                trial_model=fixed_trials(3600.0, 0.5), time_limit_s=5000.0)
     with pytest.raises(Interrupted, match="SIGTERM"):
-        simulate_workflow(spec(population=4, generations=3), backend, tmp_path / "run")
+        run_workflow(spec(population=4, generations=3), backend, tmp_path / "run")
     assert backend.now() == 5000.0
     assert stop_requested() is None  # withdrawn: the next run in this process goes on
     assert len(finished(tmp_path / "run")) == 4  # the first generation, done at 1 h + start-up
@@ -440,8 +439,8 @@ def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
 
     workflow = load_spec_text(CONTRACT)
     simulated = SimulatedBackend(nodes=1, slots_per_node=2, trial_model=model, seed=0)
-    sim_results = simulate_workflow(workflow, simulated, tmp_path / "sim")
-    ray_results = simulate_workflow(workflow, RayBackend(GangPool(2)), tmp_path / "ray")
+    sim_results = run_workflow(workflow, simulated, tmp_path / "sim")
+    ray_results = run_workflow(workflow, RayBackend(GangPool(2)), tmp_path / "ray")
     sim, ray = contract_outcome(tmp_path / "sim"), contract_outcome(tmp_path / "ray")
     assert ray == sim
     assert {t["status"] for t in sim.values()} == {"completed", "failed"}
@@ -462,7 +461,7 @@ def kill_and_resume_population(
     workflow = load_spec_text(spec_text)
     first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=time_limit_s)
     with pytest.raises(Interrupted):
-        simulate_workflow(workflow, first, run_dir)
+        run_workflow(workflow, first, run_dir)
     before = len(finished(run_dir))
     assert 0 < before < trials
     again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)

@@ -408,8 +408,8 @@ def test_a_driver_without_address_starts_its_own_ray_beside_anothers(tmp_path: P
 # drivers starting together can both pass the check in, made certain.
 TAKEN_AFTER_THE_CHECK = """
 import subprocess, sys
-from orchestrator.engine import workflow
-check, holder = workflow.cluster_slots, []
+from orchestrator.backends.ray import cluster
+check, holder = cluster.cluster_slots, []
 def check_then_lose_the_slots(*args, **kwargs):
     slots = check(*args, **kwargs)
     holder.append(subprocess.Popen(
@@ -417,7 +417,7 @@ def check_then_lose_the_slots(*args, **kwargs):
         stdout=subprocess.PIPE, text=True))
     assert holder[0].stdout.readline().strip() == "holding"
     return slots
-workflow.cluster_slots = check_then_lose_the_slots
+cluster.cluster_slots = check_then_lose_the_slots
 """
 
 

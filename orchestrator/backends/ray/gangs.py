@@ -52,6 +52,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+# Shape and place() live beside the Backend interface; still importable from here.
+from orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
+
 log = logging.getLogger(__name__)
 # How long Horovod waits for Ray to place a new gang's ranks before the attempt fails.
 PLACEMENT_TIMEOUT_S = int(os.environ.get("NESTOR_PLACEMENT_TIMEOUT_S", "100"))
@@ -85,36 +88,6 @@ def gpu_packing(gpu_share: float) -> int:
     if not 0 < gpu_share <= 1 or abs(packing * gpu_share - 1) > 1e-6:
         raise ValueError(f"a GPU share must be 1/k (1, 0.5, 0.25...), but got {gpu_share!r}")
     return packing
-
-
-BACKENDS = ("horovod", "torch")
-
-
-@dataclass(frozen=True, order=True)
-class Shape:
-    """The ranks of one trial: data-parallel x model-parallel, and what they talk over
-    (``horovod``, or ``torch`` for torch.distributed): gangs of another backend are
-    not interchangeable, so the backend is part of what a warm gang is reused for."""
-
-    data: int = 1
-    model: int = 1
-    backend: str = "horovod"
-
-    def __post_init__(self) -> None:
-        for name in ("data", "model"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, but got {value!r}")
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, but got"
-                             f" {self.backend!r}")
-
-    @property
-    def ranks(self) -> int:
-        return self.data * self.model
-
-    def __str__(self) -> str:
-        return f"{self.data}x{self.model}"
 
 
 # Horovod's stall checks for gang ranks (seconds); the driver's environment, or
@@ -527,48 +500,6 @@ class GangPool:
                              placement_timeout_s=self.placement_timeout_s)
         ranks.start()
         return ranks
-
-
-def place(free: Sequence[int], shape: Shape) -> list[tuple[int, int]] | None:
-    """Where a gang's ranks go: ``[(node, ranks there), ...]``, or None if it does
-    not fit. Each model-parallel group (``shape.model`` consecutive ranks) lies on
-    one node; groups go best-fit, to the nodes with the fewest free slots that
-    still hold a group, so whole nodes stay free for wide groups. The one rule
-    for the real pool's admission and the simulated cluster's placement.
-
-    >>> place([8, 3, 4], Shape(data=3, model=2))
-    [(1, 2), (2, 4)]
-    >>> place([3, 3], Shape(data=1, model=4)) is None
-    True
-    """
-    mp, groups = shape.model, shape.data
-    fitting = sorted((f, node) for node, f in enumerate(free) if f >= mp)
-    if sum(f // mp for f, _ in fitting) < groups:
-        return None
-    out = []
-    for f, node in fitting:
-        take = min(f // mp, groups)
-        out.append((node, take * mp))
-        groups -= take
-        if not groups:
-            break
-    return out
-
-
-def place_groups(free: Sequence[int], shape: Shape) -> list[int] | None:
-    """The nodes' free slots once ``shape``'s groups are placed (:func:`place`), or
-    None if they do not fit.
-
-    >>> place_groups([3, 3, 4], Shape(data=2, model=2))
-    [1, 1, 4]
-    """
-    where = place(free, shape)
-    if where is None:
-        return None
-    left = list(free)
-    for node, ranks in where:
-        left[node] -= ranks
-    return left
 
 
 class GroupTooBig(ValueError):

@@ -45,7 +45,7 @@ simulator's.
 
 >>> backend = SimulatedBackend(nodes=4, slots_per_node=8,
 ...                            trial_model=lognormal_trials(median_s=600), seed=1)
->>> simulate_workflow(workflow, backend, run_dir)          # doctest: +SKIP
+>>> run_workflow(workflow, backend, run_dir)               # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.backends.ray.gangs import Shape, place
+from orchestrator.backends.shape import Shape, place
 
 DEFAULT_STARTUP_S = 30.0  # a new gang: placement, rendezvous, importing torch in each rank
 DEFAULT_REPAIR_S = 4 * 3600.0  # a failed node: drained, rebooted or replaced, back in the pool
@@ -210,6 +210,7 @@ class SimulatedBackend(Backend):
     """``nodes`` x ``slots_per_node`` slots on a virtual clock (see the module)."""
 
     measurable = False  # nothing real runs: a planned stage plans from what is cached
+    virtual = True
 
     def __init__(
         self,

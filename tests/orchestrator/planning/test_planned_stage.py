@@ -15,11 +15,10 @@ import pytest
 
 from orchestrator.backends import SimulatedBackend, fixed_trials, lognormal_trials
 from orchestrator.engine.stopping import Interrupted
-from orchestrator.engine.workflow import StageScheduler
+from orchestrator.engine.workflow import StageScheduler, run_workflow
 from orchestrator.journal.journal import Journal, read_events
 from orchestrator.planning import plan_stage
 from orchestrator.projections.tables import fmt
-from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
 
 
@@ -49,7 +48,7 @@ def test_the_stage_is_planned_on_the_backends_slots_and_widens_its_last_trials(
         tmp_path: Path) -> None:
     # 32 slots, not this host's; durations that differ, so trials end one by one
     backend = SimulatedBackend(4, 8, lognormal_trials(60.0, 0.3), seed=1)
-    simulate_workflow(planned(40), backend, tmp_path)
+    run_workflow(planned(40), backend, tmp_path)
     plan = events(tmp_path, "stage_planned")
     assert len(plan) == 1 and plan[0]["slots"] == 32, plan
     first = f"{plan[0]['dp']}x{plan[0]['mp']}"
@@ -85,7 +84,7 @@ def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr
     from trainers.catalog import TRAINERS
 
     backend = SimulatedBackend(4, 8, lognormal_trials(60.0, 0.3), seed=1)
-    simulate_workflow(planned(40), backend, tmp_path)
+    run_workflow(planned(40), backend, tmp_path)
     (plan,) = events(tmp_path, "stage_planned")
     widths = {e["trial"]["id"]: (int(e["shape"].split("x")[0]), e["trial"]["config"]["lr"])
               for e in events(tmp_path, "trial_started")}
@@ -134,7 +133,7 @@ def peak_ranks(backend: SimulatedBackend) -> int:
 def test_a_resumed_driver_keeps_the_journalled_plan(tmp_path: Path) -> None:
     first = SimulatedBackend(4, 8, fixed_trials(60.0), seed=1, time_limit_s=150.0)
     with pytest.raises(Interrupted):
-        simulate_workflow(planned(200), first, tmp_path)
+        run_workflow(planned(200), first, tmp_path)
     before = events(tmp_path, "stage_planned")
     assert len(before) == 1 and before[0]["slots"] == 32
     started_before = len(events(tmp_path, "trial_started"))
@@ -184,7 +183,7 @@ def test_a_resumed_driver_does_not_profile_again(tmp_path: Path,
     first = SimulatedBackend(4, 8, fixed_trials(60.0), seed=1, time_limit_s=150.0)
     first.measurable = True
     with pytest.raises(Interrupted):
-        simulate_workflow(planned(200), first, tmp_path / "run")
+        run_workflow(planned(200), first, tmp_path / "run")
     plan = events(tmp_path / "run", "stage_planned")
     assert calls == [1] and len(plan) == 1 and plan[0]["measured"] is True
     assert plan[0]["profile"]["key"] == json.loads(RECORDED.read_text())["key"]

@@ -11,8 +11,8 @@ import pytest
 from _planning_helpers import synthetic_model
 
 from orchestrator.backends import SimulatedBackend
+from orchestrator.engine.workflow import run_workflow
 from orchestrator.planning import Shape, cost_model_trials, predicted_run_s
-from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
 
 
@@ -78,7 +78,7 @@ def test_a_simulated_workflow_takes_waves_of_the_predicted_run(tmp_path: Path) -
         """))
     backend = SimulatedBackend(1, 4, cost_model_trials(model, Shape(2, 1), 64, 2, busy=4),
                                seed=1, startup_s=1.5)
-    simulate_workflow(workflow, backend, tmp_path / "run")
+    run_workflow(workflow, backend, tmp_path / "run")
     ran = [a.ended - a.started for a in backend.attempts]
     assert len(ran) == 6 and ran == pytest.approx([run_s] * 6)
     assert backend.now() == pytest.approx(1.5 + 3 * run_s)

@@ -1,0 +1,162 @@
+"""Wiring a run to a Ray cluster: start one (or join one), count its slots, check its
+GPU nodes, and make the :class:`RayBackend` whose pool of gangs lives within them.
+
+:func:`orchestrator.backends.factory.make_backend` calls :func:`start_backend`; the
+engine never sees Ray. The spec reaches here duck-typed (``resources.slots``,
+``resources.oversubscribe``, ``resources.gpus_per_trial``, ``stages`` and
+``backend_of``): the backends sit below the spec's layer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+import ray
+
+from orchestrator.backends._base import ClusterError
+from orchestrator.backends.ray.backend import RayBackend
+from orchestrator.backends.ray.gangs import (
+    GangPool,
+    cluster_slot_counts,
+    gpu_packing,
+    slot_resource,
+)
+from orchestrator.backends.ray.probe import build_problems, node_builds
+
+RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
+# A cluster whose GPUs are logical only (tests, dry runs) may skip the start check.
+GPU_CHECK_ENV = "NESTOR_GPU_CHECK"
+
+
+def host_cpus() -> int:
+    """This machine's CPUs (those this process may use): a local cluster's size when
+    neither the spec nor ``--slots`` gives one."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def joining_runtime_env(environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+    """What a driver joining a cluster started elsewhere (``--address``) hands its ranks.
+
+    Workers there have the cluster's environment, not this driver's. The spec's
+    import check looked on the driver's PYTHONPATH, so the ranks get it too (made
+    absolute: they run in another directory), ahead of the cluster's own."""
+    environ = os.environ if environ is None else environ
+    entries = [str(Path(entry).resolve())
+               for entry in environ.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    if not entries:
+        return None
+    return {"env_vars": {"PYTHONPATH": os.pathsep.join([*entries, "${PYTHONPATH}"])}}
+
+
+class _NoTokenAdvice(logging.Filter):
+    """Drops Ray's advice, on starting a cluster, to turn its token off."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "RAY_AUTH_MODE=disabled" not in record.getMessage()
+
+
+def quiet_token_advice() -> None:
+    """Say nothing of the token of the Ray cluster nestor starts for a run.
+
+    Ray's token is what keeps that cluster (its ports on this host) private to the
+    run; Ray's own line about it ("... Set RAY_AUTH_MODE=disabled to opt out")
+    tells every user how to turn that protection off, so it is not shown."""
+    logger = logging.getLogger(RAY_TOKEN_LOGGER)
+    if not any(isinstance(f, _NoTokenAdvice) for f in logger.filters):
+        logger.addFilter(_NoTokenAdvice())
+
+
+def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
+    """Slots to use: the spec's, else --slots, else the Ray cluster's CPUs (GPUs if any)."""
+    if workflow.resources.slots is not None:
+        wanted = workflow.resources.slots
+    elif slots is not None:
+        wanted = slots
+    else:
+        wanted = None
+    if address is None and not ray.is_initialized():
+        quiet_token_advice()
+        ray.init(
+            address="local",  # a Ray of its own, even where another runs on this host
+            num_cpus=max(wanted or host_cpus(), 1),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+        )
+    elif not ray.is_initialized():
+        ray.init(address=address, log_to_driver=False, configure_logging=False,
+                 runtime_env=joining_runtime_env())
+    resource = slot_resource()
+    packing = gpu_packing(workflow.resources.gpus_per_trial) if resource == "GPU" else 1
+    available, idle = cluster_slot_counts(resource, packing)
+    if wanted is not None and wanted > available and not workflow.resources.oversubscribe:
+        raise ClusterError(
+            f"the workflow asks for {wanted} slots but the Ray cluster has {available}"
+        )
+    if address is not None and not workflow.resources.oversubscribe:
+        # A shared cluster: other drivers may hold slots. Refuse now, clearly, rather
+        # than wait in placement-group creation until Horovod times out.
+        if wanted is None:
+            wanted = idle  # what the cluster has free now
+        if wanted > idle or wanted < 1:
+            raise ClusterError(
+                f"the workflow asks for {wanted} slots but only {idle} of the Ray"
+                f" cluster's {available} are free (other workflows hold the rest); lower"
+                " resources.slots or --slots, or wait for them"
+            )
+    return wanted or available
+
+
+def check_gpu_builds(workflow: Any) -> None:
+    """Where the ranks will be granted GPUs, refuse to start on a node whose torch is a
+    CPU build (or whose Horovod lacks NCCL, for Horovod stages): each of its trials
+    would fail. Checked once per node, before any trial starts."""
+    if slot_resource() != "GPU" or os.environ.get(GPU_CHECK_ENV, "1") == "0":
+        return
+    problems = build_problems(node_builds(), {workflow.backend_of(s.name)
+                                              for s in workflow.stages})
+    if problems:
+        raise ClusterError(
+            "the ranks are granted GPUs, but cannot use them: " + "; ".join(problems)
+            + "; run `nestor doctor` on that node and rerun set-up there"
+            f" (NESTOR_TORCH_FLAVOUR=cuda scripts/setup.sh), or set {GPU_CHECK_ENV}=0 where"
+            " the cluster's GPUs are logical only")
+
+
+class OwnedRayBackend(RayBackend):
+    """A RayBackend that also shuts down the Ray it started for the run."""
+
+    def shutdown(self) -> None:
+        try:
+            super().shutdown()
+        finally:
+            ray.shutdown()
+
+
+def start_backend(workflow: Any, run_dir: Path, *, slots: int | None = None,
+                  address: str | None = None) -> RayBackend:
+    """Start (or join, with ``address``) a Ray cluster for ``workflow`` and return the
+    backend that runs its attempts there; its ``shutdown`` ends a Ray it started.
+
+    Refuses (:class:`ClusterError`) a cluster too small for the spec's slots, GPU
+    nodes whose builds cannot use their GPUs, and (joining one) a run directory
+    that not every node sees."""
+    started_ray = not ray.is_initialized()
+    try:
+        total = cluster_slots(workflow, slots, address)
+        check_gpu_builds(workflow)
+        if address is not None:  # a cluster started elsewhere: do all its nodes see run_dir?
+            from orchestrator.backends.ray.visibility import check_run_dir_shared
+
+            check_run_dir_shared(run_dir)
+        pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,
+                        use_gpu=slot_resource() == "GPU", shared=address is not None,
+                        gpu_share=workflow.resources.gpus_per_trial)
+    except BaseException:
+        if started_ray:
+            ray.shutdown()
+        raise
+    return (OwnedRayBackend if started_ray else RayBackend)(pool)

@@ -1,0 +1,48 @@
+"""``nestor run``/``resume`` end to end: a spec file, a run directory, a Ray backend
+from the factory, the MLflow projector beside the journal, and the one run path
+(:func:`orchestrator.engine.workflow.run_workflow`) between them.
+
+Benches that run a spec for real call :func:`run_spec` as the command does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.backends.factory import make_backend
+from orchestrator.engine import workflow as engine
+from orchestrator.projections.projector import Projector
+
+
+def run_spec(
+    spec_path: Path | None,
+    *,
+    run_dir: Path | None = None,
+    resume: bool = False,
+    slots: int | None = None,
+    address: str | None = None,
+    on_progress: Callable[[Any], None] | None = None,
+    on_results: Callable[[Path, dict[str, Any]], None] | None = None,
+    wait_for_mlflow: Callable[[Any], None] | None = None,
+) -> tuple[Path, dict[str, Any]]:
+    """Run (or resume) a spec on a Ray cluster; returns the run directory and results.
+
+    ``on_results`` is told the results as soon as they are journalled, before Ray is
+    shut down and MLflow is waited for (``wait_for_mlflow(projector)``, else
+    ``projector.close()``)."""
+    run_dir, workflow = engine.prepare_run_dir(spec_path or Path(), run_dir, resume)
+    backend = make_backend(workflow, run_dir, slots=slots, address=address)
+    try:
+        projector = Projector(run_dir, workflow)  # MLflow, off the loop
+    except BaseException:
+        backend.shutdown()
+        raise
+    try:
+        results = engine.run_workflow(workflow, backend, run_dir, resume=resume,
+                               on_progress=on_progress, on_results=on_results,
+                               on_append=projector.wake)
+    finally:  # what MLflow still lacks then, the next driver on run_dir sends
+        (wait_for_mlflow or Projector.close)(projector)
+    return run_dir, results

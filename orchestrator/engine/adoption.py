@@ -1,0 +1,63 @@
+"""Result adoption: a trial's result that landed while no driver listened is taken
+over on resume rather than trained again.
+
+Each attempt's rank 0 writes its result to ``attempts/STAGE/TRIAL/N.json`` before
+returning it, so training that finished is never run again, however the driver
+was killed. On resume, a trial still pending whose folder holds a result the
+journal never heard of adopts the latest such result.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from orchestrator.journal.events import Event, TrialAttemptFailed, TrialFinished, TrialStarted
+
+
+class ResultFiles:
+    """Where one stage's attempts leave their results, and which landed unheard.
+
+    >>> files = ResultFiles(run_dir, "tune")                       # doctest: +SKIP
+    >>> files.unheard("t3", journal_events)  # (2, TrialResult(...)) or None  # doctest: +SKIP
+    """
+
+    def __init__(self, run_dir: Path, stage: str) -> None:
+        self.folder = run_dir / "attempts" / stage
+
+    def path(self, trial_id: str, number: int) -> Path:
+        """Where attempt ``number`` of ``trial_id`` writes its result."""
+        return self.folder / trial_id / f"{number}.json"
+
+    def landed(self, trial_id: str) -> list[int]:
+        """The attempts of ``trial_id`` whose result is on disk, in order."""
+        folder = self.folder / trial_id
+        if not folder.is_dir():
+            return []
+        return sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
+
+    def unheard(self, trial_id: str, ended: set[tuple[str, int]]) -> tuple[int, Any] | None:
+        """The latest attempt of ``trial_id`` whose result landed but whose end the
+        journal lacks (``ended``: (trial, attempt) pairs it holds), with its
+        ``trainers.TrialResult``; None when there is none."""
+        from trainers import TrialResult
+
+        unheard = [n for n in self.landed(trial_id) if (trial_id, n) not in ended]
+        if not unheard:
+            return None
+        number = unheard[-1]
+        return number, TrialResult.from_dict(json.loads(self.path(trial_id, number).read_text()))
+
+
+def attempts_heard(mine: Iterable[Event]) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:
+    """The (trial, attempt) pairs this stage's journal saw end, and those it saw start."""
+    ended: set[tuple[str, int]] = set()
+    begun: set[tuple[str, int]] = set()
+    for event in mine:
+        if isinstance(event, TrialFinished | TrialAttemptFailed):
+            ended.add((event.trial["id"], event.attempt))
+        elif isinstance(event, TrialStarted):
+            begun.add((event.trial["id"], event.attempt))
+    return ended, begun

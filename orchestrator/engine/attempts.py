@@ -1,0 +1,153 @@
+"""The attempt policy of a stage: when a failed trial runs again, when the stage
+backs off after gangs failed to start, and when a running attempt is killed.
+
+A trial that fails (an exception, a NaN or missing metric, a dead rank, its
+timeout) is retried up to ``trial.retries`` times. After a gang fails to start
+(placement timed out, a worker lost on start-up), the stage waits before starting
+another: 1, 2, 4, ... s, at most a minute, so a cluster that cannot place gangs is
+not hammered with placement groups. An attempt is killed past ``trial.timeout``, or
+when it shows no progress for ``trial.progress_timeout``; its Ended event follows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from orchestrator.backends import Backend, Ended
+from orchestrator.backends.shape import Shape
+
+log = logging.getLogger(__name__)
+
+BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 60.0
+# Rank 0 tells it still makes progress at most this often (a quarter of the progress
+# timeout, when that is shorter), so a healthy trial is never taken for a hung one.
+BEAT_EVERY_S = 5.0
+
+
+@dataclass
+class Attempt:
+    """One run of one trial on one gang, from launch to its Ended event."""
+
+    trial: Any  # search.Trial
+    number: int
+    key: str
+    launched: float  # backend clock
+    started: float | None = None  # once its gang runs it (None while the gang starts)
+    startup_s: float = 0.0
+    # its gang's shape: a re-plan changes only the shape of trials started later
+    shape: Shape = field(default_factory=lambda: Shape(1, 1))
+    deadline: float | None = None
+    progress_due: float | None = None  # when to ask whether it still makes progress
+    cancelled: str | None = None  # why the driver killed it (a timeout, no progress)
+
+
+class AttemptPolicy:
+    """Retries, backoff and deadlines for one stage's attempts (``trial:`` of its spec).
+
+    >>> policy = AttemptPolicy("tune", trial_spec, backend)            # doctest: +SKIP
+    >>> policy.started(attempt, at=10.0)   # its deadlines start now   # doctest: +SKIP
+    >>> policy.check(running.values())     # kills those past them     # doctest: +SKIP
+    """
+
+    def __init__(self, stage: str, trial: Any, backend: Backend) -> None:
+        self.stage = stage
+        self.timeout: float | None = trial.timeout
+        self.progress_timeout: float | None = trial.progress_timeout
+        self.retries: int = trial.retries
+        self.backend = backend
+        # No running attempt has a deadline before this (None: none has one). Lowered as
+        # attempts start, made exact by each scan; one that ends only leaves it early.
+        self._due: float | None = None
+        self._start_failures = 0  # gangs that failed to start in a row
+        self._hold_until: float | None = None  # no new attempt before (backoff)
+
+    # -- retries ----------------------------------------------------------------------
+
+    def retries_after(self, status: str, number: int) -> bool:
+        """Does a trial whose attempt ``number`` ended ``status`` run again?"""
+        return status == "failed" and number <= self.retries
+
+    # -- backoff ----------------------------------------------------------------------
+
+    @property
+    def holding(self) -> bool:
+        """Backing off after gangs failed to start: nothing new starts for now."""
+        return self._hold_until is not None and self.backend.now() < self._hold_until
+
+    def ended(self, ended: Ended, attempt: Attempt) -> None:
+        """An attempt ended: a gang that never started lengthens the backoff, any other
+        end clears it."""
+        if ended.started or attempt.cancelled is not None:
+            self._start_failures, self._hold_until = 0, None
+            return
+        self._start_failures += 1
+        delay = min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2 ** (self._start_failures - 1))
+        self._hold_until = ended.at + delay
+        log.warning("stage %s: %d gang start(s) failed in a row (%s); waiting %.0f s before"
+                    " the next", self.stage, self._start_failures, ended.failure, delay)
+
+    # -- deadlines --------------------------------------------------------------------
+
+    @property
+    def beat_every_s(self) -> float:
+        """How often rank 0 may say it still makes progress."""
+        return min(BEAT_EVERY_S, (self.progress_timeout or 60.0) / 4)
+
+    def started(self, attempt: Attempt, at: float) -> None:
+        """The attempt's ranks run from ``at``: its timeouts count from then."""
+        if self.timeout:
+            attempt.deadline = at + self.timeout
+        if self.progress_timeout:
+            attempt.progress_due = at + self.progress_timeout
+        for due in (attempt.deadline, attempt.progress_due):
+            if due is not None and (self._due is None or due < self._due):
+                self._due = due
+
+    def next_deadline(self) -> float | None:
+        """The backend time the stage next needs a look: a deadline, or the backoff's end."""
+        deadlines = [] if self._due is None else [self._due]
+        if self.holding:
+            deadlines.append(self._hold_until)  # type: ignore[arg-type]
+        return min(deadlines, default=None)
+
+    def check(self, running: Iterable[Attempt]) -> None:
+        """Kill the attempts past their timeout, or silent past their progress
+        timeout; their Ended events follow."""
+        now = self.backend.now()
+        if self._due is None or now < self._due:  # none due: not a look at every trial
+            return
+        live = [a for a in running if a.cancelled is None]
+        try:
+            self._scan(live, now)
+        finally:
+            self._due = min((d for a in live if a.cancelled is None
+                             for d in (a.deadline, a.progress_due) if d is not None),
+                            default=None)
+
+    def _scan(self, live: list[Attempt], now: float) -> None:
+        for attempt in live:
+            if attempt.deadline is not None and now >= attempt.deadline:
+                self.cancel(attempt, f"timeout after {self.timeout:g} s")
+        due = [a for a in live if a.cancelled is None and a.progress_due is not None
+               and now >= a.progress_due]
+        if not due:
+            return
+        limit = self.progress_timeout
+        assert limit is not None  # only attempts with a progress timeout have progress_due
+        ages = self.backend.progress_ages([a.key for a in due])
+        for attempt in due:
+            age = ages.get(attempt.key)
+            last = attempt.started if age is None else max(attempt.started or now, now - age)
+            if now - last >= limit:
+                self.cancel(attempt, f"no progress for {now - last:.0f} s"
+                            f" (trial.progress_timeout {limit:g} s): hung")
+            else:
+                attempt.progress_due = last + limit
+
+    def cancel(self, attempt: Attempt, reason: str) -> None:
+        """Kill the attempt's gang, saying why (its Ended event then fails the attempt)."""
+        attempt.cancelled = reason
+        self.backend.cancel(attempt.key)
