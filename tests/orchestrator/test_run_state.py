@@ -22,12 +22,12 @@ import pytest
 
 from orchestrator.backends import SimulatedBackend, lognormal_trials
 from orchestrator.engine.stopping import Interrupted
+from orchestrator.engine.workflow import run_workflow
 from orchestrator.journal import state as fold_module
 from orchestrator.journal.journal import read_events
 from orchestrator.journal.state import SNAPSHOT, STAGES_SNAPSHOT, RunState, fold
 from orchestrator.projections import plots
 from orchestrator.projections.status import workflow_status
-from orchestrator.simulate import simulate_workflow
 from orchestrator.spec import load_spec_text
 
 # -- the old readers, as they read raw records (the oracles) --------------------------------
@@ -148,11 +148,11 @@ def journals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("journals")
     backend = SimulatedBackend(4, 4, lognormal_trials(600.0, 0.8), seed=3,
                                rank_failure_p=0.3)
-    simulate_workflow(two_stages(retries=1), backend, root / "sweep")
+    run_workflow(two_stages(retries=1), backend, root / "sweep")
     limited = SimulatedBackend(4, 4, lognormal_trials(600.0, 0.8), seed=4,
                                rank_failure_p=0.1, time_limit_s=2500.0)
     with pytest.raises(Interrupted):
-        simulate_workflow(two_stages(), limited, root / "limited")
+        run_workflow(two_stages(), limited, root / "limited")
     return {"sweep": root / "sweep", "limited": root / "limited"}
 
 
