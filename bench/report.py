@@ -307,6 +307,30 @@ def _share(value: float) -> str:
     return f"{max(value, 0.0):.1%}"  # float sums can leave -0.0 where nothing was idle
 
 
+def scale_section(sim: dict[str, Any], name: str) -> list[str]:
+    """bench/simulate.py --nodes 4096: one row per workload, mode and schedule."""
+    quick = ", quick (a quarter of the generations and hours)" if sim.get("quick") else ""
+    lines = [f"## {sim['slots']:,} simulated slots ({sim['nodes']:,} nodes x"
+             f" {sim['slots_per_node']}), fsync {'on' if sim.get('fsync') else 'off'}{quick}",
+             "", f"`{name}`; " + machine_line(sim["machine"]), "",
+             f"Node failures at MTBF {sim['node_mtbf_h']:g} h per node, {sim['repair_h']:g} h"
+             f" to repair; rank failures in {sim['rank_failure']:.1%} of attempts; allocation"
+             f" mode {sim['allocation_h']:g} h. Driver CPU per event is the driver's CPU less"
+             " the simulator's own; wall and memory are the driver's, on a shared machine.", ""]
+    rows = []
+    for wname, w in sim["workloads"].items():
+        for r in w["runs"]:
+            rows.append([wname, r["mode"], r["schedule"], f"{r['completed']:,}",
+                         f"{r['virtual_h']:.1f}", _share(r["utilization"]),
+                         _share(r["startup_share"]), str(r["lost"]),
+                         str(r["node_failures"]), f"{r['scheduler_cpu_ms_per_event']:.3f}",
+                         f"{r['events_per_s']:,.0f}", f"{r['peak_memory_mib'] or 0:,.0f}",
+                         f"{r['driver_wall_s']:,.0f}"])
+    return lines + _table(["workload", "mode", "schedule", "trials", "virtual h", "busy",
+                           "gang start-up", "lost", "node failures", "driver ms CPU/event",
+                           "events/s", "peak MiB", "wall s"], rows)
+
+
 def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:
     """The real scheduler on 2,048 simulated slots (bench/simulate.py)."""
     lines = ["## 2,048 simulated slots, the real scheduler", "", machine_line(sim["machine"]), "",
@@ -571,6 +595,8 @@ def render_text(results: Path, out: Path) -> str:
         "## 2,048 simulated slots, the real scheduler", "", "Not run.", ""]
     million = _load(results, "million-events")
     lines += million_events_section(million) if million else [MILLION_TITLE, "", "Not run.", ""]
+    for path in sorted(results.glob("simulate-4096*.json")):
+        lines += scale_section(json.loads(path.read_text()), path.name)
     lines += gang_start_section(gangs) if gangs else [
         "## Starting gangs on real Ray", "", "Not run.", ""]
     for run in e2e_runs:

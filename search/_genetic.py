@@ -21,14 +21,15 @@ No ``creator.create`` either: each searcher builds its own Fitness class.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
+import heapq
 import importlib
 import math
 import random
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
-from operator import attrgetter
 from typing import Any, Literal
 
 from deap import base, tools
@@ -323,6 +324,9 @@ class GeneticSearch(Searcher):
         # result is not compared with every parent of a 2,048-strong deme.
         self._parents_changed = 0
         self._best_by_deme: dict[int, tuple[int, Any]] = {}
+        # Each deme's members by fitness, for the steady-state replacement; rebuilt
+        # after anything but _insert changes a deme.
+        self._orders: dict[int, _DemeOrder] = {}
         self._halls = [tools.HallOfFame(max(1, min(elitism, s - 1))) for s in self._deme_sizes]
         self._members: dict[str, _Individual] = {}
         self._queue: list[_Individual] = []
@@ -513,7 +517,7 @@ class GeneticSearch(Searcher):
         if self.multi_objective:
             return tools.selNSGA2(pool, len(pool))[len(pool) - k :]
         if k == 1:  # each async result: a scan, not a sort of the deme (selWorst's first)
-            return [min(pool, key=attrgetter("fitness"))]
+            return [pool[_worst_index(pool)]]
         return tools.selWorst(pool, k)
 
     # --- ask ------------------------------------------------------------------------------
@@ -644,8 +648,11 @@ class GeneticSearch(Searcher):
         the parents change."""
         cached = self._best_by_deme.get(deme)
         if cached is None or cached[0] != self._parents_changed:
-            valid = [p.fitness for p in self._parents[deme] if p.fitness.valid]
-            cached = (self._parents_changed, max(valid) if valid else None)
+            # Fitness compares its weighted values: max over them in C, not 2,048
+            # calls of Fitness.__gt__ (the same first maximum).
+            valid = [p.fitness for p in self._parents[deme] if p.fitness.wvalues]
+            keys = [f.wvalues for f in valid]
+            cached = (self._parents_changed, valid[keys.index(max(keys))] if valid else None)
             self._best_by_deme[deme] = cached
         return cached[1]
 
@@ -678,11 +685,29 @@ class GeneticSearch(Searcher):
         if ind.failed:
             return
         deme = self._parents[ind.deme]
-        deme.append(ind)
+        cached = self._best_by_deme.get(ind.deme)
+        fresh = cached is not None and cached[0] == self._parents_changed
+        if self.multi_objective:
+            deme.append(ind)
+            if len(deme) > self._deme_sizes[ind.deme]:
+                worst = self._worst(deme, 1)[0]
+                del deme[next(k for k, i in enumerate(deme) if i is worst)]
+        else:
+            order = self._orders.get(ind.deme)
+            if order is None:
+                order = self._orders[ind.deme] = _DemeOrder(deme)
+            deme.append(ind)
+            order.add(ind)
+            if len(deme) > self._deme_sizes[ind.deme]:
+                del deme[order.pop_worst()]
         self._parents_changed += 1
-        if len(deme) > self._deme_sizes[ind.deme]:
-            worst = self._worst(deme, 1)[0]
-            del deme[next(k for k, i in enumerate(deme) if i is worst)]
+        if fresh and not self.multi_objective:
+            # The deme's best after it: the newcomer if better (dropping the worst of
+            # two or more leaves the best value), so a result costs no scan for it.
+            best = cached[1]  # type: ignore[index]
+            if best is None or ind.fitness.wvalues > best.wvalues:
+                best = ind.fitness
+            self._best_by_deme[ind.deme] = (self._parents_changed, best)
 
     def _end_generation(self) -> None:
         batch, generation = self._batch, self._generation
@@ -709,6 +734,7 @@ class GeneticSearch(Searcher):
             else:
                 self._parents[deme] = self._with_elites(children, deme)
         self._parents_changed += 1
+        self._orders.clear()
         self._batch = []
         self._generation += 1
         self._adapt_step()
@@ -741,6 +767,7 @@ class GeneticSearch(Searcher):
         if any(len(p) <= self.migration_size for p in self._parents):
             return
         tools.migRing(self._parents, self.migration_size, self._survivors, self._worst)
+        self._orders.clear()
         self._parents_changed += 1
 
     def _check_progress(self) -> None:
@@ -796,3 +823,39 @@ def _check_int(name: str, value: Any, minimum: int) -> None:
 def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
     if value not in allowed:
         raise ValueError(f"{name} must be one of {', '.join(allowed)}, but got {value!r}")
+
+
+
+class _DemeOrder:
+    """A deme's members by weighted fitness, for the steady-state replacement: the
+    worst leaves in O(log n) instead of a scan of a 2,048-strong deme per result.
+
+    The worst is the first of the worst in the deme's list order, as ``min`` finds
+    it: members are keyed by (weighted values, position), positions counting up as
+    members are appended, which keeps list order (a deletion keeps the others' order).
+    """
+
+    def __init__(self, deme: list[_Individual]) -> None:
+        self.heap = [(i.fitness.wvalues, k, i) for k, i in enumerate(deme)]
+        heapq.heapify(self.heap)
+        self.positions = list(range(len(deme)))  # each member's, in list order (sorted)
+        self.next = len(deme)
+
+    def add(self, ind: _Individual) -> None:
+        heapq.heappush(self.heap, (ind.fitness.wvalues, self.next, ind))
+        self.positions.append(self.next)
+        self.next += 1
+
+    def pop_worst(self) -> int:
+        """Forget the worst member; its index in the deme's list."""
+        _, position, _ = heapq.heappop(self.heap)
+        index = bisect.bisect_left(self.positions, position)
+        del self.positions[index]
+        return index
+
+
+def _worst_index(pool: list[Any]) -> int:
+    """Where the first of the worst is (as ``min`` by fitness finds it): DEAP's
+    Fitness compares its weighted values, so compare those, in C."""
+    keys = [i.fitness.wvalues for i in pool]
+    return keys.index(min(keys))

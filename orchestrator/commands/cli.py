@@ -89,26 +89,34 @@ def validate(files: tuple[Path, ...], slots: int | None, quiet: bool) -> None:
               " (profiles first if needed; minutes).")
 @click.option("--random-runs", type=click.IntRange(min=1),
               help="Runs random search needs for the same goal (default: the stage's runs).")
+@click.option("--simulate", is_flag=True,
+              help="Also run each row on a simulated cluster of these slots (8 per node) and"
+              " show its times beside the predicted ones (seconds).")
 def plan(spec: Path, slots: int | None, stage: str | None, do_profile: bool, measure: bool,
-         random_runs: int | None) -> None:
+         random_runs: int | None, simulate: bool) -> None:
     """Show how a stage's slots would be split: trials at once x data x model parallel.
 
     Prints the cost model (fitted to a profile of the stage's trainer on this
     machine, or the unmeasured prior), its error on each profiled shape, the
     plan `parallel: auto` would choose and why, and the seed's combined table
     (random search, DP+MP, HPO, HPO+MP, HPO+DP, HPO+DP+MP) with predicted times
-    and speed-ups; with --measure, measured ones beside them.
+    and speed-ups; with --simulate, each row run by nestor's scheduler on a simulated
+    cluster of the slots, and how much faster auto's pick is than each row; with
+    --measure, measured ones beside them.
     """
     from orchestrator.planning import NoFeasibleShape, ProfileError
     from orchestrator.planning._report import render
     from orchestrator.spec import SpecError, default_slots, load_spec
 
     err = console(stderr=True)
+    simulator = None
+    if simulate:
+        from orchestrator.commands.plan_simulation import row_simulator as simulator
     try:
         workflow = load_spec(spec)
         render(console(), workflow, stage=stage,
                slots=slots or workflow.resources.slots or default_slots(), measure=measure,
-               do_profile=do_profile, random_runs=random_runs)
+               do_profile=do_profile, random_runs=random_runs, simulator=simulator)
     except SpecError as exc:
         print_errors(err, exc.problems)
         sys.exit(EXIT_SPEC_ERROR)

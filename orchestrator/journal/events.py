@@ -12,6 +12,7 @@ stay readable: a field added later is optional here.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
@@ -27,14 +28,20 @@ class Event:
     def fields(self) -> dict[str, Any]:
         """The event's fields as written: optional ones left out while unset."""
         out = {}
-        for f in dataclasses.fields(self):
-            if f.metadata.get("stamp"):
+        for name, optional in _written(type(self)):
+            value = getattr(self, name)
+            if optional and value in (None, False):
                 continue
-            value = getattr(self, f.name)
-            if f.metadata.get("optional") and value in (None, False):
-                continue
-            out[f.name] = value
+            out[name] = value
         return out
+
+
+@functools.cache
+def _written(cls: type[Event]) -> tuple[tuple[str, bool], ...]:
+    """(name, optional) of the fields an event of ``cls`` writes, worked out once per
+    class: ``dataclasses.fields`` per event was a tenth of the journal's cost."""
+    return tuple((f.name, bool(f.metadata.get("optional"))) for f in dataclasses.fields(cls)
+                 if not f.metadata.get("stamp"))
 
 
 def _optional(default: Any = None) -> Any:

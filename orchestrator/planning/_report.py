@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +11,7 @@ from ._cost import checks
 from ._planner import Shape, choose
 from ._profiler import default_shapes, profile
 from ._stage import stage_inputs, stage_model, stage_profile
-from ._table import combined_table, with_measured
+from ._table import auto_row, combined_table, with_measured, with_simulated
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -39,8 +40,14 @@ def _cores() -> int:
 
 def render(console: Console, workflow: Workflow, *, stage: str | None, slots: int,
            measure: bool, do_profile: bool, random_runs: int | None,
-           places: tuple[Path, ...] = ()) -> dict[str, Any]:
-    """Print the plan of one stage and its combined table; return the same as data."""
+           places: tuple[Path, ...] = (),
+           simulator: Callable[..., Callable[..., tuple[float | None, str | None]]] | None = None,
+           ) -> dict[str, Any]:
+    """Print the plan of one stage and its combined table; return the same as data.
+
+    ``simulator(model, per_rank_batch=, epochs=, slots=)`` (``nestor plan --simulate``)
+    makes the function that runs each row on a simulated cluster: its times are
+    printed beside the predicted ones, with how much faster auto's pick is than each."""
     from rich.table import Table
 
     name = pick_stage(workflow, stage)
@@ -111,18 +118,28 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
             return measured[(shape, at_once)]
 
         rows_out = with_measured(rows_out, wave, goal)
-    table = Table(title=f"combined table on {slots} slots (predicted"
-                  + (", and measured where it fits this machine's"
-                     f" {cores} cores)" if measure else ")"),
-                  box=None, header_style="bold", title_justify="left")
+    if simulator is not None:
+        simulate = simulator(model, per_rank_batch=limits.per_rank_batch, epochs=goal.epochs,
+                             slots=slots)
+        rows_out = with_simulated(rows_out, simulate, goal)
+    title = f"combined table on {slots} slots (predicted"
+    if simulator is not None:
+        title += ", and simulated: nestor's scheduler on a simulated cluster of these slots"
+    if measure:
+        title += f", and measured where it fits this machine's {cores} cores"
+    table = Table(title=title + ")", box=None, header_style="bold", title_justify="left")
     columns = ["configuration", "runs", "shape", "at once", "slots", "global batch",
                "predicted s", "speed-up"]
+    if simulator is not None:
+        columns += ["simulated s", "sim. x", "auto x"]
+        auto = auto_row(rows_out)
     if measure:
         columns += ["measured s", "measured speed-up"]
     for column in columns:
         table.add_column(column, justify="left" if column in ("configuration", "shape")
                          else "right")
     data["table"] = []
+    notes: list[str] = []
     for row in rows_out:
         c = row.candidate
         cells = [row.label, str(row.runs)]
@@ -131,6 +148,16 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
         else:
             cells += [str(c.shape), str(c.at_once), str(c.slots_used), str(c.global_batch),
                       f"{c.total_s:.1f}", f"{row.speedup:.2f}x" if row.speedup else "-"]
+        gain = None
+        if simulator is not None:
+            seconds = row.simulated_s
+            if seconds and auto.simulated_s:
+                gain = seconds / auto.simulated_s
+            if row.simulated_note:
+                notes.append(f"{row.label}: not simulated, {row.simulated_note}")
+            cells += [f"{seconds:.1f}" if seconds else "-",
+                      f"{row.simulated_speedup:.2f}x" if row.simulated_speedup else "-",
+                      f"{gain:.2f}x" if gain else "-"]
         if measure:
             cells += [f"{row.measured_s:.1f}" if row.measured_s else "-",
                       f"{row.measured_speedup:.2f}x" if row.measured_speedup else "-"]
@@ -141,6 +168,14 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
             "slots": c.slots_used if c else None, "global_batch": c.global_batch if c else None,
             "predicted_s": c.total_s if c else None, "speedup": row.speedup,
             "measured_s": row.measured_s, "measured_speedup": row.measured_speedup,
-            "spec": row.spec})
+            "simulated_s": row.simulated_s, "simulated_speedup": row.simulated_speedup,
+            "auto_faster": gain, "spec": row.spec})
     console.print(table)
+    if simulator is not None:
+        console.print("simulated: each row's runs on a simulated cluster of these slots, 8 to"
+                      " a node (gang start-up, barriers and packing included); sim. x: speed-up"
+                      " over the simulated random search; auto x: how many times faster auto's"
+                      " pick (HPO+DP+MP) ran than the row", soft_wrap=True)
+        for note in notes:
+            console.print(note, soft_wrap=True)
     return data

@@ -47,6 +47,10 @@ class Row:
     measured_s: float | None = None
     measured_speedup: float | None = None
     spec: bool = False  # the shape the spec fixes (``parallel: {data: 2, model: 1}``)
+    concurrent: bool = True  # trials at once (the HPO rows), or one run after another
+    simulated_s: float | None = None  # on the simulated cluster (``nestor plan --simulate``)
+    simulated_speedup: float | None = None
+    simulated_note: str | None = None  # why a row was not simulated
 
 
 def combined_table(model: CostModel, limits: Limits, goal: Goal, random_runs: int | None = None
@@ -72,7 +76,7 @@ def combined_table(model: CostModel, limits: Limits, goal: Goal, random_runs: in
         row_goal = replace(goal, runs=runs, generation=goal.generation if concurrent else 1)
         row_limits = free if label != "random search" else replace(free, slots=1)
         best = next((c for c in feasible(row_limits, row_goal) if allowed(c.shape)), None)
-        rows.append(Row(label, runs, best))
+        rows.append(Row(label, runs, best, concurrent=concurrent))
     if free != limits:
         rows = _mark_spec(rows, next(iter(evaluate(model, limits, goal)[0]), None), goal)
     base = rows[0].candidate
@@ -92,6 +96,29 @@ def _mark_spec(rows: list[Row], own: Candidate | None, goal: Goal) -> list[Row]:
         return rows
     own_row = Row(f"{row.label} at spec's {own.shape}", goal.runs, own, spec=True)
     return [*rows[:index + 1], own_row, *rows[index + 1:]]
+
+
+def with_simulated(rows: list[Row], simulate: Callable[[Candidate, int, int | None, bool],
+                                                       tuple[float | None, str | None]],
+                   goal: Goal) -> list[Row]:
+    """Fill in simulated times: ``simulate(candidate, runs, generation, concurrent)``
+    gives a row's seconds on the simulated cluster (None, and why, where it cannot run
+    there); a row's speed-up is over the simulated random-search row."""
+    out = []
+    for row in rows:
+        seconds, note = None, None
+        if row.candidate is not None:
+            generation = goal.generation if row.concurrent else None
+            seconds, note = simulate(row.candidate, row.runs, generation, row.concurrent)
+        out.append(replace(row, simulated_s=seconds, simulated_note=note))
+    base = out[0].simulated_s
+    return [replace(r, simulated_speedup=base / r.simulated_s if base and r.simulated_s
+                    else None) for r in out]
+
+
+def auto_row(rows: list[Row]) -> Row:
+    """The row of what ``parallel: auto`` picks: any shape (HPO+DP+MP)."""
+    return next(r for r in rows if r.label == ROWS[-1][0])
 
 
 def with_measured(rows: list[Row], measure: Callable[[Shape, int], float | None],

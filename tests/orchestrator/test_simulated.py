@@ -386,6 +386,32 @@ def test_cancel_ends_an_attempt_at_once_and_frees_its_slots() -> None:
         backend.wait(None)  # its end event must not come later
 
 
+def test_the_nodes_kept_by_free_slots_place_gangs_as_gangs_place_does() -> None:
+    """The simulated cluster places a new gang from its nodes kept by free slots (no
+    sort of 4,096 nodes per gang); through launches, ends, cancels, evictions and node
+    failures it places every gang where gangs.place on the free slots would."""
+    rng = random.Random(3)
+    shapes = [Shape(d, m) for d, m in ((1, 1), (2, 1), (3, 2), (1, 4), (4, 4), (2, 8),
+                                        (5, 3), (16, 1))]
+    backend = SimulatedBackend(nodes=24, slots_per_node=8, trial_model=lognormal_trials(60.0),
+                               seed=2, node_mtbf_s=2000.0, repair_s=300.0,
+                               rank_failure_p=0.1)
+    checked = 0
+    for step in range(600):
+        for shape in shapes:
+            assert backend._place(shape) == place(backend._free, shape), (step, shape)
+            checked += 1
+        if rng.random() < 0.6:
+            shape = rng.choice(shapes)
+            if backend.fits(shape):
+                backend.launch(Launch(f"t{step}#1", shape, _Request()))
+        elif rng.random() < 0.2 and backend._running:
+            backend.cancel(rng.choice(sorted(backend._running)))
+        else:
+            backend.wait(rng.uniform(0.0, 120.0))
+    assert checked == 600 * len(shapes) and backend.node_failures and backend.gangs_evicted
+
+
 def test_constructor_errors_say_what_was_wrong() -> None:
     with pytest.raises(ValueError, match="nodes must be a positive integer, but got 0"):
         SimulatedBackend(nodes=0, slots_per_node=8, trial_model=fixed_trials(1.0))

@@ -303,3 +303,42 @@ def test_a_budget_above_the_generations_is_honoured() -> None:
 def test_settings_are_checked(settings: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         GeneticSearch(LINE, MIN, **settings)
+
+
+class _ScanningGenetic(GeneticSearch):
+    """The steady-state replacement as it was: a scan of the deme per result for its
+    worst (the first of them) and, for the one-fifth rule, its best."""
+
+    def _insert(self, ind) -> None:
+        if ind.failed:
+            return
+        deme = self._parents[ind.deme]
+        deme.append(ind)
+        self._parents_changed += 1
+        if len(deme) > self._deme_sizes[ind.deme]:
+            worst = min(deme, key=lambda i: i.fitness)
+            del deme[next(k for k, i in enumerate(deme) if i is worst)]
+
+    def _deme_best(self, deme: int):
+        valid = [p.fitness for p in self._parents[deme] if p.fitness.valid]
+        return max(valid) if valid else None
+
+
+@pytest.mark.parametrize("demes", [1, 3])
+def test_async_replacement_keeps_the_scans_choices_ties_included(demes: int) -> None:
+    """The deme kept by fitness (a heap, so that 2,048-strong demes at 32,768 slots do
+    not cost a scan per result) drops the same member a scan did, the first of equal
+    worst ones included, and the one-fifth rule sees the same best: the same trials."""
+
+    def coarse(config: dict) -> float:  # few distinct values: many ties
+        return round(square(config) / 8)
+
+    runs = []
+    for cls in (GeneticSearch, _ScanningGenetic):
+        searcher = cls(LINE, MIN, population=12, demes=demes, seed=4, schedule="async",
+                       budget=300, migration_interval=2)
+        trials = drive(searcher, coarse, parallel=7, fail=lambda i: i % 23 == 5)
+        runs.append(([(t.id, t.config, t.parents) for t in trials],
+                     [[i.trial_id for i in deme] for deme in searcher._parents],
+                     searcher._step_scale))
+    assert runs[0] == runs[1]

@@ -50,6 +50,7 @@ simulator's.
 
 from __future__ import annotations
 
+import bisect
 import functools
 import hashlib
 import heapq
@@ -62,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.backends.shape import Shape, place
+from orchestrator.backends.shape import Shape
 
 DEFAULT_STARTUP_S = 30.0  # a new gang: placement, rendezvous, importing torch in each rank
 DEFAULT_REPAIR_S = 4 * 3600.0  # a failed node: drained, rebooted or replaced, back in the pool
@@ -278,6 +279,11 @@ class SimulatedBackend(Backend):
         self._by_free = [0] * (slots_per_node + 1)
         self._by_avail = [0] * (slots_per_node + 1)
         self._by_free[slots_per_node] = self._by_avail[slots_per_node] = nodes
+        # And the nodes themselves by free slots, each level in node order: a placement
+        # takes the first few of the fullest levels that hold a group, not a sort of
+        # 4,096 nodes per gang (gangs.place's order, kept exactly).
+        self._nodes_by_free: list[list[int]] = [[] for _ in range(slots_per_node + 1)]
+        self._nodes_by_free[slots_per_node] = list(range(nodes))
         self._gangs: dict[int, _Gang] = {}
         self._idle_gangs: dict[Shape, list[_Gang]] = {}
         self._running: dict[str, tuple[SimAttempt, _Gang]] = {}  # by key, starting or running
@@ -549,7 +555,7 @@ class SimulatedBackend(Backend):
 
     def _make_room(self, shape: Shape) -> list[tuple[int, int]] | None:
         """A placement for a new gang, evicting idle gangs (oldest first) as needed."""
-        where = place(self._free, shape)
+        where = self._place(shape)
         if where is not None:
             return where
         idle = sorted((g for gangs in self._idle_gangs.values() for g in gangs),
@@ -557,10 +563,29 @@ class SimulatedBackend(Backend):
         for gang in idle:
             self._drop(gang)
             self.gangs_evicted += 1
-            where = place(self._free, shape)
+            where = self._place(shape)
             if where is not None:
                 return where
         return None
+
+    def _place(self, shape: Shape) -> list[tuple[int, int]] | None:
+        """:func:`orchestrator.backends.ray.gangs.place` on the free slots: each mp
+        group on one node, best-fit (fewest free slots that hold a group, then the
+        lowest node), read off the nodes kept by free slots."""
+        mp, groups = shape.model, shape.data
+        levels = range(mp, self.slots_per_node + 1)
+        if sum(self._by_free[k] * (k // mp) for k in levels) < groups:
+            return None
+        out = []
+        for k in levels:
+            per = k // mp
+            for node in self._nodes_by_free[k]:
+                take = min(per, groups)
+                out.append((node, take * mp))
+                groups -= take
+                if not groups:
+                    return out
+        raise AssertionError("the free-slot counts and the nodes by free slots disagree")
 
     def _set(self, node: int, *, free: int | None = None, idle: int | None = None) -> None:
         """Change a node's free and idle slots, keeping the counts fits() reads."""
@@ -572,6 +597,10 @@ class SimulatedBackend(Backend):
                                  f" out of 0..{self.slots_per_node}")
         self._by_free[old_free] -= 1
         self._by_free[new_free] += 1
+        if new_free != old_free:
+            level = self._nodes_by_free[old_free]
+            del level[bisect.bisect_left(level, node)]
+            bisect.insort(self._nodes_by_free[new_free], node)
         self._by_avail[old_free + old_idle] -= 1
         self._by_avail[new_free + new_idle] += 1
         self._free[node], self._idle[node] = new_free, new_idle
