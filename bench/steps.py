@@ -36,7 +36,7 @@ QUICK: list[tuple[str, str]] = [
     ("gang-start", "bench/gang_start_bench.py --gangs 8"),
     ("orchestration", "bench/orchestration_bench.py --parts overhead --trials 250,1000"
                       " --tune-new-actor-cap 30"),
-    ("e2e-planning", "bench/e2e_planning_bench.py --quick --seeds 2"),
+    ("e2e-planning", "bench/e2e_planning_bench.py --quick --seeds 2 --threshold 0.93"),
     ("planning", "bench/planning_bench.py --epochs 2 --repeats 1"),
     ("simulate-planning", "-m bench.simulate_planning --quick"),
     ("multifidelity", "bench/multifidelity_bench.py --seeds 20"),
