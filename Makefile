@@ -44,10 +44,11 @@ bench: setup
 	$(PY) -m bench.report
 	$(PY) -m bench.report --check --same-run
 
-# Every headline figure at small sizes, in one run on one machine, in under 30
-# minutes on a quiet 2-core machine (bench/REPORT.md gives each step's time): each
-# results file records its command, commit, machine, load and run id, and the
-# report's --same-run check fails when the headline mixes runs or commits.
+# Every headline figure at small sizes, in one run on one machine; the goal is
+# under 30 minutes on a quiet 2-core machine, and bench/REPORT.md's section on the
+# run gives each step's wall and CPU time with the load it ran under. Each results
+# file records its command, commit, machine, load and run id, and the report's
+# --same-run check fails when the headline mixes runs or commits.
 bench-quick: setup
 	$(PY) -m bench.steps quick
 	$(PY) -m bench.report

@@ -1297,10 +1297,11 @@ def steps_section(b: dict[str, Any]) -> list[str]:
              f"{s['load_average_at_start'][0]:.1f}–{s['load_average_at_end'][0]:.1f}",
              "ok" if s["rc"] == 0 else f"failed ({s['rc']})"] for name, s in b["steps"].items()]
     wall, cpu = b["total"]["wall_s"] / 60, b["total"]["cpu_s"] / 60
-    verdict = (f"Total {wall:.1f} min of wall time and {cpu:.1f} min of CPU time on"
-               f" {m['cores']} cores: on a quiet machine of the same kind between"
-               f" {cpu / m['cores']:.1f} min (CPU time over the cores) and {wall:.1f} min (the"
-               " wall time under the load shown; other load only slows a step down), so")
+    verdict = (f"Total {wall:.1f} min of wall time and {cpu:.1f} min of counted CPU time"
+               f" on {m['cores']} cores: on a quiet machine of the same kind at least"
+               f" {cpu / m['cores']:.1f} min (counted CPU time over the cores) and at most"
+               f" {wall:.1f} min (the wall time under the load shown; other load only slows a"
+               " step down), so")
     if wall <= QUIET_GOAL_MIN:
         verdict += f" within the {QUIET_GOAL_MIN}-minute goal even under that load."
     elif cpu / m["cores"] <= QUIET_GOAL_MIN:
@@ -1310,10 +1311,12 @@ def steps_section(b: dict[str, Any]) -> list[str]:
         verdict += f" over the {QUIET_GOAL_MIN}-minute goal."
     missing = (f" Steps not in this run: {', '.join(b['missing'])}." if b.get("missing")
                else "")
+    missing += f" {b['note']}" if b.get("note") else ""
     return [f"## The run: `{make}`, step by step", "", machine_line(m), "",
             f"Run `{m.get('run', '?')}`, {size} sizes (the list is `bench/steps.py`; each"
             " step's own section names its sizes). Wall time, and CPU time of the step and"
-            " every process it waited for; 1-min load at its start and end." + missing, "",
+            " the processes it waited for (not those of Ray's workers that Ray leaves"
+            " unreaped, so a low figure); 1-min load at its start and end." + missing, "",
             *_table(["step", "command", "wall s", "CPU s", "load", "exit"], rows),
             verdict, ""]
 

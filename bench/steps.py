@@ -94,19 +94,24 @@ def run_step(name: str, args: str, nice: int) -> dict[str, Any]:
             "load_average_at_start": load_start, "load_average_at_end": list(os.getloadavg())}
 
 
-def record(size: str, run: str, steps: dict[str, dict[str, Any]]) -> None:
+def record(size: str, run: str, steps: dict[str, dict[str, Any]],
+           start: dict[str, Any] | None = None) -> None:
     """Merge these steps into bench/results/bench-SIZE.json when it holds the same run,
-    else start it afresh: one file says what one run took, step by step."""
+    else start it afresh: one file says what one run took, step by step. ``start`` is
+    ``machine.describe()`` at the run's start (the file's own, where it holds the run)."""
     path = machine.RESULTS / f"bench-{size}.json"
     old = json.loads(path.read_text()) if path.is_file() else {}
-    kept = old.get("steps", {}) if old.get("machine", {}).get("run") == run else {}
+    same = old.get("machine", {}).get("run") == run
+    kept = old.get("steps", {}) if same else {}
+    start = old["machine"] if same else (start or machine.describe())
     order = [name for name, _ in STEPS[size]]
     merged = kept | steps
     merged = {name: merged[name] for name in order if name in merged}
     total = {"wall_s": round(sum(s["wall_s"] for s in merged.values()), 1),
              "cpu_s": round(sum(s["cpu_s"] for s in merged.values()), 1)}
     machine.write_result(f"bench-{size}", {"size": size, "steps": merged, "total": total,
-                                           "missing": [n for n in order if n not in merged]})
+                                           "missing": [n for n in order if n not in merged],
+                                           "machine": machine.finish(start)})
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -125,10 +130,11 @@ def main(argv: list[str] | None = None) -> int:
     run = args.run or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     os.environ[machine.RUN_ENV], os.environ[machine.SIZE_ENV] = run, args.size
     done: dict[str, dict[str, Any]] = {}
+    start = machine.describe()
     for name, step in STEPS[args.size]:
         if name in only:
             done[name] = run_step(name, step, args.nice)
-            record(args.size, run, done)
+            record(args.size, run, done, start)
     failed = [name for name, s in done.items() if s["rc"] != 0]
     print(f"run {run}: " + ", ".join(f"{n} {s['wall_s']:.0f} s" for n, s in done.items()))
     if failed:
