@@ -25,6 +25,13 @@ def test_the_committed_report_is_what_the_committed_results_render() -> None:
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
 
 
+def test_the_committed_headline_comes_from_one_run_at_one_commit() -> None:
+    """REPORT.md's headline compares figures of one `make bench-quick` (or `make bench`)
+    run: a result rerun by hand, at another commit or on uncommitted code, fails here
+    until the whole run is redone (`python -m bench.report --same-run` names it)."""
+    assert report.same_run(ROOT / "bench" / "results") == []
+
+
 MULTI = {"seeds": 2, "parallel": 4, "max_epochs": 27, "quality": 5.0, "rows": [
     {"search": "asha", "q1": 100.0, "q3": 130.0,
      "epochs": {"reached": 1, "seeds": 2, "median": 120.0, "low": 100.0, "high": 140.0,
