@@ -34,53 +34,25 @@ test: system-deps
 test-fast: setup
 	$(PY) -m pytest -m "not slow"
 
-# Benchmarks: each prints its table and writes bench/results/*.json. Minutes,
-# not seconds; run them on a quiet machine (numbers are compared side by side
-# within one run). The mnist5k searches on one slot-second budget (7 searches x
-# 5 seeds x 600 slot-s on 2 slots) take about 3 hours on their own.
+# Benchmarks: each prints its table and writes bench/results/*.json; the list and
+# the sizes are in bench/steps.py, which gives every step of one run the same run id
+# and records each step's wall time, CPU time and load in bench/results/bench-SIZE.json.
+# Run them on a quiet machine. The full sizes take hours (the mnist5k searches on one
+# slot-second budget alone, 7 searches x 5 seeds x 600 slot-s on 2 slots, about 3).
 bench: setup
-	$(PY) bench/search_bench.py
-	$(PY) bench/auto_suite_bench.py --budget 130 --parallel 2
-	$(PY) bench/auto_suite_bench.py --budget 100 --parallel 8
-	$(PY) bench/auto_bench.py --seeds 20 --algorithms auto,random,tpe,cmaes-10,cmaes-0,lq-cmaes,genetic,genetic-async,optuna-cmaes-1
-	$(PY) bench/auto_heldout_bench.py --seeds 5 --competitors tpe,gp,cmaes,ngopt
-	$(PY) bench/trainers_bench.py
-	$(PY) bench/backend_bench.py
-	$(PY) bench/orchestration_bench.py
-	$(PY) -m bench.tables
-	$(PY) -m bench.simulate
-	$(PY) bench/gang_start_bench.py
-	$(PY) bench/planning_bench.py
-	$(PY) bench/e2e_planning_bench.py
-	$(PY) -m bench.simulate_planning
-	$(PY) bench/multifidelity_bench.py --seeds 20
-	$(PY) bench/search_fidelity_bench.py
+	$(PY) -m bench.steps full
 	$(PY) -m bench.report
+	$(PY) -m bench.report --check --same-run
 
-# Every headline figure at small sizes, in one run on one machine (each results
-# file records its command, commit and machine; bench/REPORT.md says the sizes):
-# the seed's tables (quick profile), 2,048 simulated slots (a quarter of the
-# generations), 8 gangs on real Ray, overhead at 250 and 1,000 trials (Tune's
-# default capped at 50), parallel: auto end to end at 2 seeds (not 5), the
-# combined table simulated at 128 nodes, multi-fidelity on simulated training
-# (20 seeds, seconds), sine-fit regret (10 seeds, not 20, six searches), auto on
-# the held-out set (3 seeds, 60 trials; nevergrad's NGOpt only where installed)
-# and the mnist5k searches at the quick size (2 seeds). The 30-minute goal was
-# not timed end to end on a quiet machine: the parts' times are in their
-# results files (started/finished).
+# Every headline figure at small sizes, in one run on one machine; the goal is
+# under 30 minutes on a quiet 2-core machine, and bench/REPORT.md's section on the
+# run gives each step's wall and CPU time with the load it ran under. Each results
+# file records its command, commit, machine, load and run id, and the report's
+# --same-run check fails when the headline mixes runs or commits.
 bench-quick: setup
-	$(PY) -m bench.tables --quick
-	$(PY) -m bench.simulate --quick
-	$(PY) bench/gang_start_bench.py --gangs 8
-	$(PY) bench/orchestration_bench.py --parts overhead --trials 250,1000 --tune-new-actor-cap 50
-	$(PY) bench/e2e_planning_bench.py --quick --seeds 2
-	$(PY) -m bench.simulate_planning --quick
-	$(PY) bench/multifidelity_bench.py --seeds 20
-	$(PY) bench/auto_bench.py --seeds 10 --algorithms auto,random,cmaes-0,lq-cmaes,genetic,optuna-cmaes-1
-	$(PY) bench/auto_heldout_bench.py --seeds 3 --budget 60
-	$(PY) bench/search_fidelity_bench.py --quick
+	$(PY) -m bench.steps quick
 	$(PY) -m bench.report
-	$(PY) -m bench.report --check
+	$(PY) -m bench.report --check --same-run
 
 # The tables on a GPU machine (nvidia-smi must find one), kept apart in
 # bench/results/gpu-tables.json and their own section of bench/REPORT.md.

@@ -22,6 +22,16 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "bench" / "results"
+# Set by bench/steps.py for every step of one ``make bench-quick`` / ``make bench``:
+# results that share a run id came from one run, on one machine, at one commit.
+RUN_ENV, SIZE_ENV = "NESTOR_BENCH_RUN", "NESTOR_BENCH_SIZE"
+
+
+def run() -> dict[str, str]:
+    """The run id and size (quick, full) this benchmark is a step of; {} when it was
+    started by hand, not by bench/steps.py."""
+    found = {"run": os.environ.get(RUN_ENV), "size": os.environ.get(SIZE_ENV)}
+    return {k: v for k, v in found.items() if v}
 
 
 def cores() -> int:
@@ -95,6 +105,7 @@ def describe() -> dict[str, Any]:
     return {
         "command": command(),
         **commit(),
+        **run(),
         "host": platform.node(),
         "cores": cores(),
         "cpu": _cpu_model(),
@@ -122,7 +133,7 @@ def provenance(result: dict[str, Any]) -> dict[str, Any]:
         recorded = finish(describe())
     elif "load_average_at_end" not in recorded:
         recorded = finish(recorded)
-    return {"command": command(), **commit()} | recorded
+    return {"command": command(), **commit(), **run()} | recorded
 
 
 def write_result(name: str, result: dict[str, Any]) -> Path:

@@ -117,7 +117,8 @@ def source(m: Any) -> str:
         return "source not recorded"
     loads = [*m.get("load_average_at_start", [])[:1], *m.get("load_average_at_end", [])[:1]]
     load = "–".join(f"{x:.1f}" for x in loads)
-    return (f"`{m['command']}`, {_commit(m)}, {m['cores']} cores ({m['cpu']}), GPU"
+    run = f", run `{m['run']}`" if m.get("run") else ""
+    return (f"`{m['command']}`, {_commit(m)}{run}, {m['cores']} cores ({m['cpu']}), GPU"
             f" {m['gpu']}, 1-min load {load}")
 
 
@@ -406,7 +407,9 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
            "Each line compares figures from one results file (one run, one machine) and"
            " ends with the command that wrote it, the commit it ran on and the machine.", ""]
     missing: list[str] = []
-    for result, lines in _headline_lines(t, sim, o, e2e_runs, splan, f, **more):
+    found = _headline_lines(t, sim, o, e2e_runs, splan, f, **more)
+    out += _runs_line([result for result, _ in found])
+    for result, lines in found:
         m = result.get("machine_detail") or result.get("machine")
         if not has_provenance(m):
             missing += [line.split(":")[0].lstrip("- ") for line in lines]
@@ -418,6 +421,54 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         out += ["", "Not in the headline (their results files record no command or commit;"
                 " rerun them): " + "; ".join(missing) + "."]
     return [*out, ""]
+
+
+def _provenance(result: dict[str, Any]) -> Any:
+    return result.get("machine_detail") or result.get("machine")
+
+
+def run_key(result: dict[str, Any]) -> tuple[str | None, str | None, Any, str | None]:
+    """(run id, commit, dirty, host) of a result: results with one key came from one
+    run of bench/steps.py on one machine at one commit."""
+    m = _provenance(result)
+    m = m if isinstance(m, dict) else {}
+    return m.get("run"), m.get("commit"), m.get("dirty"), m.get("host")
+
+
+def run_problems(results: list[dict[str, Any]]) -> list[str]:
+    """Why the headline's figures are not from one run: a result with no run id (run by
+    hand, not by bench/steps.py), from uncommitted code, or a second run, commit or host."""
+    problems, keys = [], {}
+    for result in results:
+        m = _provenance(result)
+        key = run_key(result)
+        what = f"`{m['command']}`" if has_provenance(m) else "a result with no command"
+        if key[0] is None:
+            problems.append(f"{what}: no run id (not run by bench/steps.py)")
+        elif key[2] is not False:
+            problems.append(f"{what}: run on uncommitted code (dirty: {key[2]})")
+        keys.setdefault(key, what)
+    if len(keys) > 1:
+        problems.append("the headline mixes " + "; ".join(
+            f"run {run} at {str(c)[:10]} on {host} ({what})"
+            for (run, c, _, host), what in keys.items()))
+    return problems
+
+
+def _runs_line(results: list[dict[str, Any]]) -> list[str]:
+    if not results:
+        return []
+    keys = {run_key(result) for result in results}
+    if len(keys) == 1 and not run_problems(results):
+        run, commit, _, host = next(iter(keys))
+        m = _provenance(results[0])
+        make = {"quick": "make bench-quick", "full": "make bench"}.get(m.get("size"), "")
+        return [f"All from one run, `{run}` ({m.get('size', '?')} sizes"
+                + (f", `{make}`" if make else "") + f"), at commit `{commit[:10]}` on {host}.",
+                ""]
+    return [f"**Not one run**: {len({k[:2] for k in keys})} runs or commits; figures are"
+            " compared only within their own line (`python -m bench.report --check"
+            " --same-run` says which).", ""]
 
 
 def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
@@ -555,12 +606,43 @@ def render(results: Path, out_md: Path) -> Path:
     return out_md
 
 
+def load(results: Path) -> dict[str, Any]:
+    """Every results file the report reads, by the name its sections use."""
+    names = {"t": "tables", "g": "gpu-tables", "sim": "simulate", "splan": "simulate-planning",
+             "fidelity": "search-fidelity", "sine": "auto-sine", "backends": "backends",
+             "gangs": "gang-start", "multi": "multifidelity", "heldout": "auto-heldout",
+             "many": "many_at_once", "mf_heldout": "multifidelity_heldout",
+             "planning": "planning", "quick": "bench-quick", "full": "bench-full"}
+    found = {key: _load(results, name) for key, name in names.items()}
+    found["o"] = _overhead(results)
+    found["e2e_runs"] = [json.loads(f.read_text())
+                         for f in sorted(results.glob("e2e-planning*.json"))]
+    return found
+
+
+def _headline_of(r: dict[str, Any]) -> list[tuple[dict[str, Any], list[str]]]:
+    return _headline_lines(r["t"], r["sim"], r["o"], r["e2e_runs"], r["splan"], r["fidelity"],
+                           sine=r["sine"], multi=r["multi"], backends=r["backends"],
+                           gangs=r["gangs"], heldout=r["heldout"], many=r["many"],
+                           mf_heldout=r["mf_heldout"])
+
+
+def same_run(results: Path) -> list[str]:
+    """Why the headline's figures are not all from one run at one commit ([] when they
+    are): what ``--check --same-run`` fails on after ``make bench-quick``."""
+    found = [result for result, _ in _headline_of(load(results))]
+    return run_problems(found) if found else ["no headline figure: no results"]
+
+
 def render_text(results: Path, out: Path) -> str:
     """The report's text; figures go to ``out/figures``. Nothing but the results
     files goes in: no section is written by hand."""
     (out / FIGURES).mkdir(parents=True, exist_ok=True)
-    t, g = _load(results, "tables"), _load(results, "gpu-tables")
-    sim, o = _load(results, "simulate"), _overhead(results)
+    r = load(results)
+    t, g, sim, o, e2e_runs = r["t"], r["g"], r["sim"], r["o"], r["e2e_runs"]
+    splan, fidelity, sine, backends = r["splan"], r["fidelity"], r["sine"], r["backends"]
+    gangs, multi, heldout = r["gangs"], r["multi"], r["heldout"]
+    many, mf_heldout, planning = r["many"], r["mf_heldout"], r["planning"]
     lines = ["# nestor benchmarks", "",
              "Generated by `python -m bench.report` from the committed `bench/results/*.json`"
              " alone (`python -m bench.report --check` fails when this file differs from what"
@@ -569,16 +651,12 @@ def render_text(results: Path, out: Path) -> str:
              " are stated beside each section. A section whose results file is absent says"
              " \"Not run\". On a shared machine the load average says how much to trust a"
              " figure.", ""]
-    e2e_runs = [json.loads(f.read_text()) for f in sorted(results.glob("e2e-planning*.json"))]
-    splan = _load(results, "simulate-planning")
-    fidelity = _load(results, "search-fidelity")
-    sine, backends = _load(results, "auto-sine"), _load(results, "backends")
-    gangs, multi = _load(results, "gang-start"), _load(results, "multifidelity")
-    heldout = _load(results, "auto-heldout")
-    many, mf_heldout = _load(results, "many_at_once"), _load(results, "multifidelity_heldout")
     lines += headline(t, sim, o, e2e_runs, splan, fidelity, sine=sine, multi=multi,
                       backends=backends, gangs=gangs, heldout=heldout, many=many,
                       mf_heldout=mf_heldout)
+    for size in ("quick", "full"):
+        if r[size]:
+            lines += steps_section(r[size])
     lines += ["## The seed's three tables (CPU)", ""]
     lines += tables_sections(t, out, "cpu") if t else ["Not run (no bench/results/tables.json).",
                                                        ""]
@@ -586,7 +664,8 @@ def render_text(results: Path, out: Path) -> str:
     if g:
         lines += tables_sections(g, out, "gpu")
     else:
-        lines += ["Not run here: this machine has no GPU (nvidia-smi found none). On a machine"
+        lines += ["Not measured here: the machine that ran these benchmarks has no GPU"
+                  " (nvidia-smi found none), so the headline has no GPU figure. On a machine"
                   " with one, `make bench-gpu` runs the same tables with Horovod built with"
                   " NCCL and writes `bench/results/gpu-tables.json`, kept apart from the CPU"
                   " results.", ""]
@@ -604,7 +683,6 @@ def render_text(results: Path, out: Path) -> str:
     if not e2e_runs:
         lines += ["## `parallel: auto` against hand-picked shapes, end to end", "", "Not run.",
                   ""]
-    planning = _load(results, "planning")
     lines += planning_section(planning) if planning else [PLANNING_TITLE, "", "Not run.", ""]
     lines += simulate_planning_section(splan) if splan else [
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
@@ -1281,15 +1359,62 @@ def multifidelity_section(m: dict[str, Any]) -> list[str]:
             *_table(["search", "epochs to the quality", "quartiles"], rows)]
 
 
+QUIET_GOAL_MIN = 30
+
+
+def steps_section(b: dict[str, Any]) -> list[str]:
+    """bench/steps.py's record of one run: each step's wall time, CPU time and load, so
+    the 30-minute goal of ``make bench-quick`` is read off a run, not guessed. On a
+    shared machine the wall time is an upper bound for a quiet one (other load only
+    slows a step down) and CPU time / cores a lower bound."""
+    m, size = b["machine"], b["size"]
+    make = "make bench-quick" if size == "quick" else "make bench"
+    rows = [[name, f"`{s['command']}`", f"{s['wall_s']:.0f}", f"{s['cpu_s']:.0f}",
+             f"{s['load_average_at_start'][0]:.1f}–{s['load_average_at_end'][0]:.1f}",
+             "ok" if s["rc"] == 0 else f"failed ({s['rc']})"] for name, s in b["steps"].items()]
+    wall, cpu = b["total"]["wall_s"] / 60, b["total"]["cpu_s"] / 60
+    verdict = (f"Total {wall:.1f} min of wall time and {cpu:.1f} min of counted CPU time"
+               f" on {m['cores']} cores: on a quiet machine of the same kind at least"
+               f" {cpu / m['cores']:.1f} min (counted CPU time over the cores) and at most"
+               f" {wall:.1f} min (the wall time under the load shown; other load only slows a"
+               " step down), so")
+    if wall <= QUIET_GOAL_MIN:
+        verdict += f" within the {QUIET_GOAL_MIN}-minute goal even under that load."
+    elif cpu / m["cores"] <= QUIET_GOAL_MIN:
+        verdict += (f" the {QUIET_GOAL_MIN}-minute goal is met only if the load, not the"
+                    " steps, made up the difference: not shown by this run.")
+    else:
+        verdict += f" over the {QUIET_GOAL_MIN}-minute goal."
+    missing = (f" Steps not in this run: {', '.join(b['missing'])}." if b.get("missing")
+               else "")
+    missing += f" {b['note']}" if b.get("note") else ""
+    return [f"## The run: `{make}`, step by step", "", machine_line(m), "",
+            f"Run `{m.get('run', '?')}`, {size} sizes (the list is `bench/steps.py`; each"
+            " step's own section names its sizes). Wall time, and CPU time of the step and"
+            " the processes it waited for (not those of Ray's workers that Ray leaves"
+            " unreaped, so a low figure); 1-min load at its start and end." + missing, "",
+            *_table(["step", "command", "wall s", "CPU s", "load", "exit"], rows),
+            verdict, ""]
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "REPORT.md")
     p.add_argument("--check", action="store_true",
                    help="render to a scratch directory and exit 1 if --out differs")
+    p.add_argument("--same-run", action="store_true",
+                   help="also exit 1 unless every headline figure comes from one run of"
+                        " bench/steps.py at one clean commit on one machine")
     args = p.parse_args(argv)
-    if args.check:
-        return check(args.results, args.out)
+    if args.check or args.same_run:
+        code = check(args.results, args.out) if args.check else 0
+        if args.same_run:
+            problems = same_run(args.results)
+            print("\n".join(["headline not from one run:", *problems]) if problems
+                  else "headline: one run, one commit, one machine")
+            code = code or int(bool(problems))
+        return code
     print(f"written: {render(args.results, args.out)}")
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -22,6 +23,13 @@ def test_the_committed_report_is_what_the_committed_results_render() -> None:
     done = subprocess.run([sys.executable, "-m", "bench.report", "--check"], cwd=ROOT,
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def test_the_committed_headline_comes_from_one_run_at_one_commit() -> None:
+    """REPORT.md's headline compares figures of one `make bench-quick` (or `make bench`)
+    run: a result rerun by hand, at another commit or on uncommitted code, fails here
+    until the whole run is redone (`python -m bench.report --same-run` names it)."""
+    assert report.same_run(ROOT / "bench" / "results") == []
 
 
 MULTI = {"seeds": 2, "parallel": 4, "max_epochs": 27, "quality": 5.0, "rows": [
@@ -166,3 +174,64 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
     changed["rows"][1]["mean_rank"]["50%"] = 1.0  # a new figure, not rendered
     (tmp_path / "multifidelity_heldout.json").write_text(json.dumps(changed))
     assert report.check(tmp_path, out) == 1
+
+
+GANGS = {"gangs": 8, "one_at_a_time_s": 20.0, "concurrently_s": 25.0, "speedup": 0.8,
+         "longest_loop_hold_s": 0.03}
+
+
+def _step(tmp: Path, name: str, result: dict) -> str:
+    """A step of bench/steps.py that writes ``result`` as NAME.json under ``tmp`` (as a
+    benchmark would, through write_result) at a fixed clean commit."""
+    code = ("import pathlib; from bench import machine;"
+            f" machine.RESULTS = pathlib.Path({str(tmp)!r});"
+            " machine.commit = lambda: {'commit': 'c0ffee' * 6, 'dirty': False};"
+            f" machine.write_result({name!r}, {result!r})")
+    return f"-c {shlex.quote(code)}"
+
+
+def test_one_run_of_the_steps_gives_the_headline_one_run_id_and_times_each_step(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """make bench-quick's claim: every headline figure from one run, the run's steps
+    timed; --same-run fails once a figure comes from another run."""
+    from bench import steps
+
+    monkeypatch.setattr(machine, "RESULTS", tmp_path)
+    monkeypatch.setitem(steps.STEPS, "quick", [("multi", _step(tmp_path, "multifidelity", MULTI)),
+                                               ("gangs", _step(tmp_path, "gang-start", GANGS))])
+    assert steps.main(["quick", "--run", "run-a"]) == 0
+    for name in ("multifidelity", "gang-start"):
+        m = json.loads((tmp_path / f"{name}.json").read_text())["machine"]
+        assert (m["run"], m["size"]) == ("run-a", "quick")
+    timed = json.loads((tmp_path / "bench-quick.json").read_text())
+    assert list(timed["steps"]) == ["multi", "gangs"] and timed["missing"] == []
+    assert all(s["rc"] == 0 and s["wall_s"] > 0 for s in timed["steps"].values())
+    assert report.same_run(tmp_path) == []
+    out = tmp_path / "REPORT.md"
+    report.render(tmp_path, out)
+    text = out.read_text()
+    assert "All from one run, `run-a` (quick sizes, `make bench-quick`)" in text
+    assert "## The run: `make bench-quick`, step by step" in text and "| gangs |" in text
+    assert report.main(["--check", "--same-run", "--results", str(tmp_path),
+                        "--out", str(out)]) == 0
+
+    assert steps.main(["quick", "--only", "gangs", "--run", "run-b"]) == 0
+    problems = report.same_run(tmp_path)
+    assert len(problems) == 1 and "run run-a" in problems[0] and "run run-b" in problems[0]
+    report.render(tmp_path, out)
+    assert report.main(["--check", "--same-run", "--results", str(tmp_path),
+                        "--out", str(out)]) == 1
+    timed = json.loads((tmp_path / "bench-quick.json").read_text())  # a new run: a new record
+    assert list(timed["steps"]) == ["gangs"] and timed["missing"] == ["multi"]
+
+
+def test_same_run_refuses_results_run_by_hand_or_on_uncommitted_code(tmp_path: Path) -> None:
+    clean = {"command": "python x.py", "commit": "a" * 40, "dirty": False, "cores": 2,
+             "cpu": "x", "gpu": "none", "host": "vm", "run": "r", "size": "quick"}
+    assert report.run_problems([{"machine": clean}, {"machine": clean}]) == []
+    by_hand = {k: v for k, v in clean.items() if k != "run"}
+    assert "no run id" in report.run_problems([{"machine": by_hand}])[0]
+    assert "uncommitted" in report.run_problems([{"machine": clean | {"dirty": True}}])[0]
+    other = report.run_problems([{"machine": clean}, {"machine": clean | {"commit": "b" * 40}}])
+    assert other and "mixes" in other[0]
+    assert report.same_run(tmp_path) == ["no headline figure: no results"]
