@@ -58,7 +58,6 @@ from typing import Any
 
 from search._base import Observation, Searcher, Trial
 from search._bayesian import BayesianSettings
-from search._fidelity import check_int
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace, from_unit, to_unit
 
 SIGMA0 = 0.3  # initial step, in units of each parameter's (scaled) range
@@ -131,8 +130,6 @@ class LQCMAESSearch(Searcher):
                 "sampler lq-cmaes searches numbers only, but the space has categorical"
                 f" parameter(s) {', '.join(categorical)}: use sampler tpe"
             )
-        if population is not None:
-            check_int("population", population, 2)
         self.sampler, self.startup_trials, self.population = "lq-cmaes", 0, population
         self._settings.update(sampler="lq-cmaes", startup_trials=0)
         if population is not None:
