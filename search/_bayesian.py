@@ -62,6 +62,13 @@ class BayesianSettings(SearchSettings):
         None, "cmaes, lq-cmaes: trials per generation (default 4 + 3 ln n for"
         " n parameters)", ge=2)
 
+    def check(self) -> None:
+        if self.sampler == "lq-cmaes" and self.startup_trials not in (None, 0):
+            raise ValueError(
+                "startup_trials must be 0 for sampler lq-cmaes (it starts at the centre of"
+                f" the space and models its own trials), but got {self.startup_trials!r}"
+            )
+
 
 class BayesianSearch(Searcher):
     """Model-based search with one of Optuna's samplers.

@@ -190,6 +190,23 @@ class GeneticSettings(SearchSettings):
     alpha: float = setting(0.5, "blend crossover's alpha", gt=0, public=False)
     eta: float = setting(10.0, "sbx's crowding degree", gt=0, public=False)
 
+    def check(self) -> None:
+        if self.population < 2 * self.demes:
+            raise ValueError(
+                f"population must be at least 2 per deme ({2 * self.demes} for"
+                f" {self.demes} demes), but got {self.population}"
+            )
+        if self.elitism >= self.population:
+            raise ValueError(
+                f"elitism must be less than population ({self.population}),"
+                f" but got {self.elitism}"
+            )
+        if self.mode == "mu_plus_lambda" and self.crossover_rate + self.mutation_rate > 1:
+            raise ValueError(
+                "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
+                f" but got {self.crossover_rate + self.mutation_rate:g}"
+            )
+
 
 class GeneticSearch(Searcher):
     """A genetic algorithm with islands, elitism, NSGA-II and an async schedule.
@@ -245,20 +262,6 @@ class GeneticSearch(Searcher):
         tournament_size, elitism, patience = s.tournament_size, s.elitism, s.patience
         sigma, sigma_rule, alpha, eta = s.sigma, s.sigma_rule, s.alpha, s.eta
         super().__init__(space, objectives, seed=seed, budget=budget)
-        if population < 2 * demes:
-            raise ValueError(
-                f"population must be at least 2 per deme ({2 * demes} for {demes} demes),"
-                f" but got {population}"
-            )
-        if elitism >= population:
-            raise ValueError(
-                f"elitism must be less than population ({population}), but got {elitism}"
-            )
-        if mode == "mu_plus_lambda" and crossover_rate + mutation_rate > 1:
-            raise ValueError(
-                "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
-                f" but got {crossover_rate + mutation_rate:g}"
-            )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
         self._settings.update(

@@ -108,7 +108,7 @@ class LQCMAESSearch(Searcher):
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         s = self.Settings(**{"sampler": "lq-cmaes", **settings})
         seed, budget, sampler = s.seed, s.budget, s.sampler
-        startup_trials, population = s.startup_trials, s.population
+        population = s.population
         super().__init__(space, objectives, seed=seed, budget=budget)
         if sampler != "lq-cmaes":
             raise ValueError(f"sampler must be lq-cmaes for this search, but got {sampler!r}")
@@ -116,11 +116,6 @@ class LQCMAESSearch(Searcher):
             raise ValueError(
                 "sampler must be tpe or gp for several objectives (lq-CMA-ES optimizes one),"
                 " but got 'lq-cmaes'"
-            )
-        if startup_trials not in (None, 0):
-            raise ValueError(
-                "startup_trials must be 0 for sampler lq-cmaes (it starts at the centre of"
-                f" the space and models its own trials), but got {startup_trials!r}"
             )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")

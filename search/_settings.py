@@ -223,3 +223,10 @@ class SearchSettings:
 
     def __post_init__(self) -> None:
         check(self)
+        self.check()
+
+    def check(self) -> None:
+        """Rules across settings (``elitism`` below ``population``), after each value's
+        own. Written here once: the spec's model for the search calls this too, on
+        itself (it has the same fields), so its error names the same rule in the same
+        words."""

@@ -167,3 +167,39 @@ def test_a_bound_declared_once_is_enforced_by_the_spec_and_the_searcher_alike() 
 def test_a_bound_taken_out_of_the_declaration_is_enforced_nowhere() -> None:
     """No other copy of the bound: without it in setting(), both take the value."""
     assert lag_limit_of_1({}) == {"SEARCHER": "accepted", "SPEC": "accepted"}
+
+
+def test_a_rule_across_settings_is_written_once_for_the_searcher_and_the_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec's genetic model runs the searcher's own ``Settings.check``: a rule
+    added there (and only there) refuses the same spec and the same searcher, in the
+    same words, as do the rules already there."""
+    from orchestrator.spec import SpecError
+    from search._genetic import GeneticSettings
+
+    def refused(**settings: object) -> tuple[str, str]:
+        with pytest.raises(ValueError) as searcher:
+            make_searcher("genetic", SearchSpace([FloatParam("x", 0.0, 1.0)]),
+                          [("loss", "min")], **settings)
+        spec = sweep("genetic")
+        spec["stages"][0]["search"].update(settings)
+        with pytest.raises(SpecError) as loaded:
+            load_spec_text(spec_yaml(spec), "g.yaml")
+        return str(searcher.value), str(loaded.value)
+
+    searcher, spec = refused(population=4, elitism=4)
+    assert searcher == "elitism must be less than population (4), but got 4"
+    assert re.fullmatch(r"g\.yaml:\d+:\d+: stages\[0\]\.search: " + re.escape(searcher), spec)
+
+    rules = GeneticSettings.check
+
+    def demes_divide_population(self: GeneticSettings) -> None:
+        rules(self)
+        if self.population % self.demes:
+            raise ValueError(f"population must split evenly into {self.demes} demes,"
+                             f" but got {self.population}")
+
+    monkeypatch.setattr(GeneticSettings, "check", demes_divide_population)
+    searcher, spec = refused(population=7, demes=2)
+    assert searcher == "population must split evenly into 2 demes, but got 7"
+    assert spec.endswith(": " + searcher)
