@@ -111,7 +111,7 @@ from typing import Any
 
 from search._base import as_objectives
 from search._budget import CostBudget, parse_budget
-from search._settings import BUDGET_HELP, SearchSettings, setting
+from search._settings import SearchSettings, budget_setting, setting
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MANY_AT_ONCE = 16  # from here on, parallelism decides (rule 3)
@@ -126,7 +126,7 @@ CMAES_MAX_DIMENSIONS = 30
 class AutoSettings(SearchSettings):
     """What ``make_searcher("auto", ...)`` takes: the pick's inputs besides the space."""
 
-    budget: int | dict[str, float] | None = setting(20, BUDGET_HELP, ge=1)
+    budget: int | dict[str, float] | None = budget_setting(20)
     parallel: int | None = setting(
         None, "trials pending at once that the choice plans for; default 1"
         " (nestor sweep sets it from --parallel or --slots)", ge=1)

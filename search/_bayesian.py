@@ -38,9 +38,8 @@ from typing import Any, Literal
 
 from search import _optuna
 from search._base import Observation, Searcher, Trial
-from search._fidelity import check_int
 from search._optuna import quiet as _quiet
-from search._settings import BUDGET_HELP, SearchSettings, setting
+from search._settings import SearchSettings, budget_setting, setting
 from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
 SAMPLERS = ("tpe", "gp", "cmaes")  # and "lq-cmaes": search/_lq_cmaes.py, through make_searcher
@@ -52,16 +51,23 @@ _CMA_GENERATION = "cma:generation"  # Optuna's note of the generation a trial be
 class BayesianSettings(SearchSettings):
     """The bayesian search's; ``sampler: lq-cmaes`` runs search/_lq_cmaes.py on them."""
 
-    budget: int | dict[str, float] | None = setting(20, BUDGET_HELP, ge=1)
+    budget: int | dict[str, float] | None = budget_setting(20)
     sampler: Literal["tpe", "gp", "cmaes", "lq-cmaes"] = setting(
         "tpe", "tpe, gp, cmaes (Optuna's), or lq-cmaes (CMA-ES with a quadratic"
         " surrogate, pycma's: numbers only)")
     startup_trials: int | None = setting(
         None, "random trials before the model is used (default 10; cmaes and"
-        " lq-cmaes 0: they start at the centre)", ge=0)
+        " lq-cmaes 0: they start at the centre)", ge=0, words="at least 0")
     population: int | None = setting(
         None, "cmaes, lq-cmaes: trials per generation (default 4 + 3 ln n for"
         " n parameters)", ge=2)
+
+    def check(self) -> None:
+        if self.sampler == "lq-cmaes" and self.startup_trials not in (None, 0):
+            raise ValueError(
+                "startup_trials must be 0 for sampler lq-cmaes (it starts at the centre of"
+                f" the space and models its own trials), but got {self.startup_trials!r}"
+            )
 
 
 class BayesianSearch(Searcher):
@@ -97,8 +103,6 @@ class BayesianSearch(Searcher):
             raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {sampler!r}")
         if startup_trials is None:
             startup_trials = 0 if sampler == "cmaes" else 10
-        if not isinstance(startup_trials, int) or startup_trials < 0:
-            raise ValueError(f"startup_trials must be at least 0, but got {startup_trials!r}")
         if sampler == "cmaes" and self.multi_objective:
             raise ValueError(
                 "sampler must be tpe or gp for several objectives (CMA-ES optimizes one),"
@@ -106,10 +110,8 @@ class BayesianSearch(Searcher):
             )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
-        if population is not None:
-            if sampler != "cmaes":
-                raise ValueError(f"population applies to sampler cmaes only, not {sampler!r}")
-            check_int("population", population, 2)
+        if population is not None and sampler != "cmaes":
+            raise ValueError(f"population applies to sampler cmaes only, not {sampler!r}")
         self.population = population
         optuna = self._optuna = _optuna.import_optuna("Bayesian search")
         self.sampler, self.startup_trials = sampler, startup_trials

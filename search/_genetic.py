@@ -191,6 +191,23 @@ class GeneticSettings(SearchSettings):
     alpha: float = setting(0.5, "blend crossover's alpha", gt=0, public=False)
     eta: float = setting(10.0, "sbx's crowding degree", gt=0, public=False)
 
+    def check(self) -> None:
+        if self.population < 2 * self.demes:
+            raise ValueError(
+                f"population must be at least 2 per deme ({2 * self.demes} for"
+                f" {self.demes} demes), but got {self.population}"
+            )
+        if self.elitism >= self.population:
+            raise ValueError(
+                f"elitism must be less than population ({self.population}),"
+                f" but got {self.elitism}"
+            )
+        if self.mode == "mu_plus_lambda" and self.crossover_rate + self.mutation_rate > 1:
+            raise ValueError(
+                "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
+                f" but got {self.crossover_rate + self.mutation_rate:g}"
+            )
+
 
 class GeneticSearch(Searcher):
     """A genetic algorithm with islands, elitism, NSGA-II and an async schedule.
@@ -246,42 +263,6 @@ class GeneticSearch(Searcher):
         tournament_size, elitism, patience = s.tournament_size, s.elitism, s.patience
         sigma, sigma_rule, alpha, eta = s.sigma, s.sigma_rule, s.alpha, s.eta
         super().__init__(space, objectives, seed=seed, budget=budget)
-        _check_int("population", population, 2)
-        if generations is not None:
-            _check_int("generations", generations, 1)
-        _check_int("demes", demes, 1)
-        _check_int("migration_interval", migration_interval, 1)
-        _check_int("migration_size", migration_size, 1)
-        _check_int("tournament_size", tournament_size, 2)
-        _check_int("elitism", elitism, 0)
-        if offspring is not None:
-            _check_int("offspring", offspring, 1)
-        if patience is not None:
-            _check_int("patience", patience, 1)
-        _check_choice("mode", mode, ("generational", "mu_plus_lambda"))
-        _check_choice("schedule", schedule, ("generational", "async"))
-        _check_choice("crossover", crossover, ("blend", "sbx"))
-        _check_choice("sigma_rule", sigma_rule, ("one_fifth", "fixed"))
-        for name, rate in (("mutation_rate", mutation_rate), ("crossover_rate", crossover_rate)):
-            if not isinstance(rate, int | float) or not 0.0 <= rate <= 1.0:
-                raise ValueError(f"{name} must be between 0 and 1, but got {rate!r}")
-        for name, value in (("sigma", sigma), ("alpha", alpha), ("eta", eta)):
-            if not isinstance(value, int | float) or not value > 0:
-                raise ValueError(f"{name} must be a positive number, but got {value!r}")
-        if population < 2 * demes:
-            raise ValueError(
-                f"population must be at least 2 per deme ({2 * demes} for {demes} demes),"
-                f" but got {population}"
-            )
-        if elitism >= population:
-            raise ValueError(
-                f"elitism must be less than population ({population}), but got {elitism}"
-            )
-        if mode == "mu_plus_lambda" and crossover_rate + mutation_rate > 1:
-            raise ValueError(
-                "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
-                f" but got {crossover_rate + mutation_rate:g}"
-            )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
         self._settings.update(
@@ -813,17 +794,6 @@ def _interleave(groups: list[list[_Individual]]) -> list[_Individual]:
     for i in range(max((len(g) for g in groups), default=0)):
         result.extend(g[i] for g in groups if i < len(g))
     return result
-
-
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{name} must be an integer of at least {minimum}, but got {value!r}")
-
-
-def _check_choice(name: str, value: Any, allowed: tuple[str, ...]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{name} must be one of {', '.join(allowed)}, but got {value!r}")
-
 
 
 class _DemeOrder:

@@ -52,6 +52,12 @@ class GridSettings(SearchSettings):
     points: int | dict[str, int] = setting(
         3, "grid points per numeric parameter, or per parameter by name")
 
+    def check(self) -> None:
+        counts = self.points.values() if isinstance(self.points, dict) else [self.points]
+        for count in counts:
+            if not isinstance(count, int) or isinstance(count, bool) or count < 2:
+                raise ValueError(f"points must be at least 2, but got {count!r}")
+
 
 class GridSearch(Searcher):
     """Every combination of per-parameter grids, in a seeded random order.
@@ -71,10 +77,6 @@ class GridSearch(Searcher):
         seed, budget, points = s.seed, s.budget, s.points
         super().__init__(space, objectives, seed=seed, budget=budget)
         numeric = [p.name for p in space.searched if isinstance(p, FloatParam | IntParam)]
-        counts = points.values() if isinstance(points, dict) else [points]
-        for count in counts:
-            if not isinstance(count, int) or isinstance(count, bool) or count < 2:
-                raise ValueError(f"points must be at least 2, but got {count!r}")
         if isinstance(points, dict):
             unknown = sorted(set(points) - set(numeric))
             if unknown:

@@ -52,8 +52,6 @@ from search._sampling import sample_config
 from search._settings import SearchSettings, setting
 from search.space import Scalar, SearchSpace
 
-SAMPLERS = ("random", "tpe")
-
 
 def rung_budgets(min_budget: float, max_budget: float, reduction_factor: int) -> list[float]:
     """The rungs' budgets from ``min_budget`` to ``max_budget``, a factor η apart.
@@ -150,10 +148,6 @@ class _SuccessiveHalving(Searcher):
         super().__init__(space, objectives, seed=seed, budget=budget)
         check_one_objective(self.algorithm, self.objectives)
         self.rungs = rung_budgets(min_budget, max_budget, reduction_factor)
-        if sampler not in SAMPLERS:
-            raise ValueError(f"sampler must be one of {', '.join(SAMPLERS)}, but got {sampler!r}")
-        if startup_trials is not None:
-            check_int("startup_trials", startup_trials, 1)
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
         self.reduction_factor, self.sampler = reduction_factor, sampler
@@ -401,11 +395,6 @@ class HyperbandSearch(_SuccessiveHalving):
         s = self.Settings(**settings)
         iterations, random_fraction = s.iterations, s.random_fraction
         budget = self.budget
-        if (not isinstance(random_fraction, int | float) or isinstance(random_fraction, bool)
-                or not 0 <= random_fraction < 1):  # fmt: skip
-            raise ValueError(
-                f"random_fraction must be at least 0 and below 1, but got {random_fraction!r}"
-            )
         self.random_fraction = float(random_fraction)
         self._settings["iterations"] = iterations
         if random_fraction != 1 / 3:
@@ -413,7 +402,6 @@ class HyperbandSearch(_SuccessiveHalving):
         self.brackets = hyperband_brackets(len(self.rungs), self.reduction_factor)
         per_iteration = sum(sum(b) for b in self.brackets)
         if iterations is not None:
-            check_int("iterations", iterations, 1)
             if (budget is not None and budget > iterations * per_iteration
                     and self.cost_budget is None):
                 raise ValueError(

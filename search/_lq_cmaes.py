@@ -58,7 +58,6 @@ from typing import Any
 
 from search._base import Observation, Searcher, Trial
 from search._bayesian import BayesianSettings
-from search._fidelity import check_int
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace, from_unit, to_unit
 
 SIGMA0 = 0.3  # initial step, in units of each parameter's (scaled) range
@@ -109,7 +108,7 @@ class LQCMAESSearch(Searcher):
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         s = self.Settings(**{"sampler": "lq-cmaes", **settings})
         seed, budget, sampler = s.seed, s.budget, s.sampler
-        startup_trials, population = s.startup_trials, s.population
+        population = s.population
         super().__init__(space, objectives, seed=seed, budget=budget)
         if sampler != "lq-cmaes":
             raise ValueError(f"sampler must be lq-cmaes for this search, but got {sampler!r}")
@@ -117,11 +116,6 @@ class LQCMAESSearch(Searcher):
             raise ValueError(
                 "sampler must be tpe or gp for several objectives (lq-CMA-ES optimizes one),"
                 " but got 'lq-cmaes'"
-            )
-        if startup_trials not in (None, 0):
-            raise ValueError(
-                "startup_trials must be 0 for sampler lq-cmaes (it starts at the centre of"
-                f" the space and models its own trials), but got {startup_trials!r}"
             )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
@@ -131,8 +125,6 @@ class LQCMAESSearch(Searcher):
                 "sampler lq-cmaes searches numbers only, but the space has categorical"
                 f" parameter(s) {', '.join(categorical)}: use sampler tpe"
             )
-        if population is not None:
-            check_int("population", population, 2)
         self.sampler, self.startup_trials, self.population = "lq-cmaes", 0, population
         self._settings.update(sampler="lq-cmaes", startup_trials=0)
         if population is not None:

@@ -104,12 +104,12 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from search._base import Observation, Searcher, Trial, observations_from_state
-from search._fidelity import budget_used, check_int, check_number, check_one_objective, span
+from search._fidelity import budget_used, check_one_objective, span
 from search._sampling import sample_config, sample_value
 from search._settings import SearchSettings, setting
 from search.space import (
@@ -122,7 +122,6 @@ from search.space import (
     to_unit,
 )
 
-EXPLORES = ("perturb", "pb2")
 MIN_PB2_POINTS = 2  # intervals trained from a checkpoint before PB2's GP is fitted
 
 
@@ -215,35 +214,8 @@ class PBTSearch(Searcher):
         super().__init__(space, objectives, seed=seed, budget=budget)
         given_intervals = intervals
         check_one_objective(self.algorithm, self.objectives)
-        check_int("population", population, 2)
-        check_number("interval", interval)
-        if intervals is not None:
-            check_int("intervals", intervals, 1)
-        if not isinstance(quantile, int | float) or not 0 < quantile <= 0.5:
-            raise ValueError(
-                f"quantile must be greater than 0 and at most 0.5, but got {quantile!r}"
-            )
-        if not isinstance(resample_probability, int | float) or not (
-            0.0 <= resample_probability <= 1.0
-        ):
-            raise ValueError(
-                f"resample_probability must be between 0 and 1, but got {resample_probability!r}"
-            )
-        if isinstance(perturbation_factors, str | bytes) or not isinstance(
-            perturbation_factors, Sequence
-        ):
-            raise ValueError(
-                "perturbation_factors must be a list of positive numbers,"
-                f" but got {perturbation_factors!r}"
-            )
-        if not perturbation_factors:
-            raise ValueError("perturbation_factors must list at least one factor, but got none")
-        for factor in perturbation_factors:
-            check_number("perturbation_factors", factor)
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
-        if explore not in EXPLORES:
-            raise ValueError(f"explore must be one of {', '.join(EXPLORES)}, but got {explore!r}")
         numeric = [p for p in space.searched if isinstance(p, FloatParam | IntParam)]
         if explore == "pb2" and not numeric:
             raise ValueError(

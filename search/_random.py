@@ -8,13 +8,13 @@ from typing import Any
 
 from search._base import Observation, Searcher, Trial
 from search._sampling import sample_config
-from search._settings import BUDGET_HELP, SearchSettings, setting
+from search._settings import SearchSettings, budget_setting
 from search.space import SearchSpace
 
 
 @dataclass(frozen=True)
 class RandomSettings(SearchSettings):
-    budget: int | dict[str, float] | None = setting(20, BUDGET_HELP, ge=1)
+    budget: int | dict[str, float] | None = budget_setting(20)
 
 
 class RandomSearch(Searcher):

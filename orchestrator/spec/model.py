@@ -302,8 +302,9 @@ PARAM_TYPES = ("float", "int", "categorical", "constant")
 #
 # A search block's fields are the searcher's own settings, declared once with the
 # searcher (search/_settings.py) and made into fields by _derive.search_model. The
-# classes here add only what the spec knows: checks across fields (named as the
-# searcher names them), the trials a search plans, and the stage's ``fidelity``.
+# classes here add only what the spec knows: where a searcher's rules across fields
+# (its ``Settings.check``) are reported, the trials a search plans, and the stage's
+# ``fidelity``.
 
 
 def _check_budget(value: Any) -> Any:
@@ -342,22 +343,7 @@ class _SearchBase(Strict):
 class _GeneticRules(_SearchBase):
     @model_validator(mode="after")
     def _consistent(self) -> Any:
-        s: Any = self
-        if s.population < 2 * s.demes:
-            raise ValueError(
-                f"population must be at least 2 per deme ({2 * s.demes} for"
-                f" {s.demes} demes), but got {s.population}"
-            )
-        if s.mode == "mu_plus_lambda" and s.crossover_rate + s.mutation_rate > 1:
-            raise ValueError(
-                "crossover_rate + mutation_rate must be at most 1 in mode mu_plus_lambda,"
-                f" but got {s.crossover_rate + s.mutation_rate:g}"
-            )
-        if s.elitism >= s.population:
-            raise ValueError(
-                f"elitism must be less than population ({s.population}),"
-                f" but got {s.elitism}"
-            )
+        settings_class("genetic").check(self)  # the searcher's rules across settings
         self.planned_generations()  # a budget the generations cannot reach is an error
         return self
 
@@ -382,9 +368,8 @@ class _BayesianRules(_SearchBase):
     @field_validator("startup_trials", check_fields=False)
     @classmethod
     def _no_startup_for_lq(cls, value: int | None, info: ValidationInfo) -> int | None:
-        if value and info.data.get("sampler") == "lq-cmaes":
-            raise ValueError("startup_trials must be 0 for sampler lq-cmaes (it starts at the"
-                             f" centre and models its own trials), but got {value}")
+        if info.data.get("sampler") == "lq-cmaes":  # the searcher's rule, on this field
+            settings_class("bayesian")(sampler="lq-cmaes", startup_trials=value)
         return value
 
     @field_validator("population", check_fields=False)
@@ -409,10 +394,7 @@ class _GridRules(_SearchBase):
     @field_validator("points", check_fields=False)
     @classmethod
     def _points_at_least_two(cls, value: int | dict[str, int]) -> int | dict[str, int]:
-        counts = value.values() if isinstance(value, dict) else [value]
-        for count in counts:
-            if count < 2:
-                raise ValueError(f"points must be at least 2, but got {count}")
+        settings_class("grid")(points=value)  # the searcher's rule, on this field
         return value
 
     def points_for(self, name: str) -> int:

@@ -3,6 +3,7 @@ spec's search models and the `nestor sweep` flags are made from those declaratio
 
 from __future__ import annotations
 
+import json
 import re
 import subprocess
 import sys
@@ -109,3 +110,96 @@ def test_a_setting_added_to_a_searcher_is_in_the_spec_and_the_flags() -> None:
     help_text = " ".join(out.split())
     assert "--lag-limit INTEGER RANGE pbt: intervals a member may lag before it is replaced" \
         " (default 4)." in help_text
+
+
+BOUND = textwrap.dedent("""
+    import dataclasses, json, sys
+    import search._pbt as pbt
+    from search._settings import setting
+
+    @dataclasses.dataclass(frozen=True)
+    class Extended(pbt.PBTSettings):
+        lag_limit: int = setting(4, "intervals a member may lag", **json.loads(sys.argv[1]))
+
+    pbt.PBTSearch.Settings = Extended  # the one edit: the searcher's declaration
+
+    from orchestrator.commands.sweep import build_spec, spec_yaml
+    from orchestrator.spec import SpecError, load_spec_text
+    from search.space import FloatParam, SearchSpace
+
+    try:
+        pbt.PBTSearch(SearchSpace([FloatParam("lr", 0.01, 0.1)]), [("loss", "min")],
+                      lag_limit=1)
+        print("SEARCHER accepted")
+    except ValueError as exc:
+        print("SEARCHER", exc)
+    spec = build_spec(trainer="cnn", command=None, params=["lr=float:0.01:0.1"], settings=[],
+                      algorithm="pbt", budget=None, metric=None, mode=None, fom_pattern=None,
+                      dp=1, mp=1, parallel=None, slots=None, seed=0)
+    spec["stages"][0]["search"]["lag_limit"] = 1
+    try:
+        load_spec_text(spec_yaml(spec), "lag.yaml")
+        print("SPEC accepted")
+    except SpecError as exc:
+        print("SPEC", exc)
+""")
+
+
+def lag_limit_of_1(bounds: dict) -> dict[str, str]:
+    """What a searcher built directly and the spec say to ``lag_limit: 1``, where the
+    searcher declares ``lag_limit`` with ``bounds`` (and nothing else anywhere)."""
+    result = subprocess.run([sys.executable, "-c", BOUND, json.dumps(bounds)],
+                            capture_output=True, text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    return dict(line.split(" ", 1) for line in result.stdout.splitlines())
+
+
+def test_a_bound_declared_once_is_enforced_by_the_spec_and_the_searcher_alike() -> None:
+    said = lag_limit_of_1({"ge": 2})
+    assert said["SEARCHER"] == "lag_limit must be an integer of at least 2, but got 1"
+    assert re.fullmatch(r"lag\.yaml:\d+:\d+: stages\[0\]\.search\.lag_limit: must be at least"
+                        r" 2, but got 1", said["SPEC"]), said
+    # The same bound in the same words (the searcher's says the type as well).
+    assert said["SPEC"].endswith("at least 2, but got 1")
+    assert said["SEARCHER"].endswith("at least 2, but got 1")
+
+
+def test_a_bound_taken_out_of_the_declaration_is_enforced_nowhere() -> None:
+    """No other copy of the bound: without it in setting(), both take the value."""
+    assert lag_limit_of_1({}) == {"SEARCHER": "accepted", "SPEC": "accepted"}
+
+
+def test_a_rule_across_settings_is_written_once_for_the_searcher_and_the_spec(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The spec's genetic model runs the searcher's own ``Settings.check``: a rule
+    added there (and only there) refuses the same spec and the same searcher, in the
+    same words, as do the rules already there."""
+    from orchestrator.spec import SpecError
+    from search._genetic import GeneticSettings
+
+    def refused(**settings: object) -> tuple[str, str]:
+        with pytest.raises(ValueError) as searcher:
+            make_searcher("genetic", SearchSpace([FloatParam("x", 0.0, 1.0)]),
+                          [("loss", "min")], **settings)
+        spec = sweep("genetic")
+        spec["stages"][0]["search"].update(settings)
+        with pytest.raises(SpecError) as loaded:
+            load_spec_text(spec_yaml(spec), "g.yaml")
+        return str(searcher.value), str(loaded.value)
+
+    searcher, spec = refused(population=4, elitism=4)
+    assert searcher == "elitism must be less than population (4), but got 4"
+    assert re.fullmatch(r"g\.yaml:\d+:\d+: stages\[0\]\.search: " + re.escape(searcher), spec)
+
+    rules = GeneticSettings.check
+
+    def demes_divide_population(self: GeneticSettings) -> None:
+        rules(self)
+        if self.population % self.demes:
+            raise ValueError(f"population must split evenly into {self.demes} demes,"
+                             f" but got {self.population}")
+
+    monkeypatch.setattr(GeneticSettings, "check", demes_divide_population)
+    searcher, spec = refused(population=7, demes=2)
+    assert searcher == "population must split evenly into 2 demes, but got 7"
+    assert spec.endswith(": " + searcher)
