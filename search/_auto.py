@@ -50,10 +50,20 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
 
 3. Many trials at once (``parallel`` of 16 or more) and a budget of at least
    four rounds of them: genetic search, asynchronous (no slot idles behind a
-   straggler), one deme of about 16 per 16 slots. Model-based samplers
-   propose a batch by guessing the results of the pending trials (constant
-   liar), which degrades as the batch grows, and their ask cost grows with
-   every trial; islands keep a wide population diverse.
+   straggler), with a population of 16 whatever the width: the first round
+   is random and the best 16 of all results so far breed. From 256 at once
+   the children come by differential evolution (JADE's current-to-pbest/1
+   with binomial crossover, F and CR adapted), below it by blend crossover
+   and the adapted Gaussian step. Why (``bench/many_at_once_bench.py --problems
+   dev``: 5-D sphere, Rosenbrock, Rastrigin and a mixed space, 6 rounds of
+   the width, 3-5 seeds, medians): a population of the width in demes of 16
+   (what auto picked before) leaves 6 rounds only 6 generations, and at 64
+   at once it ended 2-20 times above a population of 16 on every problem
+   (Rosenbrock 82 against 27); at 256 the population of 16 with DE was best
+   on 3 of 4 (blend on Rosenbrock), at 16 and 64 DE trailed blend. Model-based
+   samplers propose a batch by guessing the results of the pending trials
+   (constant liar), which degrades as the batch grows, and their ask cost
+   grows with every trial.
 4. Several objectives: multivariate TPE (CMA-ES optimizes one objective).
 5. Only numbers (floats, or integers with at least 16 values), 2 to 30 of
    them, one objective, and at most 4 trials at once: lq-CMA-ES (CMA-ES
@@ -115,7 +125,8 @@ from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MANY_AT_ONCE = 16  # from here on, parallelism decides (rule 3)
 SURROGATE_AT_ONCE = 4  # lq-CMA-ES up to this many trials at once (rule 5)
-DEME_SIZE = 16
+DEME_SIZE = 16  # rule 3's population, whatever the width
+DE_AT_ONCE = 256  # from here on, rule 3's children come by differential evolution
 STARTUP_TRIALS = 10
 CMAES_GENERATIONS = 25  # generations CMA-ES needs to adapt its step and shape
 CMAES_MAX_DIMENSIONS = 30
@@ -130,7 +141,7 @@ class AutoChoice:
     reason: str = ""
 
     def label(self) -> str:
-        """``bayesian cmaes`` / ``genetic async 32, 2 demes`` / ``random`` /
+        """``bayesian cmaes`` / ``genetic async 16, de`` / ``random`` /
         ``asha tpe, rungs 11-100, eta 3, budget 3000 epochs``."""
         if self.algorithm in ("asha", "hyperband"):
             s = self.settings
@@ -142,6 +153,8 @@ class AutoChoice:
         if self.algorithm == "genetic":
             demes = self.settings.get("demes", 1)
             extra = f", {demes} demes" if demes > 1 else ""
+            if self.settings.get("crossover") == "de":
+                extra += ", de"
             return f"genetic {self.settings['schedule']} {self.settings['population']}{extra}"
         return self.algorithm
 
@@ -235,15 +248,20 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
         if multi_fidelity is not None:
             return multi_fidelity
     if parallel >= MANY_AT_ONCE and budget >= 4 * parallel:
-        demes = max(1, parallel // DEME_SIZE)
-        population = max(parallel, 2 * demes)
+        crossover = "de" if parallel >= DE_AT_ONCE else "blend"
         return AutoChoice(
             "genetic",
-            {"budget": budget, "population": population, "schedule": "async", "demes": demes},
+            {"budget": budget, "population": DEME_SIZE, "schedule": "async",
+             "crossover": crossover},
             f"{parallel} trials at once: an asynchronous genetic search breeds a child"
-            f" whenever a slot frees (none idles), in {demes} island(s) of about"
-            f" {population // demes}; model-based batches of {parallel} would be guesses"
-            " on guesses (constant liar)",
+            " whenever a slot frees (none idles); the first"
+            f" {parallel} are random and the best {DEME_SIZE} of all results so far are"
+            " the parents (a population of the width bred too slowly: 6 rounds leave 6"
+            " generations)"
+            + ("; children by differential evolution (JADE), whose steps the population"
+               " scales" if crossover == "de" else "")
+            + f"; model-based batches of {parallel} would be guesses on guesses (constant"
+            " liar)",
         )
     if len(objectives) > 1:
         return AutoChoice(
