@@ -1,27 +1,35 @@
 """Many trials at once: ``auto`` at 16, 64, 256 and 1,024 pending, against
-Optuna's TPE with the constant liar and nevergrad's NGOpt with ``num_workers``.
+Optuna's TPE with the constant liar, nevergrad's NGOpt with ``num_workers`` and
+DeepHyper's CBO, through their own ask/tell.
 
-Held-out problems, fixed here before any search ran on them: 5-D shifted
-sphere, Rosenbrock, Rastrigin and a mixed space (three floats, an integer and
-a categorical). Each search runs ``rounds x width`` evaluations with
-``width`` slots on a virtual clock: a trial takes a duration that depends on
-its configuration (0.5 to 2 time units), a free slot is asked for work at
-once, and a slot the searcher leaves empty (``ask`` returned fewer) idles
-until the next result, which costs time. The figures: the best value found
-(regret to the known optimum, ranked among the searches per problem and
-seed), the virtual time all evaluations took, the share of slot time left
-idle while trials were still owed (the searcher returned fewer than the free
-slots; the drain after the last ask is not counted), and the searcher's own
-ask time per trial (the real seconds the driver
-waits on it).
+Held-out problems (``HELDOUT_PROBLEMS``), fixed and committed before any search
+ran on them: a rotated 8-D ellipsoid, 6-D Ackley, 4-D Styblinski-Tang, an
+HPO-like mixed space (log floats, integers, two categoricals) and two
+multi-fidelity problems (1-81 epochs; one whose short trainings mislead, one
+whose do not). ``--problems dev`` runs the first run's problems, on which the
+genetic search's operators were tuned (issue 29 item 5).
 
-    .venv/bin/python bench/many_at_once_bench.py                      # 3 seeds
-    .venv/bin/python bench/many_at_once_bench.py --widths 16 64 --seeds 5
+Each search runs ``ROUNDS x width`` full trainings' worth (epochs on a
+multi-fidelity problem, where ``auto`` is told ``max_fidelity`` and the others
+train each trial in full) with ``width`` slots on a virtual clock: a full trial
+takes 0.5 to 2 time units from its configuration (a part of one its share), a
+free slot is asked for work at once, and a slot the searcher leaves empty idles
+until the next result, which costs time. The figures: the best value of a
+fully trained trial (regret to the optimum; on the multi-fidelity problems the
+loss after all 81 epochs), ranked among the searches per problem and seed; the
+virtual time; the share of slot time left idle while work was owed; and the
+searcher's own ask time per trial (real seconds, measured on a shared machine
+with ``--jobs`` runs side by side).
 
-nevergrad is a bench-only dependency, not nestor's: where it does not import,
-NGOpt is left out and the results say so. Optuna's TPE refits on every trial,
-so past ``--tpe-max-width`` (64) it is left out too (its ask time at the
-widths it ran is in the results). It writes bench/results/many_at_once.json.
+    python bench/many_at_once_bench.py --jobs 4                   # 3 seeds
+    python bench/many_at_once_bench.py --problems dev --widths 16 64
+
+nevergrad and DeepHyper are bench-only dependencies, not nestor's (install them
+beside the venv, e.g. ``pip install --target DIR``, and put DIR on PYTHONPATH);
+where one does not import it is left out and the results say so. Past
+``MAX_WIDTH`` a searcher is left out (its ask time grows with the trials told),
+and the multi-fidelity problems run only up to ``--mf-max-width``. It writes
+bench/results/many_at_once.json (``--problems dev``: many_at_once_dev.json).
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -364,7 +373,7 @@ COMPETITORS = {"optuna-tpe": _OptunaTPE, "ngopt": _NGOpt, "cbo": _CBO}
 SEARCHES = ("auto", "random", *COMPETITORS)
 # Widths past which a searcher is left out, its ask time per trial growing with the
 # trials told (measured at the widths it ran; the results keep it).
-MAX_WIDTH = {"optuna-tpe": 256, "cbo": 64, "ngopt": 1024}
+MAX_WIDTH = {"optuna-tpe": 64, "cbo": 0, "ngopt": 256}
 MODULES = {"ngopt": "nevergrad", "cbo": "deephyper"}
 
 
@@ -427,6 +436,15 @@ def run(name: str, problem: Problem, seed: int, width: int) -> dict[str, Any]:
             "spent": spent, "label": searcher.label}
 
 
+def _job(job: tuple[str, str, int, int, int]) -> dict[str, Any] | str:
+    """One run in a worker process: its figures, or what the searcher raised."""
+    name, problems, k, seed, width = job
+    try:
+        return run(name, PROBLEM_SETS[problems][k], seed, width)
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
 def ranks(values: dict[str, float]) -> dict[str, float]:
     ordered = sorted(values.values())
     return {k: statistics.fmean(i + 1 for i, v in enumerate(ordered) if v == value)
@@ -439,6 +457,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--widths", type=int, nargs="*", default=[16, 64, 256, 1024])
     parser.add_argument("--problems", choices=sorted(PROBLEM_SETS), default="heldout")
     parser.add_argument("--only", nargs="*", help="searches to run (default: all)")
+    parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    parser.add_argument("--mf-max-width", type=int, default=16,
+                        help="widths past which the multi-fidelity problems are left out")
     for name, width in MAX_WIDTH.items():
         parser.add_argument(f"--{name}-max-width", type=int, default=width)
     args = parser.parse_args(argv)
@@ -455,18 +476,26 @@ def main(argv: list[str] | None = None) -> None:
             n: {"idle": [], "ask_ms": [], "time": []} for n in here}
         regret: dict[str, dict[str, list[float]]] = {n: {} for n in here}
         labels: dict[str, set[str]] = {n: set() for n in here}
-        for problem in problems:
+        jobs = [(n, args.problems, k, seed, width) for k, problem in enumerate(problems)
+                if problem.fidelity is None or width <= args.mf_max_width
+                for seed in range(args.seeds) for n in here]
+        with ProcessPoolExecutor(args.jobs) as pool:
+            done = dict(zip(jobs, pool.map(_job, jobs), strict=True))
+        for k, problem in enumerate(problems):
+            if problem.fidelity is not None and width > args.mf_max_width:
+                continue
             for seed in range(args.seeds):
                 results = {}
                 for n in list(here):
-                    try:
-                        results[n] = run(n, problem, seed, width)
-                    except Exception as exc:  # a published searcher's own failure
-                        broken[n] = f"{type(exc).__name__}: {exc}"
+                    outcome = done[(n, args.problems, k, seed, width)]
+                    if isinstance(outcome, str):  # a published searcher's own failure
+                        broken[n] = outcome
                         print(f"{n} raised at width {width}: {broken[n]}; left out", flush=True)
                         here.remove(n)
                         for store in (rank_of, figures, regret, labels):
                             store.pop(n, None)
+                    else:
+                        results[n] = outcome
                 for n, r in ranks({n: r["best"] for n, r in results.items()}).items():
                     rank_of[n].append(r)
                 for n, r in results.items():
@@ -507,6 +536,7 @@ def main(argv: list[str] | None = None) -> None:
               "problems": [p.name for p in problems],
               "multi_fidelity": [p.name for p in problems if p.fidelity is not None],
               "max_fidelity": MAX_EPOCHS, "max_width": limit,
+              "multi_fidelity_max_width": args.mf_max_width, "jobs": args.jobs,
               "not_installed": [n for n in (args.only or SEARCHES) if not available(n)],
               "failed": broken, "widths": by_width}
     name = "many_at_once" if args.problems == "heldout" else f"many_at_once_{args.problems}"
