@@ -458,6 +458,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--problems", choices=sorted(PROBLEM_SETS), default="heldout")
     parser.add_argument("--only", nargs="*", help="searches to run (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
+    parser.add_argument("--tag", default="", help="write many_at_once_TAG.json instead")
     parser.add_argument("--mf-max-width", type=int, default=16,
                         help="widths past which the multi-fidelity problems are left out")
     for name, width in MAX_WIDTH.items():
@@ -540,6 +541,7 @@ def main(argv: list[str] | None = None) -> None:
               "not_installed": [n for n in (args.only or SEARCHES) if not available(n)],
               "failed": broken, "widths": by_width}
     name = "many_at_once" if args.problems == "heldout" else f"many_at_once_{args.problems}"
+    name += f"_{args.tag}" if args.tag else ""
     print(f"written: {machine.write_result(name, result)}")
 
 
