@@ -371,9 +371,12 @@ class _CBO(_Full):
 
 COMPETITORS = {"optuna-tpe": _OptunaTPE, "ngopt": _NGOpt, "cbo": _CBO}
 SEARCHES = ("auto", "random", *COMPETITORS)
-# Widths past which a searcher is left out, its ask time per trial growing with the
-# trials told (measured at the widths it ran; the results keep it).
-MAX_WIDTH = {"optuna-tpe": 64, "cbo": 0, "ngopt": 256}
+# Widths past which a searcher is left out for the machine time it takes (2 shared
+# cores at load 20-40, issue 29 session 3): Optuna's TPE asks in 142 ms a trial at 64
+# at once and refits on every trial; one DeepHyper CBO run of 96 trials at 16 at once
+# took 408 s (ask 38 ms a trial, the rest in tell and its start), 18 runs per width;
+# NGOpt asked in 126 ms a trial at 16 (the results keep each ask time).
+MAX_WIDTH = {"optuna-tpe": 64, "cbo": 0, "ngopt": 16}
 MODULES = {"ngopt": "nevergrad", "cbo": "deephyper"}
 
 

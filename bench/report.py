@@ -718,8 +718,9 @@ def _why_left_out(name: str, r: dict[str, Any]) -> str:
         return f"{name} not run (its package does not import here)"
     limit = r.get("max_width", {}).get(name)
     if limit is not None:
-        return (f"{name} not run past {limit} at once (`MAX_WIDTH` in the bench: its ask"
-                " time per trial grows with the trials told)")
+        where = "at any width" if limit == 0 else f"past {limit} at once"
+        return (f"{name} not run {where} (`MAX_WIDTH` in the bench, which says why: the"
+                " machine time its ask and tell take)")
     if name == "optuna-tpe":
         return ("optuna-tpe not run: its ask time (it refits on every trial) rules it out"
                 " past the bench's `--tpe-max-width`")
