@@ -47,6 +47,16 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    problems (three of four make short runs rank configurations wrongly by
    design) and second on the issue's: a search that ignores the fidelity is
    a close alternative at budgets of about 30 full trainings.
+   What the evidence does not back (issue 29 item 3, said here rather than
+   fitted away): on the same bench's rerun with provenance (5 seeds,
+   ``bench/REPORT.md``) see the section's "beyond the spread" line for where
+   TPE training every trial in full beat this pick; and on the many-at-once
+   bench's two held-out multi-fidelity problems at 16 at once (1-81 epochs,
+   96 full trainings' worth, 3 seeds) this pick's best loss after 81 epochs
+   was 0.136 [0.115-0.139] where short trainings mislead (TPE in full 0.016,
+   NGOpt in full 0.007) and 0.014 [0.009-0.016] where they do not (TPE 0.008,
+   NGOpt 0.0035), its ask 54-126 ms a trial. The rule stands for want of a
+   better one judged on problems it was not fitted on.
 
 3. Many trials at once (``parallel`` of 16 or more) and a budget of at least
    four rounds of them: genetic search, asynchronous (no slot idles behind a
@@ -57,8 +67,8 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    and the adapted Gaussian step. Why (a sweep of these settings on
    ``bench/many_at_once_bench.py``'s dev problems, 5-D sphere, Rosenbrock,
    Rastrigin and a mixed space, 6 rounds of the width, 3-5 seeds, medians; not a
-   committed result, the held-out run in ``bench/REPORT.md`` is): a population of the width in demes of 16
-   (what auto picked before) leaves 6 rounds only 6 generations, and at 64
+   committed result, the held-out run in ``bench/REPORT.md`` is): a population
+   of the width in demes of 16 (what auto picked before) leaves 6 rounds only 6 generations, and at 64
    at once it ended 2-20 times above a population of 16 on every problem
    (Rosenbrock 82 against 27); at 256 the population of 16 with DE was best
    on 3 of 4 (blend on Rosenbrock), at 16 and 64 DE trailed blend. Model-based
