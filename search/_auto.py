@@ -68,8 +68,8 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    ``bench/many_at_once_bench.py``'s dev problems, 5-D sphere, Rosenbrock,
    Rastrigin and a mixed space, 6 rounds of the width, 3-5 seeds, medians; not a
    committed result, the held-out run in ``bench/REPORT.md`` is): a population
-   of the width in demes of 16 (what auto picked before) leaves 6 rounds only 6 generations, and at 64
-   at once it ended 2-20 times above a population of 16 on every problem
+   of the width in demes of 16 (what auto picked before) leaves 6 rounds only
+   6 generations, and at 64 at once it ended 2-20 times above a population of 16 on every problem
    (Rosenbrock 82 against 27); at 256 the population of 16 with DE was best
    on 3 of 4 (blend on Rosenbrock), at 16 and 64 DE trailed blend. Model-based
    samplers propose a batch by guessing the results of the pending trials
