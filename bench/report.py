@@ -586,6 +586,9 @@ def render_text(results: Path, out: Path) -> str:
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
     lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
+    for path in sorted(results.glob("many_at_once_*.json")):  # runs of a few widths more
+        lines += [f"### {path.name}: a further run", ""]
+        lines += many_at_once_section(json.loads(path.read_text()))[1:]
     lines += mf_heldout_section(mf_heldout) if mf_heldout else [
         MF_HELDOUT_TITLE, "", "Not run.", ""]
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]

@@ -162,7 +162,9 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
     assert "optuna-tpe not run past 64 at once (`MAX_WIDTH` in the bench" in again
     assert "cbo not run (its package does not import here)" in again
     (tmp_path / "many_at_once.json").write_text(json.dumps(MANY))
+    (tmp_path / "many_at_once_more.json").write_text(json.dumps(MANY))
     text = report.render(tmp_path, out).read_text()
+    assert "### many_at_once_more.json: a further run" in text  # rendered too
     assert "ngopt could not run (it raised `TypeError: bad`)" in many
     mf = text.split(report.MF_HELDOUT_TITLE)[1].split("\n## ")[0]
     assert "| tpe | 4 | 1.5 | 1 | 0.1 [0–0.2] | 2,996 | 20 |" in mf, mf
