@@ -83,9 +83,10 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    3 seeds, mean rank [quartiles] of the best value): at 64 at once this rule
    ranked first, 1.42 [1-2] against Optuna TPE with the constant liar's 1.83
    [1-2], its ask 2 ms a trial against TPE's 142, and in a further run with
-   NGOpt 1.92 [1.25-2] against NGOpt's and TPE's 2.33; at 256 and 1,024 it
-   beat random search on every run, the only other search run there (TPE and
-   NGOpt were left out for this machine's time). At 16 at once (96 trials)
+   NGOpt 1.92 [1.25-2] against NGOpt's and TPE's 2.33; at 256 (a further
+   run with NGOpt) 1.17 [1-1] against NGOpt's 2.08 [2-2.75], beyond the
+   quartiles; at 1,024 it beat random search on every run, the only other
+   search run there (TPE and NGOpt were left out for this machine's time). At 16 at once (96 trials)
    it does not earn its place yet: NGOpt ranked 1.56 [1-1.25] and TPE 2.06
    [2-2.25] against its 2.89 [2-3.25] (with the two multi-fidelity problems,
    where rule M picks ASHA-TPE), beaten by NGOpt beyond the quartiles. At 16
