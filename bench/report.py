@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -691,8 +692,14 @@ def render_text(results: Path, out: Path) -> str:
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
     lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
+    for path in sorted(results.glob("many_at_once_*.json")):  # runs of a few widths more
+        lines += [f"### {path.name}: a further run", ""]
+        lines += many_at_once_section(json.loads(path.read_text()))[1:]
     lines += mf_heldout_section(mf_heldout) if mf_heldout else [
         MF_HELDOUT_TITLE, "", "Not run.", ""]
+    for path in sorted(results.glob("multifidelity_heldout_*.json")):  # more seeds, apart
+        lines += [f"### {path.name}: a further run", ""]
+        lines += mf_heldout_section(json.loads(path.read_text()))[1:]
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
@@ -815,12 +822,17 @@ MANY_TITLE = "## `auto` at 16 to 1,024 trials at once"
 
 
 def _why_left_out(name: str, r: dict[str, Any]) -> str:
-    """Why a search has no row at a width: it raised (``failed``), nevergrad did not
-    import, or (Optuna's TPE) the bench leaves it out past ``--tpe-max-width``."""
+    """Why a search has no row at a width: it raised (``failed``), its package did not
+    import, or the bench leaves it out past its ``max_width`` (ask time)."""
     if name in r.get("failed", {}):
         return f"{name} could not run (it raised `{r['failed'][name]}`)"
-    if name == "ngopt" and not r.get("nevergrad", True):
-        return "ngopt not run (nevergrad does not import)"
+    if name in r.get("not_installed", []) or (name == "ngopt" and not r.get("nevergrad", True)):
+        return f"{name} not run (its package does not import here)"
+    limit = r.get("max_width", {}).get(name)
+    if limit is not None:
+        where = "at any width" if limit == 0 else f"past {limit} at once"
+        return (f"{name} not run {where} (`MAX_WIDTH` in the bench, which says why: the"
+                " machine time its ask and tell take)")
     if name == "optuna-tpe":
         return ("optuna-tpe not run: its ask time (it refits on every trial) rules it out"
                 " past the bench's `--tpe-max-width`")
@@ -875,7 +887,11 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
                          *[x["median_best"].get(p, "—") for p in r["problems"]],
                          f"{x['median_idle']:.0%}", f"{x['median_virtual_time']:g}",
                          f"{x['median_ask_ms_per_trial']:.3g}"])
-        lines += [f"**{w['width']:,} at once**, {w['evaluations']:,} evaluations:", ""]
+        mf = [p for p in r.get("multi_fidelity", []) if any(
+            p in x["median_best"] for x in w["rows"])]
+        note = (f" (the multi-fidelity problems {', '.join(mf)}: that many full trainings'"
+                f" worth of epochs, 1-{r.get('max_fidelity')} each)") if mf else ""
+        lines += [f"**{w['width']:,} at once**, {w['evaluations']:,} evaluations{note}:", ""]
         lines += _table(["search", "as run", "mean rank [quartiles]",
                          *[f"regret {p}" for p in r["problems"]], "idle", "virtual time",
                          "ask ms/trial"], rows)
@@ -952,7 +968,36 @@ def mf_heldout_section(h: dict[str, Any]) -> list[str]:
                      "ask ms/trial"], rows)
     lines += ["Auto: " + "; ".join(f"at {f}, {mf_heldout_verdict(h, f)}"
                                    for f in fractions) + ".", ""]
+    beaten = mf_beyond_spread(h)
+    lines += ["Beyond the spread at 100 % (another search's worst seed below auto's best"
+              " seed on a problem): " + ("; ".join(
+                  f"{p}: {', '.join(names)}" for p, names in beaten.items()) or "none")
+              + ".", ""]
     return lines
+
+
+def _cell_range(cell: str) -> tuple[float, float] | None:
+    """(min, max) of a ``median [min–max]`` cell (``bench/stats.py``'s Spread.cell)."""
+    match = re.match(r"\s*\S+ \[(\S+)–(\S+)\]", cell)
+    return (float(match.group(1)), float(match.group(2))) if match else None
+
+
+def mf_beyond_spread(h: dict[str, Any]) -> dict[str, list[str]]:
+    """Per problem, the searches whose worst seed's regret at the end was below auto's
+    best seed's: auto beaten there by more than the spread over seeds."""
+    rows = {r["search"]: r["median_regret_at_100%"] for r in h["rows"]}
+    if "auto" not in rows:
+        return {}
+    beaten: dict[str, list[str]] = {}
+    for problem in h["problems"]:
+        mine = _cell_range(rows["auto"].get(problem, ""))
+        if mine is None:
+            continue
+        for name, cells in rows.items():
+            theirs = _cell_range(cells.get(problem, ""))
+            if name != "auto" and theirs is not None and theirs[1] < mine[0]:
+                beaten.setdefault(problem, []).append(name)
+    return beaten
 
 
 def mf_heldout_headline(h: dict[str, Any]) -> list[str]:

@@ -27,9 +27,11 @@ import heapq
 import importlib
 import math
 import random
+import statistics
 from collections.abc import Iterator
 from contextvars import ContextVar
 from dataclasses import dataclass
+from operator import attrgetter
 from typing import Any, Literal
 
 from deap import base, tools
@@ -120,6 +122,49 @@ class _Individual(list):
     parents: tuple[str, ...]
     origin: str
     failed: bool
+    target: _Individual | None = None  # a DE child's target (crossover "de")
+    de: tuple[float, float] | None = None  # ...and the F and CR it was bred with
+
+
+DE_PBEST = 0.2  # the share of a deme whose members a DE child is pulled towards
+DE_MEMBERS = 4  # results a deme needs before differences mean anything
+
+
+class _DEControl:
+    """JADE's adaptation of differential evolution's F and CR (Zhang and Sanderson,
+    2009): each child draws F from Cauchy(mu_F, 0.1) (redrawn while <= 0, cut at 1)
+    and CR from Normal(mu_CR, 0.1) cut to [0, 1]; once per generation the means move
+    a tenth of the way to the Lehmer mean of the F (the arithmetic mean of the CR)
+    of the children that beat their targets. Large F survive that mean, so the
+    step does not collapse early. A function of the results told, in order, so a
+    restored search replays it."""
+
+    def __init__(self) -> None:
+        self.mu_f, self.mu_cr = 0.5, 0.5
+        self._f: list[float] = []
+        self._cr: list[float] = []
+
+    def draw(self, rng: random.Random) -> tuple[float, float]:
+        f = 0.0
+        while f <= 0.0:
+            f = self.mu_f + 0.1 * math.tan(math.pi * (rng.random() - 0.5))
+        return min(f, 1.0), min(max(rng.gauss(self.mu_cr, 0.1), 0.0), 1.0)
+
+    def score(self, ind: Any) -> None:
+        """Keep a told DE child's F and CR if it beat its target (no worse)."""
+        target, drawn = getattr(ind, "target", None), getattr(ind, "de", None)
+        if target is None or drawn is None or ind.failed or not target.fitness.valid:
+            return
+        if not ind.fitness < target.fitness:
+            self._f.append(drawn[0])
+            self._cr.append(drawn[1])
+
+    def adapt(self, c: float = 0.1) -> None:
+        if self._f:
+            lehmer = sum(f * f for f in self._f) / sum(self._f)
+            self.mu_f = (1 - c) * self.mu_f + c * lehmer
+            self.mu_cr = (1 - c) * self.mu_cr + c * statistics.fmean(self._cr)
+        self._f, self._cr = [], []
 
 
 def plan_generations(
@@ -178,8 +223,9 @@ class GeneticSettings(SearchSettings):
     migration_size: int = setting(1, "individuals sent per migration", ge=1)
     mutation_rate: float = setting(0.3, "chance a child is mutated", ge=0.0, le=1.0)
     crossover_rate: float = setting(0.5, "chance two parents cross over", ge=0.0, le=1.0)
-    crossover: Literal["blend", "sbx"] = setting(
-        "blend", "how numbers cross over: blend, or simulated binary (sbx)")
+    crossover: Literal["blend", "sbx", "de"] = setting(
+        "blend", "how numbers cross over: blend, simulated binary (sbx), or differential"
+        " evolution (de: JADE's current-to-pbest/1, F and CR self-adapted)")
     tournament_size: int = setting(3, "individuals in each parent tournament", ge=2)
     elitism: int = setting(1, "best individuals kept unchanged (hall of fame)", ge=0)
     patience: int | None = setting(
@@ -285,6 +331,7 @@ class GeneticSearch(Searcher):
         self.sigma, self.alpha, self.eta = float(sigma), float(alpha), float(eta)
         self.sigma_rule = sigma_rule
         self._step_scale = 1.0  # the one-fifth rule's factor on sigma
+        self._de = _DEControl()  # crossover "de": JADE's adapted F and CR
         self._mutated = 0  # mutated children told since the last adaptation...
         self._successes = 0  # ...and how many of them beat their parents
 
@@ -448,7 +495,10 @@ class GeneticSearch(Searcher):
         return moved
 
     def _vary_and(self, parents: list[_Individual], count: int, deme: int) -> list[_Individual]:
-        """DEAP's varAnd: pairs cross over, then each child may mutate."""
+        """DEAP's varAnd: pairs cross over, then each child may mutate (``de``: a
+        differential-evolution child per slot)."""
+        if self.crossover == "de":
+            return [self._de_child(parents, deme) for _ in range(count)]
         chosen = self._select(parents, count)
         children = [self._clone(p, deme) for p in chosen]
         for i in range(1, len(children), 2):
@@ -460,7 +510,10 @@ class GeneticSearch(Searcher):
         return children
 
     def _vary_or(self, parents: list[_Individual], deme: int) -> _Individual:
-        """DEAP's varOr for one child: crossover or mutation (never a bare copy)."""
+        """DEAP's varOr for one child: crossover or mutation (never a bare copy);
+        with ``crossover="de"``, a differential-evolution child (:meth:`_de_child`)."""
+        if self.crossover == "de":
+            return self._de_child(parents, deme)
         if len(parents) > 1 and self._rng.random() < self.crossover_rate:
             a, b = (self._clone(p, deme) for p in self._select(parents, 2))
             self._cross(a, b)
@@ -470,6 +523,63 @@ class GeneticSearch(Searcher):
             self._mutate(child)
         if self._is_copy(child):
             self._mutate(child)
+        return child
+
+    def _de_child(self, parents: list[_Individual], deme: int) -> _Individual:
+        """A child by differential evolution, JADE's DE/current-to-pbest/1/bin
+        (Zhang and Sanderson, 2009), for ``crossover="de"``.
+
+        Why: at 16 or more trials at once the search has only a few results per
+        slot, and a Gaussian step of a share of each range (even one adapted by
+        the one-fifth rule, once per generation) moves every child as far in a
+        flat direction as in a steep one. A difference of two members is a step
+        the population itself scales and orients: wide while it is spread out,
+        short and along the valley once it has closed in. The mutant
+        v = x + F (x_pbest - x) + F (x_r1 - x_r2) pulls the target x towards one
+        of the best ``DE_PBEST`` of its deme; DEAP's uniform crossover then takes
+        each gene from the mutant with probability CR (one gene always), which is
+        DE's binomial crossover. F and CR are drawn per child around means that
+        follow the values of the children that beat their targets (JADE's
+        self-adaptation; :class:`_DEControl`). A gene the mutant pushes out of its
+        range lands halfway between the target and the bound. A categorical takes
+        the best member's value with probability F (else the target's), and an
+        integer or a categorical is snapped to a value. Until a deme has
+        ``DE_MEMBERS`` results a differential has nothing to measure, so the
+        child is the usual mutation of a selected parent.
+        """
+        valid = [p for p in parents if p.fitness.valid]
+        if len(valid) < DE_MEMBERS or self.multi_objective:
+            child = self._clone(self._select(parents, 1)[0], deme)
+            self._mutate(child)
+            return child
+        rng = self._rng
+        target = rng.choice(valid)
+        ranked = sorted(valid, key=attrgetter("fitness"), reverse=True)
+        pbest = rng.choice(ranked[: max(2, math.ceil(DE_PBEST * len(ranked)))])
+        r1, r2 = rng.sample([p for p in valid if p is not target], 2)
+        f, cr = self._de.draw(rng)
+        mutant = list(target)
+        for i, gene in enumerate(self._genes):
+            if gene.categorical:
+                mutant[i] = pbest[i] if rng.random() < f else target[i]
+                continue
+            v = target[i] + f * (pbest[i] - target[i]) + f * (r1[i] - r2[i])
+            if v < gene.low:
+                v = (gene.low + target[i]) / 2
+            elif v > gene.high:
+                v = (gene.high + target[i]) / 2
+            mutant[i] = gene.snap(v)
+        child = self._clone(target, deme)
+        with _using(rng):
+            tools.cxUniform(child, mutant, cr)
+        forced = rng.randrange(len(child))
+        child[forced] = mutant[forced]
+        child.parents = tuple(dict.fromkeys(
+            p.trial_id for p in (target, pbest, r1, r2) if p.trial_id))  # fmt: skip
+        child.origin, child.target, child.de = "differential", target, (f, cr)
+        if self._decode(child) == self._decode(target):
+            self._mutate(child)
+            child.origin = "differential+mutation"
         return child
 
     def _is_copy(self, child: _Individual) -> bool:
@@ -575,6 +685,7 @@ class GeneticSearch(Searcher):
             ind.fitness.values = observation.values
             self._failures_in_row = 0
         self._count_success(ind, observation)
+        self._de.score(ind)
         if self.schedule == "generational":
             if not self._queue and not any(i.trial_id in self._book.pending for i in self._batch):
                 self._end_generation()
@@ -650,6 +761,7 @@ class GeneticSearch(Searcher):
         The step stays between 1e-4 and 1 of the range: wider jumps are random
         search, narrower ones cannot be told apart by a trainer's noise.
         """
+        self._de.adapt()
         if self.sigma_rule != "one_fifth" or not self._mutated:
             return
         rate = self._successes / self._mutated
@@ -668,6 +780,15 @@ class GeneticSearch(Searcher):
         deme = self._parents[ind.deme]
         cached = self._best_by_deme.get(ind.deme)
         fresh = cached is not None and cached[0] == self._parents_changed
+        target = getattr(ind, "target", None)
+        if target is not None and not self.multi_objective and any(p is target for p in deme):
+            # Differential evolution's one-to-one selection: the child replaces the
+            # member it was built on if it is no worse, else it leaves.
+            if not ind.fitness < target.fitness:
+                deme[next(k for k, p in enumerate(deme) if p is target)] = ind
+                self._parents_changed += 1
+                self._orders.pop(ind.deme, None)  # the kept order no longer holds
+            return
         if self.multi_objective:
             deme.append(ind)
             if len(deme) > self._deme_sizes[ind.deme]:
@@ -710,7 +831,8 @@ class GeneticSearch(Searcher):
             children = [i for i in batch if i.deme == deme]
             self._halls[deme].update([i for i in children if not i.failed])
             size = self._deme_sizes[deme]
-            if self.multi_objective or self.mode == "mu_plus_lambda" or generation == 0:
+            if (self.multi_objective or self.mode == "mu_plus_lambda" or generation == 0
+                    or self.crossover == "de"):
                 self._parents[deme] = self._survivors(self._parents[deme] + children, size)
             else:
                 self._parents[deme] = self._with_elites(children, deme)

@@ -142,6 +142,7 @@ MF_HELDOUT = {"machine": OLD_MACHINE, "seeds": 3, "slots": 4, "budget_epochs": 3
               "problems": ["p"], "auto_picked": ["asha tpe, rungs 1-100"], "rows": [
                   _mf_row("tpe", (4.0, 1.5, 1.0)), _mf_row("auto", (1.0, 2.5, 2.5)),
                   _mf_row("asha tpe", (3.0, 2.5, 2.5)), _mf_row("hyperband", (2.0, 3.5, 4.0))]}
+MF_HELDOUT["rows"][1]["median_regret_at_100%"] = {"p": "0.5 [0.3–0.7]"}  # auto's spread
 
 
 def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
@@ -161,6 +162,17 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
             " overlapping, so tied best; at 256, best on the mean rank (random search the"
             " only other search run)") in many
     assert "optuna-tpe not run: its ask time" in many
+    wide = json.loads(json.dumps(MANY)) | {"max_width": {"optuna-tpe": 64, "cbo": 0},
+                                          "not_installed": ["cbo"]}
+    wide["widths"][1]["left_out"] += ["cbo"]
+    (tmp_path / "many_at_once.json").write_text(json.dumps(wide))
+    again = report.render(tmp_path, out).read_text()
+    assert "optuna-tpe not run past 64 at once (`MAX_WIDTH` in the bench" in again
+    assert "cbo not run (its package does not import here)" in again
+    (tmp_path / "many_at_once.json").write_text(json.dumps(MANY))
+    (tmp_path / "many_at_once_more.json").write_text(json.dumps(MANY))
+    text = report.render(tmp_path, out).read_text()
+    assert "### many_at_once_more.json: a further run" in text  # rendered too
     assert "ngopt could not run (it raised `TypeError: bad`)" in many
     mf = text.split(report.MF_HELDOUT_TITLE)[1].split("\n## ")[0]
     assert "| tpe | 4 | 1.5 | 1 | 0.1 [0–0.2] | 2,996 | 20 |" in mf, mf
@@ -169,6 +181,9 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
     head = text.split("## Headline figures")[1].split("\n## ")[0]
     assert "Not in the headline" in head and "`auto` at many trials at once" in head
     assert "multi-fidelity held-out" in head
+    # Item 3: every other search's worst seed (0.2) is below auto's best (0.3).
+    assert ("Beyond the spread at 100 % (another search's worst seed below auto's best"
+            " seed on a problem): p: tpe, asha tpe, hyperband.") in mf, mf
     assert report.check(tmp_path, out) == 0
     changed = json.loads(json.dumps(MF_HELDOUT))
     changed["rows"][1]["mean_rank"]["50%"] = 1.0  # a new figure, not rendered

@@ -34,3 +34,15 @@ def test_auto_keeps_every_slot_busy_at_width(width: int) -> None:
     assert result["evaluations"] == wide.ROUNDS * width
     assert result["idle"] == 0.0
     assert result["label"].startswith("genetic async")
+
+
+def test_a_multi_fidelity_problem_spends_the_epochs_of_its_full_trainings() -> None:
+    """On a multi-fidelity problem a search that trains every trial in full spends
+    ROUNDS x width full trainings' epochs, and only full trainings count as found."""
+    problem = next(p for p in wide.HELDOUT_PROBLEMS if p.fidelity is not None)
+    result = wide.run("random", problem, 0, 16)
+    assert result["spent"] == wide.ROUNDS * 16 * problem.fidelity
+    assert result["evaluations"] == wide.ROUNDS * 16
+    config = {f"x{i}": 0.4 + 0.05 * i for i in range(5)}  # the floor's optimum
+    assert problem.loss(config, problem.fidelity) < problem.loss(config, 3) < wide.UNTRAINED
+    assert result["best"] >= problem.loss(config, problem.fidelity)
