@@ -56,7 +56,9 @@ ENDED = {"completed": "FINISHED", "pruned": "KILLED"}  # anything else: FAILED
 # A trial's events: gathered, per batch, into one set of writes to its run.
 GATHERED = frozenset({"trial_started", "trial_attempt_failed", "trial_finished",
                       "trial_interrupted"})
-BATCH_EVENTS = 64  # events per batch at most: a trial's events gathered within one
+# Events per batch at most (a trial's events are gathered within one): a batch is one
+# transaction into the run directory's own store, a run at a time elsewhere.
+BATCH_EVENTS, BATCH_EVENTS_BULK = 64, 4096
 CURSOR_EVERY_S = 1.0  # the cursor file is written at most this often, and at the end
 
 
@@ -191,8 +193,10 @@ class Projector:
 
     def _project_new(self) -> None:
         self._pending.extend(self._read_new())
+        tracker = self.tracker if self._pending else None
+        bulk = isinstance(tracker, Tracker) and tracker.bulk
         while self._pending:
-            batch = self._pending[:BATCH_EVENTS]
+            batch = self._pending[:BATCH_EVENTS_BULK if bulk else BATCH_EVENTS]
             self._project_batch(batch)
             del self._pending[:len(batch)]
 
@@ -359,7 +363,12 @@ class Projector:
         """Write what ``_gather`` gathered, run by run (their stage runs first)."""
         for run in writes.values():
             run.parent = self._stage_run(str(run.parent))  # its stage's name, until now
-            self._resolved().apply(run)
+        tracker = self._resolved() if writes else None
+        if isinstance(tracker, Tracker):
+            tracker.apply_all(list(writes.values()))
+        elif tracker is not None:  # a tracker of another make (tests): run by run
+            for run in writes.values():
+                tracker.apply(run)
         writes.clear()
 
     def _kind(self, stage: str) -> str:

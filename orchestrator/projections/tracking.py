@@ -52,7 +52,10 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from orchestrator.projections.sql_store import SqlRunWriter
 
 log = logging.getLogger(__name__)
 
@@ -446,6 +449,11 @@ class Tracker:
             self._engine = sqlite_pragmas(self.uri, "PRAGMA journal_mode=WAL",
                                           "PRAGMA synchronous=NORMAL")
         self.client = MlflowClient(tracking_uri=self.uri)
+        self._sql: SqlRunWriter | None = None  # the own store: many runs a transaction
+        if self.own_store:
+            from orchestrator.projections.sql_store import SqlRunWriter
+
+            self._sql = SqlRunWriter(self.uri)
         self._experiment_id: str | None = None
         self._made_experiment = False
         self._resolved = False
@@ -563,6 +571,33 @@ class Tracker:
         else:
             self._synced()
         return run_id
+
+    @property
+    def bulk(self) -> bool:
+        """Whether ``apply_all`` writes a batch in one transaction."""
+        return self._sql is not None
+
+    def apply_all(self, batch: Sequence[RunWrites]) -> None:
+        """``apply`` each of ``batch``: into the run directory's own SQLite store all in
+        one transaction (``orchestrator.projections.sql_store``), elsewhere run by run."""
+        if self._sql is None:
+            for writes in batch:
+                self.apply(writes)
+            return
+        self.resolve()
+        extra = {RUN_KEY_TAG: self.run_key} if self.run_key is not None else {}
+        places = self._sql.write(self.experiment_id, batch, self.keys, extra)
+        for writes, (_, artifact_uri) in zip(batch, places, strict=True):
+            if writes.artifacts:
+                from mlflow.store.artifact.artifact_repository_registry import (
+                    get_artifact_repository,
+                )
+
+                repository = get_artifact_repository(artifact_uri)
+                for path, folder in writes.artifacts:
+                    if Path(path).is_file():
+                        repository.log_artifact(str(Path(path).resolve()), folder)
+        self._synced()
 
     def write(self, run_id: str, *, params: Mapping[str, Any] | None = None,
               metrics: Sequence[Any] = (), tags: Mapping[str, Any] | None = None) -> None:
