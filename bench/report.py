@@ -303,6 +303,43 @@ def overhead_section(o: dict[str, Any]) -> list[str]:
                          "total ms/trial"], rows)]
 
 
+def projection_section(o: dict[str, Any]) -> list[str]:
+    """The MLflow projection's rate by store size, into a server, and its lag, from the
+    same orchestration_bench run as the overhead table."""
+    if "projection" not in o and "lag" not in o:
+        return []
+    lines = ["### MLflow projection", "", machine_line(o.get("machine_detail") or o.get("machine")),
+             ""]
+    if "command" in o:
+        lines += [f"Command: `{o['command']}`; commit {str(o.get('commit', '?'))[:10]}.", ""]
+    p = o.get("projection")
+    if p:
+        per_cpu = p.get("events_per_cpu_s", {})
+        rows = [[f"{int(size):,}", _f(rate), _f(per_cpu.get(size))]
+                for size, rate in p["rates"].items()]
+        lines += [f"A journal of trivial trials ({p['events_per_run']} events each) projected"
+                  " from nothing into the run directory's own SQLite store; the rate over the"
+                  f" whole batches that cover the last {p['window_runs']:,} runs before each"
+                  " size, in wall-clock events/s and per CPU-second of the process (less"
+                  f" dependent on other work; load {p['load_average_at_end']:.1f} at its end).",
+                  "", *_table(["runs in the store", "events/s", "events per CPU-s"], rows)]
+    srv = o.get("projection_server")
+    if srv:
+        lines += [f"Into a real local `mlflow server` (SQLite behind it, started by the bench),"
+                  f" {srv['runs']:,} runs through MLflow's REST API a run at a time:"
+                  f" {srv['events_per_s']:.1f} events/s (load {srv['load_average_at_end']:.1f}).",
+                  ""]
+    lag = o.get("lag")
+    if lag:
+        q = lag["lag_s"]
+        lines += [f"Lag from journal append to MLflow showing the event, the simulated mixed"
+                  f" workload replayed at {lag['speedup']:g}x for {lag['window_s']:g} s"
+                  f" ({lag['events']:,} events, {lag['events_per_s']}/s): p50 {q['p50']} s,"
+                  f" p90 {q['p90']} s, p99 {q['p99']} s, max {q['max']} s"
+                  f" (load {lag['load_average_at_end']:.1f}).", ""]
+    return lines
+
+
 def _share(value: float) -> str:
     return f"{max(value, 0.0):.1%}"  # float sums can leave -0.0 where nothing was idle
 
@@ -567,6 +604,7 @@ def render_text(results: Path, out: Path) -> str:
                   " NCCL and writes `bench/results/gpu-tables.json`, kept apart from the CPU"
                   " results.", ""]
     lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
+    lines += projection_section(o) if o else []
     lines += simulate_section(sim, out) if sim else [
         "## 2,048 simulated slots, the real scheduler", "", "Not run.", ""]
     lines += gang_start_section(gangs) if gangs else [
