@@ -398,6 +398,7 @@ def simulated_stream(workdir: Path) -> list[dict[str, Any]]:
         shim.clock = self.now
 
     args = _argparse.Namespace(seed=1, rank_failure=0.005, node_mtbf_h=2000.0, repair_h=4.0,
+                               nodes=simulate.NODES,
                                allocation_h=24.0, fsync=False)
     mixed = next(w for w in simulate.workloads(quick=True) if w.name == "mixed")
     journal_module.time, backends.SimulatedBackend.__init__ = shim, remember
