@@ -17,9 +17,12 @@
    ``--tune-new-actor-cap``, since at about 1.5 s per trial here 10,000 would
    take hours: its per-trial figure is reported).
 2. The MLflow projection's rate into the run directory's own SQLite store, at
-   each store size asked (``--store-sizes``, default 1,000 and 10,000 runs): a
-   journal of that many trivial trials (2 events each) projected from nothing,
-   the rate taken over the last 1,000 runs before the size is reached.
+   each store size asked (``--store-sizes``, default 1,000, 10,000 and 100,000
+   runs): a journal of that many trivial trials (2 events each) projected from
+   nothing, the rate taken over the whole batches that cover the last 1,000 runs
+   before the size is reached (also per CPU-second of the process: less
+   dependent on what else the machine runs). ``server``: the same into a real
+   local ``mlflow server`` started here (``--server-runs``, default 1,000).
 3. The projection's lag while a run goes on: the journal of the simulated
    2,048-slot mixed workload (bench/simulate.py, async schedule; journal times
    on the simulator's clock) appended again at ``--lag-speedup`` times its rate
@@ -231,8 +234,21 @@ def overhead(counts: list[int], tune_cap: int, workdir: Path) -> dict[str, Any]:
     }
 
 
-def projection_rate(sizes: list[int], workdir: Path, window: int = 1000) -> dict[str, Any]:
-    """Events a second into a fresh run directory store, at each store size."""
+PROJECTION_SPEC = """
+    name: projection
+    resources: {slots: 2}
+    stages:
+      - name: tune
+        kind: hpo
+        trainer: {command: ["true"]}
+        search: {algorithm: random, budget: 2, seed: 0}
+        space: {x: {type: float, low: 0, high: 1}}
+        objective: {metric: FoM, mode: min}
+    """
+
+
+def trivial_journal(run_dir: Path, runs: int) -> None:
+    """A journal of ``runs`` trivial trials, each started and finished (2 events)."""
     from orchestrator.journal.events import (
         StageStarted,
         TrialFinished,
@@ -240,16 +256,12 @@ def projection_rate(sizes: list[int], workdir: Path, window: int = 1000) -> dict
         WorkflowStarted,
     )
     from orchestrator.journal.journal import Journal
-    from orchestrator.projections.projector import Projector
-    from orchestrator.spec import load_spec_text
 
-    top = max(sizes)
-    run_dir = workdir / f"projection-{top}"
     with Journal(run_dir / "journal.jsonl", fsync=False) as journal:
         journal.record(WorkflowStarted(workflow="projection", slots=2, pid=1, run_key="k"))
         journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
-        for n in range(top):
-            trial = {"id": str(n), "config": {"x": n / top}, "generation": 0, "deme": 0,
+        for n in range(runs):
+            trial = {"id": str(n), "config": {"x": n / runs}, "generation": 0, "deme": 0,
                      "parents": [], "origin": "random"}
             journal.record(TrialStarted(stage="tune", trial=trial, attempt=1, gang=1,
                                         shape="1x1"))
@@ -257,35 +269,104 @@ def projection_rate(sizes: list[int], workdir: Path, window: int = 1000) -> dict
                                          status="completed", value=0.5,
                                          metrics={"FoM": 0.5, "wall_time": 0.01},
                                          reason=None, slot_seconds=0.01))
-    workflow = load_spec_text(textwrap.dedent("""
-        name: projection
-        resources: {slots: 2}
-        stages:
-          - name: tune
-            kind: hpo
-            trainer: {command: ["true"]}
-            search: {algorithm: random, budget: 2, seed: 0}
-            space: {x: {type: float, low: 0, high: 1}}
-            objective: {metric: FoM, mode: min}
-        """), "<projection>")
-    began = time.perf_counter()
+
+
+def projected(run_dir: Path, events: int,
+              uri: str | None = None) -> list[tuple[float, float, int]]:
+    """Project ``run_dir``'s journal from nothing (into ``uri``, else the run
+    directory's own store); (wall s, process CPU s, events done) every 0.2 s."""
+    from orchestrator.projections.projector import Projector
+    from orchestrator.spec import load_spec_text
+
+    text = textwrap.dedent(PROJECTION_SPEC)
+    if uri:
+        text += f"tracking: {{uri: '{uri}'}}\n"
+    workflow = load_spec_text(text, "<projection>")
+    from orchestrator.projections.tracking import Tracker
+
+    Tracker(run_dir, workflow.name, uri).close()  # the store's schema: made before timing
+    began, cpu = time.perf_counter(), time.process_time()
     projector = Projector(run_dir, workflow)
-    samples = [(0.0, 0)]
-    while projector.behind:
+    samples = [(0.0, 0.0, 0)]
+    while projector.done < events:  # not ``behind``: it reads the journal's rest each time
         time.sleep(0.2)
-        samples.append((time.perf_counter() - began, projector.done))
+        samples.append((time.perf_counter() - began, time.process_time() - cpu,
+                        projector.done))
     projector.close()
-    out: dict[str, Any] = {"window_runs": window, "events_per_run": 2, "rates": {}}
+    return samples
+
+
+def window_rate(samples: list[tuple[float, float, int]], lo: int,
+                hi: int) -> tuple[float, float]:
+    """Events/s and events per CPU-second between the last sample before ``lo``
+    events and the first at ``hi`` or more: whole batches (a batch of the run
+    directory's store is thousands of events), never part of one."""
+    start = max((s for s in samples if s[2] < lo), key=lambda s: s[2], default=samples[0])
+    end = next(s for s in samples if s[2] >= hi)
+    events = end[2] - start[2]
+    return events / max(end[0] - start[0], 1e-9), events / max(end[1] - start[1], 1e-9)
+
+
+def projection_rate(sizes: list[int], workdir: Path, window: int = 1000) -> dict[str, Any]:
+    """Events a second into a fresh run directory store, at each store size."""
+    top = max(sizes)
+    run_dir = workdir / f"projection-{top}"
+    trivial_journal(run_dir, top)
+    samples = projected(run_dir, 2 + 2 * top)
+    out: dict[str, Any] = {"window_runs": window, "events_per_run": 2, "rates": {},
+                           "events_per_cpu_s": {}}
     for size in sizes:
         lo, hi = 2 + 2 * max(0, size - window), 2 + 2 * size
-        t_lo = next(t for t, done in samples if done >= lo)
-        t_hi = next(t for t, done in samples if done >= hi)
-        out["rates"][str(size)] = round((hi - lo) / max(t_hi - t_lo, 1e-9), 1)
-        print(f"  projection at {size:7,d} runs: {out['rates'][str(size)]:8.1f} events/s"
-              f" (load {os.getloadavg()[0]:.1f})", flush=True)
+        rate, per_cpu = window_rate(samples, lo, hi)
+        out["rates"][str(size)] = round(rate, 1)
+        out["events_per_cpu_s"][str(size)] = round(per_cpu, 1)
+        print(f"  projection at {size:7,d} runs: {rate:8.1f} events/s, {per_cpu:8.1f} per"
+              f" CPU-second (load {os.getloadavg()[0]:.1f})", flush=True)
     out["total_s"] = round(samples[-1][0], 1)
     out["load_average_at_end"] = os.getloadavg()[0]
     return out
+
+
+def projection_server(runs: int, workdir: Path) -> dict[str, Any]:
+    """Events a second into a real local ``mlflow server`` (SQLite behind it), started
+    here: MLflow's REST API, a run at a time (create, log_batch, end)."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    home = workdir / "server"
+    home.mkdir()
+    mlflow = str(Path(sys.executable).parent / "mlflow")
+    server = subprocess.Popen(
+        [mlflow, "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
+         "--backend-store-uri", f"sqlite:///{home / 'mlflow.db'}",
+         "--artifacts-destination", str(home / "artifacts")],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=home)
+    uri = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            try:
+                urllib.request.urlopen(f"{uri}/health", timeout=2).read()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise RuntimeError(f"mlflow server on {uri} did not start") from None
+                time.sleep(0.5)
+        run_dir = workdir / f"projection-server-{runs}"
+        trivial_journal(run_dir, runs)
+        samples = projected(run_dir, 2 + 2 * runs, uri)
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    rate, per_cpu = window_rate(samples, 2, 2 + 2 * runs)
+    print(f"  projection into mlflow server, {runs:,d} runs: {rate:8.1f} events/s"
+          f" (load {os.getloadavg()[0]:.1f})", flush=True)
+    return {"runs": runs, "events_per_s": round(rate, 1),
+            "driver_events_per_cpu_s": round(per_cpu, 1),
+            "load_average_at_end": os.getloadavg()[0]}
 
 
 def simulated_stream(workdir: Path) -> list[dict[str, Any]]:
@@ -317,6 +398,7 @@ def simulated_stream(workdir: Path) -> list[dict[str, Any]]:
         shim.clock = self.now
 
     args = _argparse.Namespace(seed=1, rank_failure=0.005, node_mtbf_h=2000.0, repair_h=4.0,
+                               nodes=simulate.NODES,
                                allocation_h=24.0, fsync=False)
     mixed = next(w for w in simulate.workloads(quick=True) if w.name == "mixed")
     journal_module.time, backends.SimulatedBackend.__init__ = shim, remember
@@ -487,10 +569,13 @@ def main() -> None:
     parser.add_argument("--tune-new-actor-cap", type=int, default=1000,
                         help="overhead: most trials for Tune's default (new actor per trial,"
                              " about a second each here)")
-    parser.add_argument("--parts", default="overhead,projection,lag,utilization,mnist",
+    parser.add_argument("--parts",
+                        default="overhead,projection,server,lag,utilization,mnist",
                         help="which benchmarks to run, comma-separated")
-    parser.add_argument("--store-sizes", default="1000,10000",
+    parser.add_argument("--store-sizes", default="1000,10000,100000",
                         help="projection: store sizes (runs) to take the rate at")
+    parser.add_argument("--server-runs", type=int, default=1000,
+                        help="server: runs projected into a local mlflow server")
     parser.add_argument("--lag-speedup", type=float, default=10.0,
                         help="lag: the simulated workload's events replayed this much faster")
     parser.add_argument("--lag-window-s", type=float, default=120.0,
@@ -525,6 +610,8 @@ def main() -> None:
         if "projection" in parts:
             sizes = sorted({int(n) for n in args.store_sizes.split(",") if n.strip()})
             report["projection"] = projection_rate(sizes, workdir)
+        if "server" in parts:
+            report["projection_server"] = projection_server(args.server_runs, workdir)
         if "lag" in parts:
             report["lag"] = projection_lag(workdir, args.lag_speedup, args.lag_window_s)
         if "utilization" in parts:

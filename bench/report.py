@@ -47,12 +47,28 @@ def _finished_at(data: dict[str, Any]) -> str:
     return m.get("finished", m.get("started", "")) if isinstance(m, dict) else ""
 
 
-def _overhead(results: Path) -> dict[str, Any] | None:
-    """The orchestration_bench result with the overhead part that finished last (by
-    the time it records, not the file's: a fresh clone gives every file one mtime)."""
+def _overhead_runs(results: Path) -> list[dict[str, Any]]:
+    """The orchestration_bench results with an overhead part, the headline's first: the
+    latest from a run of bench/steps.py (one run id beside the other headline figures),
+    else the latest of all (by the time each records, not the file's: a fresh clone gives
+    every file one mtime); the others follow, latest first, as further runs."""
     found = [json.loads(path.read_text()) for path in sorted(results.glob("orchestration*.json"))]
-    found = [data for data in found if "overhead" in data]
-    return max(found, key=_finished_at) if found else None
+    found = sorted((data for data in found if "overhead" in data), key=_finished_at,
+                   reverse=True)
+    stepped = [data for data in found if _run_of(data)]
+    first = stepped[0] if stepped else (found[0] if found else None)
+    return [first, *[data for data in found if data is not first]] if first else []
+
+
+def _run_of(data: dict[str, Any]) -> str | None:
+    m = data.get("machine")
+    return m.get("run") if isinstance(m, dict) else None
+
+
+def _overhead(results: Path) -> dict[str, Any] | None:
+    """The orchestration_bench result the headline quotes (see :func:`_overhead_runs`)."""
+    runs = _overhead_runs(results)
+    return runs[0] if runs else None
 
 
 def _f(value: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
@@ -303,6 +319,43 @@ def overhead_section(o: dict[str, Any]) -> list[str]:
             f" gangs.{cap} The Optuna row is an ask/tell loop in one process, no scheduling.",
             "", *_table(["system", "trials", "start-up s", "steady ms/trial", "wind-down s",
                          "total ms/trial"], rows)]
+
+
+def projection_section(o: dict[str, Any]) -> list[str]:
+    """The MLflow projection's rate by store size, into a server, and its lag, from the
+    same orchestration_bench run as the overhead table."""
+    if "projection" not in o and "lag" not in o:
+        return []
+    lines = ["### MLflow projection", "", machine_line(o.get("machine_detail") or o.get("machine")),
+             ""]
+    if "command" in o:
+        lines += [f"Command: `{o['command']}`; commit {str(o.get('commit', '?'))[:10]}.", ""]
+    p = o.get("projection")
+    if p:
+        per_cpu = p.get("events_per_cpu_s", {})
+        rows = [[f"{int(size):,}", _f(rate), _f(per_cpu.get(size))]
+                for size, rate in p["rates"].items()]
+        lines += [f"A journal of trivial trials ({p['events_per_run']} events each) projected"
+                  " from nothing into the run directory's own SQLite store; the rate over the"
+                  f" whole batches that cover the last {p['window_runs']:,} runs before each"
+                  " size, in wall-clock events/s and per CPU-second of the process (less"
+                  f" dependent on other work; load {p['load_average_at_end']:.1f} at its end).",
+                  "", *_table(["runs in the store", "events/s", "events per CPU-s"], rows)]
+    srv = o.get("projection_server")
+    if srv:
+        lines += [f"Into a real local `mlflow server` (SQLite behind it, started by the bench),"
+                  f" {srv['runs']:,} runs through MLflow's REST API a run at a time:"
+                  f" {srv['events_per_s']:.1f} events/s (load {srv['load_average_at_end']:.1f}).",
+                  ""]
+    lag = o.get("lag")
+    if lag:
+        q = lag["lag_s"]
+        lines += [f"Lag from journal append to MLflow showing the event, the simulated mixed"
+                  f" workload replayed at {lag['speedup']:g}x for {lag['window_s']:g} s"
+                  f" ({lag['events']:,} events, {lag['events_per_s']}/s): p50 {q['p50']} s,"
+                  f" p90 {q['p90']} s, p99 {q['p99']} s, max {q['max']} s"
+                  f" (load {lag['load_average_at_end']:.1f}).", ""]
+    return lines
 
 
 def _share(value: float) -> str:
@@ -671,6 +724,12 @@ def render_text(results: Path, out: Path) -> str:
                   " NCCL and writes `bench/results/gpu-tables.json`, kept apart from the CPU"
                   " results.", ""]
     lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
+    lines += projection_section(o) if o else []
+    for further in _overhead_runs(results)[1:]:  # e.g. on later code, apart from the headline
+        m = further.get("machine") or {}
+        lines += [f"### A further run of orchestration_bench (commit {str(m.get('commit'))[:10]},"
+                  " not the headline's run)", ""]
+        lines += overhead_section(further)[2:] + projection_section(further)
     lines += simulate_section(sim, out) if sim else [
         "## 2,048 simulated slots, the real scheduler", "", "Not run.", ""]
     million = _load(results, "million-events")

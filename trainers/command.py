@@ -434,7 +434,10 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             if should_stop is not None and should_stop():
                 ended_by = "stop"
                 break
-            time.sleep(POLL)
+            # Back as soon as it exits, not a whole POLL later: a short command (a
+            # cheap evaluation) would otherwise cost its slot up to POLL each trial.
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.wait(timeout=POLL)
     finally:
         if proc.poll() is None or ended_by is not None:
             _kill_group(proc)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.projections.tracking import ARTIFACTS_DIR, STORE_FILE, relocate_artifacts
+from orchestrator.projections.tracking import ARTIFACTS_DIR, STORE_FILE
 
 READY_TIMEOUT_S = 120.0
 
@@ -54,7 +54,7 @@ def resolve_store(run_dir: Path | None, tracking_uri: str | None) -> Store:
     if run_dir is not None:
         if not run_dir.is_dir():
             raise UiError(f"run directory {run_dir} does not exist")
-        if (run_dir / ARTIFACTS_DIR).is_dir():
+        if (run_dir / ARTIFACTS_DIR).is_dir() or (run_dir / STORE_FILE).is_file():
             artifacts = (run_dir / ARTIFACTS_DIR).resolve()
     if tracking_uri is not None:
         _check_uri(tracking_uri)
@@ -181,10 +181,6 @@ def experiment_links(url: str) -> list[tuple[str, str]]:
 def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> int:
     """Run the UI until Ctrl-C or SIGTERM; returns the exit status."""
     check_port_free(host, port)
-    if store.own_db is not None:
-        for old in relocate_artifacts(store.own_db.parent):
-            echo(f"the run directory was moved: its artifacts, recorded at {old},"
-                 f" are now read from {store.own_db.parent / ARTIFACTS_DIR}")
     env = dict(os.environ)
     env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     # Its own process group: stopping it stops its uvicorn workers and job runner too.

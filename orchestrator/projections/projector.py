@@ -39,10 +39,26 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends.ray.gangs import first_line
+from orchestrator.journal.events import (
+    Event,
+    StageFinished,
+    StagePlanned,
+    StageReplanned,
+    StageStarted,
+    ThresholdReached,
+    TrialAttemptFailed,
+    TrialFinished,
+    TrialInterrupted,
+    TrialStarted,
+    UnknownEvent,
+    WorkflowStarted,
+    parse,
+)
 from orchestrator.journal.journal import write_atomic
 from orchestrator.projections.tracking import (
     RunWrites,
     Tracker,
+    copy_cursor,
     default_tracking_uri,
     derived_key,
     permanent,
@@ -54,9 +70,10 @@ CURSOR_FILE = "mlflow-projected"
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 ENDED = {"completed": "FINISHED", "pruned": "KILLED"}  # anything else: FAILED
 # A trial's events: gathered, per batch, into one set of writes to its run.
-GATHERED = frozenset({"trial_started", "trial_attempt_failed", "trial_finished",
-                      "trial_interrupted"})
-BATCH_EVENTS = 64  # events per batch at most: a trial's events gathered within one
+GATHERED = (TrialStarted, TrialAttemptFailed, TrialFinished, TrialInterrupted)
+# Events per batch at most (a trial's events are gathered within one): a batch is one
+# transaction into the run directory's own store, a run at a time elsewhere.
+BATCH_EVENTS, BATCH_EVENTS_BULK = 64, 4096
 CURSOR_EVERY_S = 1.0  # the cursor file is written at most this often, and at the end
 
 
@@ -78,11 +95,19 @@ class Projector:
         # down) must not hold up the driver's start either.
         self._tracker = tracker
         self.done = self._read_cursor()  # events projected: the next one's sequence number
+        if not workflow.tracking.uri:  # a store started from an older copy: from there
+            behind = copy_cursor(self.run_dir)
+            if behind is not None and behind < self.done:
+                log.info("MLflow's copy in %s was taken at event %d; projecting again"
+                         " from there (not %d)", self.run_dir, behind, self.done)
+                self.done = behind
+                # Said at once: the store's next copy records the cursor file's position.
+                write_atomic(self.run_dir / CURSOR_FILE, str(behind))
         self._saved, self._saved_at = self.done, time.monotonic()  # what the cursor file says
         self.seen = 0  # events read from the journal file
         self._offset = 0
         self._read_lock = threading.Lock()  # _offset and seen change together
-        self._pending: list[dict[str, Any]] = []
+        self._pending: list[tuple[int, Event | None]] = []  # (seq, event; None: unknown)
         self._run_key = "legacy"  # journals from before run_key
         self._stage_runs: dict[str, str] = {}
         self._keys_read = False  # whether the tracker has learnt the store's runs
@@ -191,28 +216,29 @@ class Projector:
 
     def _project_new(self) -> None:
         self._pending.extend(self._read_new())
+        tracker = self.tracker if self._pending else None
+        bulk = isinstance(tracker, Tracker) and tracker.bulk
         while self._pending:
-            batch = self._pending[:BATCH_EVENTS]
+            batch = self._pending[:BATCH_EVENTS_BULK if bulk else BATCH_EVENTS]
             self._project_batch(batch)
             del self._pending[:len(batch)]
 
-    def _project_batch(self, batch: list[dict[str, Any]]) -> None:
+    def _project_batch(self, batch: list[tuple[int, Event | None]]) -> None:
         """Project ``batch`` with a trial's events gathered into one set of writes per
         run, then move the cursor once. A refused write (not an outage) sends the
         batch through again an event at a time, to skip only the event refused."""
         writes: dict[str, RunWrites] = {}
         done = self.done
         try:
-            for event in batch:
-                if event.get("seq", -1) < self.done:
+            for seq, event in batch:
+                if seq < self.done or event is None:
                     self._remember(event)  # projected by an earlier driver: only learn from it
-                    continue
-                if event["event"] in GATHERED:
+                elif isinstance(event, GATHERED):
                     self._gather(writes, event)
                 else:  # a stage's event: after what came before it, as it came
                     self._apply(writes)
                     self.project(event)
-                done = int(event.get("seq", done)) + 1
+                done = max(done, seq + 1)
             self._apply(writes)
         except Exception as exc:
             if transient(exc):
@@ -221,9 +247,9 @@ class Projector:
             return
         self._advance(done)
 
-    def _project_each(self, batch: list[dict[str, Any]]) -> None:
-        for event in batch:
-            if event.get("seq", -1) < self.done:
+    def _project_each(self, batch: list[tuple[int, Event | None]]) -> None:
+        for seq, event in batch:
+            if seq < self.done or event is None:
                 continue
             try:
                 self.project(event)
@@ -231,9 +257,8 @@ class Projector:
                 if transient(exc):
                     raise
                 log.warning("event %d cannot be shown in MLflow (%s); skipped",
-                            event.get("seq", -1), first_line(exc)[:300],
-                            exc_info=not permanent(exc))
-            self._advance(int(event.get("seq", self.done)) + 1)
+                            seq, first_line(exc)[:300], exc_info=not permanent(exc))
+            self._advance(seq + 1)
 
     def _advance(self, done: int, *, save: bool = False) -> None:
         """MLflow shows the events before ``done``; the cursor file says so at most
@@ -246,7 +271,7 @@ class Projector:
             write_atomic(self.run_dir / CURSOR_FILE, str(self.done))
             self._saved, self._saved_at = self.done, now
 
-    def _read_new(self) -> list[dict[str, Any]]:
+    def _read_new(self) -> list[tuple[int, Event | None]]:
         try:
             with open(self.journal_path, "rb") as handle:
                 handle.seek(self._offset)
@@ -254,7 +279,9 @@ class Projector:
         except FileNotFoundError:
             return []
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
-        events = [json.loads(line) for line in data[:end].splitlines() if line.strip()]
+        events = [_typed(json.loads(line), self.seen + n)
+                  for n, line in enumerate(line for line in data[:end].splitlines()
+                                           if line.strip())]
         with self._read_lock:
             self._offset += end
             self.seen += len(events)
@@ -280,10 +307,10 @@ class Projector:
 
     # -- one event -------------------------------------------------------------------------
 
-    def _remember(self, event: dict[str, Any]) -> None:
-        """What later events need from this one: the run key, stage run ids."""
-        if event["event"] == "workflow_started" and event.get("run_key"):
-            self._run_key = event["run_key"]
+    def _remember(self, event: Event | None) -> None:
+        """What later events need from this one: the run key."""
+        if isinstance(event, WorkflowStarted) and event.run_key:
+            self._run_key = event.run_key
 
     def _resolved(self) -> Tracker:
         """The tracker, once it knows the runs its store holds (one read per start)."""
@@ -304,8 +331,9 @@ class Projector:
                       "nestor.run_dir": str(self.run_dir.resolve())})
         return self._stage_runs[stage]
 
-    def _trial_run(self, event: dict[str, Any]) -> str:
-        stage, trial = event["stage"], event["trial"]
+    def _trial_run(self, event: TrialStarted | TrialAttemptFailed | TrialFinished
+                   | TrialInterrupted) -> str:
+        stage, trial = event.stage, event.trial
         stage_run = self._stage_run(stage)
         return self.tracker.start_run(
             f"{stage}/{trial['id']}", parent=stage_run, params=trial["config"],
@@ -323,43 +351,57 @@ class Projector:
                 "nestor.parents": ",".join(trial.get("parents", [])),
                 "nestor.status": "running"}
 
-    def _gather(self, writes: dict[str, RunWrites], event: dict[str, Any]) -> None:
+    def _gather(self, writes: dict[str, RunWrites], event: TrialStarted | TrialAttemptFailed
+                | TrialFinished | TrialInterrupted) -> None:
         """Add what one of a trial's events asks of its run to ``writes`` (what
         ``project`` would write for it, in the same order)."""
-        kind, at = event["event"], float(event.get("time", time.time()))
-        stage, trial = event["stage"], event["trial"]
+        at = event.time or time.time()
+        stage, trial = event.stage, event.trial
         key = self._trial_key(stage, trial)
         run = writes.get(key)
         if run is None:
             run = writes[key] = RunWrites(
                 f"{stage}/{trial['id']}", key, parent=stage, start_time=at,
                 create_tags=self._trial_tags(stage, trial), params=trial["config"])
-        if kind == "trial_started":
-            run.tags |= {"nestor.status": "running", "nestor.attempts": event["attempt"],
-                         "nestor.shape": event.get("shape", ""),
-                         "nestor.backend": event.get("comm", "horovod"),
-                         "nestor.gang": event.get("gang")}
-        elif kind == "trial_attempt_failed":
+        if isinstance(event, TrialStarted):
+            run.tags |= self._started_tags(event)
+        elif isinstance(event, TrialAttemptFailed):
             run.artifacts += self._log_files(event)
-            run.tags |= {"nestor.attempts": event["attempt"],
-                         f"nestor.attempt{event['attempt']}.failure": event["reason"]}
-        elif kind == "trial_finished":
-            history = event.get("history") or []
+            run.tags |= {"nestor.attempts": event.attempt,
+                         f"nestor.attempt{event.attempt}.failure": event.reason}
+        elif isinstance(event, TrialFinished):
+            history = event.history or []
             run.metrics += [(metrics, step, at) for step, metrics in enumerate(history)]
-            run.metrics.append((event.get("metrics") or {}, len(history), at))
+            run.metrics.append((event.metrics or {}, len(history), at))
             run.artifacts += self._log_files(event)
-            run.tags |= {"nestor.status": event["status"], "nestor.attempts": event["attempt"]}
-            if event.get("reason"):
-                run.tags["nestor.failure"] = event["reason"]
-            run.end = (ENDED.get(event["status"], "FAILED"), at)
-        elif kind == "trial_interrupted":
+            run.tags |= self._finished_tags(event)
+            run.end = (ENDED.get(event.status, "FAILED"), at)
+        else:
             run.tags["nestor.status"] = "interrupted"
+
+    @staticmethod
+    def _started_tags(event: TrialStarted) -> dict[str, Any]:
+        return {"nestor.status": "running", "nestor.attempts": event.attempt,
+                "nestor.shape": event.shape or "", "nestor.backend": event.comm or "horovod",
+                "nestor.gang": event.gang}
+
+    @staticmethod
+    def _finished_tags(event: TrialFinished) -> dict[str, Any]:
+        tags = {"nestor.status": event.status, "nestor.attempts": event.attempt}
+        if event.reason:
+            tags["nestor.failure"] = event.reason
+        return tags
 
     def _apply(self, writes: dict[str, RunWrites]) -> None:
         """Write what ``_gather`` gathered, run by run (their stage runs first)."""
         for run in writes.values():
             run.parent = self._stage_run(str(run.parent))  # its stage's name, until now
-            self._resolved().apply(run)
+        tracker = self._resolved() if writes else None
+        if isinstance(tracker, Tracker):
+            tracker.apply_all(list(writes.values()))
+        elif tracker is not None:  # a tracker of another make (tests): run by run
+            for run in writes.values():
+                tracker.apply(run)
         writes.clear()
 
     def _kind(self, stage: str) -> str:
@@ -368,68 +410,59 @@ class Projector:
         except Exception:
             return "unknown"
 
-    def project(self, event: dict[str, Any]) -> None:
+    def project(self, event: Event) -> None:
         """Make MLflow show one journal event (idempotently)."""
-        kind, at = event["event"], float(event.get("time", time.time()))
+        at = event.time or time.time()
         self._remember(event)
         tracker = self.tracker
-        if kind == "stage_started":
-            run = self._stage_run(event["stage"])
-            tracker.set_tags(run, {"nestor.from": ",".join(event.get("sources") or [])})
-        elif kind == "trial_started":
-            run = self._trial_run(event)
-            tracker.set_tags(run, {"nestor.status": "running", "nestor.attempts": event["attempt"],
-                                   "nestor.shape": event.get("shape", ""),
-                                   "nestor.backend": event.get("comm", "horovod"),
-                                   "nestor.gang": event.get("gang")})
-        elif kind == "trial_attempt_failed":
+        if isinstance(event, StageStarted):
+            run = self._stage_run(event.stage)
+            tracker.set_tags(run, {"nestor.from": ",".join(event.sources or [])})
+        elif isinstance(event, TrialStarted):
+            tracker.set_tags(self._trial_run(event), self._started_tags(event))
+        elif isinstance(event, TrialAttemptFailed):
             run = self._trial_run(event)
             self._logs(run, event)
-            tracker.set_tags(run, {"nestor.attempts": event["attempt"],
-                                   f"nestor.attempt{event['attempt']}.failure": event["reason"]})
-        elif kind == "trial_finished":
+            tracker.set_tags(run, {"nestor.attempts": event.attempt,
+                                   f"nestor.attempt{event.attempt}.failure": event.reason})
+        elif isinstance(event, TrialFinished):
             run = self._trial_run(event)
-            for step, metrics in enumerate(event.get("history") or []):
+            for step, metrics in enumerate(event.history or []):
                 tracker.log_metrics(run, metrics, step=step, at=at)
-            tracker.log_metrics(run, event.get("metrics") or {},
-                                step=len(event.get("history") or []), at=at)
+            tracker.log_metrics(run, event.metrics or {}, step=len(event.history or []), at=at)
             self._logs(run, event)
-            tags = {"nestor.status": event["status"], "nestor.attempts": event["attempt"]}
-            if event.get("reason"):
-                tags["nestor.failure"] = event["reason"]
-            tracker.set_tags(run, tags)
-            tracker.finish(run, ENDED.get(event["status"], "FAILED"), at=at)
-        elif kind == "trial_interrupted":
+            tracker.set_tags(run, self._finished_tags(event))
+            tracker.finish(run, ENDED.get(event.status, "FAILED"), at=at)
+        elif isinstance(event, TrialInterrupted):
             tracker.set_tags(self._trial_run(event), {"nestor.status": "interrupted"})
-        elif kind == "threshold_reached":
-            tracker.set_tags(self._stage_run(event["stage"]),
-                             {"nestor.threshold_trial": event["trial"]})
-        elif kind == "stage_finished":
+        elif isinstance(event, ThresholdReached):
+            tracker.set_tags(self._stage_run(event.stage),
+                             {"nestor.threshold_trial": event.trial})
+        elif isinstance(event, StageFinished):
             self._stage_finished(event, at)
-        elif kind == "stage_planned":  # the shape parallel: auto chose, and why
-            tracker.set_tags(self._stage_run(event["stage"]), {
-                "nestor.plan": f"{event['dp']}x{event['mp']} on {event['slots']} slots",
-                "nestor.plan.why": str((event.get("plan") or {}).get("why", ""))[:4000]})
-        elif kind == "stage_replanned":
-            tracker.set_tags(self._stage_run(event["stage"]), {
-                f"nestor.replan.left{event['left']}": f"{event['dp']}x{event['mp']}:"
-                                                      f" {event['reason']}"})
+        elif isinstance(event, StagePlanned):  # the shape parallel: auto chose, and why
+            tracker.set_tags(self._stage_run(event.stage), {
+                "nestor.plan": f"{event.dp}x{event.mp} on {event.slots} slots",
+                "nestor.plan.why": str((event.plan or {}).get("why", ""))[:4000]})
+        elif isinstance(event, StageReplanned):
+            tracker.set_tags(self._stage_run(event.stage), {
+                f"nestor.replan.left{event.left}": f"{event.dp}x{event.mp}: {event.reason}"})
 
-    def _logs(self, run: str, event: dict[str, Any]) -> None:
+    def _logs(self, run: str, event: TrialAttemptFailed | TrialFinished) -> None:
         for path, folder in self._log_files(event):
             with contextlib.suppress(FileNotFoundError):
                 self.tracker.log_artifact(run, path, folder)
 
     @staticmethod
-    def _log_files(event: dict[str, Any]) -> list[tuple[Path, str | None]]:
+    def _log_files(event: TrialAttemptFailed | TrialFinished) -> list[tuple[Path, str | None]]:
         """A command trainer's output files of the event's attempt, and their folder."""
-        folder = f"logs/attempt-{event['attempt']}"
-        return [(Path(path), folder) for path in (event.get("logs") or {}).values()]
+        folder = f"logs/attempt-{event.attempt}"
+        return [(Path(path), folder) for path in (event.logs or {}).values()]
 
-    def _stage_finished(self, event: dict[str, Any], at: float) -> None:
+    def _stage_finished(self, event: StageFinished, at: float) -> None:
         from orchestrator.projections.artifacts import publish_stage
 
-        name, summary = event["stage"], event["summary"]
+        name, summary = event.stage, event.summary
         run = self._stage_run(name)
         stage = self.workflow.stage(name)
         publish_stage(self.tracker, run, summary, stage, self.run_dir)
@@ -437,6 +470,16 @@ class Projector:
         self.tracker.set_tags(run, {"nestor.n_runs": summary["n_runs"],
                                     "nestor.stop_reason": summary["stop_reason"]})
         self.tracker.finish(run, "FINISHED", at=at)
+
+
+def _typed(record: dict[str, Any], at: int) -> tuple[int, Event | None]:
+    """A journal record as (its seq, its typed event); a kind this version does not
+    know is None (nothing to show, but counted)."""
+    seq = int(record.get("seq", at))
+    try:
+        return seq, parse(record)
+    except (UnknownEvent, TypeError):
+        return seq, None
 
 
 def transient(exc: BaseException) -> bool:

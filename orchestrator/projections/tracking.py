@@ -52,13 +52,17 @@ import weakref
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    from orchestrator.projections.sql_store import SqlRunWriter
 
 log = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 STORE_FILE = "mlflow.db"  # a run directory's own MLflow store, unless the spec names one
 ARTIFACTS_DIR = "mlartifacts"  # beside it, where that store keeps artifacts
+ARTIFACTS_ROOT = "mlflow-artifacts:/"  # that store's artifact locations: relative to it
 KEY_TAG = "nestor.key"
 RUN_KEY_TAG = "nestor.run_key"  # the workflow run's key, on every run: what resolve reads
 PAGE = 10_000  # runs per page of the one read that learns a store's run keys
@@ -126,51 +130,38 @@ def default_tracking_uri(run_dir: Path) -> str:
     """The URI of the store the driver writes for ``run_dir`` when the spec names none.
 
     On a network filesystem the first call in a process opens the node-local store
-    (``LocalStore.open``): it starts from the run directory's copy and winds the
-    projector's cursor back to that copy's. The projector asks for this URI before
-    it reads its cursor, so it reads the wound-back one."""
+    (``LocalStore.open``): it starts from the run directory's copy, and the
+    projector starts from that copy's position (``copy_cursor``) if it is behind
+    the projector's own cursor."""
     if on_network_filesystem(run_dir):
         return f"sqlite:///{LocalStore.open(run_dir).live.resolve()}"
     return f"sqlite:///{(run_dir / STORE_FILE).resolve()}"
 
 
-def relocate_artifacts(run_dir: Path, db: Path | None = None) -> list[str]:
-    """Point the run directory's own store at its own ``mlartifacts/`` again.
+def artifact_location(run_dir: Path, uri: str) -> str:
+    """Where the artifacts MLflow records at ``uri`` are on this machine.
 
-    MLflow records artifact locations as absolute URIs and has no call to change
-    an experiment's. A run directory moved or copied (scratch to project
-    storage, the cluster to a laptop) would otherwise have ``nestor resume``
-    write plots and checkpoints under the old path, and ``nestor ui`` show
-    "No Artifacts Recorded". Only the store nestor made (``mlflow.db`` beside
-    ``mlartifacts/``) is touched (``db``: its live copy on local disk, if there
-    is one). Returns the old locations rewritten.
-    """
-    db = db or run_dir / STORE_FILE
-    if not db.is_file():
-        return []
-    import sqlite3
-    import urllib.parse
+    The run directory's own store records its artifacts as ``mlflow-artifacts:/``
+    URIs (``ARTIFACTS_ROOT``), which name a place relative to an artifact root,
+    not a path: the root is the run directory's ``mlartifacts/`` wherever the run
+    directory now is (``nestor ui`` gives it to ``mlflow server`` as
+    ``--artifacts-destination``; nestor writes there itself). A run directory moved
+    or copied (scratch to project storage, the cluster to a laptop) keeps showing
+    its artifacts, with nothing in the store rewritten. Other URIs are returned
+    as they are."""
+    if not uri.startswith(ARTIFACTS_ROOT):
+        return uri
+    place = uri[len(ARTIFACTS_ROOT):].lstrip("/")
+    return (Path(run_dir).resolve() / ARTIFACTS_DIR / place).as_uri()
 
-    here = (run_dir / ARTIFACTS_DIR).resolve().as_uri()
-    moved = []
-    with contextlib.closing(sqlite3.connect(db, timeout=30)) as connection, connection:
-        for (location,) in connection.execute(
-                "SELECT artifact_location FROM experiments").fetchall():
-            if not location or location == here or not location.startswith("file://"):
-                continue
-            old = Path(urllib.parse.unquote(urllib.parse.urlparse(location).path))
-            if old.name != ARTIFACTS_DIR:
-                continue
-            connection.execute("UPDATE experiments SET artifact_location = ?"
-                               " WHERE artifact_location = ?", (here, location))
-            connection.execute("UPDATE runs SET artifact_uri = ? || substr(artifact_uri, ?)"
-                               " WHERE substr(artifact_uri, 1, ?) = ?",
-                               (here, len(location) + 1, len(location) + 1, location + "/"))
-            moved.append(str(old))
-    for old in moved:
-        log.info("run directory moved: MLflow artifacts recorded under %s now go to %s",
-                 old, here)
-    return moved
+
+def copy_cursor(run_dir: Path) -> int | None:
+    """Where the projector of ``run_dir``'s own store must start at the latest: the
+    position of the copy its node-local store started from (once per process);
+    None where the store is the run directory's file itself."""
+    if not on_network_filesystem(run_dir):
+        return None
+    return LocalStore.open(run_dir).take_cursor()
 
 
 def make_store(db: Path) -> None:
@@ -278,9 +269,10 @@ def _read_cursor(run_dir: Path) -> int | None:
 class LocalStore:
     """A run directory's SQLite store kept on this node's disk, copied back whole.
 
-    Opening it starts from the run directory's copy (or from nothing) and moves
-    the projector's cursor back to where that copy was taken: whatever a copy on
-    some node's disk held beyond it is projected again, from the journal."""
+    Opening it starts from the run directory's copy (or from nothing) and keeps
+    where that copy was taken (``take_cursor``): the projector starts there, so
+    whatever a copy on some node's disk held beyond it is projected again, from
+    the journal."""
 
     _open: ClassVar[weakref.WeakValueDictionary[Path, LocalStore]] = \
         weakref.WeakValueDictionary()
@@ -316,19 +308,17 @@ class LocalStore:
             _put_whole(self.mirror, self.live)
             with contextlib.suppress(FileNotFoundError, ValueError):
                 cursor = int(json.loads(self.meta.read_text()).get("cursor") or 0)
-        self._rewind_cursor(cursor)
+        self._copy_cursor: int | None = cursor  # the projector's start (take_cursor)
         log.info("MLflow store for %s (a %s filesystem) kept on local disk at %s",
                  self.run_dir, filesystem_type(self.run_dir), self.live)
 
-    def _rewind_cursor(self, cursor: int) -> None:
-        from orchestrator.journal.journal import write_atomic
-        from orchestrator.projections.projector import CURSOR_FILE
-
-        now = _read_cursor(self.run_dir)
-        if now is not None and now > cursor:
-            log.info("MLflow's copy in %s was taken at event %d; the projector goes back"
-                     " there from %d", self.run_dir, cursor, now)
-            write_atomic(self.run_dir / CURSOR_FILE, str(cursor))
+    def take_cursor(self) -> int | None:
+        """Where the projector must start on this store, once: the position its
+        copy was taken at (None after the first call, when the live store holds
+        what this process's projector wrote). The projector alone writes its
+        cursor; it takes this one if it is behind its own."""
+        cursor, self._copy_cursor = self._copy_cursor, None
+        return cursor
 
     def sync(self) -> None:
         """Copy the live store into the run directory, with the cursor it matches."""
@@ -435,8 +425,6 @@ class Tracker:
         if self.own_store and on_network_filesystem(self.run_dir):
             self.local = LocalStore.open(self.run_dir)
         db = self.local.live if self.local else self.run_dir / STORE_FILE
-        if self.own_store:
-            relocate_artifacts(self.run_dir, db)
         self.experiment = experiment
         if self.own_store:
             make_store(db)
@@ -446,10 +434,16 @@ class Tracker:
             self._engine = sqlite_pragmas(self.uri, "PRAGMA journal_mode=WAL",
                                           "PRAGMA synchronous=NORMAL")
         self.client = MlflowClient(tracking_uri=self.uri)
+        self._sql: SqlRunWriter | None = None  # the own store: many runs a transaction
+        if self.own_store:
+            from orchestrator.projections.sql_store import SqlRunWriter
+
+            self._sql = SqlRunWriter(self.uri)
         self._experiment_id: str | None = None
         self._made_experiment = False
         self._resolved = False
         self.keys: dict[str, str] = {}  # run key -> MLflow run id, as found or made
+        self._artifact_uris: dict[str, str] = {}  # run id -> its artifact URI, as recorded
         self.run_key: str | None = None  # the workflow run's (tags every run made)
 
     @property
@@ -461,8 +455,8 @@ class Tracker:
                 self._experiment_id = existing.experiment_id
             else:
                 artifacts = None
-                if self.own_store:  # artifacts beside the store
-                    artifacts = (self.run_dir / ARTIFACTS_DIR).resolve().as_uri()
+                if self.own_store:  # artifacts beside the store, wherever it is moved
+                    artifacts = ARTIFACTS_ROOT
                 self._experiment_id = self.client.create_experiment(
                     self.experiment, artifact_location=artifacts)
                 self._made_experiment = True
@@ -564,6 +558,27 @@ class Tracker:
             self._synced()
         return run_id
 
+    @property
+    def bulk(self) -> bool:
+        """Whether ``apply_all`` writes a batch in one transaction."""
+        return self._sql is not None
+
+    def apply_all(self, batch: Sequence[RunWrites]) -> None:
+        """``apply`` each of ``batch``: into the run directory's own SQLite store all in
+        one transaction (``orchestrator.projections.sql_store``), elsewhere run by run."""
+        if self._sql is None:
+            for writes in batch:
+                self.apply(writes)
+            return
+        self.resolve()
+        extra = {RUN_KEY_TAG: self.run_key} if self.run_key is not None else {}
+        places = self._sql.write(self.experiment_id, batch, self.keys, extra)
+        for writes, (run_id, artifact_uri) in zip(batch, places, strict=True):
+            self._artifact_uris[run_id] = artifact_uri
+            for path, folder in writes.artifacts:
+                self.log_artifact(run_id, path, folder)
+        self._synced()
+
     def write(self, run_id: str, *, params: Mapping[str, Any] | None = None,
               metrics: Sequence[Any] = (), tags: Mapping[str, Any] | None = None) -> None:
         """Params, ``mlflow.entities.Metric``s and tags in as few ``log_batch``
@@ -591,8 +606,20 @@ class Tracker:
         self.write(run_id, tags=tags)
 
     def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
-        if Path(path).is_file():
+        """Copy the file ``path`` into the run's artifacts (under ``folder``); into the
+        run directory's ``mlartifacts/`` for its own store (``artifact_location``)."""
+        if not Path(path).is_file():
+            return
+        if not self.own_store:
             self.client.log_artifact(run_id, str(Path(path).resolve()), folder)
+            return
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+        uri = self._artifact_uris.get(run_id)
+        if uri is None:
+            uri = self._artifact_uris[run_id] = self.client.get_run(run_id).info.artifact_uri
+        repository = get_artifact_repository(artifact_location(self.run_dir, uri))
+        repository.log_artifact(str(Path(path).resolve()), folder)
 
     def finish(self, run_id: str, status: str, at: float | None = None) -> None:
         """End a run: FINISHED, FAILED or KILLED (MLflow's terminal states)."""

@@ -114,10 +114,15 @@ def test_urls_a_browser_here_can_open() -> None:
     assert url_of("::1", 8080) == "http://[::1]:8080"
 
 
-def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path) -> None:
+def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path, monkeypatch) -> None:
+    # Recorded as mlflow-artifacts: URIs, relative to the run directory's mlartifacts/
+    # (the server's --artifacts-destination): nothing in the store names the old place.
+    import urllib.request
+
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.projections.tracking import Tracker, relocate_artifacts
+    from orchestrator.commands.ui import _stop, wait_ready
+    from orchestrator.projections.tracking import Tracker
 
     before = tmp_path / "on the cluster"
     tracker = Tracker(before, "moved")
@@ -125,14 +130,23 @@ def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path) -> None
     table = before / "summary.md"
     table.write_text("# stage\n")
     tracker.log_artifact(run_id, table)
-    if hasattr(tracker, "close"):
-        tracker.close()
+    tracker.close()
     after = tmp_path / "on my laptop"
     before.rename(after)
-    db, artifacts = after / "mlflow.db", after / "mlartifacts"
-    client = MlflowClient(tracking_uri=f"sqlite:///{db}")
-    assert client.list_artifacts(run_id) == []  # what the UI would show
-    assert relocate_artifacts(after) == [str(before / "mlartifacts")]
-    assert [a.path for a in client.list_artifacts(run_id)] == ["summary.md"]
-    assert client.get_run(run_id).info.artifact_uri.startswith(artifacts.as_uri())
-    assert relocate_artifacts(after) == []  # once is enough
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen(server_argv(resolve_store(after, None), "127.0.0.1", port),
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                               start_new_session=True)
+    try:
+        url = url_of("127.0.0.1", port)
+        wait_ready(url, process, 120)
+        monkeypatch.setenv("MLFLOW_HTTP_REQUEST_TIMEOUT", "120")  # a first answer, loaded
+        client = MlflowClient(tracking_uri=url)  # what the UI reads
+        assert [a.path for a in client.list_artifacts(run_id)] == ["summary.md"]
+        got = urllib.request.urlopen(f"{url}/get-artifact?path=summary.md&run_uuid={run_id}",
+                                     timeout=120).read()
+        assert got == b"# stage\n"
+    finally:
+        _stop(process)

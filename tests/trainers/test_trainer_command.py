@@ -316,3 +316,21 @@ def test_the_other_ranks_of_a_command_gang_only_hold_their_slots(tmp_path, monke
         result_path=str(tmp_path / "result.json"))
     result = run_trial(request)
     assert result.ok and not marker.exists() and not (tmp_path / "result.json").exists()
+
+
+def test_a_short_command_ends_its_trial_when_it_exits_not_at_the_next_poll(tmp_path,
+                                                                         monkeypatch):
+    # A cheap evaluation (a command of a few ms, still running at the first look) must
+    # not hold its slot until the next look at the process: 100 ms apart, those looks
+    # were most of a trivial trial's time end to end. With them 30 s apart, a 0.2 s
+    # command's trial still ends when it does.
+    from trainers import command
+
+    monkeypatch.setattr(command, "POLL", 30.0)
+    request = TrialRequest("echo", TrainerRef.command(
+        ["/bin/sh", "-c", "sleep 0.2; echo FoM: 0.5"]), config={},
+                           log_dir=str(tmp_path / "logs"))
+    began = time.perf_counter()
+    result = run_trial(request)
+    assert result.ok and result.metrics["result"] == 0.5, result.reason
+    assert time.perf_counter() - began < 20.0
