@@ -155,6 +155,20 @@ def artifact_location(run_dir: Path, uri: str) -> str:
     return (Path(run_dir).resolve() / ARTIFACTS_DIR / place).as_uri()
 
 
+def list_artifacts(client: Any, run_dir: Path, run_id: str,
+                   folder: str | None = None) -> list[Any]:
+    """The artifacts of ``run_id`` under ``folder`` (MLflow's FileInfo), read where they
+    are on this machine: MLflow's client alone cannot follow an ``mlflow-artifacts:/``
+    location without a server (``nestor ui`` is one), so this reads the run directory's
+    ``mlartifacts/`` for its own store, through MLflow's artifact repository."""
+    from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
+    uri = client.get_run(run_id).info.artifact_uri
+    if not uri.startswith(ARTIFACTS_ROOT):
+        return client.list_artifacts(run_id, folder)
+    return get_artifact_repository(artifact_location(run_dir, uri)).list_artifacts(folder)
+
+
 def copy_cursor(run_dir: Path) -> int | None:
     """Where the projector of ``run_dir``'s own store must start at the latest: the
     position of the copy its node-local store started from (once per process);
@@ -604,6 +618,11 @@ class Tracker:
 
     def set_tags(self, run_id: str, tags: Mapping[str, Any]) -> None:
         self.write(run_id, tags=tags)
+
+    def list_artifacts(self, run_id: str, folder: str | None = None) -> list[Any]:
+        """The run's artifacts under ``folder``, wherever the store keeps them
+        (:func:`list_artifacts`)."""
+        return list_artifacts(self.client, self.run_dir, run_id, folder)
 
     def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
         """Copy the file ``path`` into the run's artifacts (under ``folder``); into the

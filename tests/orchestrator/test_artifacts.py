@@ -48,7 +48,7 @@ def write_journal(run_dir: Path, events: list[dict[str, Any]]) -> None:
 
 
 def listed(tracker: Any, run_id: str, folder: str | None = None) -> set[str]:
-    return {a.path for a in tracker.client.list_artifacts(run_id, folder)}
+    return {a.path for a in tracker.list_artifacts(run_id, folder)}
 
 
 def hpo_summary(values: list[Any], checkpoint: Path | None) -> dict[str, Any]:

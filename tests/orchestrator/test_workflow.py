@@ -129,10 +129,14 @@ def test_a_sweep_journals_tracks_and_reports_every_trial(sweep) -> None:
     assert all(r.data.tags["nestor.status"] == "completed" for r in children)
     from mlflow.tracking import MlflowClient
 
+    from orchestrator.projections.tracking import list_artifacts
+
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
-    logged = [a.path for a in client.list_artifacts(children[0].info.run_id, "logs/attempt-1")]
+    logged = [a.path for a in list_artifacts(client, run_dir, children[0].info.run_id,
+                                             "logs/attempt-1")]
     assert logged and all(p.startswith("logs/attempt-1/") for p in logged)
-    stage_plots = [a.path for a in client.list_artifacts(parents[0].info.run_id, "plots")]
+    stage_plots = [a.path for a in list_artifacts(client, run_dir, parents[0].info.run_id,
+                                                  "plots")]
     assert "plots/tune.png" in stage_plots and "plots/tune-slots.png" in stage_plots
     assert (run_dir / "plots" / "tune.png").stat().st_size > 10_000
     table = nestor("results", str(run_dir), "--format", "json", env=env)
@@ -504,7 +508,9 @@ def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None
     experiment = client.get_experiment_by_name("cnn-digits")
     (stage_run,) = [r for r in client.search_runs([experiment.experiment_id])
                     if "mlflow.parentRunId" not in r.data.tags]
-    assert client.list_artifacts(stage_run.info.run_id, "best_checkpoint")
+    from orchestrator.projections.tracking import list_artifacts
+
+    assert list_artifacts(client, tmp_path / "run", stage_run.info.run_id, "best_checkpoint")
     assert len({e["gang"] for e in started}) == 1  # the second trial reused the warm gang
 
 
