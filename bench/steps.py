@@ -89,7 +89,7 @@ def run_step(name: str, args: str, nice: int) -> dict[str, Any]:
     print(f"== {name}: python {args}", flush=True)
     rc = subprocess.run(argv, cwd=machine.ROOT, check=False).returncode
     wall = time.monotonic() - t0
-    return {"command": f"python {args}", "rc": rc, "wall_s": round(wall, 1),
+    return {"command": f"python {args}", "rc": rc, "wall_s": round(wall, 3),
             "cpu_s": round(_children_cpu_s() - cpu_start, 1),
             "load_average_at_start": load_start, "load_average_at_end": list(os.getloadavg())}
 
