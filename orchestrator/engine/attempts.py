@@ -128,6 +128,8 @@ class AttemptPolicy:
     def check(self, running: Mapping[str, Attempt]) -> None:
         """Kill the attempts past their timeout, or silent past their progress
         timeout; their Ended events follow. ``running``: the runner's, by trial id."""
+        if len(self._heap) > 4 * len(running) + 64:
+            self._compact(running)
         now = self.backend.now()
         if not self._heap or now < self._heap[0][0]:  # none due: not a look at any trial
             return
@@ -152,6 +154,15 @@ class AttemptPolicy:
                 if self._current(due, kind, attempt, running):
                     break
                 heapq.heappop(self._heap)
+
+    def _compact(self, running: Mapping[str, Attempt]) -> None:
+        """Drop the entries of attempts that ended long before their deadlines (a long
+        ``trial.timeout`` would keep every attempt of the last hours), so the heap stays
+        a few entries per running attempt. The top stays: the next look is not moved."""
+        top = self._heap[0]
+        self._heap = [e for e in self._heap
+                      if e is top or self._current(e[0], e[2], e[4], running)]
+        heapq.heapify(self._heap)
 
     @staticmethod
     def _current(due: float, kind: int, attempt: Attempt,

@@ -205,6 +205,27 @@ def test_heap_ordered_deadlines_fire_exactly_when_a_scan_of_every_attempt_would(
     assert moved == sorted(moved)  # t1's progress deadline moved on with its beats
 
 
+def test_the_deadline_heap_keeps_a_few_entries_per_running_attempt() -> None:
+    """Attempts that end hours before their deadlines (a long trial.timeout) do not
+    pile up in the heap, and dropping them does not move the stage's next look."""
+    clock = Clock()
+    policy = AttemptPolicy("tune", TrialSpec(timeout=86400.0, progress_timeout=3600.0), clock)
+    running: dict[str, Attempt] = {}
+    sizes = []
+    for i in range(2000):
+        clock.at = float(i)
+        a = attempt(f"tune/t{i}#1")
+        running[f"t{i}"] = a
+        policy.started(a, at=clock.at)
+        if i >= 10:
+            del running[f"t{i - 10}"]  # ended on its own, long before its deadlines
+        due = policy.next_deadline()
+        policy.check(running)
+        assert policy.next_deadline() == due
+        sizes.append(len(policy._heap))
+    assert max(sizes) <= 4 * len(running) + 66  # not the 4,000 entries of every attempt
+
+
 # -- the search log -------------------------------------------------------------------------
 
 
