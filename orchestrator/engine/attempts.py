@@ -11,8 +11,10 @@ when it shows no progress for ``trial.progress_timeout``; its Ended event follow
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
-from collections.abc import Iterable
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -25,6 +27,8 @@ BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 60.0
 # Rank 0 tells it still makes progress at most this often (a quarter of the progress
 # timeout, when that is shorter), so a healthy trial is never taken for a hung one.
 BEAT_EVERY_S = 5.0
+_DEADLINE, _PROGRESS = 0, 1  # the two kinds of entry in the policy's heap
+_order = itertools.count()  # attempts in the order the runner adds them to its running
 
 
 @dataclass
@@ -42,6 +46,9 @@ class Attempt:
     deadline: float | None = None
     progress_due: float | None = None  # when to ask whether it still makes progress
     cancelled: str | None = None  # why the driver killed it (a timeout, no progress)
+    # created just before the runner adds it to ``running``: deadlines that fall due
+    # together are acted on in that order, as a scan of ``running`` would
+    order: int = field(default_factory=lambda: next(_order))
 
 
 class AttemptPolicy:
@@ -49,7 +56,7 @@ class AttemptPolicy:
 
     >>> policy = AttemptPolicy("tune", trial_spec, backend)            # doctest: +SKIP
     >>> policy.started(attempt, at=10.0)   # its deadlines start now   # doctest: +SKIP
-    >>> policy.check(running.values())     # kills those past them     # doctest: +SKIP
+    >>> policy.check(runner.running)       # kills those past them     # doctest: +SKIP
     """
 
     def __init__(self, stage: str, trial: Any, backend: Backend) -> None:
@@ -58,9 +65,12 @@ class AttemptPolicy:
         self.progress_timeout: float | None = trial.progress_timeout
         self.retries: int = trial.retries
         self.backend = backend
-        # No running attempt has a deadline before this (None: none has one). Lowered as
-        # attempts start, made exact by each scan; one that ends only leaves it early.
-        self._due: float | None = None
+        # (due, order, kind, seq, attempt) for each deadline set: a look costs O(log n) per
+        # deadline due, not a scan of every running attempt. Entries of attempts that
+        # ended, were cancelled or whose progress deadline moved are dropped when they
+        # come up. The top is exact after each look; one that ends only leaves it early.
+        self._heap: list[tuple[float, int, int, int, Attempt]] = []
+        self._seq = itertools.count()
         self._start_failures = 0  # gangs that failed to start in a row
         self._hold_until: float | None = None  # no new attempt before (backoff)
 
@@ -100,39 +110,72 @@ class AttemptPolicy:
         """The attempt's ranks run from ``at``: its timeouts count from then."""
         if self.timeout:
             attempt.deadline = at + self.timeout
+            self._push(attempt.deadline, _DEADLINE, attempt)
         if self.progress_timeout:
             attempt.progress_due = at + self.progress_timeout
-        for due in (attempt.deadline, attempt.progress_due):
-            if due is not None and (self._due is None or due < self._due):
-                self._due = due
+            self._push(attempt.progress_due, _PROGRESS, attempt)
+
+    def _push(self, due: float, kind: int, attempt: Attempt) -> None:
+        heapq.heappush(self._heap, (due, attempt.order, kind, next(self._seq), attempt))
 
     def next_deadline(self) -> float | None:
         """The backend time the stage next needs a look: a deadline, or the backoff's end."""
-        deadlines = [] if self._due is None else [self._due]
+        deadlines = [self._heap[0][0]] if self._heap else []
         if self.holding:
             deadlines.append(self._hold_until)  # type: ignore[arg-type]
         return min(deadlines, default=None)
 
-    def check(self, running: Iterable[Attempt]) -> None:
+    def check(self, running: Mapping[str, Attempt]) -> None:
         """Kill the attempts past their timeout, or silent past their progress
-        timeout; their Ended events follow."""
+        timeout; their Ended events follow. ``running``: the runner's, by trial id."""
+        if len(self._heap) > 4 * len(running) + 64:
+            self._compact(running)
         now = self.backend.now()
-        if self._due is None or now < self._due:  # none due: not a look at every trial
+        if not self._heap or now < self._heap[0][0]:  # none due: not a look at any trial
             return
-        live = [a for a in running if a.cancelled is None]
+        timed: dict[int, Attempt] = {}  # by order: each once, in the order of running
+        silent: dict[int, Attempt] = {}
+        while self._heap and self._heap[0][0] <= now:
+            due, order, kind, _, attempt = heapq.heappop(self._heap)
+            if self._current(due, kind, attempt, running):
+                (timed if kind == _DEADLINE else silent)[order] = attempt
+        timed, silent = dict(sorted(timed.items())), dict(sorted(silent.items()))
         try:
-            self._scan(live, now)
+            self._act(list(timed.values()), list(silent.values()), now)
         finally:
-            self._due = min((d for a in live if a.cancelled is None
-                             for d in (a.deadline, a.progress_due) if d is not None),
-                            default=None)
+            for attempt in {**timed, **silent}.values():  # the look raised: it stays due
+                if attempt.cancelled is None and running.get(attempt.trial.id) is attempt:
+                    for kind, due in ((_DEADLINE, attempt.deadline),
+                                      (_PROGRESS, attempt.progress_due)):
+                        if due is not None and due <= now:
+                            self._push(due, kind, attempt)
+            while self._heap:  # the top exact again: no look before a live deadline
+                due, _, kind, _, attempt = self._heap[0]
+                if self._current(due, kind, attempt, running):
+                    break
+                heapq.heappop(self._heap)
 
-    def _scan(self, live: list[Attempt], now: float) -> None:
-        for attempt in live:
-            if attempt.deadline is not None and now >= attempt.deadline:
-                self.cancel(attempt, f"timeout after {self.timeout:g} s")
-        due = [a for a in live if a.cancelled is None and a.progress_due is not None
-               and now >= a.progress_due]
+    def _compact(self, running: Mapping[str, Attempt]) -> None:
+        """Drop the entries of attempts that ended long before their deadlines (a long
+        ``trial.timeout`` would keep every attempt of the last hours), so the heap stays
+        a few entries per running attempt. The top stays: the next look is not moved."""
+        top = self._heap[0]
+        self._heap = [e for e in self._heap
+                      if e is top or self._current(e[0], e[2], e[4], running)]
+        heapq.heapify(self._heap)
+
+    @staticmethod
+    def _current(due: float, kind: int, attempt: Attempt,
+                 running: Mapping[str, Attempt]) -> bool:
+        """Is this heap entry one of a live attempt's deadlines as they stand now?"""
+        if attempt.cancelled is not None or running.get(attempt.trial.id) is not attempt:
+            return False
+        return due == (attempt.deadline if kind == _DEADLINE else attempt.progress_due)
+
+    def _act(self, timed: list[Attempt], silent: list[Attempt], now: float) -> None:
+        for attempt in timed:
+            self.cancel(attempt, f"timeout after {self.timeout:g} s")
+        due = [a for a in silent if a.cancelled is None]
         if not due:
             return
         limit = self.progress_timeout
@@ -146,6 +189,7 @@ class AttemptPolicy:
                             f" (trial.progress_timeout {limit:g} s): hung")
             else:
                 attempt.progress_due = last + limit
+                self._push(attempt.progress_due, _PROGRESS, attempt)
 
     def cancel(self, attempt: Attempt, reason: str) -> None:
         """Kill the attempt's gang, saying why (its Ended event then fails the attempt)."""

@@ -227,7 +227,7 @@ class TrialRunner:
     def check_deadlines(self) -> None:
         """Kill the attempts past their timeout, or silent past their progress
         timeout; their Ended events follow."""
-        self.policy.check(self.running.values())
+        self.policy.check(self.running)
 
     @property
     def holding(self) -> bool:

@@ -8,6 +8,7 @@ import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -63,7 +64,8 @@ class Clock:
 
 
 def attempt(key: str = "tune/t1#1", number: int = 1) -> Attempt:
-    return Attempt(trial=None, number=number, key=key, launched=0.0, shape=Shape(2, 1))
+    trial = SimpleNamespace(id=key.split("/")[1].split("#")[0])
+    return Attempt(trial=trial, number=number, key=key, launched=0.0, shape=Shape(2, 1))
 
 
 def test_a_failed_trial_runs_again_only_while_retries_last() -> None:
@@ -99,10 +101,10 @@ def test_an_attempt_past_its_timeout_is_killed_saying_why() -> None:
     policy.started(running, at=10.0)
     assert policy.next_deadline() == 15.0
     clock.at = 14.9
-    policy.check([running])
+    policy.check({"t1": running})
     assert clock.cancelled == [] and running.cancelled is None
     clock.at = 15.0
-    policy.check([running])
+    policy.check({"t1": running})
     assert clock.cancelled == ["tune/t1#1"] and running.cancelled == "timeout after 5 s"
     assert policy.next_deadline() is None  # nothing else due
 
@@ -116,12 +118,112 @@ def test_an_attempt_is_killed_for_silence_only_past_its_progress_timeout() -> No
     assert policy.beat_every_s == 3.0  # a quarter of the progress timeout
     assert policy.next_deadline() == 13.0
     clock.at, clock.ages = 13.0, {"tune/t1#1": 2.0}  # it beat 2 s ago: alive
-    policy.check([running])
+    policy.check({"t1": running})
     assert running.cancelled is None and policy.next_deadline() == 23.0
     clock.at, clock.ages = 23.0, {"tune/t1#1": 12.5}  # silent since 10.5
-    policy.check([running])
+    policy.check({"t1": running})
     assert clock.cancelled == ["tune/t1#1"]
     assert running.cancelled is not None and running.cancelled.startswith("no progress for 12 s")
+
+
+class ScanningPolicy:
+    """The deadline look as it was before the heap: every live attempt, every look."""
+
+    def __init__(self, timeout: float, limit: float) -> None:
+        self.timeout, self.limit = timeout, limit
+        self.due: dict[str, list[float]] = {}  # key: [deadline, progress due]
+
+    def started(self, key: str, at: float) -> None:
+        self.due[key] = [at + self.timeout, at + self.limit]
+
+    def check(self, now: float, ages: dict[str, float | None],
+              started: dict[str, float]) -> list[tuple[str, str]]:
+        killed = [(k, "timeout") for k, (deadline, _) in self.due.items() if now >= deadline]
+        for key, _ in killed:
+            del self.due[key]
+        for key, due in list(self.due.items()):
+            if now < due[1]:
+                continue
+            age = ages.get(key)
+            last = started[key] if age is None else max(started[key], now - age)
+            if now - last >= self.limit:
+                killed.append((key, "hung"))
+                del self.due[key]
+            else:
+                due[1] = last + self.limit
+        return killed
+
+    def next_deadline(self) -> float | None:
+        return min((d for due in self.due.values() for d in due), default=None)
+
+
+def test_heap_ordered_deadlines_fire_exactly_when_a_scan_of_every_attempt_would() -> None:
+    """Deadlines kept in a heap (issue 28 item 2) kill the same attempts, in the same
+    order, at the same clock times as the old scan of every running attempt, and the
+    stage's next look is the same time; this includes an attempt whose progress
+    deadline moves on each beat, attempts that end on their own, and one killed twice
+    over (its timeout and its silence due together)."""
+    clock = Clock()
+    policy = AttemptPolicy("tune", TrialSpec(timeout=60.0, progress_timeout=10.0), clock)
+    oracle = ScanningPolicy(60.0, 10.0)
+    running: dict[str, Attempt] = {}
+    started: dict[str, float] = {}
+    # beat every b s from its start (None: never); it ends on its own at `ends`
+    beats = {f"t{i}": (None if i % 5 == 0 else [2.0, 4.5, 9.5, 12.0][i % 4]) for i in range(24)}
+    ends = {f"t{i}": 7.5 * i + 45.0 for i in range(0, 24, 3)}
+    killed: list[tuple[float, str, str]] = []
+    expected: list[tuple[float, str, str]] = []
+    moved = []  # the progress deadlines of t1 (beats every 4.5 s) as the policy moves them
+    for step in range(800):
+        clock.at = now = step * 0.5
+        for i, trial in enumerate(beats):
+            if now == 1.0 + 2.5 * (i // 2):  # two at a time, in the order of `running`
+                a = attempt(f"tune/{trial}#1")
+                a.started = now
+                running[trial], started[a.key] = a, now
+                policy.started(a, at=now)
+                oracle.started(a.key, now)
+            if ends.get(trial) == now and trial in running and running[trial].cancelled is None:
+                del running[trial]
+                oracle.due.pop(f"tune/{trial}#1", None)
+        clock.ages = {a.key: (None if beats[t] is None else (now - a.started) % beats[t])
+                      for t, a in running.items() if a.started is not None}
+        cancelled = len(clock.cancelled)
+        policy.check(running)
+        killed += [(now, key, running[key[5:-2]].cancelled.split()[0])
+                   for key in clock.cancelled[cancelled:]]
+        expected += [(now, key, {"timeout": "timeout", "hung": "no"}[why])
+                     for key, why in oracle.check(now, clock.ages, started)]
+        for key in clock.cancelled[cancelled:]:
+            del running[key[5:-2]]  # its Ended event follows at once
+        if "t1" in running and (not moved or moved[-1] != running["t1"].progress_due):
+            moved.append(running["t1"].progress_due)
+        assert policy.next_deadline() == oracle.next_deadline(), now
+    assert killed == expected
+    assert len({why for *_, why in killed}) == 2  # both timeouts and silences fired
+    assert ("tune/t1#1" in {key for _, key, _ in killed}) and len(moved) > 3
+    assert moved == sorted(moved)  # t1's progress deadline moved on with its beats
+
+
+def test_the_deadline_heap_keeps_a_few_entries_per_running_attempt() -> None:
+    """Attempts that end hours before their deadlines (a long trial.timeout) do not
+    pile up in the heap, and dropping them does not move the stage's next look."""
+    clock = Clock()
+    policy = AttemptPolicy("tune", TrialSpec(timeout=86400.0, progress_timeout=3600.0), clock)
+    running: dict[str, Attempt] = {}
+    sizes = []
+    for i in range(2000):
+        clock.at = float(i)
+        a = attempt(f"tune/t{i}#1")
+        running[f"t{i}"] = a
+        policy.started(a, at=clock.at)
+        if i >= 10:
+            del running[f"t{i - 10}"]  # ended on its own, long before its deadlines
+        due = policy.next_deadline()
+        policy.check(running)
+        assert policy.next_deadline() == due
+        sizes.append(len(policy._heap))
+    assert max(sizes) <= 4 * len(running) + 66  # not the 4,000 entries of every attempt
 
 
 # -- the search log -------------------------------------------------------------------------
