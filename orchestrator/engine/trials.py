@@ -39,13 +39,13 @@ from orchestrator.backends.shape import Shape
 from orchestrator.engine.adoption import ResultFiles, attempts_heard
 from orchestrator.engine.attempts import Attempt, AttemptPolicy
 from orchestrator.engine.checkpoints import CheckpointKeeper
+from orchestrator.engine.history import JournalSoFar
 from orchestrator.engine.outcome import outcome as attempt_outcome
 from orchestrator.engine.outcome import slot_time
 from orchestrator.engine.records import TrialRecord, TrialRecords
 from orchestrator.engine.search_log import SearchLog
 from orchestrator.engine.shaping import StageShape
 from orchestrator.journal.events import (
-    KINDS,
     CheckpointRemoved,
     StagePlanned,
     StageStarted,
@@ -54,7 +54,6 @@ from orchestrator.journal.events import (
     TrialFinished,
     TrialInterrupted,
     TrialStarted,
-    select,
 )
 from orchestrator.journal.events import Event as JournalEvent
 from orchestrator.journal.journal import Journal
@@ -69,11 +68,10 @@ class SkipTrial(Exception):
     """A planned trial cannot run (its input failed); it is recorded as failed."""
 
 
-def stage_events(events: list[dict[str, Any]] | None, stage: str,
+def stage_events(events: JournalSoFar | list[dict[str, Any]] | None, stage: str,
                  *classes: type[JournalEvent]) -> list[JournalEvent]:
     """This stage's journal events of these classes (all it knows, by default), typed."""
-    return list(select((e for e in events or () if e.get("stage") == stage),
-                       *(classes or KINDS.values())))
+    return JournalSoFar.of(events).of_stage(stage, *classes)
 
 
 class TrialRunner:
@@ -99,7 +97,7 @@ class TrialRunner:
         objectives: list[Any],
         trainer_spec: Any,
         on_progress: Callable[[TrialRunner], None] | None = None,
-        events: list[dict[str, Any]] | None = None,
+        events: JournalSoFar | list[dict[str, Any]] | None = None,
     ) -> None:
         """``events``: the journal so far (a resumed stage's plan is in it)."""
         from trainers import TrainerRef
@@ -141,7 +139,7 @@ class TrialRunner:
 
     # -- resume -----------------------------------------------------------------------
 
-    def restore(self, events: list[dict[str, Any]]) -> None:
+    def restore(self, events: JournalSoFar | list[dict[str, Any]]) -> None:
         """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = stage_events(events, self.stage.name)
         self.shaping.restore(mine)
