@@ -94,6 +94,10 @@ class TaskDone:
 
 Event = Started | Ended | TaskDone
 
+# Rank 0 says it still makes progress at most this often: a backend's heartbeat
+# sends no more, and the engine's progress deadlines allow for it (one place for both).
+BEAT_EVERY_S = 5.0
+
 
 class Backend(abc.ABC):
     """Runs attempts on gangs of ranks within ``slots``, reporting by events."""
