@@ -12,6 +12,7 @@ its ``StageFinished`` is read: the scheduler never builds its runner again.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -22,11 +23,15 @@ from orchestrator.journal.events import (
     StageFinished,
     StageStarted,
     WorkflowStarted,
+    kinds_of,
     parse,
 )
 from orchestrator.journal.journal import iter_events
 
 __all__ = ["JournalSoFar"]
+
+# A line's seq, time and kind come before its stage: its name lies within this many bytes.
+STAGE_WITHIN = 160
 
 
 class JournalSoFar:
@@ -48,8 +53,24 @@ class JournalSoFar:
     @classmethod
     def read(cls, path: Path) -> JournalSoFar:
         """The journal file at ``path`` (none yet: empty), streamed: never a list of
-        every line's dict at once."""
-        return cls(iter_events(path), finished=False)
+        every line's dict at once. The finished stages are found first, so the lines
+        of their trials and searches (most of a long run's journal) are not parsed."""
+        so_far = cls(iter_events(path, kinds_of(WorkflowStarted, StageFinished)),
+                     finished=False)
+        # Journal.append writes a stage event's stage first, after its kind: the line's
+        # first "stage" key (a trial's config may hold another, further on).
+        names = {json.dumps(name).encode() + b"," for name in so_far.summaries}
+
+        def finished_stage(line: bytes) -> bool:
+            at = line.find(b'"stage":', 0, STAGE_WITHIN)
+            if at < 0:
+                return False
+            at += len(b'"stage":')
+            return line[at:line.find(b",", at) + 1] in names
+
+        for record in iter_events(path, skip=finished_stage if names else None):
+            so_far.add(parse(record))
+        return so_far
 
     @classmethod
     def of(cls, events: JournalSoFar | Iterable[dict[str, Any]] | None) -> JournalSoFar:
@@ -57,6 +78,8 @@ class JournalSoFar:
         return events if isinstance(events, JournalSoFar) else cls(events or ())
 
     def add(self, event: Event) -> None:
+        """Take the next event (an event seen again, as read takes its first pass's
+        ``WorkflowStarted`` and ``StageFinished``, changes nothing)."""
         if isinstance(event, WorkflowStarted):
             if self.started is None:
                 self.started = event
@@ -66,6 +89,7 @@ class JournalSoFar:
             return
         if isinstance(event, StageFinished):
             self.summaries[event.stage] = event.summary
+            self.stages_started.add(event.stage)  # its start may go unread (read skips it)
             if not self.finished:
                 self._mine.pop(event.stage, None)
             return

@@ -55,3 +55,21 @@ def test_records_handed_over_keep_the_finished_stages_events(tmp_path):
     assert JournalSoFar.of(so_far) is so_far
     assert JournalSoFar.of(None).started is None
     assert JournalSoFar.read(tmp_path / "none.jsonl").summaries == {}
+
+
+def test_the_lines_of_a_finished_stage_are_not_even_parsed(tmp_path, monkeypatch):
+    """Most of a long run's journal is its finished stages' trials: resume skips them
+    unparsed, by the stage name at each line's start; a config key named "stage"
+    further on in another stage's line does not fool it."""
+    from orchestrator.engine import history
+
+    write(tmp_path / "journal.jsonl")
+    with Journal(tmp_path / "journal.jsonl", fsync=False) as journal:
+        journal.record(TrialStarted(stage="b", trial={"id": "1", "config": {"stage": "a"}},
+                                    attempt=1, gang=None, shape="1x1"))
+    parsed, original = [], history.parse
+    monkeypatch.setattr(history, "parse", lambda record: parsed.append(record) or
+                        original(record))
+    so_far = JournalSoFar.read(tmp_path / "journal.jsonl")
+    assert not [r for r in parsed if r.get("stage") == "a" and r["event"] != "stage_finished"]
+    assert [e.trial["id"] for e in so_far.of_stage("b", TrialStarted)] == ["0", "1"]
