@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
+from orchestrator.backends._base import EarlyStopping
 from orchestrator.backends.shape import Shape
 from orchestrator.engine.adoption import ResultFiles, attempts_heard
 from orchestrator.engine.attempts import Attempt, AttemptPolicy
@@ -129,7 +130,7 @@ class TrialRunner:
         self.started_at = time.time()
         self.threshold_at: float | None = None
         self.exhausted = False  # the source has nothing more to give
-        self.stopper: Any = None
+        self.stopper: EarlyStopping | None = None  # the backend's, if the stage sets one
         self.preparing = False  # waiting for its preparing task before any trial
 
     @property
@@ -316,14 +317,7 @@ class TrialRunner:
             result_path=str(self.results.path(trial.id, number)),
             **extras,
         )
-        hooks: dict[str, Any] = {}
-        if self.stopper is not None:
-
-            from orchestrator.backends.ray.pruning import AskToStop, ReportTo
-
-            self.stopper.start.remote(trial.id)  # not waited for: the loop never blocks
-            hooks = {"report": ReportTo(self.stopper, trial.id),
-                     "should_stop": AskToStop(self.stopper, trial.id)}
+        hooks = self.stopper.begin(trial.id) if self.stopper is not None else {}
         key = f"{self.stage.name}/{trial.id}#{number}"
         attempt = Attempt(trial, number, key, launched=self.backend.now(), shape=self.shape)
         self.running[trial.id] = attempt
@@ -361,7 +355,7 @@ class TrialRunner:
         if self.stopper is not None:
             first = outcome.get("value")
             first = first[0] if isinstance(first, list) else first
-            self.stopper.finish.remote(trial.id, first, outcome["status"] == "pruned")
+            self.stopper.finish(trial.id, first, outcome["status"] == "pruned")
         record.status = outcome["status"]
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})

@@ -21,7 +21,6 @@ class HpoRunner(TrialRunner):
     """An hpo stage's trials: asked of its searcher."""
 
     def __init__(self, workflow: Workflow, stage: HpoStage, **kwargs: Any) -> None:
-        from orchestrator.backends.ray.pruning import start_early_stopper
         from search import Objective, make_searcher
 
         objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
@@ -30,7 +29,7 @@ class HpoRunner(TrialRunner):
         )
         super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
                          trainer_spec=stage.trainer, **kwargs)
-        self.stopper = start_early_stopper(stage.early_stopping, objectives[0])
+        self.stopper = self.backend.early_stopping(stage.early_stopping, objectives[0])
 
     def finalize(self, done: Any = None) -> dict[str, Any]:
         """A population's schedules join the summary: the winner's lineage is what a
