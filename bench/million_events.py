@@ -50,7 +50,8 @@ began = time.perf_counter()
 from pathlib import Path
 from bench import simulate
 from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.journal.journal import Journal, read_events
+from orchestrator.engine.history import JournalSoFar
+from orchestrator.journal.journal import Journal
 from orchestrator.spec import load_spec_text
 from orchestrator.engine.workflow import StageScheduler
 
@@ -58,7 +59,7 @@ run_dir, name, schedule, nodes = Path(sys.argv[1]), sys.argv[2], sys.argv[3], in
 workload = simulate.scaled(next(w for w in simulate.workloads(False) if w.name == name), nodes)
 generations = int(sys.argv[5]) if sys.argv[5] != "-" else workload.generations
 workflow = load_spec_text(simulate.spec_text(workload, schedule, generations))
-events = read_events(run_dir / "journal.jsonl")
+events = JournalSoFar.read(run_dir / "journal.jsonl")
 read = time.perf_counter() - began
 backend = SimulatedBackend(nodes, simulate.SLOTS_PER_NODE, lognormal_trials(60.0, 0.5))
 with Journal(run_dir / "journal.jsonl") as journal:
@@ -66,7 +67,7 @@ with Journal(run_dir / "journal.jsonl") as journal:
                                events=events, on_progress=None)
     scheduler._start_ready_stages()
     pending = sum(len(r.queue) + len(r.searcher.pending) for r in scheduler.active.values())
-print(f"events {len(events)} read_s {read:.2f} ready_s {time.perf_counter() - began:.2f}"
+print(f"read_s {read:.2f} ready_s {time.perf_counter() - began:.2f}"
       f" stages {len(scheduler.active)} requeued {pending}")
 """
 

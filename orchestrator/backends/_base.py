@@ -94,6 +94,24 @@ class TaskDone:
 
 Event = Started | Ended | TaskDone
 
+# Rank 0 says it still makes progress at most this often: a backend's heartbeat
+# sends no more, and the engine's progress deadlines allow for it (one place for both).
+BEAT_EVERY_S = 5.0
+
+
+class EarlyStopping(abc.ABC):
+    """A stage's judge of poor trials (``early_stopping:``), held where the trials run:
+    rank 0 reports its metric each epoch and asks whether to stop, without the loop."""
+
+    @abc.abstractmethod
+    def begin(self, trial_id: str) -> dict[str, Any]:
+        """An attempt of this trial launches: the hooks its rank 0 calls (``report``,
+        ``should_stop``). Never blocks the loop."""
+
+    @abc.abstractmethod
+    def finish(self, trial_id: str, value: float | None, pruned: bool) -> None:
+        """The trial ended for good with ``value`` (None: failed), ``pruned`` or not."""
+
 
 class Backend(abc.ABC):
     """Runs attempts on gangs of ranks within ``slots``, reporting by events."""
@@ -148,6 +166,14 @@ class Backend(abc.ABC):
         Asked only when an attempt's progress deadline comes. A backend that
         cannot tell says every attempt progresses."""
         return dict.fromkeys(keys, 0.0)
+
+    def early_stopping(self, spec: Any, objective: Any) -> EarlyStopping | None:
+        """The judge for a stage's ``early_stopping`` spec (None when it sets none).
+        A backend that cannot judge its trials' reports refuses the spec."""
+        if spec is None:
+            return None
+        raise ClusterError(f"{type(self).__name__} cannot run early_stopping, but the stage"
+                           f" sets {spec!r}")
 
     def cluster_shortfall(self, shape: Shape) -> int:
         """Slots a new gang lacks because others on a shared cluster hold them."""

@@ -19,14 +19,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.backends import Backend, Ended
+from orchestrator.backends._base import BEAT_EVERY_S
 from orchestrator.backends.shape import Shape
 
 log = logging.getLogger(__name__)
 
 BACKOFF_FIRST_S, BACKOFF_MAX_S = 1.0, 60.0
-# Rank 0 tells it still makes progress at most this often (a quarter of the progress
-# timeout, when that is shorter), so a healthy trial is never taken for a hung one.
-BEAT_EVERY_S = 5.0
 _DEADLINE, _PROGRESS = 0, 1  # the two kinds of entry in the policy's heap
 _order = itertools.count()  # attempts in the order the runner adds them to its running
 
@@ -103,7 +101,9 @@ class AttemptPolicy:
 
     @property
     def beat_every_s(self) -> float:
-        """How often rank 0 may say it still makes progress."""
+        """How often rank 0 may say it still makes progress: BEAT_EVERY_S, or a quarter of
+        the progress timeout when that is shorter, so a healthy trial is never taken for
+        a hung one."""
         return min(BEAT_EVERY_S, (self.progress_timeout or 60.0) / 4)
 
     def started(self, attempt: Attempt, at: float) -> None:

@@ -35,17 +35,18 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, Ended, Event, Launch, Started
+from orchestrator.backends._base import EarlyStopping
 from orchestrator.backends.shape import Shape
 from orchestrator.engine.adoption import ResultFiles, attempts_heard
 from orchestrator.engine.attempts import Attempt, AttemptPolicy
 from orchestrator.engine.checkpoints import CheckpointKeeper
+from orchestrator.engine.history import JournalSoFar
 from orchestrator.engine.outcome import outcome as attempt_outcome
 from orchestrator.engine.outcome import slot_time
 from orchestrator.engine.records import TrialRecord, TrialRecords
 from orchestrator.engine.search_log import SearchLog
 from orchestrator.engine.shaping import StageShape
 from orchestrator.journal.events import (
-    KINDS,
     CheckpointRemoved,
     StagePlanned,
     StageStarted,
@@ -54,7 +55,6 @@ from orchestrator.journal.events import (
     TrialFinished,
     TrialInterrupted,
     TrialStarted,
-    select,
 )
 from orchestrator.journal.events import Event as JournalEvent
 from orchestrator.journal.journal import Journal
@@ -69,11 +69,10 @@ class SkipTrial(Exception):
     """A planned trial cannot run (its input failed); it is recorded as failed."""
 
 
-def stage_events(events: list[dict[str, Any]] | None, stage: str,
+def stage_events(events: JournalSoFar | list[dict[str, Any]] | None, stage: str,
                  *classes: type[JournalEvent]) -> list[JournalEvent]:
     """This stage's journal events of these classes (all it knows, by default), typed."""
-    return list(select((e for e in events or () if e.get("stage") == stage),
-                       *(classes or KINDS.values())))
+    return JournalSoFar.of(events).of_stage(stage, *classes)
 
 
 class TrialRunner:
@@ -99,7 +98,7 @@ class TrialRunner:
         objectives: list[Any],
         trainer_spec: Any,
         on_progress: Callable[[TrialRunner], None] | None = None,
-        events: list[dict[str, Any]] | None = None,
+        events: JournalSoFar | list[dict[str, Any]] | None = None,
     ) -> None:
         """``events``: the journal so far (a resumed stage's plan is in it)."""
         from trainers import TrainerRef
@@ -131,7 +130,7 @@ class TrialRunner:
         self.started_at = time.time()
         self.threshold_at: float | None = None
         self.exhausted = False  # the source has nothing more to give
-        self.stopper: Any = None
+        self.stopper: EarlyStopping | None = None  # the backend's, if the stage sets one
         self.preparing = False  # waiting for its preparing task before any trial
 
     @property
@@ -141,7 +140,7 @@ class TrialRunner:
 
     # -- resume -----------------------------------------------------------------------
 
-    def restore(self, events: list[dict[str, Any]]) -> None:
+    def restore(self, events: JournalSoFar | list[dict[str, Any]]) -> None:
         """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = stage_events(events, self.stage.name)
         self.shaping.restore(mine)
@@ -318,14 +317,7 @@ class TrialRunner:
             result_path=str(self.results.path(trial.id, number)),
             **extras,
         )
-        hooks: dict[str, Any] = {}
-        if self.stopper is not None:
-
-            from orchestrator.backends.ray.pruning import AskToStop, ReportTo
-
-            self.stopper.start.remote(trial.id)  # not waited for: the loop never blocks
-            hooks = {"report": ReportTo(self.stopper, trial.id),
-                     "should_stop": AskToStop(self.stopper, trial.id)}
+        hooks = self.stopper.begin(trial.id) if self.stopper is not None else {}
         key = f"{self.stage.name}/{trial.id}#{number}"
         attempt = Attempt(trial, number, key, launched=self.backend.now(), shape=self.shape)
         self.running[trial.id] = attempt
@@ -363,7 +355,7 @@ class TrialRunner:
         if self.stopper is not None:
             first = outcome.get("value")
             first = first[0] if isinstance(first, list) else first
-            self.stopper.finish.remote(trial.id, first, outcome["status"] == "pruned")
+            self.stopper.finish(trial.id, first, outcome["status"] == "pruned")
         record.status = outcome["status"]
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})

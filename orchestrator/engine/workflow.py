@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, TaskDone
+from orchestrator.engine.history import JournalSoFar
 from orchestrator.engine.stopping import (
     Interrupted,
     on_stop_request,
@@ -32,9 +33,8 @@ from orchestrator.journal.events import (
     WorkflowInterrupted,
     WorkflowResumed,
     WorkflowStarted,
-    select,
 )
-from orchestrator.journal.journal import Journal, read_events, write_atomic
+from orchestrator.journal.journal import Journal, write_atomic
 from orchestrator.spec import Workflow, load_spec
 
 log = logging.getLogger(__name__)
@@ -137,12 +137,12 @@ def run_workflow(
                        f" `nestor resume {run_dir}` or choose another run directory")
     run_dir.mkdir(parents=True, exist_ok=True)
     reinstall_handlers()  # a backend's start (ray.init) may have taken the signals
-    events = read_events(run_dir / JOURNAL_FILE)
+    events = JournalSoFar.read(run_dir / JOURNAL_FILE)  # before this driver appends
     journal = Journal(run_dir / JOURNAL_FILE, on_append,
                       fsync=not backend.virtual if fsync is None else fsync)
     began, began_at, clock0 = time.perf_counter(), time.time(), backend.now()
     try:
-        started = next(select(events, WorkflowStarted), None)
+        started = events.started
         if started is None:
             # Names this run's MLflow runs for good: the projector derives every run's
             # key from it, so a resumed driver's projector finds the runs made before.
@@ -191,17 +191,15 @@ class StageScheduler:
     """
 
     def __init__(self, workflow: Workflow, *, run_dir: Path, backend: Backend,
-                 journal: Journal, events: list[dict[str, Any]],
+                 journal: Journal, events: JournalSoFar | list[dict[str, Any]],
                  on_progress: Callable[[Any], None] | None) -> None:
         self.workflow = workflow
         self.run_dir = run_dir
         self.backend = backend
         self.journal = journal
-        self.events = events
+        self.events = JournalSoFar.of(events)  # the journal before this driver
         self.on_progress = on_progress
-        self.summaries: dict[str, dict[str, Any]] = {}
-        for finished in select(events, StageFinished):
-            self.summaries[finished.stage] = finished.summary
+        self.summaries: dict[str, dict[str, Any]] = dict(self.events.summaries)
         self.active: dict[str, Any] = {}
         self.finishing: dict[str, str] = {}  # a stage's finishing task's key -> the stage
         self.preparing: dict[str, str] = {}  # and its preparing task's
@@ -307,7 +305,7 @@ class StageScheduler:
             stage = self.workflow.stage(name)
             if not all(dep in self.summaries for dep in stage.from_):
                 continue
-            if not any(e.stage == name for e in select(self.events, StageStarted)):
+            if name not in self.events.stages_started:
                 self.journal.record(StageStarted(stage=name, stage_kind=stage.kind,
                                                  sources=list(stage.from_)))
             kwargs: dict[str, Any] = dict(

@@ -101,18 +101,21 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     return events
 
 
-def iter_events(path: str | os.PathLike[str],
-                kinds: frozenset[str] | None = None) -> Iterator[dict[str, Any]]:
+def iter_events(path: str | os.PathLike[str], kinds: frozenset[str] | None = None,
+                skip: Callable[[bytes], bool] | None = None) -> Iterator[dict[str, Any]]:
     """The complete events in order, read as they are needed (a journal of a million
     events is hundreds of MiB of dicts at once); with ``kinds``, only those, and a line
     of another kind is not even parsed (its kind is read from the line's start, where
-    :meth:`Journal.append` writes it). A torn last line is ignored."""
+    :meth:`Journal.append` writes it); nor is a line for which ``skip(line)`` is true.
+    A torn last line is ignored."""
     if not Path(path).exists():
         return
     with Path(path).open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             if not line.endswith(b"\n") or not line.strip():
                 continue  # a torn tail (the last line), or an empty one
+            if skip is not None and skip(line):
+                continue
             if kinds is not None:
                 start = line.find(b'"event":"', 0, 120)
                 if start >= 0:

@@ -22,7 +22,15 @@ import threading
 import time
 from typing import Any
 
-from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
+from orchestrator.backends._base import (
+    Backend,
+    EarlyStopping,
+    Ended,
+    Event,
+    Launch,
+    Started,
+    TaskDone,
+)
 from orchestrator.backends.ray.gangs import (
     Gang,
     GangPool,
@@ -116,6 +124,12 @@ class RayBackend(Backend):
         if self._board is None or not keys:
             return dict.fromkeys(keys)
         return ray.get(self._board.ages.remote(keys))
+
+    def early_stopping(self, spec: Any, objective: Any) -> EarlyStopping | None:
+        """A Ray actor judges the reports (:mod:`orchestrator.backends.ray.pruning`)."""
+        from orchestrator.backends.ray.pruning import start_early_stopper
+
+        return start_early_stopper(spec, objective)
 
     def run_task(self, key: str, fn: Any, *args: Any) -> None:
         """A Ray task that reserves no slot: it is the driver's own work, moved off

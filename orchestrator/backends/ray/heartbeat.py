@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-BEAT_EVERY_S = 5.0  # a rank sends at most one beat this often
+from orchestrator.backends._base import BEAT_EVERY_S  # a rank sends at most one beat this often
 
 
 class ProgressBoard:

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from orchestrator.backends._base import EarlyStopping
+
 
 class EarlyStopper:
     """Ray actor: per-trial report/should_stop against a median or ASHA pruner."""
@@ -92,12 +94,28 @@ class AskToStop:
         return bool(ray.get(self.actor.should_stop.remote(self.key)))
 
 
-def start_early_stopper(spec: Any, objective: Any) -> Any:
+class RayEarlyStopping(EarlyStopping):
+    """The driver's side of an :class:`EarlyStopper` actor: the loop never waits on it."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    def begin(self, trial_id: str) -> dict[str, Any]:
+        self.actor.start.remote(trial_id)  # not waited for: the loop never blocks
+        return {"report": ReportTo(self.actor, trial_id),
+                "should_stop": AskToStop(self.actor, trial_id)}
+
+    def finish(self, trial_id: str, value: float | None, pruned: bool) -> None:
+        self.actor.finish.remote(trial_id, value, pruned)
+
+
+def start_early_stopper(spec: Any, objective: Any) -> RayEarlyStopping | None:
     """The actor for a stage's ``early_stopping`` spec (None when it has none)."""
     if spec is None:
         return None
     import ray
 
     actor_cls = ray.remote(num_cpus=0)(EarlyStopper)
-    return actor_cls.remote(spec.rule, objective.metric, objective.mode, spec.warmup_epochs,
-                            spec.reduction_factor, spec.startup_trials)
+    return RayEarlyStopping(actor_cls.remote(
+        spec.rule, objective.metric, objective.mode, spec.warmup_epochs,
+        spec.reduction_factor, spec.startup_trials))

@@ -10,6 +10,7 @@ from typing import Any
 
 from orchestrator.engine.kinds import Finding, PlotMaker, StageKind
 from orchestrator.engine.trials import SkipTrial, TrialRunner
+from orchestrator.journal.state import RunState
 from orchestrator.projections.products import Product
 from orchestrator.spec import HpoStage, Workflow
 
@@ -20,7 +21,6 @@ class HpoRunner(TrialRunner):
     """An hpo stage's trials: asked of its searcher."""
 
     def __init__(self, workflow: Workflow, stage: HpoStage, **kwargs: Any) -> None:
-        from orchestrator.backends.ray.pruning import start_early_stopper
         from search import Objective, make_searcher
 
         objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
@@ -29,7 +29,7 @@ class HpoRunner(TrialRunner):
         )
         super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
                          trainer_spec=stage.trainer, **kwargs)
-        self.stopper = start_early_stopper(stage.early_stopping, objectives[0])
+        self.stopper = self.backend.early_stopping(stage.early_stopping, objectives[0])
 
     def finalize(self, done: Any = None) -> dict[str, Any]:
         """A population's schedules join the summary: the winner's lineage is what a
@@ -215,6 +215,7 @@ def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],
     """This stage's curve beside those of the run's earlier hpo stages that chase
     the same metric, one line per search, labelled with its algorithm."""
     from orchestrator.projections.plots import (
+        as_state,
         best_so_far,
         best_so_far_from_summary,
         plot_best_so_far,
@@ -224,15 +225,16 @@ def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],
         return None
     metric, mode = objectives[0].metric, objectives[0].mode
     name = str(summary["name"])
+    state = as_state(events)  # the journal's typed fold (the same one best_so_far reads)
     searches = {name: _algorithm(stage)}
-    for other in _other_searches(run_dir, events, name, metric, mode):
+    for other in _other_searches(run_dir, state, name, metric, mode):
         searches[other.name] = _algorithm(other)
     curves, totals = {}, {}
     for stage_name, algorithm in searches.items():
         label = f"{stage_name} ({algorithm})" if algorithm else stage_name
-        curve = best_so_far(events, stage_name, mode)
-        runs = sum(1 for e in events if e.get("stage") == stage_name
-                   and e["event"] in ("trial_finished", "trial_attempt_failed"))
+        curve = best_so_far(state, stage_name, mode)
+        found = state.stages.get(stage_name)
+        runs = len(found.runs) if found else 0  # attempts that ended: finished or retried
         if stage_name == name and not runs:  # no journal: the summary alone
             curve = best_so_far_from_summary(summary, mode)
             runs = int(summary.get("n_runs") or 0)
@@ -245,10 +247,10 @@ def _algorithm(stage: Any) -> str:
     return str(getattr(search, "algorithm", "") or "")
 
 
-def _other_searches(run_dir: Path, events: list[dict[str, Any]], name: str, metric: str,
+def _other_searches(run_dir: Path, state: RunState, name: str, metric: str,
                     mode: str) -> list[Any]:
     """The run's finished hpo stages, other than ``name``, that chase the same metric."""
-    finished = {e["stage"] for e in events if e["event"] == "stage_finished"}
+    finished = {n for n, stage in state.stages.items() if stage.state == "finished"}
     if not finished or not (run_dir / SPEC_FILE).exists():
         return []
     from orchestrator.spec import SpecError, load_spec

@@ -1,0 +1,75 @@
+"""What a resumed driver reads of the journal: typed, by stage, in one streamed pass."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from orchestrator.engine.history import JournalSoFar
+from orchestrator.journal.events import (
+    StageFinished,
+    StageStarted,
+    TrialFinished,
+    TrialStarted,
+    WorkflowResumed,
+    WorkflowStarted,
+)
+from orchestrator.journal.journal import Journal
+
+TRIAL = {"id": "0", "config": {"lr": 0.1}}
+
+
+def write(path: Path) -> None:
+    with Journal(path, fsync=False) as journal:
+        journal.record(WorkflowStarted(workflow="w", slots=4, pid=1, run_key="k"))
+        for stage in ("a", "b"):
+            journal.record(StageStarted(stage=stage, stage_kind="hpo", sources=[]))
+            journal.record(TrialStarted(stage=stage, trial=TRIAL, attempt=1, gang=None,
+                                        shape="1x1"))
+        journal.record(TrialFinished(stage="a", trial=TRIAL, status="completed",
+                                     metrics={"acc": 1.0}, attempt=1, value=1.0, reason=None,
+                                     slot_seconds=1.0))
+        journal.record(StageFinished(stage="a", summary={"name": "a", "n_runs": 1}))
+        journal.record(WorkflowResumed(slots=8, pid=2))
+        journal.record(WorkflowStarted(workflow="w", slots=8, pid=2, run_key="later"))
+
+
+def test_a_resumed_driver_reads_the_start_the_summaries_and_each_unfinished_stage(tmp_path):
+    write(tmp_path / "journal.jsonl")
+    so_far = JournalSoFar.read(tmp_path / "journal.jsonl")
+    assert so_far.started is not None and so_far.started.run_key == "k"  # the first
+    assert so_far.summaries == {"a": {"name": "a", "n_runs": 1}}
+    assert so_far.stages_started == {"a", "b"}
+    # the finished stage's runner is never built again: its events are let go
+    assert so_far.of_stage("a") == []
+    assert [type(e) for e in so_far.of_stage("b")] == [StageStarted, TrialStarted]
+    assert [type(e) for e in so_far.of_stage("b", TrialStarted)] == [TrialStarted]
+
+
+def test_records_handed_over_keep_the_finished_stages_events(tmp_path):
+    from orchestrator.journal.journal import read_events
+
+    write(tmp_path / "journal.jsonl")
+    so_far = JournalSoFar.of(read_events(tmp_path / "journal.jsonl"))
+    assert [type(e) for e in so_far.of_stage("a")] == [StageStarted, TrialStarted,
+                                                      TrialFinished]
+    assert JournalSoFar.of(so_far) is so_far
+    assert JournalSoFar.of(None).started is None
+    assert JournalSoFar.read(tmp_path / "none.jsonl").summaries == {}
+
+
+def test_the_lines_of_a_finished_stage_are_not_even_parsed(tmp_path, monkeypatch):
+    """Most of a long run's journal is its finished stages' trials: resume skips them
+    unparsed, by the stage name at each line's start; a config key named "stage"
+    further on in another stage's line does not fool it."""
+    from orchestrator.engine import history
+
+    write(tmp_path / "journal.jsonl")
+    with Journal(tmp_path / "journal.jsonl", fsync=False) as journal:
+        journal.record(TrialStarted(stage="b", trial={"id": "1", "config": {"stage": "a"}},
+                                    attempt=1, gang=None, shape="1x1"))
+    parsed, original = [], history.parse
+    monkeypatch.setattr(history, "parse", lambda record: parsed.append(record) or
+                        original(record))
+    so_far = JournalSoFar.read(tmp_path / "journal.jsonl")
+    assert not [r for r in parsed if r.get("stage") == "a" and r["event"] != "stage_finished"]
+    assert [e.trial["id"] for e in so_far.of_stage("b", TrialStarted)] == ["0", "1"]
