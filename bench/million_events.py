@@ -67,7 +67,10 @@ with Journal(run_dir / "journal.jsonl") as journal:
                                events=events, on_progress=None)
     scheduler._start_ready_stages()
     pending = sum(len(r.queue) + len(r.searcher.pending) for r in scheduler.active.values())
-print(f"read_s {read:.2f} ready_s {time.perf_counter() - began:.2f}"
+ready = time.perf_counter() - began
+with open(run_dir / "journal.jsonl", "rb") as lines:  # counted once ready, not timed
+    count = sum(1 for _ in lines)
+print(f"events {count} read_s {read:.2f} ready_s {ready:.2f}"
       f" stages {len(scheduler.active)} requeued {pending}")
 """
 
