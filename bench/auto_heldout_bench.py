@@ -44,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine, stats
+from bench.problems import rotation
 from search import Objective, make_searcher
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
@@ -73,21 +74,8 @@ def _shift(n: int, scale: float, seed: int) -> list[float]:
     return [rng.uniform(-scale, scale) for _ in range(n)]
 
 
-def _rotation(n: int, seed: int) -> list[list[float]]:
-    """A random orthogonal matrix (Gram-Schmidt on Gaussian rows), fixed by seed."""
-    rng = random.Random(seed)
-    rows: list[list[float]] = []
-    while len(rows) < n:
-        v = [rng.gauss(0, 1) for _ in range(n)]
-        for r in rows:
-            dot = sum(a * b for a, b in zip(v, r, strict=True))
-            v = [a - dot * b for a, b in zip(v, r, strict=True)]
-        norm = math.sqrt(sum(a * a for a in v))
-        rows.append([a / norm for a in v])
-    return rows
 
-
-ROT12, SHIFT12 = _rotation(12, 1), _shift(12, 2.0, 2)
+ROT12, SHIFT12 = rotation(12, 1), _shift(12, 2.0, 2)
 SHIFT10, SHIFT6, SHIFT20 = _shift(10, 2.0, 3), _shift(6, 20.0, 4), _shift(20, 2.0, 5)
 TARGET_INT = (3, -7, 0, 5, -2, 8)
 

@@ -52,6 +52,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine
+from bench.problems import rotation
 from bench.stats import spread
 from search import Objective, make_searcher
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
@@ -115,21 +116,8 @@ DEV_PROBLEMS = (Problem("sphere-5d", BOX5, _sphere), Problem("rosenbrock-5d", BO
 
 # --- held out: fixed here (issue 29, session 3) before any search ran on them ----------
 
-def _rotation(n: int, seed: int) -> list[list[float]]:
-    """A fixed random orthonormal basis (Gram-Schmidt on seeded Gaussian vectors)."""
-    rng = random.Random(seed)
-    basis: list[list[float]] = []
-    while len(basis) < n:
-        v = [rng.gauss(0.0, 1.0) for _ in range(n)]
-        for b in basis:
-            dot = sum(x * y for x, y in zip(v, b, strict=True))
-            v = [x - dot * y for x, y in zip(v, b, strict=True)]
-        norm = math.sqrt(sum(x * x for x in v))
-        basis.append([x / norm for x in v])
-    return basis
 
-
-ROTATION8 = _rotation(8, 29)
+ROTATION8 = rotation(8, 29)
 
 
 def _ellipsoid_rotated(c: dict[str, Any]) -> float:
