@@ -781,11 +781,13 @@ class GeneticSearch(Searcher):
         cached = self._best_by_deme.get(ind.deme)
         fresh = cached is not None and cached[0] == self._parents_changed
         target = getattr(ind, "target", None)
-        if target is not None and not self.multi_objective and any(p is target for p in deme):
+        at = (next((k for k, p in enumerate(deme) if p is target), None)
+              if target is not None and not self.multi_objective else None)
+        if at is not None:
             # Differential evolution's one-to-one selection: the child replaces the
             # member it was built on if it is no worse, else it leaves.
             if not ind.fitness < target.fitness:
-                deme[next(k for k, p in enumerate(deme) if p is target)] = ind
+                deme[at] = ind
                 self._parents_changed += 1
                 self._orders.pop(ind.deme, None)  # the kept order no longer holds
             return
