@@ -65,12 +65,6 @@ def _run_of(data: dict[str, Any]) -> str | None:
     return m.get("run") if isinstance(m, dict) else None
 
 
-def _overhead(results: Path) -> dict[str, Any] | None:
-    """The orchestration_bench result the headline quotes (see :func:`_overhead_runs`)."""
-    runs = _overhead_runs(results)
-    return runs[0] if runs else None
-
-
 def _f(value: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
     return none if value is None else fmt.format(value)
 
@@ -668,7 +662,8 @@ def load(results: Path) -> dict[str, Any]:
              "many": "many_at_once", "mf_heldout": "multifidelity_heldout",
              "planning": "planning", "quick": "bench-quick", "full": "bench-full"}
     found = {key: _load(results, name) for key, name in names.items()}
-    found["o"] = _overhead(results)
+    found["o_runs"] = _overhead_runs(results)  # the headline's first, then further runs
+    found["o"] = found["o_runs"][0] if found["o_runs"] else None
     found["e2e_runs"] = [json.loads(f.read_text())
                          for f in sorted(results.glob("e2e-planning*.json"))]
     return found
@@ -725,7 +720,7 @@ def render_text(results: Path, out: Path) -> str:
                   " results.", ""]
     lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
     lines += projection_section(o) if o else []
-    for further in _overhead_runs(results)[1:]:  # e.g. on later code, apart from the headline
+    for further in r["o_runs"][1:]:  # e.g. on later code, apart from the headline
         m = further.get("machine") or {}
         lines += [f"### A further run of orchestration_bench (commit {str(m.get('commit'))[:10]},"
                   " not the headline's run)", ""]
