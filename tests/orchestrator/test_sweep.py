@@ -256,18 +256,23 @@ print(f"FoM: {(a - 0.25) ** 2}")
 """
 
 
-@pytest.mark.slow
-def test_a_command_sweep_passes_dashed_names_literally(tmp_path: Path) -> None:
+def fit_sweep(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
+    """``nestor sweep`` of FIT over its one dashed parameter ``-a``, with ``flags``, into
+    ``tmp_path/run``; FIT logs each trial's argv to ``tmp_path/argv.log``."""
     fit = tmp_path / "fit.py"
     fit.write_text(FIT)
-    log = tmp_path / "argv.log"
-    env = dict(os.environ, FIT_LOG=str(log))
-    result = subprocess.run(
+    env = dict(os.environ, FIT_LOG=str(tmp_path / "argv.log"))
+    return subprocess.run(
         [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=-a=float:-1:1",
-         "--algo", "bayesian", "--budget", "6", "--parallel", "2",
-         "--run-dir", str(tmp_path / "run")],
+         *flags, "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, env=env, check=False, timeout=300,
     )
+
+
+@pytest.mark.slow
+def test_a_command_sweep_passes_dashed_names_literally(tmp_path: Path) -> None:
+    log = tmp_path / "argv.log"
+    result = fit_sweep(tmp_path, "--algo", "bayesian", "--budget", "6", "--parallel", "2")
     assert result.returncode == 0, result.stderr
     lines = log.read_text().splitlines()
     assert len(lines) == 6 and all(line.startswith("-a=") for line in lines)
@@ -281,15 +286,7 @@ def test_a_command_sweep_passes_dashed_names_literally(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_an_auto_sweep_runs_what_it_picked(tmp_path: Path) -> None:
-    fit = tmp_path / "fit.py"
-    fit.write_text(FIT)
-    env = dict(os.environ, FIT_LOG=str(tmp_path / "argv.log"))
-    result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=-a=float:-1:1",
-         "--algo", "auto", "--budget", "12", "--parallel", "2",
-         "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, env=env, check=False, timeout=300,
-    )
+    result = fit_sweep(tmp_path, "--algo", "auto", "--budget", "12", "--parallel", "2")
     assert result.returncode == 0, result.stderr
     spec = (tmp_path / "run" / "spec.yaml").read_text()
     assert "algorithm: auto" in spec and "parallel: 2" in spec
@@ -418,15 +415,7 @@ def test_auto_is_the_default_search_and_budgets_take_units() -> None:
 def test_a_sweep_without_algo_says_what_auto_picked_and_spends_a_cost(tmp_path: Path) -> None:
     """No --algo: auto, named with its reason as the run starts; --budget 6epochs with
     epochs=2 per trial runs 3 trials (each told its 2 epochs), not the default 20."""
-    fit = tmp_path / "fit.py"
-    fit.write_text(FIT)
-    env = dict(os.environ, FIT_LOG=str(tmp_path / "argv.log"))
-    result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=-a=float:-1:1",
-         "--set", "epochs=2", "--budget", "6epochs", "--parallel", "1",
-         "--run-dir", str(tmp_path / "run")],
-        capture_output=True, text=True, env=env, check=False, timeout=300,
-    )
+    result = fit_sweep(tmp_path, "--set", "epochs=2", "--budget", "6epochs", "--parallel", "1")
     assert result.returncode == 0, result.stderr
     stderr = " ".join(result.stderr.split())
     assert "stage sweep: auto picked bayesian tpe: one parameter" in stderr
