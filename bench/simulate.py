@@ -239,7 +239,7 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
     or an ``allocation`` of ``--allocation-h`` hours that a larger sweep fills
     until the time limit stops the driver."""
     from orchestrator.backends import SimulatedBackend, lognormal_trials
-    from orchestrator.engine.stopping import Interrupted
+    from orchestrator.backends.stopping import Interrupted
     from orchestrator.engine.workflow import run_workflow
     from orchestrator.spec import load_spec_text
 

@@ -295,10 +295,10 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
     from orchestrator.backends import ClusterError
     from orchestrator.backends.ray.visibility import RunDirNotShared
+    from orchestrator.backends.stopping import Interrupted, exit_code, install_handlers
+    from orchestrator.backends.stopping import clear as clear_stop
     from orchestrator.commands.progress import StageProgress, wait_for_mlflow
     from orchestrator.commands.run import run_spec
-    from orchestrator.engine.stopping import Interrupted, exit_code, install_handlers
-    from orchestrator.engine.stopping import clear as clear_stop
     from orchestrator.engine.workflow import RunError
     from orchestrator.projections.results import render_results
     from orchestrator.spec import SpecError
@@ -469,8 +469,8 @@ def write_mlflow_behind(run_dir: Path) -> None:
     stopped while it waited for MLflow), showing the wait, before the UI shows it."""
     import signal
 
+    from orchestrator.backends.stopping import clear, install_handlers
     from orchestrator.commands.progress import wait_for_mlflow
-    from orchestrator.engine.stopping import clear, install_handlers
     from orchestrator.engine.workflow import JOURNAL_FILE, SPEC_FILE
     from orchestrator.projections.projector import Projector
     from orchestrator.spec import SpecError, load_spec

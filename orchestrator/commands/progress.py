@@ -102,7 +102,7 @@ class MlflowWait:
 def wait_for_mlflow(projector: Any, console: Console) -> int:
     """Close ``projector`` (``orchestrator.projections.projector.Projector``), showing the wait;
     a Ctrl-C (or any stop request) ends the wait at once. Returns the events left."""
-    from orchestrator.engine.stopping import stop_requested
+    from orchestrator.backends.stopping import stop_requested
 
     shown = MlflowWait(console)
     left = projector.close(report=shown.report, stop=lambda: stop_requested() is not None)

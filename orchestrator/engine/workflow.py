@@ -19,13 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Backend, TaskDone
-from orchestrator.engine.history import JournalSoFar
-from orchestrator.engine.stopping import (
+from orchestrator.backends.stopping import (
     Interrupted,
     on_stop_request,
     reinstall_handlers,
     stop_requested,
 )
+from orchestrator.engine.history import JournalSoFar
 from orchestrator.journal.events import (
     StageFinished,
     StageStarted,
@@ -126,7 +126,7 @@ def run_workflow(
     crash). A virtual backend's results add ``virtual_time_s`` (its clock) and
     ``driver_s`` (real seconds the run took). The backend is shut down at the end;
     a stop request (or a simulated allocation's time limit) raises
-    :class:`~orchestrator.engine.stopping.Interrupted` after journalling it.
+    :class:`~orchestrator.backends.stopping.Interrupted` after journalling it.
     """
     run_dir = Path(run_dir)
     if backend.virtual:

@@ -29,9 +29,7 @@ def pick_stage(workflow: Workflow, name: str | None) -> str:
     for candidate in names:
         if workflow.declared_parallel(candidate).is_auto or workflow.batch_of(candidate):
             return candidate
-    from orchestrator.engine.kinds import stage_kind
-
-    return next((n for n in names if stage_kind(workflow.stage(n).kind).searches), names[0])
+    return next((n for n in names if workflow.stage(n).searches), names[0])
 
 
 def _cores() -> int:

@@ -38,7 +38,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.ray.gangs import first_line
 from orchestrator.journal.events import (
     Event,
     StageFinished,
@@ -55,6 +54,7 @@ from orchestrator.journal.events import (
     parse,
 )
 from orchestrator.journal.journal import write_atomic
+from orchestrator.journal.text import first_line
 from orchestrator.projections.tracking import (
     RunWrites,
     Tracker,

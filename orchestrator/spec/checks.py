@@ -15,11 +15,10 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engine.kinds import stage_kind
 from trainers._launch import PLACEHOLDERS, unknown_placeholders
-from trainers.catalog import TRAINERS, Option
+from trainers.catalog import TRAINERS
 
-from .errors import allowed, did_you_mean, short
+from .errors import allowed, did_you_mean, option_mismatch, short
 from .leaks import check_splits
 from .model import Workflow
 
@@ -107,7 +106,7 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
             " lower parallel or raise resources.slots (or set resources.oversubscribe: true)"
         )
     yield from _gpu_share(workflow, here, stage, declared)
-    yield from stage_kind(stage.kind).check(workflow, here, stage)
+    yield from stage.check(workflow, here)
 
 
 def _gpu_share(workflow: Workflow, here: tuple[Any, ...], stage: Any,
@@ -217,42 +216,6 @@ def _placeholders(here: tuple[Any, ...], trainer: Any) -> Iterator[Finding]:
             f" (allowed: {', '.join('{' + p + '}' for p in PLACEHOLDERS)};"
             f" write {{{{{name}}}}} for a literal {{{name}}})"
         )
-
-
-def config_findings(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
-    """A train or transfer stage's fixed hyperparameters, against its (inherited) trainer."""
-    try:
-        trainer = workflow.trainer_of(stage.name)
-    except (KeyError, IndexError, ValueError):
-        return  # a missing or cyclic from: is reported on its own
-    if trainer.name not in TRAINERS:
-        return
-    info = TRAINERS[trainer.name]
-    known = {**info.hyperparameters, **info.settings}
-    for key, value in stage.config.items():
-        option = known.get(key)
-        if option is None:
-            yield (*here, "config", key), (
-                f"{trainer.name} takes no hyperparameter {key!r}{did_you_mean(key, known)}"
-                f" ({allowed(info.hyperparameters)})"
-            )
-        elif (message := option_mismatch(option, value)) is not None:
-            yield (*here, "config", key), message
-
-
-def option_mismatch(option: Option, value: Any) -> str | None:
-    if option.type is float and isinstance(value, int | float) and not isinstance(value, bool):
-        return None
-    if option.type is list and isinstance(value, list):
-        return None
-    if not isinstance(value, option.type) or (option.type is int and isinstance(value, bool)):
-        return f"must be {option.type.__name__}, but got {short(value)}"
-    if option.choices and value not in option.choices:
-        return (
-            f"must be one of {', '.join(map(str, option.choices))}, but got {short(value)}"
-            + did_you_mean(value, option.choices)
-        )
-    return None
 
 
 def check_imports(workflow: Workflow) -> list[Finding]:

@@ -13,11 +13,14 @@ import types
 import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ValidationError
 
 from ._yaml import LocatedDict, LocatedList, Mark
+
+if TYPE_CHECKING:
+    from trainers.catalog import Option
 
 Loc = tuple[Any, ...]
 
@@ -57,6 +60,22 @@ def allowed(choices: Iterable[object]) -> str:
 def short(value: Any, limit: int = 60) -> str:
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def option_mismatch(option: Option, value: Any) -> str | None:
+    """What is wrong with ``value`` for a trainer's option, or None when it fits."""
+    if option.type is float and isinstance(value, int | float) and not isinstance(value, bool):
+        return None
+    if option.type is list and isinstance(value, list):
+        return None
+    if not isinstance(value, option.type) or (option.type is int and isinstance(value, bool)):
+        return f"must be {option.type.__name__}, but got {short(value)}"
+    if option.choices and value not in option.choices:
+        return (
+            f"must be one of {', '.join(map(str, option.choices))}, but got {short(value)}"
+            + did_you_mean(value, option.choices)
+        )
+    return None
 
 
 def locate(data: Any, loc: Loc, missing: bool = False) -> tuple[Mark | None, str]:

@@ -32,7 +32,6 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from orchestrator.engine.kinds import stage_kind
 from trainers.catalog import SPLIT_SETTINGS, TRAINERS
 
 from .model import Workflow
@@ -81,7 +80,7 @@ def check_splits(workflow: Workflow) -> Iterator[Finding]:
             continue
         if stage.tasks():
             yield from _transfer(workflow, here, stage)
-        elif not stage_kind(stage.kind).searches:  # a search draws nothing from its sources
+        elif not stage.searches:  # a search draws nothing from its sources
             yield from _same_as_sources(workflow, here, stage)
 
 

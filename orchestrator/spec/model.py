@@ -1,8 +1,9 @@
 """The typed workflow spec: what a YAML file may say, and its defaults.
 
 Pydantic checks each field's type and range (extra keys are errors); checks
-that need several fields or several stages live in `checks.py`, where they
-can point at the exact field that is wrong. Every model is frozen: a spec is
+that need several fields or several stages live in `checks.py` (a kind of
+stage's own in its model's ``check``, which `checks.py` calls), where they can
+point at the exact field that is wrong. Every model is frozen: a spec is
 read once and then only consulted.
 """
 
@@ -11,7 +12,9 @@ from __future__ import annotations
 import math
 import re
 import shlex
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+import typing
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     BaseModel,
@@ -22,7 +25,6 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.engine.kinds import KINDS
 from orchestrator.spec._derive import search_model
 from search import settings_class
 from search._auto import AutoChoice, choose_search
@@ -36,7 +38,9 @@ from search.space import (
     SearchSpace,
 )
 from trainers import TrainerRef
-from trainers.catalog import TRAINERS
+from trainers.catalog import DATASETS, TRAINERS
+
+from .errors import allowed, did_you_mean, option_mismatch, short
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -576,7 +580,18 @@ class EarlyStopping(Strict):
 # --- stages -------------------------------------------------------------------------
 
 
+Finding = tuple[tuple[Any, ...], str]  # (where in the spec, what is wrong)
+
+
 class _StageBase(Strict):
+    """What the spec knows of a kind of stage: its name (``kind``), its fields, and
+    its checks; the engine's kind of the same name (orchestrator/engine/kinds) adds
+    how it runs and what it makes."""
+
+    # Its trials come from a search, so its best trial is its product and other
+    # stages (an ensemble) may draw members from it.
+    searches: ClassVar[bool] = False
+
     name: Name
     from_: list[str] = Field(default_factory=list, alias="from")
     trainer: Trainer | None = None
@@ -612,6 +627,33 @@ class _StageBase(Strict):
 
     def planned_trials(self) -> int:  # pragma: no cover - abstract
         raise NotImplementedError
+
+    def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
+        """Spec errors of this kind that span several fields or stages (pydantic checks
+        one value at a time), each at its place ``here`` + the field's path."""
+        return iter(())
+
+    def _config_findings(self, workflow: Workflow, here: tuple[Any, ...],
+                         config: dict[str, Scalar]) -> Iterator[Finding]:
+        """Fixed hyperparameters (a train or transfer stage's), against its (inherited)
+        trainer."""
+        try:
+            trainer = workflow.trainer_of(self.name)
+        except (KeyError, IndexError, ValueError):
+            return  # a missing or cyclic from: is reported on its own
+        if trainer.name not in TRAINERS:
+            return
+        info = TRAINERS[trainer.name]
+        known = {**info.hyperparameters, **info.settings}
+        for key, value in config.items():
+            option = known.get(key)
+            if option is None:
+                yield (*here, "config", key), (
+                    f"{trainer.name} takes no hyperparameter {key!r}{did_you_mean(key, known)}"
+                    f" ({allowed(info.hyperparameters)})"
+                )
+            elif (message := option_mismatch(option, value)) is not None:
+                yield (*here, "config", key), message
 
     # What checks, the planner and `nestor validate` read of any kind of stage, so
     # that none of them asks which kind it is.
@@ -649,6 +691,8 @@ class _StageBase(Strict):
 
 
 class HpoStage(_StageBase):
+    searches: ClassVar[bool] = True
+
     kind: Literal["hpo"]
     trainer: Trainer
     search: Search
@@ -806,6 +850,43 @@ class HpoStage(_StageBase):
                                               self.max_fidelity())
         return self.search.planned_trials(self.search_space())
 
+    def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
+        """The space and grid points against the trainer's hyperparameters; objectives."""
+        if self.trainer.name in TRAINERS:
+            info = TRAINERS[self.trainer.name]
+            known = {**info.hyperparameters, **info.settings}
+            for name, spec in self.space.items():
+                loc = (*here, "space", name)
+                option = known.get(name)
+                if option is None:
+                    yield loc, (
+                        f"{self.trainer.name} takes no hyperparameter {name!r}"
+                        f"{did_you_mean(name, known)} ({allowed(info.hyperparameters)})"
+                    )
+                    continue
+                values: list[Any] = []
+                if isinstance(spec, CategoricalSpec):
+                    values = list(spec.values)
+                elif isinstance(spec, ConstantSpec):
+                    values = [spec.value]
+                for value in values:
+                    message = option_mismatch(option, value)
+                    if message:
+                        yield loc, message
+        if isinstance(self.search, GridSearch) and isinstance(self.search.points, dict):
+            for name in self.search.points:
+                if name not in self.space:
+                    yield (*here, "search", "points", name), (
+                        f"no parameter {name!r} in space{did_you_mean(name, self.space)}"
+                        f" ({allowed(self.space)})"
+                    )
+        objectives = self.objectives
+        if not objectives:
+            yield (*here, "objective"), "must name at least one metric, but got an empty list"
+        metrics = [o.metric for o in objectives]
+        if len(set(metrics)) != len(metrics):
+            yield (*here, "objective"), f"names a metric twice: {metrics}"
+
     def max_fidelity(self) -> int | None:
         """An auto search's fidelity at its full value: the trainer's setting (for a
         built-in trainer, its default where the spec leaves it out); None without one."""
@@ -868,6 +949,10 @@ class EnsembleStage(_StageBase):
     def planned_trials(self) -> int:
         return self.members
 
+    def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
+        if not any(workflow.stage(ref).searches for ref in self.from_):
+            yield (*here, "from"), "an ensemble stage needs from: an hpo stage to draw members from"
+
 
 class Task(Strict):
     dataset: str
@@ -921,6 +1006,16 @@ class TransferStage(_StageBase):
     def scored_task(self) -> Task | None:
         return self.target
 
+    def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
+        yield from self._config_findings(workflow, here, self.config)
+        for side in ("source", "target"):
+            dataset = getattr(self, side).dataset
+            if dataset not in DATASETS:
+                yield (*here, side, "dataset"), (
+                    f"unknown dataset {short(dataset)}{did_you_mean(dataset, DATASETS)}"
+                    f" ({allowed(DATASETS)})"
+                )
+
 
 class TrainStage(_StageBase):
     kind: Literal["train"]
@@ -941,11 +1036,17 @@ class TrainStage(_StageBase):
     def fixed_config(self) -> dict[str, Scalar]:
         return dict(self.config)
 
+    def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
+        return self._config_findings(workflow, here, self.config)
+
 
 Stage = Annotated[
     HpoStage | EnsembleStage | TransferStage | TrainStage, Field(discriminator="kind")
 ]
-STAGE_KINDS = tuple(KINDS)  # what a stage may be: the kinds orchestrator/engine/kinds defines
+# What a stage may be: the kinds of the models in Stage (orchestrator/engine/kinds
+# has a kind of each name, which runs it).
+STAGE_KINDS = tuple(typing.get_args(model.model_fields["kind"].annotation)[0]
+                    for model in typing.get_args(typing.get_args(Stage)[0]))
 DISCRIMINATORS = {"kind": STAGE_KINDS, "algorithm": ALGORITHMS, "type": PARAM_TYPES}
 
 

@@ -15,7 +15,7 @@ import yaml
 
 from bench import report, stats
 from bench import search_fidelity_bench as bench
-from orchestrator.engine import stopping
+from orchestrator.backends import stopping
 from orchestrator.spec import load_spec_text
 
 

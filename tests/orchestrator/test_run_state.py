@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.engine.stopping import Interrupted
+from orchestrator.backends.stopping import Interrupted
 from orchestrator.engine.workflow import run_workflow
 from orchestrator.journal import state as fold_module
 from orchestrator.journal.journal import read_events

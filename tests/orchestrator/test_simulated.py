@@ -29,7 +29,7 @@ from orchestrator.backends import (
     lognormal_trials,
 )
 from orchestrator.backends.ray.gangs import Shape, place
-from orchestrator.engine.stopping import Interrupted
+from orchestrator.backends.stopping import Interrupted
 from orchestrator.engine.workflow import RunError, StageScheduler, run_workflow
 from orchestrator.journal.journal import Journal, read_events
 from orchestrator.spec import load_spec_text
@@ -326,7 +326,7 @@ def test_early_stopping_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_allocation_time_limit_stops_the_driver_resumably(tmp_path: Path) -> None:
-    from orchestrator.engine.stopping import Interrupted, stop_requested
+    from orchestrator.backends.stopping import Interrupted, stop_requested
 
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0,
                                trial_model=fixed_trials(3600.0, 0.5), time_limit_s=5000.0)

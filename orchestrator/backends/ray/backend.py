@@ -36,9 +36,9 @@ from orchestrator.backends.ray.gangs import (
     GangPool,
     GangStartError,
     Shape,
-    first_line,
     horovod_broke,
 )
+from orchestrator.journal.text import first_line
 
 log = logging.getLogger(__name__)
 

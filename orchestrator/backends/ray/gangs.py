@@ -54,6 +54,7 @@ from typing import Any
 
 # Shape and place() live beside the Backend interface; still importable from here.
 from orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
+from orchestrator.journal.text import first_line
 
 log = logging.getLogger(__name__)
 # How long Horovod waits for Ray to place a new gang's ranks before the attempt fails.
@@ -241,12 +242,6 @@ class Gang:
             except Exception:
                 log.debug("shutdown of gang %s raised; its placement group may be gone",
                           self.id)
-
-
-def first_line(exc: BaseException) -> str:
-    """An exception in one line, for a journal reason or a log (its type if it is silent)."""
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 class GangPool:

@@ -31,8 +31,8 @@ What is modelled, as the real backend does it:
   slots for ``repair_s``, then gives them back.
 - The allocation's end: with ``time_limit_s``, the driver is asked to stop at
   that virtual time, as Slurm's SIGTERM at a job's time limit asks it
-  (:func:`orchestrator.engine.stopping.request_stop`); the scheduler kills what runs
-  and stops, resumable.
+  (:func:`orchestrator.backends.stopping.request_stop`); the scheduler kills what
+  runs and stops, resumable.
 
 Deterministic: every draw comes from an RNG seeded by ``seed`` and the
 attempt's key (or, for node failures, by ``seed`` alone), so the same
@@ -62,6 +62,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from orchestrator.backends import stopping
 from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
 from orchestrator.backends.shape import Shape
 
@@ -401,11 +402,9 @@ class SimulatedBackend(Backend):
             if self._ready:
                 return self._deliver()
         if at_limit:
-            from orchestrator.engine.stopping import request_stop
-
             self._now = max(self._now, limit)
             self.stopped_at_limit = True
-            request_stop("SIGTERM")  # what Slurm sends at the job's time limit
+            stopping.request_stop("SIGTERM")  # what Slurm sends at the job's time limit
             return []
         if limit == math.inf:
             raise SimulationError(
@@ -428,9 +427,7 @@ class SimulatedBackend(Backend):
     def shutdown(self) -> None:
         """Kill what runs; withdraw the stop request this backend's time limit made."""
         if self.stopped_at_limit:
-            from orchestrator.engine.stopping import clear
-
-            clear()
+            stopping.clear()
         for key in list(self._running):
             record, gang = self._running[key]
             self._close(record, gang, "cancelled", keep_gang=False)

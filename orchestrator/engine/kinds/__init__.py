@@ -1,16 +1,18 @@
-"""Stage kinds: each is one module here and one line in :data:`KINDS`.
+"""Stage kinds: each is one module here, named like the kind of stage it runs.
 
 A kind says how its stage runs (its runner: which trials, drawn from what) and
 what the stage makes of them: its product, the lines ``nestor results``
 prints, the detail table of its summary, its plots, its MLflow headline
-metrics, the model ``nestor predict`` loads, and the spec checks that span
-several of its fields. Everything else (the journal, retries, gangs, the
-projector, MLflow) is the same for every kind, so nothing outside this package
-asks which kind a stage is: it asks the kind.
+metrics, and the model ``nestor predict`` loads. What the spec knows of a kind
+(its fields, whether its trials come from a search, its checks that span several
+fields) is its model in ``orchestrator/spec/model.py``. Everything else (the
+journal, retries, gangs, the projector, MLflow) is the same for every kind, so
+nothing outside this package asks which kind a stage is: it asks the kind.
 
-A new kind is a module that defines a :class:`StageKind` subclass and its
-runner, an entry in :data:`KINDS`, and the kind's fields in the spec
-(``orchestrator/spec/model.py``, a pydantic model in the ``Stage`` union).
+A new kind is its model in the spec (a pydantic model in the ``Stage`` union)
+and a module here, named like the kind, that defines a :class:`StageKind`
+subclass (as ``KIND``) and its runner; :data:`KINDS` lists a module for each
+kind the spec accepts.
 
 Modules load on first use, so validating a spec or printing results does
 not import what running a stage needs.
@@ -19,24 +21,20 @@ not import what running a stage needs.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.spec.model import STAGE_KINDS
 
 if TYPE_CHECKING:
     from orchestrator.engine.trials import TrialRunner
     from orchestrator.projections.products import Product
     from orchestrator.projections.tables import Report
 
-# kind name -> the module that defines it (as ``KIND``)
-KINDS: dict[str, str] = {
-    "hpo": "orchestrator.engine.kinds.hpo",
-    "ensemble": "orchestrator.engine.kinds.ensemble",
-    "transfer": "orchestrator.engine.kinds.transfer",
-    "train": "orchestrator.engine.kinds.train",
-}
-
-Finding = tuple[tuple[Any, ...], str]  # (where in the spec, what is wrong)
+# kind name -> the module that defines it (as ``KIND``): one for each kind of stage
+# the spec accepts
+KINDS: dict[str, str] = {name: f"{__name__}.{name}" for name in STAGE_KINDS}
 PlotMaker = tuple[str, Callable[[], "Path | None"]]  # (what it shows, draw it)
 
 
@@ -50,10 +48,7 @@ class StageKind:
     its own results in the stage summary under its name (``summary["transfer"]``);
     their numbers become metrics of the stage's MLflow run."""
 
-    name: ClassVar[str]
-    # Its trials come from a search, so its best trial is its product and
-    # other stages (an ensemble) may draw members from it.
-    searches: ClassVar[bool] = False
+    name: ClassVar[str]  # a kind of stage the spec accepts (orchestrator.spec.model.STAGE_KINDS)
     # The simulated backend can run it (its trials need no real outputs).
     simulated: ClassVar[bool] = False
     # Its product combines several models: ``nestor predict``'s default stage.
@@ -65,10 +60,6 @@ class StageKind:
                **kwargs: Any) -> TrialRunner:
         """The stage's runner; ``sources`` are the summaries of its ``from:`` stages."""
         raise NotImplementedError
-
-    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
-        """Spec errors that span several fields or stages (pydantic checks the rest)."""
-        return iter(())
 
     # -- what it made -----------------------------------------------------------------
 

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from orchestrator.engine.kinds import Finding, PlotMaker, StageError, StageKind, stage_kind
+from orchestrator.engine.kinds import PlotMaker, StageError, StageKind
 from orchestrator.engine.kinds._planned import PlannedRunner, completed
 from orchestrator.engine.plan import Plan, PlannedTrial
 from orchestrator.engine.trials import TrialRunner
@@ -214,10 +213,6 @@ class EnsembleKind(StageKind):
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
         return EnsembleRunner(workflow, stage, sources, **kwargs)
-
-    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
-        if not any(stage_kind(workflow.stage(ref).kind).searches for ref in stage.from_):
-            yield (*here, "from"), "an ensemble stage needs from: an hpo stage to draw members from"
 
     def product(self, summary: dict[str, Any]) -> Product:
         ensemble = summary.get("ensemble")

@@ -3,12 +3,11 @@ the best trial is the stage's product."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engine.kinds import Finding, PlotMaker, StageKind
+from orchestrator.engine.kinds import PlotMaker, StageKind
 from orchestrator.engine.trials import SkipTrial, TrialRunner
 from orchestrator.journal.state import RunState
 from orchestrator.projections.products import Product
@@ -65,54 +64,11 @@ class HpoRunner(TrialRunner):
 
 class HpoKind(StageKind):
     name = "hpo"
-    searches = True
     simulated = True
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
         return HpoRunner(workflow, stage, **kwargs)
-
-    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
-        """The space and grid points against the trainer's hyperparameters; objectives."""
-        from orchestrator.spec.checks import option_mismatch
-        from orchestrator.spec.errors import allowed, did_you_mean
-        from orchestrator.spec.model import CategoricalSpec, ConstantSpec, GridSearch
-        from trainers.catalog import TRAINERS
-
-        if stage.trainer.name in TRAINERS:
-            info = TRAINERS[stage.trainer.name]
-            known = {**info.hyperparameters, **info.settings}
-            for name, spec in stage.space.items():
-                loc = (*here, "space", name)
-                option = known.get(name)
-                if option is None:
-                    yield loc, (
-                        f"{stage.trainer.name} takes no hyperparameter {name!r}"
-                        f"{did_you_mean(name, known)} ({allowed(info.hyperparameters)})"
-                    )
-                    continue
-                values: list[Any] = []
-                if isinstance(spec, CategoricalSpec):
-                    values = list(spec.values)
-                elif isinstance(spec, ConstantSpec):
-                    values = [spec.value]
-                for value in values:
-                    message = option_mismatch(option, value)
-                    if message:
-                        yield loc, message
-        if isinstance(stage.search, GridSearch) and isinstance(stage.search.points, dict):
-            for name in stage.search.points:
-                if name not in stage.space:
-                    yield (*here, "search", "points", name), (
-                        f"no parameter {name!r} in space{did_you_mean(name, stage.space)}"
-                        f" ({allowed(stage.space)})"
-                    )
-        objectives = stage.objectives
-        if not objectives:
-            yield (*here, "objective"), "must name at least one metric, but got an empty list"
-        metrics = [o.metric for o in objectives]
-        if len(set(metrics)) != len(metrics):
-            yield (*here, "objective"), f"names a metric twice: {metrics}"
 
     def product(self, summary: dict[str, Any]) -> Product:
         best = summary.get("best")

@@ -4,10 +4,9 @@ validation rows too. Its one model is the product."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
-from orchestrator.engine.kinds import Finding, StageKind
+from orchestrator.engine.kinds import StageKind
 from orchestrator.engine.kinds._planned import PlannedRunner, best_config
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
@@ -80,11 +79,6 @@ class TrainKind(StageKind):
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
         return TrainRunner(workflow, stage, sources, **kwargs)
-
-    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
-        from orchestrator.spec.checks import config_findings
-
-        yield from config_findings(workflow, here, stage)
 
     def product(self, summary: dict[str, Any]) -> Product:
         train = summary.get("train") or {}

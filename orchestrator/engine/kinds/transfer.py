@@ -4,11 +4,10 @@ compare. The fine-tuned model is the product, the from-scratch one its baseline.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engine.kinds import Finding, PlotMaker, StageKind
+from orchestrator.engine.kinds import PlotMaker, StageKind
 from orchestrator.engine.kinds._planned import PlannedRunner, best_config
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
@@ -103,20 +102,6 @@ class TransferKind(StageKind):
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
         return TransferRunner(workflow, stage, sources, **kwargs)
-
-    def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
-        from orchestrator.spec.checks import config_findings
-        from orchestrator.spec.errors import allowed, did_you_mean, short
-        from trainers.catalog import DATASETS
-
-        yield from config_findings(workflow, here, stage)
-        for side in ("source", "target"):
-            dataset = getattr(stage, side).dataset
-            if dataset not in DATASETS:
-                yield (*here, side, "dataset"), (
-                    f"unknown dataset {short(dataset)}{did_you_mean(dataset, DATASETS)}"
-                    f" ({allowed(DATASETS)})"
-                )
 
     def product(self, summary: dict[str, Any]) -> Product:
         transfer = summary.get("transfer") or {}

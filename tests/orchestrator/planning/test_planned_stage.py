@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from orchestrator.backends import SimulatedBackend, fixed_trials, lognormal_trials
-from orchestrator.engine.stopping import Interrupted
+from orchestrator.backends.stopping import Interrupted
 from orchestrator.engine.workflow import StageScheduler, run_workflow
 from orchestrator.journal.journal import Journal, read_events
 from orchestrator.planning import plan_stage

@@ -6,6 +6,9 @@ driver must not die mid-write: the handler only records the request, and the
 scheduling loop, between two journal appends, kills the running gangs and
 raises :class:`Interrupted`. Everything finished is already journalled, so
 ``nestor resume`` (or a requeued job) runs only what was left.
+
+It sits with the backends, below the engine, because a cluster asks too: the
+simulated one requests a stop at its time limit, as Slurm's SIGTERM would.
 """
 
 from __future__ import annotations
