@@ -63,6 +63,9 @@ class BayesianSettings(SearchSettings):
         " n parameters)", ge=2)
 
     def check(self) -> None:
+        if self.population is not None and self.sampler not in ("cmaes", "lq-cmaes"):
+            raise ValueError("population applies to samplers cmaes and lq-cmaes only, but"
+                             f" sampler is {self.sampler}")
         if self.sampler == "lq-cmaes" and self.startup_trials not in (None, 0):
             raise ValueError(
                 "startup_trials must be 0 for sampler lq-cmaes (it starts at the centre of"
@@ -110,8 +113,6 @@ class BayesianSearch(Searcher):
             )
         if not space.searched:
             raise ValueError("space must have at least one searched (non-constant) parameter")
-        if population is not None and sampler != "cmaes":
-            raise ValueError(f"population applies to sampler cmaes only, not {sampler!r}")
         self.population = population
         optuna = self._optuna = _optuna.import_optuna("Bayesian search")
         self.sampler, self.startup_trials = sampler, startup_trials

@@ -10,8 +10,8 @@ whole of adding a setting to all three.
 Its type and bounds are also the searcher's check: a Settings refuses, when it is
 made, a value its declaration rules out (:func:`check`), in the words of the
 searchers' older hand-written checks ("population must be an integer of at least
-2, but got 1"). The spec enforces the same bounds through pydantic, so a bound
-lives in one place, the ``setting()`` call.
+2, but got 1"). The spec enforces the same bounds in the same words
+(:func:`out_of_bounds`), so a bound lives in one place, the ``setting()`` call.
 
 >>> from dataclasses import dataclass
 >>> @dataclass(frozen=True)
@@ -148,8 +148,17 @@ def _plural(kind: type, bounds: dict[str, float]) -> str:
     return f"{noun} {_range(bounds)}" if bounds else noun
 
 
-def _within(value: float, bounds: dict[str, float]) -> bool:
+def within(value: float, bounds: dict[str, float]) -> bool:
+    """Whether the number ``value`` keeps within ``bounds`` (``{"ge": 2}``)."""
     return all(_COMPARE[k](value, bound) for k, bound in bounds.items())
+
+
+def out_of_bounds(kind: type, bounds: dict[str, float], value: Any,
+                  words: str | None = None) -> str:
+    """The one wording of a value its bounds rule out, for the searcher's check and
+    the spec's (``orchestrator/spec/_derive.py``) alike: "must be an integer of at
+    least 2, but got 1" (``words`` in place of :func:`must_be`'s, if given)."""
+    return f"must be {words or must_be(kind, bounds)}, but got {value!r}"
 
 
 def _is(kind: type, value: Any) -> bool:
@@ -162,8 +171,8 @@ def _is(kind: type, value: Any) -> bool:
 
 def _check_number(name: str, kind: type, value: Any, bounds: dict[str, float],
                   words: str | None) -> None:
-    if not _is(kind, value) or not _within(value, bounds):
-        raise ValueError(f"{name} must be {words or must_be(kind, bounds)}, but got {value!r}")
+    if not _is(kind, value) or not within(value, bounds):
+        raise ValueError(f"{name} {out_of_bounds(kind, bounds, value, words)}")
 
 
 def _check_list(name: str, kind: Any, value: Any, info: Info) -> None:

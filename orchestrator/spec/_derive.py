@@ -14,29 +14,63 @@ import functools
 import operator
 import types
 import typing
+from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, Field, create_model
+from pydantic import BaseModel, Field, GetCoreSchemaHandler, create_model
+from pydantic_core import core_schema
 
-from search._settings import Declared, declared
+from search._settings import BOUNDS, Declared, declared, out_of_bounds, within
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """A number's bounds in a ``search:`` block, checked as the searcher checks them
+    and worded by the same function (:func:`search._settings.out_of_bounds`), so a
+    broken bound reads alike from the spec and from a searcher. It shows its bounds
+    as pydantic's own do (``.ge``, ``.gt``, ``.le``, ``.lt``), which is how
+    `nestor sweep` gives its flags their ranges."""
+
+    kind: type
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    lt: float | None = None
+    words: str | None = None
+
+    @property
+    def bounds(self) -> dict[str, float]:
+        return {k: getattr(self, k) for k in BOUNDS if getattr(self, k) is not None}
+
+    def __get_pydantic_core_schema__(self, source: Any,
+                                     handler: GetCoreSchemaHandler) -> core_schema.CoreSchema:
+        return core_schema.no_info_wrap_validator_function(self._check, handler(source))
+
+    def _check(self, value: Any, handler: core_schema.ValidatorFunctionWrapHandler) -> Any:
+        number = handler(value)  # the type's own check first ("must be an integer")
+        if not within(number, self.bounds):
+            raise ValueError(out_of_bounds(self.kind, self.bounds, value, self.words))
+        return number
 
 
 def annotation(setting: Declared) -> Any:
     """The setting's type with its bounds on each number it may be, and on each item
     of a list (``int | None`` with ``ge=1`` -> ``Annotated[int, Field(ge=1)] | None``)."""
-    return _bounded(setting.annotation, setting.info.bounds, setting.info.items)
+    return _bounded(setting.annotation, setting.info.bounds, setting.info.items,
+                    setting.info.words)
 
 
-def _bounded(kind: Any, bounds: dict[str, float], items: dict[str, float]) -> Any:
+def _bounded(kind: Any, bounds: dict[str, float], items: dict[str, float],
+             words: str | None) -> Any:
     origin = typing.get_origin(kind)
     if origin in (typing.Union, types.UnionType):
-        return functools.reduce(operator.or_, (_bounded(m, bounds, items)
+        return functools.reduce(operator.or_, (_bounded(m, bounds, items, words)
                                                for m in typing.get_args(kind)))
     if origin is list and items:
         (item,) = typing.get_args(kind)
-        return list[Annotated[item, Field(**items)]]  # type: ignore[valid-type]
+        return list[Annotated[item, Bounds(item, **items)]]  # type: ignore[valid-type]
     if kind in (int, float) and bounds:
-        return Annotated[kind, Field(**bounds)]
+        return Annotated[kind, Bounds(kind, **bounds, words=words)]
     return kind
 
 

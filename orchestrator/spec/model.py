@@ -379,10 +379,8 @@ class _BayesianRules(_SearchBase):
     @field_validator("population", check_fields=False)
     @classmethod
     def _population_is_cmaes(cls, value: int | None, info: ValidationInfo) -> int | None:
-        sampler = info.data.get("sampler")
-        if value is not None and sampler not in ("cmaes", "lq-cmaes"):
-            raise ValueError("population applies to samplers cmaes and lq-cmaes only, but"
-                             f" sampler is {sampler}")
+        if value is not None and "sampler" in info.data:  # the searcher's rule, on this field
+            settings_class("bayesian")(sampler=info.data["sampler"], population=value)
         return value
 
     def planned_trials(self, space: SearchSpace) -> int:

@@ -163,7 +163,8 @@ def test_a_population_as_wide_as_the_slots_keeps_every_slot_busy() -> None:
     sizes = Counter(generations(wide).values())
     newest = max(sizes)
     assert all(sizes[g] == 12 for g in sizes if g != newest) and len(sizes) >= 6, sizes
-    with pytest.raises(ValueError, match="population applies to sampler cmaes only"):
+    with pytest.raises(ValueError, match="population applies to samplers cmaes and lq-cmaes"
+                                         " only, but sampler is tpe"):
         BayesianSearch(SPACE, MIN, sampler="tpe", population=12)
 
 

@@ -15,7 +15,7 @@ from orchestrator.commands.sweep import build_spec, search_flags, spec_yaml
 from orchestrator.spec import load_spec_text
 from orchestrator.spec.model import ALGORITHMS, SEARCH_MODELS
 from search import make_searcher, settings_class
-from search._settings import declared
+from search._settings import Declared, declared
 from search.space import FloatParam, SearchSpace
 
 SPEC_ONLY = {"algorithm", "fidelity"}  # the stage's business, not the searcher's
@@ -105,8 +105,8 @@ def test_a_setting_added_to_a_searcher_is_in_the_spec_and_the_flags() -> None:
     out = result.stdout
     assert "DEFAULT 4 | intervals a member may lag before it is replaced" in out
     assert "SWEEP 3" in out
-    assert re.search(r"^ERROR lag\.yaml:\d+:\d+: stages\[0\]\.search\.lag_limit: must be at"
-                     r" least 2, but got 1$", out, re.MULTILINE), out
+    assert re.search(r"^ERROR lag\.yaml:\d+:\d+: stages\[0\]\.search\.lag_limit: must be an"
+                     r" integer of at least 2, but got 1$", out, re.MULTILINE), out
     help_text = " ".join(out.split())
     assert "--lag-limit INTEGER RANGE pbt: intervals a member may lag before it is replaced" \
         " (default 4)." in help_text
@@ -157,11 +157,10 @@ def lag_limit_of_1(bounds: dict) -> dict[str, str]:
 def test_a_bound_declared_once_is_enforced_by_the_spec_and_the_searcher_alike() -> None:
     said = lag_limit_of_1({"ge": 2})
     assert said["SEARCHER"] == "lag_limit must be an integer of at least 2, but got 1"
-    assert re.fullmatch(r"lag\.yaml:\d+:\d+: stages\[0\]\.search\.lag_limit: must be at least"
-                        r" 2, but got 1", said["SPEC"]), said
-    # The same bound in the same words (the searcher's says the type as well).
-    assert said["SPEC"].endswith("at least 2, but got 1")
-    assert said["SEARCHER"].endswith("at least 2, but got 1")
+    assert re.fullmatch(r"lag\.yaml:\d+:\d+: stages\[0\]\.search\.lag_limit: must be an"
+                        r" integer of at least 2, but got 1", said["SPEC"]), said
+    # The same bound in the same words: the spec's names the field by its path.
+    assert said["SPEC"].endswith(": " + said["SEARCHER"].removeprefix("lag_limit "))
 
 
 def test_a_bound_taken_out_of_the_declaration_is_enforced_nowhere() -> None:
@@ -203,3 +202,55 @@ def test_a_rule_across_settings_is_written_once_for_the_searcher_and_the_spec(
     searcher, spec = refused(population=7, demes=2)
     assert searcher == "population must split evenly into 2 demes, but got 7"
     assert spec.endswith(": " + searcher)
+
+
+def outside(setting: Declared) -> list[object]:
+    """A value just outside each of the setting's bounds (in a list for its items)."""
+    step = {"ge": -1, "gt": 0, "le": 1, "lt": 0}
+    return [bound + step[k] for k, bound in setting.info.bounds.items()] + \
+        [[bound + step[k]] for k, bound in setting.info.items.items()]
+
+
+BOUNDED = [(algorithm, setting.name, value) for algorithm in ALGORITHMS
+           for setting in declared(settings_class(algorithm), public_only=True)
+           if setting.info.check is None for value in outside(setting)]
+
+
+@pytest.mark.parametrize(("algorithm", "name", "value"), BOUNDED,
+                         ids=[f"{a}-{n}-{v}" for a, n, v in BOUNDED])
+def test_a_broken_bound_reads_alike_from_the_spec_and_the_searcher(
+        algorithm: str, name: str, value: object) -> None:
+    """Every declared bound, broken: the searcher and the spec refuse the value in the
+    same words (one function words both), the spec's at the field's file and line."""
+    from orchestrator.spec import SpecError
+
+    with pytest.raises(ValueError) as searcher:
+        settings_class(algorithm)(**{name: value})
+    spec = sweep(algorithm)
+    spec["stages"][0]["search"][name] = value
+    with pytest.raises(SpecError) as loaded:
+        load_spec_text(spec_yaml(spec), "b.yaml")
+    said = str(searcher.value).removeprefix(f"{name} ")
+    at = re.escape(f"stages[0].search.{name}") + (r"\[0\]" if isinstance(value, list) else "")
+    assert re.fullmatch(rf"b\.yaml:\d+:\d+: {at}: " + re.escape(said), str(loaded.value))
+
+
+def test_population_without_cmaes_is_one_rule_in_one_text() -> None:
+    """Bayesian's ``population`` is CMA-ES's: the rule is the searcher's Settings.check,
+    which the spec runs on the field, so both say it alike."""
+    from orchestrator.spec import SpecError
+
+    with pytest.raises(ValueError) as searcher:
+        make_searcher("bayesian", SearchSpace([FloatParam("x", 0.0, 1.0)]), [("loss", "min")],
+                      sampler="gp", population=8)
+    assert str(searcher.value) == ("population applies to samplers cmaes and lq-cmaes only,"
+                                   " but sampler is gp")
+    spec = sweep("bayesian")
+    spec["stages"][0]["search"].update(sampler="gp", population=8)
+    with pytest.raises(SpecError) as loaded:
+        load_spec_text(spec_yaml(spec), "p.yaml")
+    assert re.fullmatch(r"p\.yaml:\d+:\d+: stages\[0\]\.search\.population: "
+                        + re.escape(str(searcher.value)), str(loaded.value))
+    for sampler in ("cmaes", "lq-cmaes"):
+        spec["stages"][0]["search"].update(sampler=sampler)
+        assert load_spec_text(spec_yaml(spec)).stage("sweep").search.population == 8
