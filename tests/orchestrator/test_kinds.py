@@ -3,7 +3,10 @@ orchestrator asks a stage's kind, never which kind it is."""
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
 import typing
 from pathlib import Path
 
@@ -30,6 +33,34 @@ def test_every_kind_in_the_registry_is_a_kind_of_stage_the_spec_accepts() -> Non
     for name in KINDS:
         kind = stage_kind(name)
         assert isinstance(kind, StageKind) and kind.name == name
+
+
+VALIDATE = """
+import json
+import sys
+from pathlib import Path
+from orchestrator.planning._report import pick_stage
+from orchestrator.spec import load_spec
+for path in sorted(Path("configs").glob("*.yaml")) + sorted(Path("tests/spec/bad").glob("*.yaml")):
+    try:
+        pick_stage(load_spec(path, imports=False), None)
+    except Exception:
+        pass  # a bad spec: refused, as it should be, by the spec's own checks
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("orchestrator."))))
+"""
+
+
+def test_the_spec_checks_each_kind_of_stage_without_the_engine() -> None:
+    """What the spec knows of a kind (its fields, whether it searches, its checks) is
+    its model: validating every example and bad spec, kinds' checks included, and
+    picking the stage a plan reports imports nothing above the spec's layer."""
+    result = subprocess.run([sys.executable, "-c", VALIDATE], cwd=ROOT, capture_output=True,
+                            text=True, check=False, timeout=300)
+    assert result.returncode == 0, result.stderr
+    loaded = json.loads(result.stdout)
+    assert "orchestrator.spec.checks" in loaded and "orchestrator.planning._report" in loaded
+    above = [m for m in loaded if m.split(".")[1] in ("engine", "projections", "commands")]
+    assert not above, above
 
 
 def test_an_unknown_kind_names_the_known_ones() -> None:
