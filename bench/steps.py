@@ -56,6 +56,8 @@ FULL: list[tuple[str, str]] = [
     ("trainers", "bench/trainers_bench.py"),
     ("tables", "-m bench.tables"),
     ("simulate", "-m bench.simulate"),
+    ("simulate-4096", "-m bench.simulate --nodes 4096 --fsync --out simulate-4096-fsync"),
+    ("journal", "-m bench.journal_bench"),
     ("gang-start", "bench/gang_start_bench.py"),
     ("orchestration", "bench/orchestration_bench.py"),
     ("e2e-planning", "bench/e2e_planning_bench.py"),
