@@ -578,10 +578,10 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             continue
         sm = x["summary"]
         e2e_lines.append((e2e, [
-            f"- `parallel: auto` end to end ({seeds_text(e2e['seeds'])}, {e2e['slots']} slots, s to val"
-            f" accuracy {e2e['threshold']:g}, median [min–max], ≥: a seed that never reached"
-            f" it, at its whole stage): auto {x['auto'].cell()}, best hand-picked `{x['best']}`"
-            f" {sm[x['best']].cell()} (auto / best {x['auto_over_best']}), worst"
+            f"- `parallel: auto` end to end ({seeds_text(e2e['seeds'])}, {e2e['slots']} slots,"
+            f" s to val accuracy {e2e['threshold']:g}, median [min–max], ≥: a seed that never"
+            f" reached it, at its whole stage): auto {x['auto'].cell()}, best hand-picked"
+            f" `{x['best']}` {sm[x['best']].cell()} (auto / best {x['auto_over_best']}), worst"
             f" `{x['worst']}` {sm[x['worst']].cell()} (worst / auto {x['worst_over_auto']})"]))
     lines_splan: list[str] = []
     if splan:
@@ -649,7 +649,8 @@ def fidelity_headline(f: dict[str, Any]) -> str:
     cells = "; ".join(f"{name} {_summary(r['slot_s']).cell()} (test {_spread(r['test'])})"
                       for name, r in ranked)
     return (f"- mnist5k searches, {p['budget_slot_s']:g} slot-s each ({p['name']},"
-            f" {seeds_text(p['seeds'])}), median [min–max] slot-s to val accuracy {p['threshold']}, ranked: {cells}")
+            f" {seeds_text(p['seeds'])}), median [min–max] slot-s to val accuracy"
+            f" {p['threshold']}, ranked: {cells}")
 
 
 def render(results: Path, out_md: Path) -> Path:

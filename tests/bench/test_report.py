@@ -32,6 +32,19 @@ def test_the_committed_headline_comes_from_one_run_at_one_commit() -> None:
     assert report.same_run(ROOT / "bench" / "results") == []
 
 
+def test_every_committed_result_names_its_command_commit_and_machine() -> None:
+    """No results file in git without its provenance: each was written through
+    bench/machine.py's write_result by a step of bench/steps.py (or is not kept)."""
+    missing = []
+    for path in sorted((ROOT / "bench" / "results").glob("*.json")):
+        data = json.loads(path.read_text())
+        recorded = [m for m in (data.get("machine"), data.get("machine_detail"))
+                    if report.has_provenance(m)]
+        if not recorded:
+            missing.append(path.name)
+    assert missing == [], f"results without command, commit or machine: {missing}"
+
+
 MULTI = {"seeds": 2, "parallel": 4, "max_epochs": 27, "quality": 5.0, "rows": [
     {"search": "asha", "q1": 100.0, "q3": 130.0,
      "epochs": {"reached": 1, "seeds": 2, "median": 120.0, "low": 100.0, "high": 140.0,
