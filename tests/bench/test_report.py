@@ -263,3 +263,14 @@ def test_same_run_refuses_results_run_by_hand_or_on_uncommitted_code(tmp_path: P
     other = report.run_problems([{"machine": clean}, {"machine": clean | {"commit": "b" * 40}}])
     assert other and "mixes" in other[0]
     assert report.same_run(tmp_path) == ["no headline figure: no results"]
+
+
+def test_a_one_seed_headline_says_it_has_no_spread(tmp_path: Path) -> None:
+    """make bench-quick runs e2e-planning and search-fidelity at one seed: their
+    headline lines must say that the median and range are one run's."""
+    e2e = json.loads((ROOT / "bench" / "results" / "e2e-planning.json").read_text())
+    e2e["seeds"], e2e["rows"] = 1, {arm: rows[:1] for arm, rows in e2e["rows"].items()}
+    (tmp_path / "e2e-planning.json").write_text(json.dumps(e2e))
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("- `parallel: auto` end to end"))
+    assert "(1 seed: one run, no spread," in line and "1 seeds" not in line, line
