@@ -46,7 +46,7 @@ QUICK: list[tuple[str, str]] = [
     ("auto-sine", "bench/auto_bench.py --seeds 10"
                   " --algorithms auto,random,cmaes-0,lq-cmaes,genetic,optuna-cmaes-1"),
     ("auto-heldout", "bench/auto_heldout_bench.py --seeds 3 --budget 60"),
-    ("many-at-once", "bench/many_at_once_bench.py --seeds 2"),
+    ("many-at-once", "bench/many_at_once_bench.py --seeds 2 --jobs 2"),
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py --seeds 2"),
     ("search-fidelity", "bench/search_fidelity_bench.py --quick --seeds 1"),
     ("backends", "bench/backend_bench.py --repeats 2 --epochs 2"),
@@ -57,10 +57,11 @@ QUICK: list[tuple[str, str]] = [
 # runs at load 1-5 in git history) and each bench's sizes, in seconds: tables 190,
 # simulate 15, gang-start 35, orchestration 100 (250 trials a system, Tune's default 10
 # trials of ~2 s), e2e-planning 250 (4 arms x 1 seed; 2 seeds took 602 s at load 1-4),
-# simulate-planning 5, multifidelity 10, auto-sine 25, auto-heldout 30,
-# many-at-once 25, multifidelity-heldout 50, search-fidelity 300 (6 searches x 80 slot-s
+# simulate-planning 5, multifidelity 10, auto-sine 25, auto-heldout 35 (63 s of CPU with
+# NGOpt, in 2 processes), many-at-once 40 (72 s of CPU with NGOpt, --jobs 2),
+# multifidelity-heldout 50, search-fidelity 300 (6 searches x 80 slot-s
 # on 2 slots: 240 s, and start-ups), backends 65 (3 repeats of 3 epochs: 125 s at load
-# 1-2). About 18 minutes in all; bench-quick.json says what a run took.
+# 1-2). About 19 minutes in all; bench-quick.json says what a run took.
 
 FULL: list[tuple[str, str]] = [
     ("search", "bench/search_bench.py"),  # these three print tables only: not in the report
