@@ -57,11 +57,12 @@ QUICK: list[tuple[str, str]] = [
 # runs at load 1-5 in git history) and each bench's sizes, in seconds: tables 190,
 # simulate 15, gang-start 35, orchestration 100 (250 trials a system, Tune's default 10
 # trials of ~2 s), e2e-planning 250 (4 arms x 1 seed; 2 seeds took 602 s at load 1-4),
-# simulate-planning 5, multifidelity 10, auto-sine 25, auto-heldout 35 (63 s of CPU with
-# NGOpt, in 2 processes), many-at-once 40 (72 s of CPU with NGOpt, --jobs 2),
-# multifidelity-heldout 50, search-fidelity 300 (6 searches x 80 slot-s
-# on 2 slots: 240 s, and start-ups), backends 65 (3 repeats of 3 epochs: 125 s at load
-# 1-2). About 19 minutes in all; bench-quick.json says what a run took.
+# simulate-planning 5, multifidelity 10, auto-sine 25 (37 s of CPU in 2 processes),
+# auto-heldout 35 (63 s of CPU with NGOpt, in 2 processes), many-at-once 40 (72 s of CPU
+# with NGOpt, --jobs 2), multifidelity-heldout 65 (63 s of CPU, one process),
+# search-fidelity 300 (6 searches x 80 slot-s on 2 slots: 240 s, and start-ups), backends
+# 65 (3 repeats of 3 epochs: 125 s at load 1-2). About 19 minutes in all; CPU times
+# measured at load 20-38; bench-quick.json says what a run took.
 
 FULL: list[tuple[str, str]] = [
     ("search", "bench/search_bench.py"),  # these three print tables only: not in the report
