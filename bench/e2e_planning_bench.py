@@ -52,8 +52,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import machine
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def feasible_shapes(slots: int, per_rank_batch: int, global_max: int, widest_mp: int
                     ) -> list[tuple[int, int]]:
@@ -146,7 +144,10 @@ def run_arm(spec: str, run_dir: Path, env: dict[str, str]) -> tuple[dict[str, An
     spec_path = run_dir.with_suffix(".yaml")
     spec_path.write_text(spec)
     tick = time.perf_counter()
-    done = subprocess.run([str(ROOT / ".venv" / "bin" / "nestor"), "run", str(spec_path),
+    # The nestor beside this Python (the venv's), not ROOT/.venv's: the bench then runs
+    # from any checkout whose venv has nestor, as `make setup` gives a fresh clone.
+    nestor = Path(sys.executable).parent / "nestor"
+    done = subprocess.run([str(nestor), "run", str(spec_path),
                            "--run-dir", str(run_dir)], env=env, capture_output=True, text=True,
                           check=False)
     wall = time.perf_counter() - tick

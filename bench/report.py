@@ -65,6 +65,11 @@ def _run_of(data: dict[str, Any]) -> str | None:
     return m.get("run") if isinstance(m, dict) else None
 
 
+def seeds_text(n: int) -> str:
+    """``5 seeds``; one seed says that its median and range are that one run's."""
+    return "1 seed: one run, no spread" if n == 1 else f"{n} seeds"
+
+
 def _f(value: Any, fmt: str = "{:.1f}", none: str = "—") -> str:
     return none if value is None else fmt.format(value)
 
@@ -573,10 +578,10 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             continue
         sm = x["summary"]
         e2e_lines.append((e2e, [
-            f"- `parallel: auto` end to end ({e2e['seeds']} seeds, {e2e['slots']} slots, s to val"
-            f" accuracy {e2e['threshold']:g}, median [min–max], ≥: a seed that never reached"
-            f" it, at its whole stage): auto {x['auto'].cell()}, best hand-picked `{x['best']}`"
-            f" {sm[x['best']].cell()} (auto / best {x['auto_over_best']}), worst"
+            f"- `parallel: auto` end to end ({seeds_text(e2e['seeds'])}, {e2e['slots']} slots,"
+            f" s to val accuracy {e2e['threshold']:g}, median [min–max], ≥: a seed that never"
+            f" reached it, at its whole stage): auto {x['auto'].cell()}, best hand-picked"
+            f" `{x['best']}` {sm[x['best']].cell()} (auto / best {x['auto_over_best']}), worst"
             f" `{x['worst']}` {sm[x['worst']].cell()} (worst / auto {x['worst_over_auto']})"]))
     lines_splan: list[str] = []
     if splan:
@@ -643,8 +648,9 @@ def fidelity_headline(f: dict[str, Any]) -> str:
     ranked = sorted(f["searches"].items(), key=lambda kv: rank_key(_summary(kv[1]["slot_s"])))
     cells = "; ".join(f"{name} {_summary(r['slot_s']).cell()} (test {_spread(r['test'])})"
                       for name, r in ranked)
-    return (f"- mnist5k searches, {p['budget_slot_s']:g} slot-s each ({p['name']}, {p['seeds']}"
-            f" seeds), median [min–max] slot-s to val accuracy {p['threshold']}, ranked: {cells}")
+    return (f"- mnist5k searches, {p['budget_slot_s']:g} slot-s each ({p['name']},"
+            f" {seeds_text(p['seeds'])}), median [min–max] slot-s to val accuracy"
+            f" {p['threshold']}, ranked: {cells}")
 
 
 def render(results: Path, out_md: Path) -> Path:
@@ -731,6 +737,8 @@ def render_text(results: Path, out: Path) -> str:
     lines += million_events_section(million) if million else [MILLION_TITLE, "", "Not run.", ""]
     for path in sorted(results.glob("simulate-4096*.json")):
         lines += scale_section(json.loads(path.read_text()), path.name)
+    journal = _load(results, "journal")
+    lines += journal_section(journal) if journal else [JOURNAL_TITLE, "", "Not run.", ""]
     lines += gang_start_section(gangs) if gangs else [
         "## Starting gangs on real Ray", "", "Not run.", ""]
     for run in e2e_runs:
@@ -1080,6 +1088,25 @@ def backends_section(b: dict[str, Any]) -> list[str]:
     lines += _table(["case", "horovod samples/s", "torch samples/s", "torch / horovod",
                      "largest train-loss difference"], rows)
     return [*lines, "", f"Command: `{b['command']}`.", ""]
+
+
+JOURNAL_TITLE = "## The journal with fsync on: durable events per second"
+
+
+def journal_section(j: dict[str, Any]) -> list[str]:
+    """bench/journal_bench.py: one fsync per event against group commit, same disk."""
+    lines = [JOURNAL_TITLE, "", machine_line(j["machine"]), "",
+             "The same events (a few hundred bytes each) written to a journal on the disk runs"
+             " use: *per-event* waits for its own fsync each time (the journal before group"
+             " commit); *stream* is one writer that never waits, an event counted once the"
+             " journal's writer thread says it is durable; *callers* are threads that each wait"
+             " for their event to be durable before the next. Durable events per second of wall"
+             " time, first append to last acknowledgement.", ""]
+    rows = [[mode, f"{r['events']:,}", f"{r['durable_events_per_s']:,}",
+             f"{r['events_per_fsync']:g}", f"{r['cpu_ms_per_event']:g}", f"{r['wall_s']:g}"]
+            for mode, r in j["modes"].items()]
+    return lines + _table(["mode", "events", "durable events/s", "events per fsync",
+                           "CPU ms/event", "wall s"], rows)
 
 
 MILLION_TITLE = "## A million journal events: resume, status, results"

@@ -30,24 +30,39 @@ from bench import machine
 
 # (name, arguments to python). The quick sizes are said in bench/REPORT.md by each
 # results file's own fields (seeds, profile, quick) and the command beside each figure.
+# They are cut to about 20 minutes on a quiet 2-core machine (the goal is 30; the
+# estimate below); a one-seed figure says so in the headline. bench/planning_bench.py
+# (the cost model against real epochs, about 150 s) makes no headline figure, so only
+# `make bench` runs it.
 QUICK: list[tuple[str, str]] = [
     ("tables", "-m bench.tables --quick"),
     ("simulate", "-m bench.simulate --quick"),
     ("gang-start", "bench/gang_start_bench.py --gangs 8"),
-    ("orchestration", "bench/orchestration_bench.py --parts overhead --trials 250,1000"
-                      " --tune-new-actor-cap 30"),
-    ("e2e-planning", "bench/e2e_planning_bench.py --quick --seeds 2 --threshold 0.93"),
-    ("planning", "bench/planning_bench.py --epochs 2 --repeats 1"),
+    ("orchestration", "bench/orchestration_bench.py --parts overhead --trials 250"
+                      " --tune-new-actor-cap 10"),
+    ("e2e-planning", "bench/e2e_planning_bench.py --seeds 1 --threshold 0.93"),
     ("simulate-planning", "-m bench.simulate_planning --quick"),
     ("multifidelity", "bench/multifidelity_bench.py --seeds 20"),
     ("auto-sine", "bench/auto_bench.py --seeds 10"
                   " --algorithms auto,random,cmaes-0,lq-cmaes,genetic,optuna-cmaes-1"),
     ("auto-heldout", "bench/auto_heldout_bench.py --seeds 3 --budget 60"),
-    ("many-at-once", "bench/many_at_once_bench.py --seeds 2"),
+    ("many-at-once", "bench/many_at_once_bench.py --seeds 2 --jobs 2"),
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py --seeds 2"),
-    ("search-fidelity", "bench/search_fidelity_bench.py --quick"),
+    ("search-fidelity", "bench/search_fidelity_bench.py --quick --seeds 1"),
     ("backends", "bench/backend_bench.py --repeats 2 --epochs 2"),
 ]
+# The quick sizes' estimated wall time on a quiet 2-core machine, by step, from runs on a
+# shared one (bench-quick.json of run quick-20261125T1940Z at load 12-41, about 3.5x slower
+# than quiet where a step's own CPU time does not say more; the e2e-planning and backends
+# runs at load 1-5 in git history) and each bench's sizes, in seconds: tables 190,
+# simulate 15, gang-start 35, orchestration 100 (250 trials a system, Tune's default 10
+# trials of ~2 s), e2e-planning 250 (4 arms x 1 seed; 2 seeds took 602 s at load 1-4),
+# simulate-planning 5, multifidelity 10, auto-sine 25 (37 s of CPU in 2 processes),
+# auto-heldout 35 (63 s of CPU with NGOpt, in 2 processes), many-at-once 40 (72 s of CPU
+# with NGOpt, --jobs 2), multifidelity-heldout 65 (63 s of CPU, one process),
+# search-fidelity 300 (6 searches x 80 slot-s on 2 slots: 240 s, and start-ups), backends
+# 65 (3 repeats of 3 epochs: 125 s at load 1-2). About 19 minutes in all; CPU times
+# measured at load 20-38; bench-quick.json says what a run took.
 
 FULL: list[tuple[str, str]] = [
     ("search", "bench/search_bench.py"),  # these three print tables only: not in the report
@@ -56,6 +71,8 @@ FULL: list[tuple[str, str]] = [
     ("trainers", "bench/trainers_bench.py"),
     ("tables", "-m bench.tables"),
     ("simulate", "-m bench.simulate"),
+    ("simulate-4096", "-m bench.simulate --nodes 4096 --fsync --out simulate-4096-fsync"),
+    ("journal", "-m bench.journal_bench"),
     ("gang-start", "bench/gang_start_bench.py"),
     ("orchestration", "bench/orchestration_bench.py"),
     ("e2e-planning", "bench/e2e_planning_bench.py"),

@@ -32,6 +32,19 @@ def test_the_committed_headline_comes_from_one_run_at_one_commit() -> None:
     assert report.same_run(ROOT / "bench" / "results") == []
 
 
+def test_every_committed_result_names_its_command_commit_and_machine() -> None:
+    """No results file in git without its provenance: each was written through
+    bench/machine.py's write_result by a step of bench/steps.py (or is not kept)."""
+    missing = []
+    for path in sorted((ROOT / "bench" / "results").glob("*.json")):
+        data = json.loads(path.read_text())
+        recorded = [m for m in (data.get("machine"), data.get("machine_detail"))
+                    if report.has_provenance(m)]
+        if not recorded:
+            missing.append(path.name)
+    assert missing == [], f"results without command, commit or machine: {missing}"
+
+
 MULTI = {"seeds": 2, "parallel": 4, "max_epochs": 27, "quality": 5.0, "rows": [
     {"search": "asha", "q1": 100.0, "q3": 130.0,
      "epochs": {"reached": 1, "seeds": 2, "median": 120.0, "low": 100.0, "high": 140.0,
@@ -250,3 +263,14 @@ def test_same_run_refuses_results_run_by_hand_or_on_uncommitted_code(tmp_path: P
     other = report.run_problems([{"machine": clean}, {"machine": clean | {"commit": "b" * 40}}])
     assert other and "mixes" in other[0]
     assert report.same_run(tmp_path) == ["no headline figure: no results"]
+
+
+def test_a_one_seed_headline_says_it_has_no_spread(tmp_path: Path) -> None:
+    """make bench-quick runs e2e-planning and search-fidelity at one seed: their
+    headline lines must say that the median and range are one run's."""
+    e2e = json.loads((ROOT / "bench" / "results" / "e2e-planning.json").read_text())
+    e2e["seeds"], e2e["rows"] = 1, {arm: rows[:1] for arm, rows in e2e["rows"].items()}
+    (tmp_path / "e2e-planning.json").write_text(json.dumps(e2e))
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    line = next(x for x in text.splitlines() if x.startswith("- `parallel: auto` end to end"))
+    assert "(1 seed: one run, no spread," in line and "1 seeds" not in line, line
