@@ -1,15 +1,17 @@
 """Stage kinds: each is one module here and one line in :data:`KINDS`.
 
-A kind says how its stage runs (its runner: which trials, drawn from what) and
-what the stage makes of them: its product, the lines ``nestor results``
-prints, the detail table of its summary, its plots, its MLflow headline
-metrics, the model ``nestor predict`` loads, and the spec checks that span
-several of its fields. Everything else (the journal, retries, gangs, the
-projector, MLflow) is the same for every kind, so nothing outside this package
-asks which kind a stage is: it asks the kind.
+A kind says how its stage runs (its runner: which trials, drawn from what, and
+what its summary keeps of them) and the spec checks that span several of its
+fields. How a finished stage is reported (its product, the lines ``nestor
+results`` prints, its tables, plots, MLflow headline metrics and the model
+``nestor predict`` loads) is the kind's report, the module of the same name in
+``orchestrator/projections/kinds``. Everything else (the journal, retries,
+gangs, the projector, MLflow) is the same for every kind, so nothing outside
+these two packages asks which kind a stage is: it asks the kind.
 
-A new kind is a module that defines a :class:`StageKind` subclass and its
-runner, an entry in :data:`KINDS`, and the kind's fields in the spec
+A new kind is a module here that defines a :class:`StageKind` subclass and its
+runner, an entry in :data:`KINDS`, its report (a module in
+``orchestrator/projections/kinds``), and the kind's fields in the spec
 (``orchestrator/spec/model.py``, a pydantic model in the ``Stage`` union).
 
 Modules load on first use, so validating a spec or printing results does
@@ -19,14 +21,11 @@ not import what running a stage needs.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterator
-from pathlib import Path
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
     from orchestrator.engine.trials import TrialRunner
-    from orchestrator.projections.products import Product
-    from orchestrator.projections.tables import Report
 
 # kind name -> the module that defines it (as ``KIND``)
 KINDS: dict[str, str] = {
@@ -37,7 +36,6 @@ KINDS: dict[str, str] = {
 }
 
 Finding = tuple[tuple[Any, ...], str]  # (where in the spec, what is wrong)
-PlotMaker = tuple[str, Callable[[], "Path | None"]]  # (what it shows, draw it)
 
 
 class StageError(Exception):
@@ -45,10 +43,9 @@ class StageError(Exception):
 
 
 class StageKind:
-    """One kind of stage. Subclasses set ``name`` and override what differs;
-    the defaults suit a stage whose product is one trial's model. A kind keeps
-    its own results in the stage summary under its name (``summary["transfer"]``);
-    their numbers become metrics of the stage's MLflow run."""
+    """One kind of stage. Subclasses set ``name`` and override what differs. A kind
+    keeps its own results in the stage summary under its name (``summary["transfer"]``),
+    which its report (``orchestrator/projections/kinds``) reads."""
 
     name: ClassVar[str]
     # Its trials come from a search, so its best trial is its product and
@@ -56,10 +53,6 @@ class StageKind:
     searches: ClassVar[bool] = False
     # The simulated backend can run it (its trials need no real outputs).
     simulated: ClassVar[bool] = False
-    # Its product combines several models: ``nestor predict``'s default stage.
-    combines: ClassVar[bool] = False
-
-    # -- running ----------------------------------------------------------------------
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
@@ -70,57 +63,6 @@ class StageKind:
         """Spec errors that span several fields or stages (pydantic checks the rest)."""
         return iter(())
 
-    # -- what it made -----------------------------------------------------------------
-
-    def product(self, summary: dict[str, Any]) -> Product:
-        """What the stage made, with the figure it is compared against."""
-        raise NotImplementedError
-
-    def product_trial(self, summary: dict[str, Any]) -> str | None:
-        """The id of the trial whose model is the product, if one trial's is."""
-        return None
-
-    def lines(self, summary: dict[str, Any]) -> list[str]:
-        """What a person wants to know of the finished stage, for ``nestor results``."""
-        raise NotImplementedError
-
-    def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
-        """The detail table of the stage's summary.md/html: every trial, by default."""
-        from orchestrator.projections.tables import trials_table
-
-        if summary.get("trials"):
-            trials_table(report, summary["trials"], objectives)
-
-    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
-              events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        """The kind's own plots (every kind also gets its slot use)."""
-        return []
-
-    def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
-        """Metrics of the stage's MLflow run, so the runs table sorts stages by them:
-        the product's, since a stage's best trial is not always what it made (a
-        transfer stage's is its pretraining run)."""
-        product = self.product(summary)
-        return {"product_value": product.value, "product_test_value": product.test,
-                "baseline_test_value": product.baseline_test}
-
-    def checkpoint(self, summary: dict[str, Any]) -> str | None:
-        """The checkpoint logged as the stage run's ``best_checkpoint``: the product's."""
-        wanted = self.product_trial(summary)
-        trial = next((t for t in summary.get("trials") or [] if t.get("id") == wanted), None)
-        return (trial or {}).get("checkpoint")
-
-    def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
-        """Checkpoints and weights that predict like the product (``nestor predict``)."""
-        from orchestrator.predict import PredictError
-
-        checkpoint = self.checkpoint(summary)
-        if not checkpoint or not Path(checkpoint).is_file():
-            raise PredictError(f"stage {summary.get('name')!r} has no saved model to predict"
-                               " with (function and command trainers save none; or its trials"
-                               " failed)")
-        return [Path(checkpoint)], [1.0]
-
 
 def stage_kind(name: str) -> StageKind:
     """The kind called ``name`` (a KeyError names the known kinds)."""
@@ -128,8 +70,3 @@ def stage_kind(name: str) -> StageKind:
         raise KeyError(f"unknown stage kind {name!r} (known: {', '.join(KINDS)})")
     kind: StageKind = importlib.import_module(KINDS[name]).KIND
     return kind
-
-
-def kind_of(summary: dict[str, Any]) -> StageKind:
-    """The kind of a stage's summary (results.json; an old one without ``kind`` is hpo)."""
-    return stage_kind(str(summary.get("kind") or "hpo"))

@@ -12,12 +12,11 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.engine.kinds import Finding, PlotMaker, StageError, StageKind, stage_kind
+from orchestrator.engine.kinds import Finding, StageError, StageKind, stage_kind
 from orchestrator.engine.kinds._planned import PlannedRunner, completed
 from orchestrator.engine.plan import Plan, PlannedTrial
 from orchestrator.engine.trials import TrialRunner
 from orchestrator.journal.journal import write_atomic
-from orchestrator.projections.products import Product
 from orchestrator.spec import EnsembleStage, Workflow
 
 log = logging.getLogger(__name__)
@@ -209,7 +208,6 @@ def ensemble_file(run_dir: Path, stage: str) -> Path:
 
 class EnsembleKind(StageKind):
     name = "ensemble"
-    combines = True
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
@@ -218,78 +216,6 @@ class EnsembleKind(StageKind):
     def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
         if not any(stage_kind(workflow.stage(ref).kind).searches for ref in stage.from_):
             yield (*here, "from"), "an ensemble stage needs from: an hpo stage to draw members from"
-
-    def product(self, summary: dict[str, Any]) -> Product:
-        ensemble = summary.get("ensemble")
-        if not ensemble:
-            return Product("no ensemble (no member completed)", "val_accuracy", None, None)
-        members = ensemble.get("members") or []
-        best = max(members, key=lambda m: m.get("val_value") or 0.0, default=None)
-        named = f" ({best['id']})" if best else ""
-        combine = f" ({ensemble['combine']})" if ensemble.get("combine") else ""
-        return Product(f"ensemble of {len(members)}{combine}", "val_accuracy",
-                       ensemble.get("val_value"), ensemble.get("test_value"),
-                       f"best member{named}", ensemble.get("best_member_test_value"))
-
-    def checkpoint(self, summary: dict[str, Any]) -> str | None:
-        """Its best member's (the ensemble itself is ensemble.json and the members)."""
-        return (summary.get("best") or {}).get("checkpoint")
-
-    def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.projections.tables import fmt
-
-        e, name = summary.get("ensemble"), summary["name"]
-        if not e:
-            return [f"{name}: {summary.get('stop_reason')}"]
-        weights = ", ".join(f"{m['id']} {m['weight']:.2f}" for m in e["members"])
-        return [f"{name}: ensemble ({e['combine']}) test {fmt(e['test_value'])} against its"
-                f" best member's {fmt(e['best_member_test_value'])} and the members' mean"
-                f" {fmt(e['mean_member_test_value'])}; weights {weights}"]
-
-    def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
-        """One row per member (the ensemble's own figures are the product's)."""
-        from orchestrator.projections.tables import fmt
-
-        ensemble = summary.get("ensemble")
-        if not ensemble:
-            return super().detail(report, summary, objectives)
-        report.facts.append(("members' mean: test accuracy",
-                             fmt(ensemble.get("mean_member_test_value"))))
-        members = ensemble.get("members", [])
-        names = sorted({k for m in members for k in (m.get("config") or {})})
-        report.columns = ["member", "seed", "weight", "validation", "test", *names,
-                          "checkpoint"]
-        for member in members:
-            config = member.get("config") or {}
-            report.rows.append([
-                fmt(member.get("id")), fmt(member.get("seed")), fmt(member.get("weight")),
-                fmt(member.get("val_value")), fmt(member.get("test_value")),
-                *[fmt(config.get(n)) for n in names], fmt(member.get("checkpoint")),
-            ])
-        report.caption = f"{len(members)} members"
-
-    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
-              events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.projections.plots import plot_ensemble
-
-        if not summary.get("ensemble"):
-            return []
-        name = str(summary["name"])
-        return [("ensemble", lambda: plot_ensemble(name, summary["ensemble"],
-                                                   run_dir / "plots" / f"{name}.png"))]
-
-    def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
-        """The members with a weight, weights summing to one."""
-        from orchestrator.predict import PredictError
-
-        path = ensemble_file(run_dir, summary["name"])
-        if not path.exists():
-            raise PredictError(f"stage {summary['name']!r} made no ensemble"
-                               f" ({summary.get('stop_reason')})")
-        members = [m for m in json.loads(path.read_text())["members"] if m["weight"] > 0]
-        total = sum(m["weight"] for m in members)
-        return [run_dir / m["checkpoint"] for m in members], [m["weight"] / total
-                                                               for m in members]
 
 
 def _default(workflow: Workflow, stage: Any, key: str) -> Any:

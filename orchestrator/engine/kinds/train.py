@@ -11,7 +11,6 @@ from orchestrator.engine.kinds import Finding, StageKind
 from orchestrator.engine.kinds._planned import PlannedRunner, best_config
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
-from orchestrator.projections.products import Product
 from orchestrator.spec import TrainStage, Workflow
 
 TRIAL = "final"
@@ -85,27 +84,6 @@ class TrainKind(StageKind):
         from orchestrator.spec.checks import config_findings
 
         yield from config_findings(workflow, here, stage)
-
-    def product(self, summary: dict[str, Any]) -> Product:
-        train = summary.get("train") or {}
-        data = train.get("data") or "train"
-        held_out = data == "train"  # with train+val the validation split was trained on
-        return Product(f"model trained on {data}", "val_accuracy",
-                       train.get("val_value") if held_out else None, train.get("test_value"))
-
-    def product_trial(self, summary: dict[str, Any]) -> str | None:
-        return TRIAL
-
-    def checkpoint(self, summary: dict[str, Any]) -> str | None:
-        return (summary.get("train") or {}).get("checkpoint") or super().checkpoint(summary)
-
-    def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.projections.tables import fmt
-
-        t = summary.get("train") or {}
-        config = ", ".join(f"{k}={fmt(v)}" for k, v in (t.get("config") or {}).items())
-        return [f"{summary['name']}: trained on {t.get('data')} with {config}; test"
-                f" {fmt(t.get('test_value'))}"]
 
 
 KIND = TrainKind()

@@ -5,14 +5,12 @@ compare. The fine-tuned model is the product, the from-scratch one its baseline.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
-from orchestrator.engine.kinds import Finding, PlotMaker, StageKind
+from orchestrator.engine.kinds import Finding, StageKind
 from orchestrator.engine.kinds._planned import PlannedRunner, best_config
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
-from orchestrator.projections.products import Product
 from orchestrator.spec import TransferStage, Workflow
 
 DEFAULT_LR = 0.05  # the built-in trainers' default, when the config names none
@@ -117,51 +115,6 @@ class TransferKind(StageKind):
                     f"unknown dataset {short(dataset)}{did_you_mean(dataset, DATASETS)}"
                     f" ({allowed(DATASETS)})"
                 )
-
-    def product(self, summary: dict[str, Any]) -> Product:
-        transfer = summary.get("transfer") or {}
-        what = ("combined sub-models, fine-tuned" if transfer.get("mode") == "hierarchical"
-                else "fine-tuned model")
-        return Product(what, "val_accuracy", transfer.get("val_value"),
-                       transfer.get("test_value"), "from scratch, same budget",
-                       transfer.get("scratch_test_value"))
-
-    def product_trial(self, summary: dict[str, Any]) -> str | None:
-        return tuned_trial((summary.get("transfer") or {}).get("mode"))
-
-    def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.projections.tables import fmt
-
-        t = summary.get("transfer") or {}
-        return [f"{summary['name']}: {t.get('mode', 'finetune')} on the target, test"
-                f" {fmt(t.get('test_value'))}, against training from scratch on the same"
-                f" budget {fmt(t.get('scratch_test_value'))}"]
-
-    def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
-        """Learning curves, one row per epoch (the test accuracies are the product's)."""
-        from orchestrator.projections.tables import fmt
-
-        if not summary.get("transfer"):
-            return super().detail(report, summary, objectives)
-        curves = summary["transfer"].get("curves") or {}
-        metrics = sorted({k for points in curves.values() for p in points for k in p
-                          if k != "epoch"})
-        report.columns = ["phase", "epoch", *metrics]
-        for phase, points in curves.items():
-            for point in points or []:
-                report.rows.append([phase, fmt(point.get("epoch")),
-                                    *[fmt(point.get(m)) for m in metrics]])
-        report.caption = "learning curves, one row per epoch"
-
-    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
-              events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.projections.plots import plot_transfer
-
-        if not summary.get("transfer"):
-            return []
-        name = str(summary["name"])
-        return [("transfer", lambda: plot_transfer(name, summary["transfer"],
-                                                   run_dir / "plots" / f"{name}.png"))]
 
 
 KIND = TransferKind()

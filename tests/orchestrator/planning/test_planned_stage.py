@@ -103,7 +103,8 @@ def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr
            f" {per_rank * plan['dp']}" in text
     # A driver that resumes the stage rebuilds the same account from the journal
     # (on other slots, where it would plan otherwise).
-    from orchestrator.engine.kinds.hpo import HpoRunner, replanned_lines
+    from orchestrator.engine.kinds.hpo import HpoRunner
+    from orchestrator.projections.kinds.hpo import replanned_lines
 
     log = read_events(tmp_path / "journal.jsonl")
     journal = Journal(tmp_path / "resumed.jsonl")
