@@ -9,8 +9,10 @@ results`` prints, its tables, plots, MLflow headline metrics and the model
 gangs, the projector, MLflow) is the same for every kind, so nothing outside
 these two packages asks which kind a stage is: it asks the kind.
 
-A new kind is a module here that defines a :class:`StageKind` subclass and its
-runner, an entry in :data:`KINDS`, its report (a module in
+A new kind is a module here that defines a :class:`StageKind` subclass and
+what it adds to its trials (a :class:`~orchestrator.engine.trials.KindTrials`, held
+by the :class:`~orchestrator.engine.trials.TrialRunner` that runs them), an entry
+in :data:`KINDS`, its report (a module in
 ``orchestrator/projections/kinds``), and the kind's fields in the spec
 (``orchestrator/spec/model.py``, a pydantic model in the ``Stage`` union).
 
@@ -56,7 +58,8 @@ class StageKind:
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
-        """The stage's runner; ``sources`` are the summaries of its ``from:`` stages."""
+        """The stage's runner, holding the kind's part; ``sources`` are the summaries
+        of its ``from:`` stages."""
         raise NotImplementedError
 
     def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from orchestrator.engine.kinds import Finding, StageError, StageKind, stage_kind
-from orchestrator.engine.kinds._planned import PlannedRunner, completed
+from orchestrator.engine.kinds._planned import PlannedTrials, completed
 from orchestrator.engine.plan import Plan, PlannedTrial
 from orchestrator.engine.trials import TrialRunner
 from orchestrator.journal.journal import write_atomic
@@ -26,11 +26,15 @@ MEMBER_SEED = 1000  # members' seeds start here, apart from the search's default
 GREEDY_CANDIDATES = 10  # source trials considered by greedy member selection
 
 
-class EnsembleRunner(PlannedRunner):
+class EnsembleTrials(PlannedTrials):
     """Members chosen from an HPO stage, trained as ordinary trials, then combined."""
 
-    def __init__(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
-                 **kwargs: Any) -> None:
+    def __init__(self, sources: list[dict[str, Any]]) -> None:
+        super().__init__(sources)
+        self._pool: list[dict[str, Any]] = []  # greedy candidates awaiting predictions
+        self._val_predictions: Any = None
+
+    def runner(self, workflow: Workflow, stage: EnsembleStage, **kwargs: Any) -> TrialRunner:
         trainer = workflow.trainer_of(stage.name)
         if trainer.name is None:
             raise StageError(
@@ -38,30 +42,30 @@ class EnsembleRunner(PlannedRunner):
                 " members are combined from their predicted class probabilities, which"
                 " function and command trainers do not give"
             )
-        self._pool: list[dict[str, Any]] = []  # greedy candidates awaiting predictions
-        self._val_predictions: Any = None
-        super().__init__(workflow, stage, sources, **kwargs)
-        self.preparing = bool(self._pool)
+        runner = super().runner(workflow, stage, **kwargs)
+        runner.preparing = bool(self._pool)
+        return runner
 
-    def preparing_task(self) -> tuple[Any, ...] | None:
+    def preparing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
         """Greedy selection needs the candidates' predictions on validation data:
         computed in a Ray task, not in the driver, before any member trains."""
         if not self._pool:
             return None
         return (val_predictions, [t["checkpoint"] for t in self._pool])
 
-    def prepared(self, done: Any) -> None:
+    def prepared(self, runner: TrialRunner, done: Any) -> None:
+        stage = runner.stage
         if done.error is not None:
             log.warning("ensemble stage %s: predicting its candidates failed (%s); taking the"
-                        " top %d distinct configurations instead", self.stage.name, done.error,
-                        self.stage.members)
+                        " top %d distinct configurations instead", stage.name, done.error,
+                        stage.members)
             self._val_predictions = ()
         else:
             self._val_predictions = done.value
-        objective = self.objectives[0]
-        self.searcher = Plan(self.phases(self.workflow, self.stage, self.sources, objective),
-                             objective)
-        self._pool, self.preparing = [], False
+        objective = runner.objectives[0]
+        runner.searcher = Plan(self.phases(runner.workflow, stage, self.sources, objective),
+                               objective)
+        self._pool, runner.preparing = [], False
 
     def phases(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
@@ -122,21 +126,24 @@ class EnsembleRunner(PlannedRunner):
         rest = [t for t in self._distinct(candidates) if t not in order]
         return (order + rest)[:k]
 
-    def _members(self) -> list[Any]:
-        members = [r for r in self.records.values() if r.status == "completed" and r.checkpoint]
+    @staticmethod
+    def _members(runner: TrialRunner) -> list[Any]:
+        members = [r for r in runner.records.values()
+                   if r.status == "completed" and r.checkpoint]
         return sorted(members, key=lambda r: r.id)
 
-    def finishing_task(self) -> tuple[Any, ...] | None:
-        members = self._members()
+    def finishing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+        members = self._members(runner)
         if not members:
             return None
         return (member_predictions, [r.checkpoint for r in members])
 
-    def finalize(self, done: Any = None) -> dict[str, Any]:
+    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
         from orchestrator.engine.kinds.combine import accuracy, blend, combine_weights
 
-        summary = self.summary()
-        members = self._members()
+        summary = runner.summary()
+        stage = runner.stage
+        members = self._members(runner)
         if not members:
             summary["ensemble"] = None
             summary["stop_reason"] = "no member completed; there is no ensemble"
@@ -150,12 +157,12 @@ class EnsembleRunner(PlannedRunner):
         val_p = np.stack([p[0] for p in predictions])
         test_p = np.stack([p[2] for p in predictions])
         val_labels, test_labels = predictions[0][1], predictions[0][3]
-        weights = combine_weights(self.stage.combine, val_p, val_labels)
+        weights = combine_weights(stage.combine, val_p, val_labels)
         member_val = [accuracy(p, val_labels) for p in val_p]
         member_test = [accuracy(p, test_labels) for p in test_p]
         best = int(np.argmax(member_val))  # chosen on validation, reported on test
         ensemble = {
-            "combine": self.stage.combine,
+            "combine": stage.combine,
             "val_value": accuracy(blend(val_p, weights), val_labels),
             "test_value": accuracy(blend(test_p, weights), test_labels),
             "best_member_val_value": member_val[best],
@@ -165,11 +172,11 @@ class EnsembleRunner(PlannedRunner):
                 {"id": r.id, "config": r.config, "seed": r.config.get("seed"),
                  "weight": float(w), "val_value": mv, "test_value": mt,
                  "checkpoint": str(Path(r.checkpoint).resolve().relative_to(  # type: ignore[arg-type]
-                     self.run_dir.resolve()))}
+                     runner.run_dir.resolve()))}
                 for r, w, mv, mt in zip(members, weights, member_val, member_test, strict=True)
             ],
         }
-        write_atomic(ensemble_file(self.run_dir, self.stage.name), json.dumps(ensemble, indent=2))
+        write_atomic(ensemble_file(runner.run_dir, stage.name), json.dumps(ensemble, indent=2))
         summary["ensemble"] = ensemble
         return summary
 
@@ -211,7 +218,7 @@ class EnsembleKind(StageKind):
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
-        return EnsembleRunner(workflow, stage, sources, **kwargs)
+        return EnsembleTrials(sources).runner(workflow, stage, **kwargs)
 
     def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
         if not any(stage_kind(workflow.stage(ref).kind).searches for ref in stage.from_):

@@ -8,38 +8,43 @@ from dataclasses import asdict
 from typing import Any
 
 from orchestrator.engine.kinds import Finding, StageKind
-from orchestrator.engine.trials import SkipTrial, TrialRunner
+from orchestrator.engine.trials import KindTrials, SkipTrial, TrialRunner
 from orchestrator.spec import HpoStage, Workflow
 
 
-class HpoRunner(TrialRunner):
-    """An hpo stage's trials: asked of its searcher."""
+def hpo_runner(workflow: Workflow, stage: HpoStage, **kwargs: Any) -> TrialRunner:
+    """An hpo stage's runner: its trials asked of its searcher, cut short by the
+    backend's early stopping where the stage sets one."""
+    from search import Objective, make_searcher
 
-    def __init__(self, workflow: Workflow, stage: HpoStage, **kwargs: Any) -> None:
-        from search import Objective, make_searcher
+    objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
+    searcher = make_searcher(
+        stage.search.algorithm, stage.search_space(), objectives, **stage.search_settings()
+    )
+    runner = TrialRunner(workflow, stage, searcher=searcher, objectives=objectives,
+                         trainer_spec=stage.trainer, part=HpoTrials(), **kwargs)
+    runner.stopper = runner.backend.early_stopping(stage.early_stopping, objectives[0])
+    return runner
 
-        objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
-        searcher = make_searcher(
-            stage.search.algorithm, stage.search_space(), objectives, **stage.search_settings()
-        )
-        super().__init__(workflow, stage, searcher=searcher, objectives=objectives,
-                         trainer_spec=stage.trainer, **kwargs)
-        self.stopper = self.backend.early_stopping(stage.early_stopping, objectives[0])
 
-    def finalize(self, done: Any = None) -> dict[str, Any]:
+class HpoTrials(KindTrials):
+    """What an hpo stage adds to its searched trials."""
+
+    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
         """A population's schedules join the summary: the winner's lineage is what a
         train stage replays, and what the population plot draws."""
-        summary = self.summary()
-        if hasattr(self.searcher, "best_schedule"):
-            population = getattr(self.searcher, "population", 0)
+        summary = runner.summary()
+        searcher = runner.searcher
+        if hasattr(searcher, "best_schedule"):
+            population = getattr(searcher, "population", 0)
             summary["pbt"] = {
-                "schedule": [asdict(s) for s in self.searcher.best_schedule()],
-                "members": {str(m): [asdict(s) for s in self.searcher.history(m)]
+                "schedule": [asdict(s) for s in searcher.best_schedule()],
+                "members": {str(m): [asdict(s) for s in searcher.history(m)]
                             for m in range(population)},
             }
         return summary
 
-    def request_extras(self, trial: Any) -> dict[str, Any]:
+    def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
         """A trial that continues another (a PBT exploit, a promotion) starts from that
         trial's checkpoint, weights and optimizer state, and trains on up to its budget
         (in the search's fidelity: epochs unless the spec names another setting)."""
@@ -48,10 +53,10 @@ class HpoRunner(TrialRunner):
             budget = trial.budget
             if float(budget).is_integer():
                 budget = int(budget)
-            fidelity = getattr(self.stage.search, "fidelity", None) or "epochs"
+            fidelity = getattr(runner.stage.search, "fidelity", None) or "epochs"
             extras["settings"] = {fidelity: budget}
         if trial.continue_from is not None:
-            parent = self.records.get(trial.continue_from)
+            parent = runner.records.get(trial.continue_from)
             if parent is None or parent.status != "completed" or not parent.checkpoint:
                 raise SkipTrial(f"{trial.continue_from} left no checkpoint to continue from")
             extras["continue_from"] = str(parent.checkpoint)
@@ -65,7 +70,7 @@ class HpoKind(StageKind):
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
-        return HpoRunner(workflow, stage, **kwargs)
+        return hpo_runner(workflow, stage, **kwargs)
 
     def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
         """The space and grid points against the trainer's hyperparameters; objectives."""

@@ -8,7 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.engine.kinds import Finding, StageKind
-from orchestrator.engine.kinds._planned import PlannedRunner, best_config
+from orchestrator.engine.kinds._planned import (
+    PlannedTrials,
+    best_config,
+    trial_test_value,
+    trial_val_value,
+)
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
 from orchestrator.spec import TrainStage, Workflow
@@ -16,7 +21,13 @@ from orchestrator.spec import TrainStage, Workflow
 TRIAL = "final"
 
 
-class TrainRunner(PlannedRunner):
+class TrainTrials(PlannedTrials):
+    """One run, or a population's winner replayed step by step."""
+
+    def __init__(self, sources: list[dict[str, Any]]) -> None:
+        super().__init__(sources)
+        self._untils: dict[str, Any] = {}  # a replayed step's trial id -> its last epoch
+
     def phases(self, workflow: Workflow, stage: TrainStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
         """One run; or, from a population-based search, one trial per step of its
@@ -24,7 +35,6 @@ class TrainRunner(PlannedRunner):
         schedule = _schedule(sources) if stage.replay else []
         if not schedule:
             return [[PlannedTrial(TRIAL, {**best_config(sources), **stage.config})]]
-        self._untils = {}
         phases, previous = [], ()
         for i, step in enumerate(schedule):
             trial_id = TRIAL if i == len(schedule) - 1 else f"step-{i}"
@@ -34,30 +44,30 @@ class TrainRunner(PlannedRunner):
             previous = (trial_id,)
         return phases
 
-    def request_extras(self, trial: Any) -> dict[str, Any]:
+    def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
         settings: dict[str, Any] = {}
-        if self.stage.data != "train":
-            settings["train_data"] = self.stage.data
-        until = getattr(self, "_untils", {}).get(trial.id)
+        if runner.stage.data != "train":
+            settings["train_data"] = runner.stage.data
+        until = self._untils.get(trial.id)
         if until is None:
             return {"settings": settings} if settings else {}
         settings["epochs"] = int(until) if float(until).is_integer() else until
         extras: dict[str, Any] = {"settings": settings}
         if trial.parents:
-            record = self.records.get(trial.parents[0])
+            record = runner.records.get(trial.parents[0])
             if record is None or record.status != "completed" or not record.checkpoint:
                 raise SkipTrial(f"{trial.parents[0]} did not complete: nothing to carry on from")
             extras["continue_from"] = str(record.checkpoint)
         return extras
 
-    def finalize(self, done: Any = None) -> dict[str, Any]:
-        summary = self.summary()
-        record = self.records.get(TRIAL)
+    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
+        summary = runner.summary()
+        record = runner.records.get(TRIAL)
         summary["train"] = {
-            "data": self.stage.data,
+            "data": runner.stage.data,
             "config": record.config if record else None,
-            "test_value": self.test_value(TRIAL),
-            "val_value": self.val_value(TRIAL),
+            "test_value": trial_test_value(runner, TRIAL),
+            "val_value": trial_val_value(runner, TRIAL),
             "checkpoint": record.checkpoint if record else None,
         }
         return summary
@@ -78,7 +88,7 @@ class TrainKind(StageKind):
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
-        return TrainRunner(workflow, stage, sources, **kwargs)
+        return TrainTrials(sources).runner(workflow, stage, **kwargs)
 
     def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
         from orchestrator.spec.checks import config_findings

@@ -8,7 +8,12 @@ from collections.abc import Iterator
 from typing import Any
 
 from orchestrator.engine.kinds import Finding, StageKind
-from orchestrator.engine.kinds._planned import PlannedRunner, best_config
+from orchestrator.engine.kinds._planned import (
+    PlannedTrials,
+    best_config,
+    trial_test_value,
+    trial_val_value,
+)
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
 from orchestrator.spec import TransferStage, Workflow
@@ -21,7 +26,10 @@ def tuned_trial(mode: str | None) -> str:
     return "combined" if mode == "hierarchical" else "finetune"
 
 
-class TransferRunner(PlannedRunner):
+class TransferTrials(PlannedTrials):
+    """Pretraining (or sub-models), the fine-tuning that starts from it, and the
+    from-scratch baseline."""
+
     def phases(self, workflow: Workflow, stage: TransferStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
         config = {**best_config(sources), **stage.config}
@@ -46,10 +54,10 @@ class TransferRunner(PlannedRunner):
             settings["classes"] = list(classes or task.classes)
         return {**settings, **task.settings}
 
-    def request_extras(self, trial: Any) -> dict[str, Any]:
+    def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
         """The task each trial trains on; the tuned trial starts from its parents'
         checkpoints (several: the trainer averages them, on the gang, not here)."""
-        stage: TransferStage = self.stage
+        stage: TransferStage = runner.stage
         if trial.id == "pretrain":
             return {"settings": self._task(stage.source)}
         if trial.id.startswith("group-"):
@@ -59,7 +67,7 @@ class TransferRunner(PlannedRunner):
             return {"settings": self._task(stage.target)}
         sources = []
         for parent in trial.parents:
-            record = self.records.get(parent)
+            record = runner.records.get(parent)
             if record is None or record.status != "completed" or not record.checkpoint:
                 raise SkipTrial(f"{parent} did not complete, so there is nothing to fine-tune")
             sources.append(str(record.checkpoint))
@@ -67,32 +75,34 @@ class TransferRunner(PlannedRunner):
         return {"settings": self._task(stage.target), "init_from": init_from,
                 "init_groups": ("features",), "freeze": tuple(stage.freeze)}
 
-    def finalize(self, done: Any = None) -> dict[str, Any]:
-        summary = self.summary()
-        tuned = tuned_trial(self.stage.mode)
-        pretrained = [t for t in self.records if t == "pretrain" or t.startswith("group-")]
+    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
+        summary = runner.summary()
+        records = runner.records
+        tuned = tuned_trial(runner.stage.mode)
+        pretrained = [t for t in records if t == "pretrain" or t.startswith("group-")]
         summary["transfer"] = {
-            "mode": self.stage.mode,
-            "test_value": self.test_value(tuned),
-            "val_value": self.val_value(tuned),
-            "scratch_test_value": self.test_value("scratch"),
-            "scratch_val_value": self.val_value("scratch"),
-            "pretrain_slot_seconds": round(sum(self.records[t].slot_seconds
+            "mode": runner.stage.mode,
+            "test_value": trial_test_value(runner, tuned),
+            "val_value": trial_val_value(runner, tuned),
+            "scratch_test_value": trial_test_value(runner, "scratch"),
+            "scratch_val_value": trial_val_value(runner, "scratch"),
+            "pretrain_slot_seconds": round(sum(records[t].slot_seconds
                                                for t in pretrained), 3),
             "curves": {
-                "pretrain": self._curve(pretrained[0]) if pretrained else [],
-                "finetune": self._curve(tuned),
-                "scratch": self._curve("scratch"),
+                "pretrain": _curve(runner, pretrained[0]) if pretrained else [],
+                "finetune": _curve(runner, tuned),
+                "scratch": _curve(runner, "scratch"),
             },
         }
         return summary
 
-    def _curve(self, trial_id: str) -> list[dict[str, Any]]:
-        record = self.records.get(trial_id)
-        if record is None:
-            return []
-        keep = ("epoch", "train_loss", "val_loss", "val_accuracy")
-        return [{k: h[k] for k in keep if k in h} for h in record.history]
+
+def _curve(runner: TrialRunner, trial_id: str) -> list[dict[str, Any]]:
+    record = runner.records.get(trial_id)
+    if record is None:
+        return []
+    keep = ("epoch", "train_loss", "val_loss", "val_accuracy")
+    return [{k: h[k] for k in keep if k in h} for h in record.history]
 
 
 class TransferKind(StageKind):
@@ -100,7 +110,7 @@ class TransferKind(StageKind):
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
-        return TransferRunner(workflow, stage, sources, **kwargs)
+        return TransferTrials(sources).runner(workflow, stage, **kwargs)
 
     def check(self, workflow: Any, here: tuple[Any, ...], stage: Any) -> Iterator[Finding]:
         from orchestrator.spec.checks import config_findings
