@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.engine.kinds import kind_of
+from orchestrator.projections.kinds import NoModel, report_of
 
 
 class PredictError(Exception):
@@ -57,11 +57,14 @@ def load_predictor(run_dir: str | Path, stage: str | None = None) -> StagePredic
                            f" (resume it with `nestor resume {run_dir}`)")
     stages = {s["name"]: s for s in json.loads(results_path.read_text())["stages"]}
     if stage is None:
-        combined = [n for n, s in stages.items() if kind_of(s).combines]
+        combined = [n for n, s in stages.items() if report_of(s).combines]
         stage = combined[-1] if combined else list(stages)[-1]
     if stage not in stages:
         raise PredictError(f"--stage must be one of {', '.join(stages)}, but got {stage!r}")
-    checkpoints, weights = kind_of(stages[stage]).model(run_dir, stages[stage])
+    try:
+        checkpoints, weights = report_of(stages[stage]).model(run_dir, stages[stage])
+    except NoModel as exc:
+        raise PredictError(str(exc)) from None
     return StagePredictor(stage, checkpoints, np.asarray(weights))
 
 

@@ -23,7 +23,8 @@ own module and testable alone:
 - :func:`~orchestrator.engine.outcome.outcome`: what an attempt's end means.
 
 A kind (``orchestrator.engine.kinds``) supplies its trials (a searcher, or a
-fixed plan), per-trial request extras and its own summary.
+fixed plan) and a :class:`KindTrials` that the runner holds: per-trial request
+extras, a task before the first trial and after the last, its own summary.
 """
 
 from __future__ import annotations
@@ -62,7 +63,7 @@ from orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Attempt", "SkipTrial", "TrialRecord", "TrialRunner"]
+__all__ = ["Attempt", "KindTrials", "SkipTrial", "TrialRecord", "TrialRunner"]
 
 
 class SkipTrial(Exception):
@@ -75,13 +76,46 @@ def stage_events(events: JournalSoFar | list[dict[str, Any]] | None, stage: str,
     return JournalSoFar.of(events).of_stage(stage, *classes)
 
 
+class KindTrials:
+    """What a stage's kind adds to the trials its :class:`TrialRunner` runs; the
+    runner holds one and asks it, passing itself (its stage, records, searcher).
+    The defaults add nothing: an hpo stage's trials need little more."""
+
+    def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
+        """Per-trial additions to the request: ``settings`` to merge over the
+        stage's, and TrialRequest fields such as ``init_from`` and ``freeze``.
+        Raise SkipTrial when the trial cannot run."""
+        return {}
+
+    def preparing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+        """``(fn, *args)`` to run off the loop before the stage's first trial, whose
+        TaskDone event ``prepared`` then gets; None: none (a planned stage measures
+        its trainer first: :class:`StageShape`)."""
+        return runner.shaping.preparing_task()
+
+    def prepared(self, runner: TrialRunner, done: Any) -> None:
+        """The preparing task is done; the stage may plan its trials now."""
+        runner.shaping.prepared(done)
+
+    def finishing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+        """``(fn, *args)`` to run off the loop once the trials are done, whose
+        TaskDone event ``finalize`` then gets; None when the stage needs none."""
+        return None
+
+    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
+        """The stage's summary once its trials (and its finishing task) are done,
+        with the kind's own results added."""
+        return runner.summary()
+
+
 class TrialRunner:
     """Runs one stage's trials on the shared gang pool, one step at a time.
 
     Whatever the stage kind, its trials come from an ask/tell source (a
     searcher, or a fixed plan) and run the same way: journalled, retried,
     timed out, tracked. The workflow steps several runners in one loop, so
-    independent stages share the allocation's slots.
+    independent stages share the allocation's slots. What the kind adds is
+    ``part``, a :class:`KindTrials`.
     """
 
     kind = "trials"
@@ -97,14 +131,17 @@ class TrialRunner:
         searcher: Any,
         objectives: list[Any],
         trainer_spec: Any,
+        part: KindTrials | None = None,
         on_progress: Callable[[TrialRunner], None] | None = None,
         events: JournalSoFar | list[dict[str, Any]] | None = None,
     ) -> None:
-        """``events``: the journal so far (a resumed stage's plan is in it)."""
+        """``part``: what the stage's kind adds (nothing by default); ``events``: the
+        journal so far (a resumed stage's plan is in it)."""
         from trainers import TrainerRef
 
         self.workflow = workflow
         self.stage = stage
+        self.part = part or KindTrials()
         self.run_dir = run_dir
         self.backend = backend
         self.journal = journal
@@ -283,10 +320,8 @@ class TrialRunner:
         return self._busy_ranks
 
     def request_extras(self, trial: Any) -> dict[str, Any]:
-        """Per-trial additions to the request: ``settings`` to merge over the
-        stage's, and TrialRequest fields such as ``init_from`` and ``freeze``.
-        Raise SkipTrial when the trial cannot run."""
-        return {}
+        """Per-trial additions to the request, as the kind's part says them."""
+        return self.part.request_extras(self, trial)
 
     def _start(self, trial: Any, number: int) -> None:
         from trainers import TrialRequest
@@ -418,27 +453,24 @@ class TrialRunner:
     # -- before and after the trials --------------------------------------------------
 
     def preparing_task(self) -> tuple[Any, ...] | None:
-        """``(fn, *args)`` to run off the loop before the stage's first trial (while
-        ``preparing``), whose TaskDone event ``prepared`` then gets; None: none
-        (a planned stage measures its trainer first: :class:`StageShape`)."""
-        task = self.shaping.preparing_task()
+        """The kind's task before the first trial (:meth:`KindTrials.preparing_task`);
+        the runner is ``preparing`` until ``prepared`` gets its TaskDone event."""
+        task = self.part.preparing_task(self)
         self.preparing = task is not None
         return task
 
     def prepared(self, done: Any) -> None:
         """The preparing task is done; the stage may plan its trials now."""
         self.preparing = False
-        self.shaping.prepared(done)
+        self.part.prepared(self, done)
 
     def finishing_task(self) -> tuple[Any, ...] | None:
-        """``(fn, *args)`` to run off the loop once the trials are done, whose
-        TaskDone event ``finalize`` then gets; None when the stage needs none."""
-        return None
+        """The kind's task once the trials are done (:meth:`KindTrials.finishing_task`)."""
+        return self.part.finishing_task(self)
 
     def finalize(self, done: Any = None) -> dict[str, Any]:
-        """The stage's summary once its trials (and its finishing task) are done;
-        subclasses add their results."""
-        return self.summary()
+        """The stage's summary once its trials (and its finishing task) are done."""
+        return self.part.finalize(self, done)
 
     # -- the summary ------------------------------------------------------------------
 

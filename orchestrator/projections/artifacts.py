@@ -20,7 +20,8 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrator.engine.kinds import kind_of
+from orchestrator.journal.state import RunState
+from orchestrator.projections.kinds import report_of
 from orchestrator.projections.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -33,23 +34,17 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
     """Write the stage's plots and tables into ``run_dir`` and log them, with the
     best checkpoint and headline metrics, to the stage's MLflow run ``run_id``.
     Returns the files written."""
-    from orchestrator.journal.journal import JournalError, read_events
-
-    try:
-        events = read_events(run_dir / JOURNAL_FILE)
-    except JournalError as exc:
-        log.warning("stage %s: journal unreadable for plots (%s)", summary.get("name"), exc)
-        events = []
+    state = _journal_state(run_dir, summary)
     name = str(summary.get("name") or getattr(stage, "name", "stage"))
     objectives = list(getattr(stage, "objectives", None) or [])
     if not objectives and summary.get("objective"):  # planned stages judge by their source's
         from search import Objective
 
         objectives = [Objective(summary["objective"]["metric"], summary["objective"]["mode"])]
-    kind = kind_of(summary)
-    makers = kind.plots(summary, stage, objectives, events, run_dir)
+    report = report_of(summary)
+    makers = report.plots(summary, stage, objectives, state, run_dir)
     slots = run_dir / "plots" / f"{name}-slots.png"
-    makers.append(("slot use", lambda: _slot_use(events, name, slots)))
+    makers.append(("slot use", lambda: _slot_use(state, name, slots)))
 
     written: list[Path] = []
     for what, make in makers:
@@ -65,23 +60,35 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
         written += _tables(tracker, run_id, summary, objectives, run_dir / "reports" / name)
     except Exception as exc:
         log.warning("stage %s: could not write its summary table: %s", name, exc)
-    _best_checkpoint(tracker, run_id, summary, kind.checkpoint(summary), run_dir)
+    _best_checkpoint(tracker, run_id, summary, report.checkpoint(summary), run_dir)
     tracker.log_metrics(run_id, headline_metrics(summary))
     return written
 
 
 def headline_metrics(summary: dict[str, Any]) -> dict[str, float]:
     """What the stage produced, as metrics of the stage run, so the runs table can sort
-    stages by them (the workflow logs the rest of the headline); its kind names them."""
-    pairs = kind_of(summary).headline(summary)
+    stages by them (the workflow logs the rest of the headline); its kind's report
+    names them."""
+    pairs = report_of(summary).headline(summary)
     return {name: value for name, value in pairs.items()
             if isinstance(value, int | float) and not isinstance(value, bool)}
 
 
-def _slot_use(events: list[dict[str, Any]], name: str, path: Path) -> Path | None:
+def _journal_state(run_dir: Path, summary: dict[str, Any]) -> RunState:
+    """The journal's typed fold, for the plots: read line by line (the whole journal
+    is never held as records), from the run's fold snapshot where one is still good.
+    An unreadable journal draws the plots of an empty one."""
+    try:
+        return RunState.of(run_dir, JOURNAL_FILE, save=False)
+    except (ValueError, TypeError, KeyError) as exc:
+        log.warning("stage %s: journal unreadable for plots (%s)", summary.get("name"), exc)
+        return RunState()
+
+
+def _slot_use(state: RunState, name: str, path: Path) -> Path | None:
     from orchestrator.projections.plots import plot_slot_use, slot_intervals
 
-    intervals, slots = slot_intervals(events)  # every stage's: they share the slots
+    intervals, slots = slot_intervals(state)  # every stage's: they share the slots
     if not any(i.stage == name for i in intervals):
         return None
     return plot_slot_use(intervals, slots, f"stage {name}", path, stage=name)

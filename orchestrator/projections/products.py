@@ -38,7 +38,7 @@ class Product:
 
 
 def stage_product(stage: dict[str, Any]) -> Product:
-    """The product of a stage's summary, as its kind names it."""
-    from orchestrator.engine.kinds import kind_of
+    """The product of a stage's summary, as its kind's report names it."""
+    from orchestrator.projections.kinds import report_of
 
-    return kind_of(stage).product(stage)
+    return report_of(stage).product(stage)

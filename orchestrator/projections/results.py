@@ -77,10 +77,10 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def stage_lines(stage: dict[str, Any]) -> list[str]:
-    """What a person wants to know of a finished stage, as its kind says it."""
-    from orchestrator.engine.kinds import kind_of
+    """What a person wants to know of a finished stage, as its kind's report says it."""
+    from orchestrator.projections.kinds import report_of
 
-    return kind_of(stage).lines(stage)
+    return report_of(stage).lines(stage)
 
 
 def write_csv(results: dict[str, Any], out: IO[str]) -> None:

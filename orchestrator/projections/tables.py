@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.engine.kinds import kind_of
+from orchestrator.projections.kinds import report_of
 from orchestrator.projections.products import stage_product
 
 
@@ -54,7 +54,7 @@ def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -
     report.facts.append(("its test accuracy", fmt(product.test)))
     if product.baseline:
         report.facts.append((f"{product.baseline}: test accuracy", fmt(product.baseline_test)))
-    kind_of(summary).detail(report, summary, objectives or [])
+    report_of(summary).detail(report, summary, objectives or [])
     return report
 
 

@@ -1,5 +1,6 @@
-"""Stage kinds live behind one interface (orchestrator/engine/kinds): the rest of the
-orchestrator asks a stage's kind, never which kind it is."""
+"""Stage kinds live behind one interface (orchestrator/engine/kinds, and their reports
+in orchestrator/projections/kinds): the rest of the orchestrator asks a stage's kind,
+never which kind it is."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine.kinds import KINDS, StageKind, kind_of, stage_kind
+from orchestrator.engine.kinds import KINDS, StageKind, stage_kind
+from orchestrator.journal.state import RunState
+from orchestrator.projections.kinds import KindReport, kind_report, report_of
 from orchestrator.projections.products import Product
 from orchestrator.projections.tables import stage_report, to_markdown
 from orchestrator.spec.model import STAGE_KINDS, Stage
@@ -63,9 +66,18 @@ def test_the_spec_checks_each_kind_of_stage_without_the_engine() -> None:
     assert not above, above
 
 
+def test_every_kind_in_the_registry_has_a_report_of_its_name() -> None:
+    """A kind's reporting is found by its name in orchestrator/projections/kinds."""
+    for name in KINDS:
+        report = kind_report(name)
+        assert isinstance(report, KindReport) and report.name == name
+
+
 def test_an_unknown_kind_names_the_known_ones() -> None:
     with pytest.raises(KeyError, match="known: hpo, ensemble, transfer, train"):
         stage_kind("bagging")
+    with pytest.raises(KeyError, match="known: hpo, ensemble, transfer, train"):
+        kind_report("bagging")
 
 
 def test_no_module_outside_the_kinds_switches_on_a_stage_kind() -> None:
@@ -86,10 +98,10 @@ def test_each_kind_reports_a_stage_that_made_nothing(name: str) -> None:
     """A stage whose trials all failed still gets a product, lines and a report."""
     summary = {"name": "s", "kind": name, "trials": [], "best": None, "stop_reason": "failed",
                "n_trials": 0, "n_runs": 0}
-    kind = kind_of(summary)
+    kind = report_of(summary)
     product = kind.product(summary)
     assert isinstance(product, Product) and product.test is None
     assert kind.lines(summary) and all(isinstance(line, str) for line in kind.lines(summary))
     assert "stage s" in to_markdown(stage_report(summary))
     assert kind.checkpoint(summary) is None
-    assert kind.plots(summary, None, [], [], Path("/nonexistent")) == [] or name == "hpo"
+    assert kind.plots(summary, None, [], RunState(), Path("/nonexistent")) == [] or name == "hpo"

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.engine.plan import Plan, PlannedTrial
-from orchestrator.engine.trials import TrialRunner
+from orchestrator.engine.trials import KindTrials, TrialRunner
 from orchestrator.spec import Workflow
 
 
@@ -41,25 +41,32 @@ def trial_of(summary: dict[str, Any], trial_id: str) -> dict[str, Any]:
     return next((t for t in summary.get("trials") or [] if t.get("id") == trial_id), {})
 
 
-class PlannedRunner(TrialRunner):
-    """A stage whose trials are a fixed plan (``phases``) rather than a search."""
+class PlannedTrials(KindTrials):
+    """A stage whose trials are a fixed plan (``phases``) drawn from its sources
+    (the summaries of its ``from:`` stages) rather than a search."""
 
-    def __init__(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
-                 **kwargs: Any) -> None:
-        objective = source_objective(sources)
+    def __init__(self, sources: list[dict[str, Any]]) -> None:
         self.sources = sources
-        plan = Plan(self.phases(workflow, stage, sources, objective), objective)
-        super().__init__(workflow, stage, searcher=plan, objectives=[objective],
-                         trainer_spec=workflow.trainer_of(stage.name), **kwargs)
+
+    def runner(self, workflow: Workflow, stage: Any, **kwargs: Any) -> TrialRunner:
+        """The runner of the plan, holding this part; judged by its sources' objective."""
+        objective = source_objective(self.sources)
+        plan = Plan(self.phases(workflow, stage, self.sources, objective), objective)
+        return TrialRunner(workflow, stage, searcher=plan, objectives=[objective],
+                           trainer_spec=workflow.trainer_of(stage.name), part=self, **kwargs)
 
     def phases(self, workflow: Workflow, stage: Any, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
         raise NotImplementedError
 
-    def test_value(self, trial_id: str) -> float | None:
-        record = self.records.get(trial_id)
-        return None if record is None else record.metrics.get("test_accuracy")
 
-    def val_value(self, trial_id: str) -> float | None:
-        record = self.records.get(trial_id)
-        return None if record is None else record.metrics.get("val_accuracy")
+def trial_test_value(runner: TrialRunner, trial_id: str) -> float | None:
+    """A planned trial's test accuracy (None: it did not run)."""
+    record = runner.records.get(trial_id)
+    return None if record is None else record.metrics.get("test_accuracy")
+
+
+def trial_val_value(runner: TrialRunner, trial_id: str) -> float | None:
+    """A planned trial's validation accuracy (None: it did not run)."""
+    record = runner.records.get(trial_id)
+    return None if record is None else record.metrics.get("val_accuracy")

@@ -11,12 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.engine.kinds import PlotMaker, StageError, StageKind
-from orchestrator.engine.kinds._planned import PlannedRunner, completed
+from orchestrator.engine.kinds import StageError, StageKind
+from orchestrator.engine.kinds._planned import PlannedTrials, completed
 from orchestrator.engine.plan import Plan, PlannedTrial
 from orchestrator.engine.trials import TrialRunner
 from orchestrator.journal.journal import write_atomic
-from orchestrator.projections.products import Product
 from orchestrator.spec import EnsembleStage, Workflow
 
 log = logging.getLogger(__name__)
@@ -26,11 +25,15 @@ MEMBER_SEED = 1000  # members' seeds start here, apart from the search's default
 GREEDY_CANDIDATES = 10  # source trials considered by greedy member selection
 
 
-class EnsembleRunner(PlannedRunner):
+class EnsembleTrials(PlannedTrials):
     """Members chosen from an HPO stage, trained as ordinary trials, then combined."""
 
-    def __init__(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
-                 **kwargs: Any) -> None:
+    def __init__(self, sources: list[dict[str, Any]]) -> None:
+        super().__init__(sources)
+        self._pool: list[dict[str, Any]] = []  # greedy candidates awaiting predictions
+        self._val_predictions: Any = None
+
+    def runner(self, workflow: Workflow, stage: EnsembleStage, **kwargs: Any) -> TrialRunner:
         trainer = workflow.trainer_of(stage.name)
         if trainer.name is None:
             raise StageError(
@@ -38,30 +41,30 @@ class EnsembleRunner(PlannedRunner):
                 " members are combined from their predicted class probabilities, which"
                 " function and command trainers do not give"
             )
-        self._pool: list[dict[str, Any]] = []  # greedy candidates awaiting predictions
-        self._val_predictions: Any = None
-        super().__init__(workflow, stage, sources, **kwargs)
-        self.preparing = bool(self._pool)
+        runner = super().runner(workflow, stage, **kwargs)
+        runner.preparing = bool(self._pool)
+        return runner
 
-    def preparing_task(self) -> tuple[Any, ...] | None:
+    def preparing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
         """Greedy selection needs the candidates' predictions on validation data:
         computed in a Ray task, not in the driver, before any member trains."""
         if not self._pool:
             return None
         return (val_predictions, [t["checkpoint"] for t in self._pool])
 
-    def prepared(self, done: Any) -> None:
+    def prepared(self, runner: TrialRunner, done: Any) -> None:
+        stage = runner.stage
         if done.error is not None:
             log.warning("ensemble stage %s: predicting its candidates failed (%s); taking the"
-                        " top %d distinct configurations instead", self.stage.name, done.error,
-                        self.stage.members)
+                        " top %d distinct configurations instead", stage.name, done.error,
+                        stage.members)
             self._val_predictions = ()
         else:
             self._val_predictions = done.value
-        objective = self.objectives[0]
-        self.searcher = Plan(self.phases(self.workflow, self.stage, self.sources, objective),
-                             objective)
-        self._pool, self.preparing = [], False
+        objective = runner.objectives[0]
+        runner.searcher = Plan(self.phases(runner.workflow, stage, self.sources, objective),
+                               objective)
+        self._pool, runner.preparing = [], False
 
     def phases(self, workflow: Workflow, stage: EnsembleStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
@@ -122,21 +125,24 @@ class EnsembleRunner(PlannedRunner):
         rest = [t for t in self._distinct(candidates) if t not in order]
         return (order + rest)[:k]
 
-    def _members(self) -> list[Any]:
-        members = [r for r in self.records.values() if r.status == "completed" and r.checkpoint]
+    @staticmethod
+    def _members(runner: TrialRunner) -> list[Any]:
+        members = [r for r in runner.records.values()
+                   if r.status == "completed" and r.checkpoint]
         return sorted(members, key=lambda r: r.id)
 
-    def finishing_task(self) -> tuple[Any, ...] | None:
-        members = self._members()
+    def finishing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+        members = self._members(runner)
         if not members:
             return None
         return (member_predictions, [r.checkpoint for r in members])
 
-    def finalize(self, done: Any = None) -> dict[str, Any]:
+    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
         from orchestrator.engine.kinds.combine import accuracy, blend, combine_weights
 
-        summary = self.summary()
-        members = self._members()
+        summary = runner.summary()
+        stage = runner.stage
+        members = self._members(runner)
         if not members:
             summary["ensemble"] = None
             summary["stop_reason"] = "no member completed; there is no ensemble"
@@ -150,12 +156,12 @@ class EnsembleRunner(PlannedRunner):
         val_p = np.stack([p[0] for p in predictions])
         test_p = np.stack([p[2] for p in predictions])
         val_labels, test_labels = predictions[0][1], predictions[0][3]
-        weights = combine_weights(self.stage.combine, val_p, val_labels)
+        weights = combine_weights(stage.combine, val_p, val_labels)
         member_val = [accuracy(p, val_labels) for p in val_p]
         member_test = [accuracy(p, test_labels) for p in test_p]
         best = int(np.argmax(member_val))  # chosen on validation, reported on test
         ensemble = {
-            "combine": self.stage.combine,
+            "combine": stage.combine,
             "val_value": accuracy(blend(val_p, weights), val_labels),
             "test_value": accuracy(blend(test_p, weights), test_labels),
             "best_member_val_value": member_val[best],
@@ -165,11 +171,11 @@ class EnsembleRunner(PlannedRunner):
                 {"id": r.id, "config": r.config, "seed": r.config.get("seed"),
                  "weight": float(w), "val_value": mv, "test_value": mt,
                  "checkpoint": str(Path(r.checkpoint).resolve().relative_to(  # type: ignore[arg-type]
-                     self.run_dir.resolve()))}
+                     runner.run_dir.resolve()))}
                 for r, w, mv, mt in zip(members, weights, member_val, member_test, strict=True)
             ],
         }
-        write_atomic(ensemble_file(self.run_dir, self.stage.name), json.dumps(ensemble, indent=2))
+        write_atomic(ensemble_file(runner.run_dir, stage.name), json.dumps(ensemble, indent=2))
         summary["ensemble"] = ensemble
         return summary
 
@@ -208,83 +214,10 @@ def ensemble_file(run_dir: Path, stage: str) -> Path:
 
 class EnsembleKind(StageKind):
     name = "ensemble"
-    combines = True
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
-        return EnsembleRunner(workflow, stage, sources, **kwargs)
-
-    def product(self, summary: dict[str, Any]) -> Product:
-        ensemble = summary.get("ensemble")
-        if not ensemble:
-            return Product("no ensemble (no member completed)", "val_accuracy", None, None)
-        members = ensemble.get("members") or []
-        best = max(members, key=lambda m: m.get("val_value") or 0.0, default=None)
-        named = f" ({best['id']})" if best else ""
-        combine = f" ({ensemble['combine']})" if ensemble.get("combine") else ""
-        return Product(f"ensemble of {len(members)}{combine}", "val_accuracy",
-                       ensemble.get("val_value"), ensemble.get("test_value"),
-                       f"best member{named}", ensemble.get("best_member_test_value"))
-
-    def checkpoint(self, summary: dict[str, Any]) -> str | None:
-        """Its best member's (the ensemble itself is ensemble.json and the members)."""
-        return (summary.get("best") or {}).get("checkpoint")
-
-    def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.projections.tables import fmt
-
-        e, name = summary.get("ensemble"), summary["name"]
-        if not e:
-            return [f"{name}: {summary.get('stop_reason')}"]
-        weights = ", ".join(f"{m['id']} {m['weight']:.2f}" for m in e["members"])
-        return [f"{name}: ensemble ({e['combine']}) test {fmt(e['test_value'])} against its"
-                f" best member's {fmt(e['best_member_test_value'])} and the members' mean"
-                f" {fmt(e['mean_member_test_value'])}; weights {weights}"]
-
-    def detail(self, report: Any, summary: dict[str, Any], objectives: list[Any]) -> None:
-        """One row per member (the ensemble's own figures are the product's)."""
-        from orchestrator.projections.tables import fmt
-
-        ensemble = summary.get("ensemble")
-        if not ensemble:
-            return super().detail(report, summary, objectives)
-        report.facts.append(("members' mean: test accuracy",
-                             fmt(ensemble.get("mean_member_test_value"))))
-        members = ensemble.get("members", [])
-        names = sorted({k for m in members for k in (m.get("config") or {})})
-        report.columns = ["member", "seed", "weight", "validation", "test", *names,
-                          "checkpoint"]
-        for member in members:
-            config = member.get("config") or {}
-            report.rows.append([
-                fmt(member.get("id")), fmt(member.get("seed")), fmt(member.get("weight")),
-                fmt(member.get("val_value")), fmt(member.get("test_value")),
-                *[fmt(config.get(n)) for n in names], fmt(member.get("checkpoint")),
-            ])
-        report.caption = f"{len(members)} members"
-
-    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
-              events: list[dict[str, Any]], run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.projections.plots import plot_ensemble
-
-        if not summary.get("ensemble"):
-            return []
-        name = str(summary["name"])
-        return [("ensemble", lambda: plot_ensemble(name, summary["ensemble"],
-                                                   run_dir / "plots" / f"{name}.png"))]
-
-    def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
-        """The members with a weight, weights summing to one."""
-        from orchestrator.predict import PredictError
-
-        path = ensemble_file(run_dir, summary["name"])
-        if not path.exists():
-            raise PredictError(f"stage {summary['name']!r} made no ensemble"
-                               f" ({summary.get('stop_reason')})")
-        members = [m for m in json.loads(path.read_text())["members"] if m["weight"] > 0]
-        total = sum(m["weight"] for m in members)
-        return [run_dir / m["checkpoint"] for m in members], [m["weight"] / total
-                                                               for m in members]
+        return EnsembleTrials(sources).runner(workflow, stage, **kwargs)
 
 
 def _default(workflow: Workflow, stage: Any, key: str) -> Any:

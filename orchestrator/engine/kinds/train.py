@@ -7,16 +7,26 @@ from __future__ import annotations
 from typing import Any
 
 from orchestrator.engine.kinds import StageKind
-from orchestrator.engine.kinds._planned import PlannedRunner, best_config
+from orchestrator.engine.kinds._planned import (
+    PlannedTrials,
+    best_config,
+    trial_test_value,
+    trial_val_value,
+)
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
-from orchestrator.projections.products import Product
 from orchestrator.spec import TrainStage, Workflow
 
 TRIAL = "final"
 
 
-class TrainRunner(PlannedRunner):
+class TrainTrials(PlannedTrials):
+    """One run, or a population's winner replayed step by step."""
+
+    def __init__(self, sources: list[dict[str, Any]]) -> None:
+        super().__init__(sources)
+        self._untils: dict[str, Any] = {}  # a replayed step's trial id -> its last epoch
+
     def phases(self, workflow: Workflow, stage: TrainStage, sources: list[dict[str, Any]],
                objective: Any) -> list[list[PlannedTrial]]:
         """One run; or, from a population-based search, one trial per step of its
@@ -24,7 +34,6 @@ class TrainRunner(PlannedRunner):
         schedule = _schedule(sources) if stage.replay else []
         if not schedule:
             return [[PlannedTrial(TRIAL, {**best_config(sources), **stage.config})]]
-        self._untils = {}
         phases, previous = [], ()
         for i, step in enumerate(schedule):
             trial_id = TRIAL if i == len(schedule) - 1 else f"step-{i}"
@@ -34,30 +43,30 @@ class TrainRunner(PlannedRunner):
             previous = (trial_id,)
         return phases
 
-    def request_extras(self, trial: Any) -> dict[str, Any]:
+    def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
         settings: dict[str, Any] = {}
-        if self.stage.data != "train":
-            settings["train_data"] = self.stage.data
-        until = getattr(self, "_untils", {}).get(trial.id)
+        if runner.stage.data != "train":
+            settings["train_data"] = runner.stage.data
+        until = self._untils.get(trial.id)
         if until is None:
             return {"settings": settings} if settings else {}
         settings["epochs"] = int(until) if float(until).is_integer() else until
         extras: dict[str, Any] = {"settings": settings}
         if trial.parents:
-            record = self.records.get(trial.parents[0])
+            record = runner.records.get(trial.parents[0])
             if record is None or record.status != "completed" or not record.checkpoint:
                 raise SkipTrial(f"{trial.parents[0]} did not complete: nothing to carry on from")
             extras["continue_from"] = str(record.checkpoint)
         return extras
 
-    def finalize(self, done: Any = None) -> dict[str, Any]:
-        summary = self.summary()
-        record = self.records.get(TRIAL)
+    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
+        summary = runner.summary()
+        record = runner.records.get(TRIAL)
         summary["train"] = {
-            "data": self.stage.data,
+            "data": runner.stage.data,
             "config": record.config if record else None,
-            "test_value": self.test_value(TRIAL),
-            "val_value": self.val_value(TRIAL),
+            "test_value": trial_test_value(runner, TRIAL),
+            "val_value": trial_val_value(runner, TRIAL),
             "checkpoint": record.checkpoint if record else None,
         }
         return summary
@@ -78,28 +87,7 @@ class TrainKind(StageKind):
 
     def runner(self, workflow: Any, stage: Any, sources: list[dict[str, Any]],
                **kwargs: Any) -> TrialRunner:
-        return TrainRunner(workflow, stage, sources, **kwargs)
-
-    def product(self, summary: dict[str, Any]) -> Product:
-        train = summary.get("train") or {}
-        data = train.get("data") or "train"
-        held_out = data == "train"  # with train+val the validation split was trained on
-        return Product(f"model trained on {data}", "val_accuracy",
-                       train.get("val_value") if held_out else None, train.get("test_value"))
-
-    def product_trial(self, summary: dict[str, Any]) -> str | None:
-        return TRIAL
-
-    def checkpoint(self, summary: dict[str, Any]) -> str | None:
-        return (summary.get("train") or {}).get("checkpoint") or super().checkpoint(summary)
-
-    def lines(self, summary: dict[str, Any]) -> list[str]:
-        from orchestrator.projections.tables import fmt
-
-        t = summary.get("train") or {}
-        config = ", ".join(f"{k}={fmt(v)}" for k, v in (t.get("config") or {}).items())
-        return [f"{summary['name']}: trained on {t.get('data')} with {config}; test"
-                f" {fmt(t.get('test_value'))}"]
+        return TrainTrials(sources).runner(workflow, stage, **kwargs)
 
 
 KIND = TrainKind()

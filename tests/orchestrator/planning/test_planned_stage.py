@@ -103,15 +103,16 @@ def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr
            f" {per_rank * plan['dp']}" in text
     # A driver that resumes the stage rebuilds the same account from the journal
     # (on other slots, where it would plan otherwise).
-    from orchestrator.engine.kinds.hpo import HpoRunner, replanned_lines
+    from orchestrator.engine.kinds.hpo import hpo_runner
+    from orchestrator.projections.kinds.hpo import replanned_lines
 
     log = read_events(tmp_path / "journal.jsonl")
     journal = Journal(tmp_path / "resumed.jsonl")
     try:
         workflow = planned(40)
-        runner = HpoRunner(workflow, workflow.stage("tune"), run_dir=tmp_path, journal=journal,
-                           backend=SimulatedBackend(8, 8, fixed_trials(60.0), seed=2),
-                           events=log)
+        runner = hpo_runner(workflow, workflow.stage("tune"), run_dir=tmp_path, journal=journal,
+                            backend=SimulatedBackend(8, 8, fixed_trials(60.0), seed=2),
+                            events=log)
         runner.restore(log)
     finally:
         journal.close()

@@ -1,0 +1,106 @@
+"""How each stage kind is reported: one module here per kind, named after it
+(``hpo.py`` for the hpo kind), defining ``REPORT``, a :class:`KindReport`.
+
+A kind's report says what the stage made of its trials: its product (with the
+figure it is compared against), the lines ``nestor results`` prints, the detail
+table of its summary.md/html, its plots, its MLflow headline metrics and
+best checkpoint, and the model ``nestor predict`` loads. How the stage runs
+(its trials, what it writes into its summary) is the kind's in
+``orchestrator/engine/kinds``; the reports only read the summary, the journal's
+fold and the run directory, so the engine never imports them.
+
+Modules load on first use: printing results imports no runner.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.engine.kinds import KINDS
+
+if TYPE_CHECKING:
+    from orchestrator.journal.state import RunState
+    from orchestrator.projections.products import Product
+    from orchestrator.projections.tables import Report
+
+PlotMaker = tuple[str, Callable[[], "Path | None"]]  # (what it shows, draw it)
+
+
+class NoModel(Exception):
+    """A stage left nothing to predict with; the message says why."""
+
+
+class KindReport:
+    """One kind's reporting. Subclasses set ``name`` and override what differs;
+    the defaults suit a stage whose product is one trial's model. A kind keeps
+    its own results in the stage summary under its name (``summary["transfer"]``)."""
+
+    name: ClassVar[str]
+    # Its product combines several models: ``nestor predict``'s default stage.
+    combines: ClassVar[bool] = False
+
+    def product(self, summary: dict[str, Any]) -> Product:
+        """What the stage made, with the figure it is compared against."""
+        raise NotImplementedError
+
+    def product_trial(self, summary: dict[str, Any]) -> str | None:
+        """The id of the trial whose model is the product, if one trial's is."""
+        return None
+
+    def lines(self, summary: dict[str, Any]) -> list[str]:
+        """What a person wants to know of the finished stage, for ``nestor results``."""
+        raise NotImplementedError
+
+    def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
+        """The detail table of the stage's summary.md/html: every trial, by default."""
+        from orchestrator.projections.tables import trials_table
+
+        if summary.get("trials"):
+            trials_table(report, summary["trials"], objectives)
+
+    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
+              state: RunState, run_dir: Path) -> list[PlotMaker]:
+        """The kind's own plots (every kind also gets its slot use); ``state`` is
+        the journal's fold."""
+        return []
+
+    def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """Metrics of the stage's MLflow run, so the runs table sorts stages by them:
+        the product's, since a stage's best trial is not always what it made (a
+        transfer stage's is its pretraining run)."""
+        product = self.product(summary)
+        return {"product_value": product.value, "product_test_value": product.test,
+                "baseline_test_value": product.baseline_test}
+
+    def checkpoint(self, summary: dict[str, Any]) -> str | None:
+        """The checkpoint logged as the stage run's ``best_checkpoint``: the product's."""
+        wanted = self.product_trial(summary)
+        trial = next((t for t in summary.get("trials") or [] if t.get("id") == wanted), None)
+        return (trial or {}).get("checkpoint")
+
+    def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
+        """Checkpoints and weights that predict like the product (``nestor predict``);
+        :class:`NoModel` where there are none."""
+        checkpoint = self.checkpoint(summary)
+        if not checkpoint or not Path(checkpoint).is_file():
+            raise NoModel(f"stage {summary.get('name')!r} has no saved model to predict"
+                          " with (function and command trainers save none; or its trials"
+                          " failed)")
+        return [Path(checkpoint)], [1.0]
+
+
+def kind_report(name: str) -> KindReport:
+    """The report of the kind called ``name`` (a KeyError names the known kinds)."""
+    if name not in KINDS:
+        raise KeyError(f"unknown stage kind {name!r} (known: {', '.join(KINDS)})")
+    report: KindReport = importlib.import_module(f"{__name__}.{name}").REPORT
+    return report
+
+
+def report_of(summary: dict[str, Any]) -> KindReport:
+    """The report of a stage's summary's kind (results.json; an old one without
+    ``kind`` is hpo)."""
+    return kind_report(str(summary.get("kind") or "hpo"))

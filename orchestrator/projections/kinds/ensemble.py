@@ -1,0 +1,90 @@
+"""The ensemble stage's report: the ensemble is the product, its best member
+the baseline; one row per member is its detail, and ``nestor predict`` loads
+the members with their weights."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from orchestrator.journal.state import RunState
+from orchestrator.projections.kinds import KindReport, NoModel, PlotMaker
+from orchestrator.projections.products import Product
+from orchestrator.projections.tables import Report, fmt
+
+
+class EnsembleReport(KindReport):
+    name = "ensemble"
+    combines = True
+
+    def product(self, summary: dict[str, Any]) -> Product:
+        ensemble = summary.get("ensemble")
+        if not ensemble:
+            return Product("no ensemble (no member completed)", "val_accuracy", None, None)
+        members = ensemble.get("members") or []
+        best = max(members, key=lambda m: m.get("val_value") or 0.0, default=None)
+        named = f" ({best['id']})" if best else ""
+        combine = f" ({ensemble['combine']})" if ensemble.get("combine") else ""
+        return Product(f"ensemble of {len(members)}{combine}", "val_accuracy",
+                       ensemble.get("val_value"), ensemble.get("test_value"),
+                       f"best member{named}", ensemble.get("best_member_test_value"))
+
+    def checkpoint(self, summary: dict[str, Any]) -> str | None:
+        """Its best member's (the ensemble itself is ensemble.json and the members)."""
+        return (summary.get("best") or {}).get("checkpoint")
+
+    def lines(self, summary: dict[str, Any]) -> list[str]:
+        e, name = summary.get("ensemble"), summary["name"]
+        if not e:
+            return [f"{name}: {summary.get('stop_reason')}"]
+        weights = ", ".join(f"{m['id']} {m['weight']:.2f}" for m in e["members"])
+        return [f"{name}: ensemble ({e['combine']}) test {fmt(e['test_value'])} against its"
+                f" best member's {fmt(e['best_member_test_value'])} and the members' mean"
+                f" {fmt(e['mean_member_test_value'])}; weights {weights}"]
+
+    def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
+        """One row per member (the ensemble's own figures are the product's)."""
+        ensemble = summary.get("ensemble")
+        if not ensemble:
+            return super().detail(report, summary, objectives)
+        report.facts.append(("members' mean: test accuracy",
+                             fmt(ensemble.get("mean_member_test_value"))))
+        members = ensemble.get("members", [])
+        names = sorted({k for m in members for k in (m.get("config") or {})})
+        report.columns = ["member", "seed", "weight", "validation", "test", *names,
+                          "checkpoint"]
+        for member in members:
+            config = member.get("config") or {}
+            report.rows.append([
+                fmt(member.get("id")), fmt(member.get("seed")), fmt(member.get("weight")),
+                fmt(member.get("val_value")), fmt(member.get("test_value")),
+                *[fmt(config.get(n)) for n in names], fmt(member.get("checkpoint")),
+            ])
+        report.caption = f"{len(members)} members"
+
+    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
+              state: RunState, run_dir: Path) -> list[PlotMaker]:
+        from orchestrator.projections.plots import plot_ensemble
+
+        if not summary.get("ensemble"):
+            return []
+        name = str(summary["name"])
+        return [("ensemble", lambda: plot_ensemble(name, summary["ensemble"],
+                                                   run_dir / "plots" / f"{name}.png"))]
+
+    def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
+        """The members with a weight, weights summing to one."""
+        from orchestrator.engine.kinds.ensemble import ensemble_file  # loaded when asked
+
+        path = ensemble_file(run_dir, summary["name"])
+        if not path.exists():
+            raise NoModel(f"stage {summary['name']!r} made no ensemble"
+                          f" ({summary.get('stop_reason')})")
+        members = [m for m in json.loads(path.read_text())["members"] if m["weight"] > 0]
+        total = sum(m["weight"] for m in members)
+        return [run_dir / m["checkpoint"] for m in members], [m["weight"] / total
+                                                               for m in members]
+
+
+REPORT = EnsembleReport()

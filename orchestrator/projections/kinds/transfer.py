@@ -1,0 +1,62 @@
+"""The transfer stage's report: the fine-tuned model is the product, training
+from scratch on the same budget its baseline; learning curves are its detail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from orchestrator.journal.state import RunState
+from orchestrator.projections.kinds import KindReport, PlotMaker
+from orchestrator.projections.products import Product
+from orchestrator.projections.tables import Report, fmt
+
+
+class TransferReport(KindReport):
+    name = "transfer"
+
+    def product(self, summary: dict[str, Any]) -> Product:
+        transfer = summary.get("transfer") or {}
+        what = ("combined sub-models, fine-tuned" if transfer.get("mode") == "hierarchical"
+                else "fine-tuned model")
+        return Product(what, "val_accuracy", transfer.get("val_value"),
+                       transfer.get("test_value"), "from scratch, same budget",
+                       transfer.get("scratch_test_value"))
+
+    def product_trial(self, summary: dict[str, Any]) -> str | None:
+        from orchestrator.engine.kinds.transfer import tuned_trial  # loaded when asked
+
+        return tuned_trial((summary.get("transfer") or {}).get("mode"))
+
+    def lines(self, summary: dict[str, Any]) -> list[str]:
+        t = summary.get("transfer") or {}
+        return [f"{summary['name']}: {t.get('mode', 'finetune')} on the target, test"
+                f" {fmt(t.get('test_value'))}, against training from scratch on the same"
+                f" budget {fmt(t.get('scratch_test_value'))}"]
+
+    def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
+        """Learning curves, one row per epoch (the test accuracies are the product's)."""
+        if not summary.get("transfer"):
+            return super().detail(report, summary, objectives)
+        curves = summary["transfer"].get("curves") or {}
+        metrics = sorted({k for points in curves.values() for p in points for k in p
+                          if k != "epoch"})
+        report.columns = ["phase", "epoch", *metrics]
+        for phase, points in curves.items():
+            for point in points or []:
+                report.rows.append([phase, fmt(point.get("epoch")),
+                                    *[fmt(point.get(m)) for m in metrics]])
+        report.caption = "learning curves, one row per epoch"
+
+    def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
+              state: RunState, run_dir: Path) -> list[PlotMaker]:
+        from orchestrator.projections.plots import plot_transfer
+
+        if not summary.get("transfer"):
+            return []
+        name = str(summary["name"])
+        return [("transfer", lambda: plot_transfer(name, summary["transfer"],
+                                                   run_dir / "plots" / f"{name}.png"))]
+
+
+REPORT = TransferReport()
