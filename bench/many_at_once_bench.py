@@ -7,7 +7,10 @@ ran on them: a rotated 8-D ellipsoid, 6-D Ackley, 4-D Styblinski-Tang, an
 HPO-like mixed space (log floats, integers, two categoricals) and two
 multi-fidelity problems (1-81 epochs; one whose short trainings mislead, one
 whose do not). ``--problems dev`` runs the first run's problems, on which the
-genetic search's operators were tuned (issue 29 item 5).
+genetic search's operators were tuned (issue 29 item 5), ``--problems dev-numeric``
+the three of them that are numbers only; ``--only`` takes nestor searches with their
+settings as well (``ALGO:KEY=VALUE,...``), so a sweep of what a rule of ``auto``
+might pick runs on the dev problems beside ``auto`` and the published searchers.
 
 Each search runs ``ROUNDS x width`` full trainings' worth (epochs on a
 multi-fidelity problem, where ``auto`` is told ``max_fidelity`` and the others
@@ -23,6 +26,8 @@ with ``--jobs`` runs side by side).
 
     python bench/many_at_once_bench.py --jobs 4                   # 3 seeds
     python bench/many_at_once_bench.py --problems dev --widths 16 64
+    python bench/many_at_once_bench.py --problems dev-numeric --widths 16 32 --seeds 5 \
+        --tag rule3a --only auto ngopt bayesian:sampler=lq-cmaes,population=16 ...
 
 nevergrad is pinned in pyproject.toml's ``bench`` extra and requirements.lock, so
 ``make setup`` installs it (nestor itself never imports it). DeepHyper 0.13.2 installs
@@ -190,7 +195,10 @@ HELDOUT_PROBLEMS = (
     # Multi-fidelity with one pace everywhere: short trainings rank faithfully.
     Problem("mf-faithful-5d", UNIT5, _mf_floor, MAX_EPOCHS, lambda c: 12.0),
 )  # fmt: skip
-PROBLEM_SETS = {"heldout": HELDOUT_PROBLEMS, "dev": DEV_PROBLEMS}
+# The dev problems that are numbers only, for sweeps of what a rule for numeric spaces
+# might pick (lq-CMA-ES refuses a categorical).
+PROBLEM_SETS = {"heldout": HELDOUT_PROBLEMS, "dev": DEV_PROBLEMS,
+                "dev-numeric": DEV_PROBLEMS[:3]}
 PROBLEMS = HELDOUT_PROBLEMS
 
 
@@ -201,10 +209,32 @@ def duration(config: dict[str, Any], problem: Problem) -> float:
     return 0.5 * 4 ** digest
 
 
+def candidate(name: str) -> tuple[str, dict[str, Any]]:
+    """A nestor search named with its settings, ``ALGO:KEY=VALUE,...`` (values read as
+    int, float or text): what a rule of ``auto`` might pick, run beside it in a sweep.
+
+    >>> candidate("genetic:population=16,crossover=de")
+    ('genetic', {'population': 16, 'crossover': 'de'})
+    """
+    algorithm, _, rest = name.partition(":")
+    settings: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, _, text = item.partition("=")
+        for kind in (int, float):
+            try:
+                settings[key] = kind(text)
+                break
+            except ValueError:
+                continue
+        else:
+            settings[key] = text
+    return algorithm, settings
+
+
 class _Nestor:
     def __init__(self, algorithm: str, problem: Problem, seed: int, width: int,
-                 budget: int) -> None:  # fmt: skip
-        settings: dict[str, Any] = {"budget": budget}
+                 budget: int, extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+        settings: dict[str, Any] = {"budget": budget, **(extra or {})}
         if algorithm == "auto":
             settings["parallel"] = width
             if problem.fidelity is not None:
@@ -212,7 +242,9 @@ class _Nestor:
         self.searcher = make_searcher(algorithm, problem.space, [Objective("y", "min")],
                                       seed=seed, **settings)  # fmt: skip
         choice = self.searcher.auto_choice
-        self.label = choice.label() if choice is not None else algorithm
+        described = ", ".join(f"{k} {v}" for k, v in (extra or {}).items())
+        self.label = choice.label() if choice is not None else " ".join(
+            filter(None, (algorithm, described)))
         self.full = problem.fidelity
 
     def ask(self, n: int) -> list[tuple[Any, dict[str, Any], float, float]]:
@@ -386,6 +418,9 @@ def available(name: str) -> bool:
 def make(name: str, problem: Problem, seed: int, width: int, budget: int) -> Any:
     if name in ("auto", "random"):
         return _Nestor(name, problem, seed, width, budget)
+    if ":" in name:
+        algorithm, settings = candidate(name)
+        return _Nestor(algorithm, problem, seed, width, budget, settings)
     return COMPETITORS[name](problem, seed, width, budget)
 
 
@@ -529,6 +564,7 @@ def main(argv: list[str] | None = None) -> None:
         by_width.append({"width": width, "evaluations": ROUNDS * width, "rows": rows,
                          "left_out": sorted(set(names) - set(here))})
     result = {"machine": machine.finish(start), "seeds": args.seeds, "rounds": ROUNDS,
+              "problem_set": args.problems,
               "problems": [p.name for p in problems],
               "multi_fidelity": [p.name for p in problems if p.fidelity is not None],
               "max_fidelity": MAX_EPOCHS, "max_width": limit,
@@ -536,6 +572,7 @@ def main(argv: list[str] | None = None) -> None:
               "not_installed": [n for n in (args.only or SEARCHES) if not available(n)],
               "failed": broken, "widths": by_width}
     name = "many_at_once" if args.problems == "heldout" else f"many_at_once_{args.problems}"
+    name = name.replace("-", "_")
     name += f"_{args.tag}" if args.tag else ""
     print(f"written: {machine.write_result(name, result)}")
 

@@ -62,6 +62,18 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    NGOpt 0.0035), its ask 54-126 ms a trial. The rule stands for want of a
    better one judged on problems it was not fitted on.
 
+3a. 16 to 63 trials at once, a budget of at least four rounds of them, one
+   objective and only numbers (as rule 5): lq-CMA-ES (rule 5's search) with a
+   generation as wide as the slots, so a generation fills every slot and the
+   quadratic model's optimum joins the next. Why (``bench/many_at_once_bench.py
+   --problems dev-numeric``, the dev problems 5-D sphere, Rosenbrock and
+   Rastrigin, 6 rounds of the width, 5 seeds; committed result
+   ``bench/results/many_at_once_dev_numeric_rule3a.json``): (figures follow the committed run).
+   What it costs: CMA-ES tells a generation whole, so slots idle while its
+   last trials finish (about a third of slot time here, where trials take 0.5
+   to 2 units); the genetic search idles none. Spaces with categoricals or
+   few-valued integers keep rule 3 (the genetic search did best on the mixed
+   dev problem at 16 at once).
 3. Many trials at once (``parallel`` of 16 or more) and a budget of at least
    four rounds of them: genetic search, asynchronous (no slot idles behind a
    straggler), with a population of 16 whatever the width: the first round
@@ -154,6 +166,7 @@ from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MANY_AT_ONCE = 16  # from here on, parallelism decides (rule 3)
 SURROGATE_AT_ONCE = 4  # lq-CMA-ES up to this many trials at once (rule 5)
+GENETIC_AT_ONCE = 64  # below this, numbers only: lq-CMA-ES, a generation a width (rule 3a)
 DEME_SIZE = 16  # rule 3's population, whatever the width
 DE_AT_ONCE = 256  # from here on, rule 3's children come by differential evolution
 STARTUP_TRIALS = 10
@@ -289,6 +302,18 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
         multi_fidelity = _hyperband(budget, max_fidelity)
         if multi_fidelity is not None:
             return multi_fidelity
+    numeric = kinds["categorical"] == 0 and kinds["few-valued int"] == 0
+    if (MANY_AT_ONCE <= parallel < GENETIC_AT_ONCE and budget >= 4 * parallel
+            and len(objectives) == 1 and numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS):
+        return AutoChoice(
+            "bayesian",
+            {"budget": budget, "sampler": "lq-cmaes", "population": parallel},
+            f"{dims} numeric parameters, one objective and {parallel} trials at once:"
+            f" lq-CMA-ES with a generation of {parallel}, one candidate per slot, ranked on"
+            " a quadratic model of the trials run whose optimum joins the next generation;"
+            " on the dev problems at 16 and 32 at once it ended below the genetic search"
+            " on every one, though slots idle while a generation's last trials finish",
+        )  # fmt: skip
     if parallel >= MANY_AT_ONCE and budget >= 4 * parallel:
         crossover = "de" if parallel >= DE_AT_ONCE else "blend"
         return AutoChoice(
@@ -312,7 +337,6 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             f"{len(objectives)} objectives: multivariate TPE models them together"
             " (CMA-ES optimizes one)",
         )
-    numeric = kinds["categorical"] == 0 and kinds["few-valued int"] == 0
     if numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS and parallel <= SURROGATE_AT_ONCE:
         return AutoChoice(
             "bayesian",
