@@ -961,11 +961,13 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
         if left:
             lines += ["Left out here: " + "; ".join(left) + ".", ""]
         gone |= set(w.get("left_out", [])) & set(r.get("failed", {}))
-        verdicts.append(f"at {w['width']:,}, {many_verdict(w['rows'])}")
+        if any(x["search"] == "auto" for x in w["rows"]):  # a sweep may leave auto out
+            verdicts.append(f"at {w['width']:,}, {many_verdict(w['rows'])}")
     if gone:
         lines += ["Could not run at any width: " + "; ".join(
             _why_left_out(n, r) for n in sorted(gone)) + ".", ""]
-    lines += ["Auto: " + "; ".join(verdicts) + ".", ""]
+    if verdicts:
+        lines += ["Auto: " + "; ".join(verdicts) + ".", ""]
     return lines
 
 
