@@ -399,7 +399,12 @@ SEARCHES = ("auto", "random", *COMPETITORS)
 # cores at load 20-40, issue 29 session 3): Optuna's TPE asks in 142 ms a trial at 64
 # at once and refits on every trial; one DeepHyper CBO run of 96 trials at 16 at once
 # took 408 s (ask 38 ms a trial, the rest in tell and its start), 18 runs per width;
-# NGOpt asked in 126 ms a trial at 16 (the results keep each ask time).
+# NGOpt asked in 126 ms a trial at 16 (the results keep each ask time). So the default
+# run stops NGOpt at 16; it ran further as separate runs (``--ngopt-max-width``, files
+# many_at_once_ngopt64/256.json: 16 ms a trial at 256). At 1,024 (6,144 trials a run)
+# a run at load 28 got 8 % of a core per process and none of 12 finished in 6 minutes
+# (issue 29 session 4): not run. TPE past 64 would ask 1,536 trials a run, each slower
+# than the last (142 ms at 384): over an hour a width here.
 MAX_WIDTH = {"optuna-tpe": 64, "cbo": 0, "ngopt": 16}
 MODULES = {"ngopt": "nevergrad", "cbo": "deephyper"}
 

@@ -52,3 +52,13 @@ def test_a_multi_fidelity_problem_spends_the_epochs_of_its_full_trainings() -> N
     config = {f"x{i}": 0.4 + 0.05 * i for i in range(5)}  # the floor's optimum
     assert problem.loss(config, problem.fidelity) < problem.loss(config, 3) < wide.UNTRAINED
     assert result["best"] >= problem.loss(config, problem.fidelity)
+
+
+def test_a_sweep_runs_a_nestor_search_with_the_settings_named() -> None:
+    """``--only ALGO:KEY=VALUE,...`` runs that search with those settings (rule sweeps)."""
+    assert wide.candidate("bayesian:sampler=lq-cmaes,population=16") == (
+        "bayesian", {"sampler": "lq-cmaes", "population": 16})
+    result = wide.run("genetic:population=8,schedule=async,sigma=0.2",
+                      wide.PROBLEM_SETS["dev-numeric"][0], 0, 16)
+    assert result["label"] == "genetic population 8, schedule async, sigma 0.2"
+    assert result["evaluations"] == wide.ROUNDS * 16
