@@ -212,6 +212,9 @@ def run_ngopt(problem: Problem, seed: int, budget: int, parallel: int) -> float:
     import nevergrad as ng
     import numpy as np
 
+    from bench.nevergrad_numpy2 import patch_nevergrad_for_numpy2
+
+    patch_nevergrad_for_numpy2()
     params = {}
     for p in problem.space.searched:
         if isinstance(p, FloatParam):

@@ -61,6 +61,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine
+from bench.nevergrad_numpy2 import patch_nevergrad_for_numpy2
 from bench.problems import rotation
 from bench.stats import spread
 from search import Objective, make_searcher
@@ -309,30 +310,11 @@ class _OptunaTPE(_Full):
         self.study.tell(key, value)
 
 
-def _patch_nevergrad_for_numpy2() -> None:
-    """nevergrad 1.0.12's MetaModel (which NGOpt picks for these budgets) scores its
-    surrogate with ``float(model.predict(x[None, :]))`` (optimization/metamodel.py,
-    line 177): ``predict`` returns a 1-element 1-D array, and NumPy 2 made float() of
-    an array with ndim > 0 an error ("only 0-dimensional arrays can be converted to
-    Python scalars"; deprecated since NumPy 1.25). That module's ``float`` is shadowed
-    by one that takes the single element, so NGOpt runs as published."""
-    import builtins
-
-    import numpy as np
-    from nevergrad.optimization import metamodel
-
-    def scalar(value: Any) -> float:
-        return builtins.float(np.asarray(value).reshape(-1)[0]) if np.ndim(value) else (
-            builtins.float(value))
-
-    metamodel.float = scalar  # type: ignore[attr-defined]
-
-
 class _NGOpt(_Full):
     def __init__(self, problem: Problem, seed: int, width: int, budget: int) -> None:
         import nevergrad as ng
 
-        _patch_nevergrad_for_numpy2()
+        patch_nevergrad_for_numpy2()
         params: dict[str, Any] = {}
         for p in problem.space.searched:
             if isinstance(p, CategoricalParam):
