@@ -7,7 +7,10 @@ ran on them: a rotated 8-D ellipsoid, 6-D Ackley, 4-D Styblinski-Tang, an
 HPO-like mixed space (log floats, integers, two categoricals) and two
 multi-fidelity problems (1-81 epochs; one whose short trainings mislead, one
 whose do not). ``--problems dev`` runs the first run's problems, on which the
-genetic search's operators were tuned (issue 29 item 5).
+genetic search's operators were tuned (issue 29 item 5), ``--problems dev-numeric``
+the three of them that are numbers only; ``--only`` takes nestor searches with their
+settings as well (``ALGO:KEY=VALUE,...``), so a sweep of what a rule of ``auto``
+might pick runs on the dev problems beside ``auto`` and the published searchers.
 
 Each search runs ``ROUNDS x width`` full trainings' worth (epochs on a
 multi-fidelity problem, where ``auto`` is told ``max_fidelity`` and the others
@@ -23,10 +26,16 @@ with ``--jobs`` runs side by side).
 
     python bench/many_at_once_bench.py --jobs 4                   # 3 seeds
     python bench/many_at_once_bench.py --problems dev --widths 16 64
+    python bench/many_at_once_bench.py --problems dev-numeric --widths 16 32 --seeds 5 \
+        --tag rule3a --only auto ngopt bayesian:sampler=lq-cmaes,population=16 ...
 
-nevergrad and DeepHyper are bench-only dependencies, not nestor's (install them
-beside the venv, e.g. ``pip install --target DIR``, and put DIR on PYTHONPATH);
-where one does not import it is left out and the results say so. Past
+nevergrad is pinned in pyproject.toml's ``bench`` extra and requirements.lock, so
+``make setup`` installs it (nestor itself never imports it). DeepHyper 0.13.2 installs
+beside the lock without changing a pin, but is not pinned: CBO refits its model on
+every tell, and one run of 96 trials at 16 at once took 408 s on this machine (18 runs
+a width), so it is left out at every width (``MAX_WIDTH``); install it yourself
+(``pip install deephyper``) and pass ``--cbo-max-width`` to run it. Where a
+competitor does not import it is left out and the results say so. Past
 ``MAX_WIDTH`` a searcher is left out (its ask time grows with the trials told),
 and the multi-fidelity problems run only up to ``--mf-max-width``. It writes
 bench/results/many_at_once.json (``--problems dev``: many_at_once_dev.json).
@@ -52,6 +61,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine
+from bench.nevergrad_numpy2 import patch_nevergrad_for_numpy2
 from bench.problems import rotation
 from bench.stats import spread
 from search import Objective, make_searcher
@@ -186,7 +196,10 @@ HELDOUT_PROBLEMS = (
     # Multi-fidelity with one pace everywhere: short trainings rank faithfully.
     Problem("mf-faithful-5d", UNIT5, _mf_floor, MAX_EPOCHS, lambda c: 12.0),
 )  # fmt: skip
-PROBLEM_SETS = {"heldout": HELDOUT_PROBLEMS, "dev": DEV_PROBLEMS}
+# The dev problems that are numbers only, for sweeps of what a rule for numeric spaces
+# might pick (lq-CMA-ES refuses a categorical).
+PROBLEM_SETS = {"heldout": HELDOUT_PROBLEMS, "dev": DEV_PROBLEMS,
+                "dev-numeric": DEV_PROBLEMS[:3]}
 PROBLEMS = HELDOUT_PROBLEMS
 
 
@@ -197,10 +210,32 @@ def duration(config: dict[str, Any], problem: Problem) -> float:
     return 0.5 * 4 ** digest
 
 
+def candidate(name: str) -> tuple[str, dict[str, Any]]:
+    """A nestor search named with its settings, ``ALGO:KEY=VALUE,...`` (values read as
+    int, float or text): what a rule of ``auto`` might pick, run beside it in a sweep.
+
+    >>> candidate("genetic:population=16,crossover=de")
+    ('genetic', {'population': 16, 'crossover': 'de'})
+    """
+    algorithm, _, rest = name.partition(":")
+    settings: dict[str, Any] = {}
+    for item in filter(None, rest.split(",")):
+        key, _, text = item.partition("=")
+        for kind in (int, float):
+            try:
+                settings[key] = kind(text)
+                break
+            except ValueError:
+                continue
+        else:
+            settings[key] = text
+    return algorithm, settings
+
+
 class _Nestor:
     def __init__(self, algorithm: str, problem: Problem, seed: int, width: int,
-                 budget: int) -> None:  # fmt: skip
-        settings: dict[str, Any] = {"budget": budget}
+                 budget: int, extra: dict[str, Any] | None = None) -> None:  # fmt: skip
+        settings: dict[str, Any] = {"budget": budget, **(extra or {})}
         if algorithm == "auto":
             settings["parallel"] = width
             if problem.fidelity is not None:
@@ -208,7 +243,9 @@ class _Nestor:
         self.searcher = make_searcher(algorithm, problem.space, [Objective("y", "min")],
                                       seed=seed, **settings)  # fmt: skip
         choice = self.searcher.auto_choice
-        self.label = choice.label() if choice is not None else algorithm
+        described = ", ".join(f"{k} {v}" for k, v in (extra or {}).items())
+        self.label = choice.label() if choice is not None else " ".join(
+            filter(None, (algorithm, described)))
         self.full = problem.fidelity
 
     def ask(self, n: int) -> list[tuple[Any, dict[str, Any], float, float]]:
@@ -273,30 +310,11 @@ class _OptunaTPE(_Full):
         self.study.tell(key, value)
 
 
-def _patch_nevergrad_for_numpy2() -> None:
-    """nevergrad 1.0.12's MetaModel (which NGOpt picks for these budgets) scores its
-    surrogate with ``float(model.predict(x[None, :]))`` (optimization/metamodel.py,
-    line 177): ``predict`` returns a 1-element 1-D array, and NumPy 2 made float() of
-    an array with ndim > 0 an error ("only 0-dimensional arrays can be converted to
-    Python scalars"; deprecated since NumPy 1.25). That module's ``float`` is shadowed
-    by one that takes the single element, so NGOpt runs as published."""
-    import builtins
-
-    import numpy as np
-    from nevergrad.optimization import metamodel
-
-    def scalar(value: Any) -> float:
-        return builtins.float(np.asarray(value).reshape(-1)[0]) if np.ndim(value) else (
-            builtins.float(value))
-
-    metamodel.float = scalar  # type: ignore[attr-defined]
-
-
 class _NGOpt(_Full):
     def __init__(self, problem: Problem, seed: int, width: int, budget: int) -> None:
         import nevergrad as ng
 
-        _patch_nevergrad_for_numpy2()
+        patch_nevergrad_for_numpy2()
         params: dict[str, Any] = {}
         for p in problem.space.searched:
             if isinstance(p, CategoricalParam):
@@ -363,7 +381,12 @@ SEARCHES = ("auto", "random", *COMPETITORS)
 # cores at load 20-40, issue 29 session 3): Optuna's TPE asks in 142 ms a trial at 64
 # at once and refits on every trial; one DeepHyper CBO run of 96 trials at 16 at once
 # took 408 s (ask 38 ms a trial, the rest in tell and its start), 18 runs per width;
-# NGOpt asked in 126 ms a trial at 16 (the results keep each ask time).
+# NGOpt asked in 126 ms a trial at 16 (the results keep each ask time). So the default
+# run stops NGOpt at 16; it ran further as separate runs (``--ngopt-max-width``, files
+# many_at_once_ngopt64/256.json: 16 ms a trial at 256). At 1,024 (6,144 trials a run)
+# a run at load 28 got 8 % of a core per process and none of 12 finished in 6 minutes
+# (issue 29 session 4): not run. TPE past 64 would ask 1,536 trials a run, each slower
+# than the last (142 ms at 384): over an hour a width here.
 MAX_WIDTH = {"optuna-tpe": 64, "cbo": 0, "ngopt": 16}
 MODULES = {"ngopt": "nevergrad", "cbo": "deephyper"}
 
@@ -382,6 +405,9 @@ def available(name: str) -> bool:
 def make(name: str, problem: Problem, seed: int, width: int, budget: int) -> Any:
     if name in ("auto", "random"):
         return _Nestor(name, problem, seed, width, budget)
+    if ":" in name:
+        algorithm, settings = candidate(name)
+        return _Nestor(algorithm, problem, seed, width, budget, settings)
     return COMPETITORS[name](problem, seed, width, budget)
 
 
@@ -525,6 +551,7 @@ def main(argv: list[str] | None = None) -> None:
         by_width.append({"width": width, "evaluations": ROUNDS * width, "rows": rows,
                          "left_out": sorted(set(names) - set(here))})
     result = {"machine": machine.finish(start), "seeds": args.seeds, "rounds": ROUNDS,
+              "problem_set": args.problems,
               "problems": [p.name for p in problems],
               "multi_fidelity": [p.name for p in problems if p.fidelity is not None],
               "max_fidelity": MAX_EPOCHS, "max_width": limit,
@@ -532,6 +559,7 @@ def main(argv: list[str] | None = None) -> None:
               "not_installed": [n for n in (args.only or SEARCHES) if not available(n)],
               "failed": broken, "widths": by_width}
     name = "many_at_once" if args.problems == "heldout" else f"many_at_once_{args.problems}"
+    name = name.replace("-", "_")
     name += f"_{args.tag}" if args.tag else ""
     print(f"written: {machine.write_result(name, result)}")
 

@@ -755,8 +755,12 @@ def render_text(results: Path, out: Path) -> str:
     lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
     for path in sorted(results.glob("many_at_once_*.json")):  # runs of a few widths more
-        lines += [f"### {path.name}: a further run", ""]
-        lines += many_at_once_section(json.loads(path.read_text()))[1:]
+        further = json.loads(path.read_text())
+        dev = further.get("problem_set", "heldout") != "heldout"
+        lines += [f"### {path.name}: a further run"
+                  + (" on the dev problems (a sweep for a rule of auto; not held out)"
+                     if dev else ""), ""]
+        lines += many_at_once_section(further)[1:]
     lines += mf_heldout_section(mf_heldout) if mf_heldout else [
         MF_HELDOUT_TITLE, "", "Not run.", ""]
     for path in sorted(results.glob("multifidelity_heldout_*.json")):  # more seeds, apart
@@ -930,8 +934,11 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
     """bench/many_at_once_bench.py: auto, Optuna's TPE with the constant liar and
     random search at 16 to 1,024 pending trials, on a virtual clock."""
     lines = [MANY_TITLE, "", machine_line(r["machine"]), "",
-             "Problems fixed in `bench/many_at_once_bench.py` before any search ran on them: "
-             + ", ".join(r["problems"]) + f". Each search runs {r['rounds']} x width"
+             ("Problems fixed in `bench/many_at_once_bench.py` before any search ran on them: "
+              if r.get("problem_set", "heldout") == "heldout" else
+              "Dev problems (`--problems " + r["problem_set"] + "`; auto's rules were fitted"
+              " on them): ") + ", ".join(r["problems"])
+             + f". Each search runs {r['rounds']} x width"
              " evaluations with width slots on a virtual clock (a trial takes 0.5 to 2 time"
              " units from its configuration; a slot the searcher leaves empty idles). Rank:"
              " of the best value found, among the searches run at that width, per problem and"
@@ -962,11 +969,13 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
         if left:
             lines += ["Left out here: " + "; ".join(left) + ".", ""]
         gone |= set(w.get("left_out", [])) & set(r.get("failed", {}))
-        verdicts.append(f"at {w['width']:,}, {many_verdict(w['rows'])}")
+        if any(x["search"] == "auto" for x in w["rows"]):  # a sweep may leave auto out
+            verdicts.append(f"at {w['width']:,}, {many_verdict(w['rows'])}")
     if gone:
         lines += ["Could not run at any width: " + "; ".join(
             _why_left_out(n, r) for n in sorted(gone)) + ".", ""]
-    lines += ["Auto: " + "; ".join(verdicts) + ".", ""]
+    if verdicts:
+        lines += ["Auto: " + "; ".join(verdicts) + ".", ""]
     return lines
 
 

@@ -61,3 +61,10 @@ def test_auto_is_beaten_only_where_every_seed_of_a_competitor_beats_its_median()
     cells = {"auto": stats.spread([1.0, 2.0, 3.0]), "close": stats.spread([0.5, 1.0, 2.5]),
              "far": stats.spread([0.1, 0.2, 1.9])}
     assert h.verdict(cells) == ["far"]
+
+
+def test_ngopt_runs_under_numpy_2() -> None:
+    """nevergrad 1.0.12's MetaModel calls float() on a 1-element array, which NumPy 2
+    refuses; the shared shim (bench/nevergrad_numpy2.py) lets NGOpt run past its start."""
+    regret = h.run_ngopt(h.PROBLEMS["griewank-6"], seed=0, budget=60, parallel=4)
+    assert regret >= 0.0

@@ -185,7 +185,18 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
     (tmp_path / "many_at_once.json").write_text(json.dumps(MANY))
     (tmp_path / "many_at_once_more.json").write_text(json.dumps(MANY))
     text = report.render(tmp_path, out).read_text()
-    assert "### many_at_once_more.json: a further run" in text  # rendered too
+    assert "### many_at_once_more.json: a further run\n" in text  # rendered too
+    (tmp_path / "many_at_once_dev.json").write_text(json.dumps(MANY | {"problem_set": "dev"}))
+    text = report.render(tmp_path, out).read_text()
+    assert ("### many_at_once_dev.json: a further run on the dev problems (a sweep for a"
+            " rule of auto; not held out)") in text
+    assert "Dev problems (`--problems dev`; auto's rules were fitted on them)" in text
+    sweep = json.loads(json.dumps(MANY)) | {"problem_set": "dev"}
+    for w in sweep["widths"]:  # a sweep of candidates with no auto row
+        w["rows"] = [x for x in w["rows"] if x["search"] != "auto"]
+    (tmp_path / "many_at_once_dev.json").write_text(json.dumps(sweep))
+    dev = report.render(tmp_path, out).read_text().split("### many_at_once_dev.json")[1]
+    assert "auto has no row" not in dev.split("### ")[0]
     assert "ngopt could not run (it raised `TypeError: bad`)" in many
     mf = text.split(report.MF_HELDOUT_TITLE)[1].split("\n## ")[0]
     assert "| tpe | 4 | 1.5 | 1 | 0.1 [0–0.2] | 2,996 | 20 |" in mf, mf

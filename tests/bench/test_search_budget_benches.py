@@ -3,8 +3,6 @@ their docstrings say (budget spent, slots kept busy, ranks), on one small run ea
 
 from __future__ import annotations
 
-import pytest
-
 from bench import many_at_once_bench as wide
 from bench import multifidelity_heldout_bench as heldout
 
@@ -27,13 +25,21 @@ def test_ranks_share_ties() -> None:
     assert heldout.ranks({"a": 1.0, "b": 1.0, "c": 2.0}) == {"a": 1.5, "b": 1.5, "c": 3.0}
 
 
-@pytest.mark.parametrize("width", [16, 64])
-def test_auto_keeps_every_slot_busy_at_width(width: int) -> None:
-    """Auto at 16 and 64 at once: every evaluation run, no slot left waiting on it."""
-    result = wide.run("auto", wide.PROBLEMS[0], 0, width)
-    assert result["evaluations"] == wide.ROUNDS * width
+def test_auto_keeps_every_slot_busy_at_64() -> None:
+    """Auto at 64 at once: every evaluation run, no slot left waiting on it."""
+    result = wide.run("auto", wide.PROBLEMS[0], 0, 64)
+    assert result["evaluations"] == wide.ROUNDS * 64
     assert result["idle"] == 0.0
     assert result["label"].startswith("genetic async")
+
+
+def test_auto_at_16_runs_whole_generations_of_lq_cmaes() -> None:
+    """Auto at 16 at once on numbers (rule 3a): every evaluation run, a generation per
+    round of slots, so slots idle only while a generation's last trials finish."""
+    result = wide.run("auto", wide.PROBLEMS[0], 0, 16)
+    assert result["evaluations"] == wide.ROUNDS * 16
+    assert result["label"] == "bayesian lq-cmaes"
+    assert 0.0 < result["idle"] < 0.5
 
 
 def test_a_multi_fidelity_problem_spends_the_epochs_of_its_full_trainings() -> None:
@@ -46,3 +52,13 @@ def test_a_multi_fidelity_problem_spends_the_epochs_of_its_full_trainings() -> N
     config = {f"x{i}": 0.4 + 0.05 * i for i in range(5)}  # the floor's optimum
     assert problem.loss(config, problem.fidelity) < problem.loss(config, 3) < wide.UNTRAINED
     assert result["best"] >= problem.loss(config, problem.fidelity)
+
+
+def test_a_sweep_runs_a_nestor_search_with_the_settings_named() -> None:
+    """``--only ALGO:KEY=VALUE,...`` runs that search with those settings (rule sweeps)."""
+    assert wide.candidate("bayesian:sampler=lq-cmaes,population=16") == (
+        "bayesian", {"sampler": "lq-cmaes", "population": 16})
+    result = wide.run("genetic:population=8,schedule=async,sigma=0.2",
+                      wide.PROBLEM_SETS["dev-numeric"][0], 0, 16)
+    assert result["label"] == "genetic population 8, schedule async, sigma 0.2"
+    assert result["evaluations"] == wide.ROUNDS * 16

@@ -122,7 +122,8 @@ def test_auto_plans_for_the_trials_the_sweep_runs_at_once() -> None:
     assert stage.auto_choice().label() == "genetic async 10"
     stage = load_spec_text(spec_yaml(sweep_spec(**auto, slots=64))).stage("sweep")
     assert stage.search.parallel == 32  # 64 slots, 2 ranks a trial
-    assert stage.auto_choice().label() == "genetic async 16"
+    assert stage.auto_choice().label() == "bayesian lq-cmaes"
+    assert "a generation of 32" in stage.auto_choice().reason
     stage = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")
     assert stage.search.parallel is None
 

@@ -24,6 +24,9 @@ def box(dims: int) -> SearchSpace:
         (box(7), MIN, 130, 8, "genetic async 10", "under the 225 CMA-ES needs"),
         (box(7), MIN, 20, 5, "bayesian tpe", "too small for an evolutionary search"),
         (box(7), MIN, 8, 1, "random", "spent before a model could help"),
+        (box(7), MIN, 96, 16, "bayesian lq-cmaes", "lq-CMA-ES with a generation of 16"),
+        (box(7), MIN, 1000, 63, "bayesian lq-cmaes", "lq-CMA-ES with a generation of 63"),
+        (MIXED, MIN, 96, 16, "genetic async 16", "the best 16 of all results"),
         (box(7), MIN, 1000, 64, "genetic async 16", "the best 16 of all results"),
         (box(7), MIN, 2000, 256, "genetic async 16, de", "differential evolution (JADE)"),
         (MIXED, MIN, 100, 2, "bayesian tpe", "1 few-valued int, 1 categorical"),
@@ -47,6 +50,13 @@ def test_auto_picks_by_space_budget_and_parallelism(
     assert because in choice.reason
     assert choice.describe() == f"{label}: {choice.reason}"
     assert choice.settings["budget"] == budget
+
+
+def test_auto_at_16_at_once_fills_every_slot_with_a_generation_of_lq_cmaes() -> None:
+    """Rule 3a: a generation as wide as the slots, so the first ask fills all 16."""
+    searcher = make_searcher("auto", box(7), MIN, seed=0, budget=96, parallel=16)
+    assert searcher.sampler == "lq-cmaes" and searcher.population == 16
+    assert len(searcher.ask(16)) == 16
 
 
 def test_auto_is_a_pure_function() -> None:

@@ -54,11 +54,22 @@ def test_pyproject_pins_match_the_lock() -> None:
         if line and not line.startswith("#"):
             name, version = line.split("==")
             lock[name.lower().replace("_", "-")] = version.split("+")[0]
-    pins = project["dependencies"] + project["optional-dependencies"]["test"]
+    pins = project["dependencies"] + [
+        pin for group in project["optional-dependencies"].values() for pin in group]
     for pin in pins:
         name, version = pin.split("==")
         name = re.sub(r"\[.*\]", "", name).lower().replace("_", "-")
         assert lock.get(name) == version, f"{pin} but requirements.lock has {lock.get(name)}"
+
+
+def test_the_benches_published_searchers_are_pinned_and_installed() -> None:
+    """bench/many_at_once_bench.py and auto_heldout_bench.py run nevergrad's NGOpt beside
+    nestor's searches: `make setup` installs it from the lock, so a fresh clone runs them."""
+    from bench.many_at_once_bench import available
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert any(pin.startswith("nevergrad==") for pin in project["optional-dependencies"]["bench"])
+    assert available("ngopt"), "nevergrad does not import in this venv: rerun make setup"
 
 
 @pytest.mark.parametrize("module", ["search", "orchestrator.commands.cli", "trainers", "trainers.catalog"])  # noqa: E501
