@@ -35,6 +35,7 @@ from orchestrator.journal.events import (
     WorkflowStarted,
 )
 from orchestrator.journal.journal import Journal, write_atomic
+from orchestrator.journal.kept import FoldKeeper
 from orchestrator.spec import Workflow, load_spec
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,11 @@ def run_workflow(
     run_dir.mkdir(parents=True, exist_ok=True)
     reinstall_handlers()  # a backend's start (ray.init) may have taken the signals
     events = JournalSoFar.read(run_dir / JOURNAL_FILE)  # before this driver appends
+    keeper = FoldKeeper(run_dir, JOURNAL_FILE)  # `nestor status` folds only its tail
     journal = Journal(run_dir / JOURNAL_FILE, on_append,
-                      fsync=not backend.virtual if fsync is None else fsync)
+                      fsync=not backend.virtual if fsync is None else fsync,
+                      on_written=keeper.written)
+    keeper.start(journal.size)
     began, began_at, clock0 = time.perf_counter(), time.time(), backend.now()
     try:
         started = events.started
@@ -180,6 +184,7 @@ def run_workflow(
         raise
     finally:
         journal.close()
+        keeper.close()
         backend.shutdown()
 
 
