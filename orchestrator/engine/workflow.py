@@ -8,7 +8,6 @@ but the directory.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -34,8 +33,9 @@ from orchestrator.journal.events import (
     WorkflowResumed,
     WorkflowStarted,
 )
-from orchestrator.journal.journal import Journal, write_atomic
+from orchestrator.journal.journal import Journal
 from orchestrator.journal.kept import FoldKeeper
+from orchestrator.journal.results_file import write_results
 from orchestrator.spec import Workflow, load_spec
 
 log = logging.getLogger(__name__)
@@ -172,8 +172,8 @@ def run_workflow(
             results["driver_s"] = time.perf_counter() - began
         # A simulation's summary of 230,000 trials unindented: json's C encoder writes it
         # in a second, where indent=2 (pure Python) took minutes of the driver's CPU.
-        write_atomic(run_dir / RESULTS_FILE,
-                     json.dumps(results, indent=None if backend.virtual else 2, default=str))
+        # With an index of each stage's trials in it: `nestor results` parses only the rest.
+        write_results(run_dir / RESULTS_FILE, results, indent=None if backend.virtual else 2)
         journal.record(WorkflowFinished())
         if on_results is not None:
             on_results(run_dir, results)
