@@ -7,27 +7,34 @@ at 4,096 for 68, about 1.05 million: give two sizes to see how each figure
 grows with the journal), and times, each in a fresh process, with its peak
 memory (``/usr/bin/time``) and the load:
 
-- ``status_first``: ``nestor status RUN`` on the finished run with no fold
-  snapshot (the whole journal folded, the snapshot left);
-- ``status``: the same again (the snapshot read, nothing left to fold);
-- ``status_tail``: on a copy of the run cut where the killed driver below
-  stopped, looked at once, then given the rest of the journal: the tail alone
-  folded onto the snapshot (a run still going);
-- ``results``: ``nestor results RUN`` on the finished run (it reads results.json);
+- ``status_first``: ``nestor status RUN`` on the finished run as its driver
+  left it: the driver kept the stages' fold snapshot (``journal.kept``), so the
+  first look folds only what came after its last save (``driver_snapshot``: the
+  offset it covers and the journal's size);
+- ``status_no_snapshot``: with that snapshot deleted (a run from before the
+  driver kept one: the whole journal folded, the snapshot left), and ``status``
+  the same again (the snapshot read, nothing left to fold);
+- ``results``: ``nestor results RUN`` on the finished run (results.json's
+  summaries, through its index; the trials only where a table reads them);
 - ``plots``: the numbers behind the plots: the journal's whole fold (a record
   per trial and attempt), every attempt laid on the slots, each stage's
   best-so-far curve;
-- ``resume``: a driver killed after ``--cut`` events (the journal's first
-  ``--cut`` lines, in a copy, without the searchers' snapshots, so the whole
-  search log is replayed: the worst case) made ready to schedule again: the
-  journal read, every stage's runner built and restored, as ``nestor resume``
-  does before its first launch (on a simulated backend: Ray's start is not the
-  journal's cost).
+- ``resume``: a killed driver's run made ready to schedule again: the journal
+  read, every stage's runner built and restored, as ``nestor resume`` does
+  before its first launch, its fold keeper started (on a simulated backend:
+  Ray's start is not the journal's cost). With ``--live DIR``, a copy of the run
+  taken while its driver ran (its searchers' and fold snapshots as the driver
+  left them; ``status_killed``: the first status on it); else the journal's first
+  ``--cut`` lines with no snapshot, so the whole search log is replayed (the
+  worst case).
 
     python -m bench.million_events /tmp/half/mixed-generational-sweep \\
         /tmp/full/mixed-generational-sweep --nodes 2048 4096 --make 68
     python -m bench.million_events HALF/mixed-generational-sweep \\
         W28/mixed-generational-sweep --nodes 2048 4096 --generations 68 60
+
+    python -m bench.million_events W28A/full/mixed-generational-sweep --nodes 4096 \\
+        --generations 70 --live W28A/live/run
 
 Writes bench/results/million-events.json.
 """
@@ -35,6 +42,7 @@ Writes bench/results/million-events.json.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import subprocess
@@ -55,6 +63,7 @@ from bench import simulate
 from orchestrator.backends import SimulatedBackend, lognormal_trials
 from orchestrator.engine.history import JournalSoFar
 from orchestrator.journal.journal import Journal
+from orchestrator.journal.kept import FoldKeeper
 from orchestrator.spec import load_spec_text
 from orchestrator.engine.workflow import StageScheduler
 
@@ -65,7 +74,9 @@ workflow = load_spec_text(simulate.spec_text(workload, schedule, generations))
 events = JournalSoFar.read(run_dir / "journal.jsonl")
 read = time.perf_counter() - began
 backend = SimulatedBackend(nodes, simulate.SLOTS_PER_NODE, lognormal_trials(60.0, 0.5))
-with Journal(run_dir / "journal.jsonl") as journal:
+keeper = FoldKeeper(run_dir)  # as run_workflow: the journal before it folded on a thread
+with Journal(run_dir / "journal.jsonl", on_written=keeper.written) as journal:
+    keeper.start(journal.size)
     scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
                                events=events, on_progress=None)
     scheduler._start_ready_stages()
@@ -92,16 +103,18 @@ print(f"fold_s {folded - began:.2f} slot_intervals_s {laid - folded:.2f}"
 
 
 def timed(argv: list[str], cwd: Path) -> dict[str, Any]:
-    """Run ``argv``; its wall seconds and peak resident memory (GNU time), and the
-    load average (1 min) as it started: the machine is shared."""
+    """Run ``argv``; its wall and CPU seconds and peak resident memory (GNU time), and
+    the load average (1 min) as it started: the machine is shared."""
     load = round(os.getloadavg()[0], 1)
-    done = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M", *argv], capture_output=True,
-                          text=True, cwd=cwd, check=False)
+    done = subprocess.run(["/usr/bin/time", "-f", "TIME %e %M %U %S", *argv],
+                          capture_output=True, text=True, cwd=cwd, check=False)
     line = next(x for x in done.stderr.splitlines() if x.startswith("TIME "))
-    _, wall, kib = line.split()
+    _, wall, kib, user, system = line.split()
     if done.returncode != 0:
         raise RuntimeError(f"{argv} failed: {done.stderr[-2000:]}")
-    return {"wall_s": float(wall), "peak_mib": round(int(kib) / 1024, 1),
+    # CPU seconds too: on a machine shared at a load of 30, wall time is mostly waiting
+    return {"wall_s": float(wall), "cpu_s": round(float(user) + float(system), 2),
+            "peak_mib": round(int(kib) / 1024, 1),
             "out": done.stdout.strip().splitlines()[-1:], "load": load}
 
 
@@ -127,18 +140,26 @@ def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     """Every figure of one run directory (one journal size)."""
     journal = run_dir / "journal.jsonl"
     with journal.open("rb") as handle:
-        total = sum(1 for _ in handle)
+        total = sum(block.count(b"\n") for block in iter(lambda: handle.read(1 << 24), b""))
     nestor = str(Path(sys.executable).parent / "nestor")
     result: dict[str, Any] = {"run_dir": str(run_dir), "events": total,
                               "journal_mib": round(journal.stat().st_size / 2**20, 1)}
     print(f"{run_dir}: {total:,} events, {result['journal_mib']} MiB", flush=True)
-    for snapshot in run_dir.glob("journal.fold*"):  # every fold snapshot: a first look
-        snapshot.unlink()
-    # status: the first look folds the whole journal (and leaves its snapshot); the next
-    # reads the snapshot; results reads results.json, not the journal.
-    for name, argv in (("status_first", ["status"]), ("status", ["status"]),
+    (run_dir / "journal.fold.json").unlink(missing_ok=True)  # a reader's, never the driver's
+    stages = run_dir / "journal.fold-stages.json"  # the driver's, as it left it
+    if stages.exists():
+        kept = json.loads(stages.read_bytes())
+        result["driver_snapshot"] = {"offset": kept["offset"], "journal_bytes":
+                                     journal.stat().st_size}
+    # status: the first look, from the snapshot the driver kept; then with no snapshot
+    # (the whole journal folded: a run from before the driver kept one); then again.
+    # results reads results.json's summaries (its index), not the journal.
+    result["status_first"] = timed([nestor, "status", str(run_dir)], REPO)
+    stages.unlink(missing_ok=True)
+    for name, argv in (("status_no_snapshot", ["status"]), ("status", ["status"]),
                        ("results", ["results"])):
         result[name] = timed([nestor, *argv, str(run_dir)], REPO)
+    for name in ("status_first", "status_no_snapshot", "status", "results"):
         print(f"{name}: {result[name]['wall_s']} s, peak {result[name]['peak_mib']} MiB"
               f" (load {result[name]['load']})", flush=True)
     # the plots' numbers: the whole fold (a record per trial and attempt), every attempt
@@ -146,33 +167,36 @@ def measure(run_dir: Path, args: argparse.Namespace) -> dict[str, Any]:
     result["plots"] = timed([sys.executable, "-c", PLOTS, str(run_dir)], REPO)
     print(f"plots: {result['plots']['wall_s']} s, peak {result['plots']['peak_mib']} MiB"
           f" ({result['plots']['out']})", flush=True)
-    cut = args.cut or total * 9 // 10
     with tempfile.TemporaryDirectory(prefix="million-", dir=run_dir.parent) as tmp:
         copy = Path(tmp) / "run"
-        copy.mkdir()
-        with journal.open("rb") as source, (copy / "journal.jsonl").open("wb") as target:
-            for number, line in enumerate(source):
-                if number == cut:
-                    break
-                target.write(line)
-        (copy / "searcher").mkdir()  # no snapshot: the whole search log is replayed
-        result["resume"] = {"cut": cut, **timed(
+        if args.live is not None:  # a copy taken while the driver ran: a killed driver's
+            shutil.copytree(args.live, copy)
+            with (copy / "journal.jsonl").open("rb") as handle:
+                cut = sum(block.count(b"\n")
+                          for block in iter(lambda: handle.read(1 << 24), b""))
+            # status on it: the first look at a killed driver's run (its last snapshot)
+            result["status_killed"] = {"events": cut, **timed([nestor, "status", str(copy)],
+                                                              REPO)}
+            print(f"status of the driver killed after {cut:,} events:"
+                  f" {result['status_killed']['wall_s']} s", flush=True)
+            (copy / "journal.fold-stages.json").unlink(missing_ok=True)  # as resume finds it
+            if (args.live / "journal.fold-stages.json").exists():
+                shutil.copy(args.live / "journal.fold-stages.json", copy)
+        else:  # the journal's first --cut lines, with no snapshot at all: the worst case
+            cut = args.cut or total * 9 // 10
+            copy.mkdir()
+            with journal.open("rb") as source, (copy / "journal.jsonl").open("wb") as target:
+                for number, line in enumerate(source):
+                    if number == cut:
+                        break
+                    target.write(line)
+            (copy / "searcher").mkdir()  # no snapshot: the whole search log is replayed
+        result["resume"] = {"cut": cut, "live": args.live is not None, **timed(
             [sys.executable, "-c", READY, str(copy), args.workload, args.schedule,
              str(args.nodes), str(args.generations or "-")], REPO)}
         print(f"resume after {cut:,} events: ready in {result['resume']['wall_s']} s, peak"
               f" {result['resume']['peak_mib']} MiB (load {result['resume']['load']},"
               f" {result['resume']['out']})", flush=True)
-        # status while a driver runs: its snapshot from a look at the cut journal, then
-        # the rest of the journal appended; only that tail is folded.
-        timed([nestor, "status", str(copy)], REPO)
-        with journal.open("rb") as source, (copy / "journal.jsonl").open("ab") as target:
-            for number, line in enumerate(source):
-                if number >= cut:
-                    target.write(line)
-        result["status_tail"] = {"tail": total - cut, **timed([nestor, "status", str(copy)],
-                                                               REPO)}
-        print(f"status after {total - cut:,} more events: {result['status_tail']['wall_s']} s,"
-              f" peak {result['status_tail']['peak_mib']} MiB", flush=True)
         shutil.rmtree(copy)
     return result
 
@@ -191,6 +215,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cut", type=int, default=None,
                    help="events the killed driver had journalled (default: all but the last"
                         " tenth)")
+    p.add_argument("--live", type=Path, default=None, metavar="DIR",
+                   help="a copy of the (largest) run taken while its driver ran (searcher/ and"
+                        " journal.fold-stages.json copied before journal.jsonl): resume and"
+                        " status are timed on it, as a killed driver left it (default: the"
+                        " journal cut at --cut, with no snapshot: the worst case)")
     p.add_argument("--make", type=int, default=None, metavar="GENERATIONS",
                    help="first run each simulated sweep (this many generations, fsync on) into"
                         " its RUN_DIR's parent; RUN_DIR must then end in"
@@ -210,8 +239,10 @@ def main(argv: list[str] | None = None) -> int:
                         fsync=True)
             if made != run_dir:
                 raise SystemExit(f"RUN_DIR must be {made} for --make, but got {run_dir}")
-        sizes.append(measure(run_dir, argparse.Namespace(**{**vars(args), "nodes": count,
-                                                            "generations": planned})))
+        last = run_dir == args.run_dirs[-1]
+        sizes.append(measure(run_dir, argparse.Namespace(**{
+            **vars(args), "nodes": count, "generations": planned,
+            "live": args.live if last else None})))
     result: dict[str, Any] = {**sizes[-1], "sizes": sizes,
                               "goals": {"resume_s": 60, "status_s": 2, "results_s": 10,
                                         "peak_mib": 4096}}
@@ -219,7 +250,8 @@ def main(argv: list[str] | None = None) -> int:
         small, large = sizes[0], sizes[-1]
         result["growth"] = {"events": round(large["events"] / small["events"], 2), **{
             f"{name}_{what}": round(large[name][what] / max(small[name][what], 1e-9), 2)
-            for name in ("status_first", "status", "results", "resume", "status_tail", "plots")
+            for name in ("status_first", "status_no_snapshot", "status", "results", "resume",
+                         "plots")
             for what in ("wall_s", "peak_mib")}}
     result["command"] = " ".join(["python -m bench.million_events", *(argv or sys.argv[1:])])
     result["machine"] = machine.finish(start)

@@ -1120,7 +1120,9 @@ def journal_section(j: dict[str, Any]) -> list[str]:
 
 MILLION_TITLE = "## A million journal events: resume, status, results"
 MILLION_ROWS = (("resume", "resume ready to schedule (killed at 90 %)", "resume_s"),
-                ("status_first", "status, first look (whole journal folded)", "status_s"),
+                ("status_first", "status, first look (the driver's snapshot)", "status_s"),
+                ("status_killed", "status, first look at the killed driver's run", "status_s"),
+                ("status_no_snapshot", "status with no snapshot (whole journal folded)", None),
                 ("status", "status again (fold snapshot)", "status_s"),
                 ("status_tail", "status, snapshot + last 10 % folded", "status_s"),
                 ("results", "results (results.json)", "results_s"),
@@ -1133,18 +1135,26 @@ def million_events_section(m: dict[str, Any]) -> list[str]:
     goals = m.get("goals") or {}
     lines = [MILLION_TITLE, "", machine_line(m.get("machine")), "",
              "Simulated sweeps (the mixed workload, fsync on) whose journals are measured, each"
-             " command in a fresh process, with its peak memory and the 1-minute load as it"
-             " started (the machine is shared). Two sizes show how each figure grows with the"
-             " journal.", ""]
+             " command in a fresh process, with its peak memory, its CPU seconds where"
+             " measured, and the 1-minute load as it started (the machine is shared: at a"
+             " load of 30 on 2 cores wall time is mostly waiting)."
+             + (" Two sizes show how each figure grows with the journal." if len(sizes) > 1
+                else ""), ""]
     header = ["what", *[f"{s['events']:,} events ({s['journal_mib']:.0f} MiB)" for s in sizes],
               "goal"]
     rows = []
     for key, label, goal in MILLION_ROWS:
         if not all(key in s for s in sizes):
             continue
-        cells = [f"{s[key]['wall_s']:.2f} s, {s[key]['peak_mib']:,.0f} MiB"
+        cells = [f"{s[key]['wall_s']:.2f} s"
+                 + (f" ({s[key]['cpu_s']:.2f} s CPU)" if "cpu_s" in s[key] else "")
+                 + f", {s[key]['peak_mib']:,.0f} MiB"
                  + (f" (load {s[key]['load']:.0f})" if "load" in s[key] else "")
                  for s in sizes]
+        if key == "status_first" and "driver_snapshot" not in sizes[-1]:  # before it kept one
+            label = "status, first look (whole journal folded)"
+        if key == "resume" and sizes[-1][key].get("live"):
+            label = "resume ready to schedule (a copy taken while the driver ran)"
         rows.append([label, *cells, f"≤ {goals[goal]} s" if goal in goals else "—"])
     lines += _table(header, rows)
     growth = m.get("growth")

@@ -401,7 +401,7 @@ def results(run_dir: Path, fmt: str) -> None:
     )
 
     try:
-        data = load_results(run_dir)
+        data = load_results(run_dir, lazy=fmt == "table")  # the tables: trials when read
     except FileNotFoundError as exc:
         console(stderr=True).print(f"[bold red]error[/]: {exc}")
         sys.exit(EXIT_SPEC_ERROR)

@@ -41,7 +41,7 @@ from orchestrator.backends.shape import Shape
 from orchestrator.engine.adoption import ResultFiles, attempts_heard
 from orchestrator.engine.attempts import Attempt, AttemptPolicy
 from orchestrator.engine.checkpoints import CheckpointKeeper
-from orchestrator.engine.history import JournalSoFar
+from orchestrator.engine.history import JournalSoFar, paused_gc
 from orchestrator.engine.outcome import outcome as attempt_outcome
 from orchestrator.engine.outcome import slot_time
 from orchestrator.engine.records import TrialRecord, TrialRecords
@@ -177,6 +177,7 @@ class TrialRunner:
 
     # -- resume -----------------------------------------------------------------------
 
+    @paused_gc()  # what is rebuilt lives on: the collector's passes only cost time
     def restore(self, events: JournalSoFar | list[dict[str, Any]]) -> None:
         """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = stage_events(events, self.stage.name)

@@ -8,7 +8,6 @@ but the directory.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import time
@@ -34,7 +33,9 @@ from orchestrator.journal.events import (
     WorkflowResumed,
     WorkflowStarted,
 )
-from orchestrator.journal.journal import Journal, write_atomic
+from orchestrator.journal.journal import Journal
+from orchestrator.journal.kept import FoldKeeper
+from orchestrator.journal.results_file import write_results
 from orchestrator.spec import Workflow, load_spec
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,11 @@ def run_workflow(
     run_dir.mkdir(parents=True, exist_ok=True)
     reinstall_handlers()  # a backend's start (ray.init) may have taken the signals
     events = JournalSoFar.read(run_dir / JOURNAL_FILE)  # before this driver appends
+    keeper = FoldKeeper(run_dir, JOURNAL_FILE)  # `nestor status` folds only its tail
     journal = Journal(run_dir / JOURNAL_FILE, on_append,
-                      fsync=not backend.virtual if fsync is None else fsync)
+                      fsync=not backend.virtual if fsync is None else fsync,
+                      on_written=keeper.written)
+    keeper.start(journal.size)
     began, began_at, clock0 = time.perf_counter(), time.time(), backend.now()
     try:
         started = events.started
@@ -168,8 +172,8 @@ def run_workflow(
             results["driver_s"] = time.perf_counter() - began
         # A simulation's summary of 230,000 trials unindented: json's C encoder writes it
         # in a second, where indent=2 (pure Python) took minutes of the driver's CPU.
-        write_atomic(run_dir / RESULTS_FILE,
-                     json.dumps(results, indent=None if backend.virtual else 2, default=str))
+        # With an index of each stage's trials in it: `nestor results` parses only the rest.
+        write_results(run_dir / RESULTS_FILE, results, indent=None if backend.virtual else 2)
         journal.record(WorkflowFinished())
         if on_results is not None:
             on_results(run_dir, results)
@@ -180,6 +184,7 @@ def run_workflow(
         raise
     finally:
         journal.close()
+        keeper.close()
         backend.shutdown()
 
 

@@ -158,7 +158,9 @@ class Journal:
     first waits for it: :meth:`wait`, :meth:`sync`, or the callable
     :meth:`gate` returns, which a backend calls before a launched trial runs.
     ``on_append`` is told of each event once it is written (the projector then
-    reads it from the file), ``on_durable`` once it is durable.
+    reads it from the file), ``on_durable`` once it is durable, and ``on_written``
+    with the journal's length in bytes just after it, in journal order (the driver's
+    fold snapshot, which must name the offset it covers).
 
     >>> with Journal(run_dir / "journal.jsonl") as journal:   # doctest: +SKIP
     ...     journal.append("trial_finished", stage="tune", trial="t3", value=0.97)
@@ -168,10 +170,12 @@ class Journal:
     def __init__(self, path: str | os.PathLike[str],
                  on_append: Callable[[dict[str, Any]], None] | None = None, *,
                  fsync: bool = True,
-                 on_durable: Callable[[dict[str, Any]], None] | None = None) -> None:
+                 on_durable: Callable[[dict[str, Any]], None] | None = None,
+                 on_written: Callable[[dict[str, Any], int], None] | None = None) -> None:
         self.path = Path(path)
         self.on_append = on_append  # told of each event once it is written
         self.on_durable = on_durable  # ... and once it is durable
+        self.on_written = on_written  # ... and, in order, with the bytes written so far
         # Off only where durability buys nothing: a simulation, rerun in seconds.
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -206,6 +210,11 @@ class Journal:
         return self._seq
 
     @property
+    def size(self) -> int:
+        """The journal's length in bytes: where the next event goes."""
+        return self._size
+
+    @property
     def durable(self) -> int:
         """Number of events that are durable (fsynced, when fsync is on)."""
         return self._durable
@@ -232,6 +241,8 @@ class Journal:
                 raise
             self._seq += 1
             self._size += len(payload)
+            if self.on_written is not None:  # under the lock: in order, with its offset
+                self.on_written(record, self._size)
             if self.fsync:
                 self._unsynced.append(record)
                 self._start_writer()

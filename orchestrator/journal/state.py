@@ -225,17 +225,19 @@ class RunState:
             return
         self.apply(read(record))
 
-    def fold(self, path: str | os.PathLike[str]) -> int:
+    def fold(self, path: str | os.PathLike[str], until: int | None = None) -> int:
         """Fold the journal at ``path`` from ``self.offset`` to its last complete line
-        (a torn tail waits for the next call); returns the lines folded."""
+        (a torn tail waits for the next call), or to byte ``until`` (a line boundary);
+        returns the lines folded."""
         before = self.events
         if not Path(path).exists():
             return 0
         with Path(path).open("rb") as handle:
             handle.seek(self.offset)
             for line in handle:
-                if not line.endswith(b"\n"):
-                    break  # torn, or still being written
+                if not line.endswith(b"\n") or (until is not None
+                                                 and self.offset + len(line) > until):
+                    break  # torn, still being written, or past ``until``
                 self.offset += len(line)
                 if not line.strip():
                     continue
@@ -343,14 +345,17 @@ class RunState:
 
     @classmethod
     def of(cls, run_dir: str | os.PathLike[str], journal: str = "journal.jsonl",
-           trials: bool = True, save: bool = True) -> RunState:
-        """The run's state: its snapshot brought up to date with the journal's tail.
-        ``trials=False``: the stages' heads alone, with a snapshot of their own (small:
-        what ``nestor status`` reads)."""
+           trials: bool = True, save: bool = True, until: int | None = None) -> RunState:
+        """The run's state: its snapshot brought up to date with the journal's tail
+        (up to byte ``until``, if given). ``trials=False``: the stages' heads alone,
+        with a snapshot of their own (small: what ``nestor status`` reads, and what a
+        driver keeps current: ``orchestrator.journal.kept``)."""
         path = Path(run_dir) / journal
         snapshot = snapshot_path(run_dir, trials)
         state = cls.load(snapshot, path, trials) or cls(trials)
-        if state.fold(path) and save:
+        if until is not None and state.offset > until:  # ahead of what is asked for
+            state = cls(trials)
+        if state.fold(path, until) and save:
             with contextlib.suppress(OSError):  # a read-only copy of a run: not cached
                 state.save(snapshot, path)
         return state

@@ -3,21 +3,25 @@
 from __future__ import annotations
 
 import csv
-import json
 from pathlib import Path
 from typing import IO, Any
 
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.journal.results_file import read_results
 
-def load_results(run_dir: Path) -> dict[str, Any]:
+
+def load_results(run_dir: Path, lazy: bool = False) -> dict[str, Any]:
+    """The run's results.json; ``lazy``: each stage's trials are parsed only when read
+    (``orchestrator.journal.results_file``: the tables of a million-event run read a
+    few KiB of its 200 MiB), not for writing the results out again."""
     path = run_dir / "results.json"
     if not path.exists():
         raise FileNotFoundError(
             f"{run_dir} has no results.json yet (unfinished run? try `nestor resume {run_dir}`)"
         )
-    return json.loads(path.read_text())
+    return read_results(path, lazy=lazy)
 
 
 def _fmt(value: Any) -> str:

@@ -73,3 +73,40 @@ def test_the_lines_of_a_finished_stage_are_not_even_parsed(tmp_path, monkeypatch
     so_far = JournalSoFar.read(tmp_path / "journal.jsonl")
     assert not [r for r in parsed if r.get("stage") == "a" and r["event"] != "stage_finished"]
     assert [e.trial["id"] for e in so_far.of_stage("b", TrialStarted)] == ["0", "1"]
+
+
+def test_resume_reads_and_restores_with_the_collector_paused(tmp_path, monkeypatch):
+    """Resume's objects live on: the cyclic collector's passes over them are paused
+    while the journal is read and each runner restored, and it runs again after."""
+    import gc
+
+    import pytest
+
+    from orchestrator.backends import SimulatedBackend, lognormal_trials
+    from orchestrator.backends.stopping import Interrupted
+    from orchestrator.engine import history
+    from orchestrator.engine.search_log import SearchLog
+    from orchestrator.engine.workflow import run_workflow
+    from tests.orchestrator.test_run_state import two_stages
+
+    run = tmp_path / "run"
+    with pytest.raises(Interrupted):
+        run_workflow(two_stages(), SimulatedBackend(4, 4, lognormal_trials(600.0, 0.8), seed=4,
+                                                    time_limit_s=2500.0), run)
+    seen: dict[str, list[bool]] = {"read": [], "restore": []}
+    parse, restore = history.parse, SearchLog.restore
+    monkeypatch.setattr(history, "parse", lambda record: seen["read"].append(gc.isenabled())
+                        or parse(record))
+    monkeypatch.setattr(SearchLog, "restore", lambda self, mine: seen["restore"].append(
+        gc.isenabled()) or restore(self, mine))
+    assert gc.isenabled()
+    run_workflow(two_stages(), SimulatedBackend(4, 4, lognormal_trials(600.0, 0.8), seed=4),
+                 run, resume=True)
+    assert seen["read"] and seen["restore"] and not any(seen["read"] + seen["restore"])
+    assert gc.isenabled()
+    gc.disable()  # paused by someone else: left paused
+    try:
+        JournalSoFar.read(run / "journal.jsonl")
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

@@ -86,6 +86,8 @@ def replanned_lines(summary: dict[str, Any]) -> list[str]:
     Named trial by trial, since a searched lr differs per trial; nothing when the
     width never changed."""
     first = summary.get("planned_shape")
+    if not first:  # no planned width to move from (and the trials go unread)
+        return []
     replans = summary.get("replans") or []
     trials = summary.get("trials") or []
     moved = [t for t in trials if t.get("shape") and first and t["shape"] != first]
