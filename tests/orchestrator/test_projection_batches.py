@@ -58,6 +58,31 @@ def test_a_run_written_in_a_batch_shows_what_the_client_would_have_made(tmp_path
     tracker.close()
 
 
+def trials_journal(path: Path, trials: int, config: dict | None = None) -> int:
+    """A journal of ``trials`` trials, each started and finished (``config`` added to
+    the first's); returns its events."""
+    with Journal(path, fsync=False) as journal:
+        journal.record(WorkflowStarted(workflow="projected", slots=2, pid=1, run_key="k"))
+        journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
+        for number in range(trials):
+            made = trial(number)
+            if number == 0:
+                made["config"] |= config or {}
+            journal.record(TrialStarted(stage="tune", trial=made, attempt=1, gang=1,
+                                        shape="1x1"))
+            journal.record(TrialFinished(stage="tune", trial=made, attempt=1,
+                                         status="completed", value=0.5,
+                                         metrics={"result": 0.5}, reason=None,
+                                         slot_seconds=1.0))
+    return 2 + 2 * trials
+
+
+def trial_runs(projector: Projector) -> list:
+    runs = projector.tracker.client.search_runs([projector.tracker.experiment_id],
+                                                max_results=1000)
+    return [r for r in runs if r.info.run_name != "tune"]
+
+
 def test_a_batch_of_trials_is_one_transaction_not_three_a_trial(tmp_path: Path,
                                                                 monkeypatch) -> None:
     from sqlalchemy.orm import Session
@@ -71,22 +96,52 @@ def test_a_batch_of_trials_is_one_transaction_not_three_a_trial(tmp_path: Path,
 
     monkeypatch.setattr(Session, "commit", counted)
     wf = workflow(tmp_path)
-    with Journal(tmp_path / "journal.jsonl") as journal:
-        journal.record(WorkflowStarted(workflow="projected", slots=2, pid=1, run_key="k"))
-        journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
-        for number in range(300):
-            journal.record(TrialStarted(stage="tune", trial=trial(number), attempt=1, gang=1,
-                                        shape="1x1"))
-            journal.record(TrialFinished(stage="tune", trial=trial(number), attempt=1,
-                                         status="completed", value=0.5,
-                                         metrics={"result": 0.5}, reason=None,
-                                         slot_seconds=1.0))
+    trials_journal(tmp_path / "journal.jsonl", 300)
     projector = Projector(tmp_path, wf)
     assert projector.flush(timeout_s=120), f"{projector.behind} events not projected"
     projector.close()
-    runs = projector.tracker.client.search_runs([projector.tracker.experiment_id],
-                                                max_results=1000)
-    trials = [r for r in runs if r.info.run_name != "tune"]
+    trials = trial_runs(projector)
     assert len(trials) == 300 and {r.info.status for r in trials} == {"FINISHED"}
     assert {r.data.metrics["result"] for r in trials} == {0.5}
     assert len(commits) < 30, f"{len(commits)} transactions for 300 trials"
+
+
+def test_a_long_journal_is_projected_part_by_part_each_event_once(tmp_path: Path,
+                                                                  monkeypatch) -> None:
+    """The first batch is written once a part of the journal is parsed, not all of it;
+    no event is lost or doubled where a part ends, a line longer than a part
+    included."""
+    from orchestrator.projections import projector as module
+
+    monkeypatch.setattr(module, "READ_BYTES", 4096)
+    monkeypatch.setattr(module, "BATCH_EVENTS_BULK", 40)
+    events = trials_journal(tmp_path / "journal.jsonl", 120, {"note": "n" * 9000})
+    read_at_first_write = []
+    real = Tracker.apply_all
+
+    def watched(self, batch):
+        read_at_first_write.append(projector.seen)
+        return real(self, batch)
+
+    monkeypatch.setattr(Tracker, "apply_all", watched)
+    projector = Projector(tmp_path, workflow(tmp_path))
+    assert projector.flush(timeout_s=120), f"{projector.behind} events not projected"
+    projector.close()
+    assert read_at_first_write[0] < events / 2, read_at_first_write[:3]
+    trials = trial_runs(projector)
+    assert sorted(int(r.data.tags["nestor.trial"]) for r in trials) == list(range(120))
+    assert {r.info.status for r in trials} == {"FINISHED"}
+    assert projector.done == projector.seen == events
+
+
+def test_runs_made_later_have_ids_that_sort_later(tmp_path: Path) -> None:
+    """New runs' rows go at the end of every index on ``run_uuid`` (see
+    ``sql_store.ordered_run_id``), batch after batch."""
+    tracker = Tracker(tmp_path, "ordered")
+    stage = tracker.start_run("tune", key="stage")
+    for first in range(0, 60, 20):
+        tracker.apply_all([writes(str(n), stage) for n in range(first, first + 20)])
+    ids = [tracker.keys[str(n)] for n in range(60)]
+    assert ids == sorted(ids) and len(set(ids)) == 60
+    assert all(len(run_id) == 32 and int(run_id, 16) >= 0 for run_id in ids)
+    tracker.close()
