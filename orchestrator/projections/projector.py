@@ -193,6 +193,8 @@ class Projector:
             except Exception as exc:  # MLflow down or slow: the journal keeps it all
                 if self._failing_since is None:
                     self._failing_since = time.monotonic()
+                if isinstance(self._tracker, Tracker):
+                    self._tracker.unsure()
                 if self._closing:
                     self._save()
                     return

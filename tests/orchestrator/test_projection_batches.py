@@ -145,3 +145,92 @@ def test_runs_made_later_have_ids_that_sort_later(tmp_path: Path) -> None:
     assert ids == sorted(ids) and len(set(ids)) == 60
     assert all(len(run_id) == 32 and int(run_id, 16) >= 0 for run_id in ids)
     tracker.close()
+
+
+def server_like(tmp_path: Path, monkeypatch) -> Tracker:
+    """A tracker of a store the run directory does not own (as a server's): run by run
+    (its artifacts under ``./mlruns``: the test's directory)."""
+    monkeypatch.chdir(tmp_path)
+    tracker = Tracker(tmp_path / "run", "elsewhere", f"sqlite:///{tmp_path / 'other.db'}")
+    assert not tracker.bulk
+    return tracker
+
+
+def test_a_batch_of_runs_goes_to_a_server_several_at_once(tmp_path: Path,
+                                                          monkeypatch) -> None:
+    """A server's round trips overlap: two runs' creates are in flight together."""
+    import threading
+
+    tracker = server_like(tmp_path, monkeypatch)
+    stage = tracker.start_run("tune", key="stage")
+    both = threading.Barrier(2, timeout=20)
+    real = tracker.client.create_run
+
+    def create_run(*args, **kwargs):
+        both.wait()  # one run at a time: never two here at once, broken after 20 s
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "create_run", create_run)
+    tracker.apply_all([writes("a", stage), writes("b", stage)])
+    assert {"a", "b"} <= set(tracker.keys)
+    for key in ("a", "b"):
+        assert shown(tracker, tracker.keys[key])["status"] == "FINISHED"
+    tracker.close()
+
+
+def test_a_run_refused_in_a_batch_is_raised_once_the_others_are_written(
+        tmp_path: Path, monkeypatch) -> None:
+    """Nothing may still be writing when the projector sends the batch again (that
+    would make a run twice); the refusal is raised after every other run is done."""
+    import time
+
+    from mlflow.exceptions import MlflowException
+
+    tracker = server_like(tmp_path, monkeypatch)
+    stage = tracker.start_run("tune", key="stage")
+    real = tracker.client.create_run
+
+    def create_run(experiment_id, *, run_name, **kwargs):
+        if run_name == "tune/bad":
+            raise MlflowException("refused")
+        time.sleep(0.5)  # slower than the refusal
+        return real(experiment_id, run_name=run_name, **kwargs)
+
+    monkeypatch.setattr(tracker.client, "create_run", create_run)
+    try:
+        tracker.apply_all([writes("bad", stage), writes("slow", stage)])
+    except MlflowException:
+        pass
+    else:
+        raise AssertionError("the refused run was not raised")
+    assert "slow" in tracker.keys
+    assert shown(tracker, tracker.keys["slow"])["status"] == "FINISHED"
+    tracker.close()
+
+
+def test_a_run_made_by_a_request_whose_answer_was_lost_is_not_made_again(
+        tmp_path: Path, monkeypatch) -> None:
+    """A create that timed out may have been made all the same: the retry finds it."""
+    import requests
+
+    tracker = server_like(tmp_path, monkeypatch)
+    trials_journal(tmp_path / "run" / "journal.jsonl", 3)
+    real, lost = tracker.client.create_run, []
+
+    def create_run(*args, **kwargs):
+        made = real(*args, **kwargs)
+        if kwargs.get("run_name") == "tune/1" and not lost:
+            lost.append(made.info.run_id)
+            raise requests.ConnectionError("read timed out")  # made, but never said so
+        return made
+
+    monkeypatch.setattr(tracker.client, "create_run", create_run)
+    projector = Projector(tmp_path / "run", workflow(tmp_path), tracker=tracker)
+    assert projector.flush(timeout_s=120), f"{projector.behind} events not projected"
+    projector.close()
+    runs = tracker.client.search_runs([tracker.experiment_id], max_results=100)
+    assert sorted(r.info.run_name for r in runs) == ["tune", "tune/0", "tune/1", "tune/2"]
+    assert lost and lost[0] in tracker.keys.values()  # the run made then, found
+    for run in runs:  # the found run's params too: its create's log_batch never came
+        if run.info.run_name != "tune":
+            assert run.data.params == {"x": str(int(run.info.run_name[5:]) / 10)}, run.info
