@@ -329,7 +329,8 @@ def projection_rate(sizes: list[int], workdir: Path, window: int = 1000) -> dict
 
 def projection_server(runs: int, workdir: Path) -> dict[str, Any]:
     """Events a second into a real local ``mlflow server`` (SQLite behind it), started
-    here: MLflow's REST API, a run at a time (create, log_batch, end)."""
+    here: MLflow's REST API, each run's create, log_batch and end in order, a batch's
+    runs several at once (``tracking.PARALLEL_RUNS``)."""
     import socket
     import urllib.request
 

@@ -60,6 +60,16 @@ def _overhead_runs(results: Path) -> list[dict[str, Any]]:
     return [first, *[data for data in found if data is not first]] if first else []
 
 
+def _projection_runs(results: Path) -> list[dict[str, Any]]:
+    """The orchestration_bench results of its projection parts alone (no overhead part),
+    with their provenance (older ones have none: left out), latest first."""
+    found = [json.loads(path.read_text()) for path in sorted(results.glob("orchestration*.json"))]
+    found = [data for data in found if "overhead" not in data
+             and any(part in data for part in ("projection", "projection_server", "lag"))
+             and isinstance(data.get("machine"), dict) and data["machine"].get("commit")]
+    return sorted(found, key=_finished_at, reverse=True)
+
+
 def _run_of(data: dict[str, Any]) -> str | None:
     m = data.get("machine")
     return m.get("run") if isinstance(m, dict) else None
@@ -343,7 +353,9 @@ def projection_section(o: dict[str, Any]) -> list[str]:
     srv = o.get("projection_server")
     if srv:
         lines += [f"Into a real local `mlflow server` (SQLite behind it, started by the bench),"
-                  f" {srv['runs']:,} runs through MLflow's REST API a run at a time:"
+                  f" {srv['runs']:,} runs through MLflow's REST API (each run's create,"
+                  " log_batch and end in order; a batch's runs 8 at once from commit"
+                  " 300249d on, one at a time before):"
                   f" {srv['events_per_s']:.1f} events/s (load {srv['load_average_at_end']:.1f}).",
                   ""]
     lag = o.get("lag")
@@ -670,6 +682,7 @@ def load(results: Path) -> dict[str, Any]:
     found = {key: _load(results, name) for key, name in names.items()}
     found["o_runs"] = _overhead_runs(results)  # the headline's first, then further runs
     found["o"] = found["o_runs"][0] if found["o_runs"] else None
+    found["p_runs"] = _projection_runs(results)
     found["e2e_runs"] = [json.loads(f.read_text())
                          for f in sorted(results.glob("e2e-planning*.json"))]
     return found
@@ -731,6 +744,11 @@ def render_text(results: Path, out: Path) -> str:
         lines += [f"### A further run of orchestration_bench (commit {str(m.get('commit'))[:10]},"
                   " not the headline's run)", ""]
         lines += overhead_section(further)[2:] + projection_section(further)
+    for further in r["p_runs"]:  # the projection's parts run alone
+        m = further.get("machine") or {}
+        lines += [f"### A further run of orchestration_bench's MLflow projection parts"
+                  f" (commit {str(m.get('commit'))[:10]})", ""]
+        lines += projection_section(further)[2:]
     lines += simulate_section(sim, out) if sim else [
         "## 2,048 simulated slots, the real scheduler", "", "Not run.", ""]
     million = _load(results, "million-events")

@@ -590,11 +590,30 @@ _slurm_commands()
 
 
 def main() -> None:
+    _quick_exit()
     try:
         cli(prog_name="nestor")
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+
+
+def _quick_exit() -> None:
+    """Spare the command's exit a full garbage collection of everything it imported.
+
+    Once the command is done, Python's teardown collects the whole heap (Ray,
+    MLflow, SQLAlchemy, matplotlib and a sweep's state): 6 to 11 s at the end of a
+    trivial sweep on a busy 2-core machine, after every result was printed and
+    written. ``gc.freeze``, registered before the command runs, so run after every
+    exit handler the command's libraries register (Ray's, MLflow's, the node-local
+    store's copy), moves what is alive then out of the collector's sight: objects
+    are still released by their reference counts and the handlers registered at
+    import (``logging``'s flush) still run; only the cycle search over the frozen
+    heap is skipped, whose garbage the ending process would never use again."""
+    import atexit
+    import gc
+
+    atexit.register(gc.freeze)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,9 @@ from orchestrator.journal.state import Attempt, RunState, fold
 
 STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
                  "interrupted": "tab:gray", "running": "tab:blue"}
+# A slot-use chart names each attempt on its bar up to this many attempts; beyond,
+# the names would overlap into ink, and each is an artist that costs its drawing.
+LABELLED_BARS = 200
 
 
 def _pyplot() -> Any:
@@ -357,18 +360,26 @@ def plot_slot_use(intervals: Sequence[SlotInterval], slots: int, title: str,
     high = max((i.end for i in mine), default=0.0)
     shown = [i for i in intervals if i.end > low and i.start < high] if stage else mine
     fig, ax = plt.subplots(figsize=(9, 1.6 + 0.45 * max(slots, 1)), dpi=110)
+    # One collection per slot and colour, not an artist per attempt: matplotlib's
+    # cost is per artist (2,000 trivial trials took a minute to draw, one by one).
+    bars: dict[tuple[int, str], list[tuple[float, float]]] = {}
+    labelled = len(shown) <= LABELLED_BARS
     for interval in shown:
         ours = stage is None or interval.stage == stage
         color = STATUS_COLORS.get(interval.status, "tab:purple") if ours else "lightgray"
         start, end = max(interval.start, low), min(interval.end, high)
         for slot in interval.slots:
-            ax.broken_barh([(start - low, end - start)], (slot - 0.4, 0.8),
-                           facecolors=color, edgecolors="black", linewidth=0.5)
+            bars.setdefault((slot, color), []).append((start - low, end - start))
+        if not labelled:
+            continue
         label = interval.trial if interval.attempt == 1 else f"{interval.trial}#{interval.attempt}"
         if not ours:
             label = f"{interval.stage}/{label}"
         ax.text((start + end) / 2 - low, min(interval.slots), label, ha="center",
                 va="center", fontsize="x-small", clip_on=True)
+    for (slot, color), spans in bars.items():
+        ax.broken_barh(spans, (slot - 0.4, 0.8), facecolors=color, edgecolors="black",
+                       linewidth=0.5)
     ax.set_yticks(range(slots))
     ax.set_yticklabels([f"slot {s}" for s in range(slots)])
     ax.set_ylim(slots - 0.5, -0.5)

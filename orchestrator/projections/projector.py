@@ -74,6 +74,7 @@ GATHERED = (TrialStarted, TrialAttemptFailed, TrialFinished, TrialInterrupted)
 # Events per batch at most (a trial's events are gathered within one): a batch is one
 # transaction into the run directory's own store, a run at a time elsewhere.
 BATCH_EVENTS, BATCH_EVENTS_BULK = 64, 4096
+READ_BYTES = 2 << 20  # the journal is read and parsed this much at a time (~7,000 events)
 CURSOR_EVERY_S = 1.0  # the cursor file is written at most this often, and at the end
 
 
@@ -106,7 +107,8 @@ class Projector:
         self._saved, self._saved_at = self.done, time.monotonic()  # what the cursor file says
         self.seen = 0  # events read from the journal file
         self._offset = 0
-        self._read_lock = threading.Lock()  # _offset and seen change together
+        self._count_lock = threading.Lock()  # the journal's lines, as last counted:
+        self._counted_bytes = self._counted_lines = 0
         self._pending: list[tuple[int, Event | None]] = []  # (seq, event; None: unknown)
         self._run_key = "legacy"  # journals from before run_key
         self._stage_runs: dict[str, str] = {}
@@ -191,6 +193,8 @@ class Projector:
             except Exception as exc:  # MLflow down or slow: the journal keeps it all
                 if self._failing_since is None:
                     self._failing_since = time.monotonic()
+                if isinstance(self._tracker, Tracker):
+                    self._tracker.unsure()
                 if self._closing:
                     self._save()
                     return
@@ -215,13 +219,22 @@ class Projector:
             log.warning("could not save how far MLflow got (%s)", first_line(exc)[:300])
 
     def _project_new(self) -> None:
-        self._pending.extend(self._read_new())
-        tracker = self.tracker if self._pending else None
-        bulk = isinstance(tracker, Tracker) and tracker.bulk
-        while self._pending:
-            batch = self._pending[:BATCH_EVENTS_BULK if bulk else BATCH_EVENTS]
-            self._project_batch(batch)
-            del self._pending[:len(batch)]
+        """Project what the journal holds beyond what was read, a part of it at a time
+        (``READ_BYTES``): a long journal's first batch is written after one part is
+        parsed, not the whole file, and a million events are never all in memory."""
+        while True:
+            events, more = self._read_new()
+            self._pending.extend(events)
+            tracker = self.tracker if self._pending else None
+            size = BATCH_EVENTS_BULK if isinstance(tracker, Tracker) and tracker.bulk \
+                else BATCH_EVENTS
+            # Whole batches while the journal has more; the rest once it has not.
+            while len(self._pending) >= size or (self._pending and not more):
+                batch = self._pending[:size]
+                self._project_batch(batch)
+                del self._pending[:len(batch)]
+            if not more:
+                return
 
     def _project_batch(self, batch: list[tuple[int, Event | None]]) -> None:
         """Project ``batch`` with a trial's events gathered into one set of writes per
@@ -271,33 +284,42 @@ class Projector:
             write_atomic(self.run_dir / CURSOR_FILE, str(self.done))
             self._saved, self._saved_at = self.done, now
 
-    def _read_new(self) -> list[tuple[int, Event | None]]:
+    def _read_new(self) -> tuple[list[tuple[int, Event | None]], bool]:
+        """The complete lines after what was read, ``READ_BYTES`` of them at most (a
+        longer line whole), and whether the journal holds more."""
         try:
             with open(self.journal_path, "rb") as handle:
                 handle.seek(self._offset)
-                data = handle.read()
+                data = handle.read(READ_BYTES)
+                more = len(data) == READ_BYTES
+                if more and b"\n" not in data:  # one line longer than a part: all of it
+                    data += handle.readline()
         except FileNotFoundError:
-            return []
+            return [], False
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
+        more = more and end > 0
         events = [_typed(json.loads(line), self.seen + n)
                   for n, line in enumerate(line for line in data[:end].splitlines()
                                            if line.strip())]
-        with self._read_lock:
-            self._offset += end
-            self.seen += len(events)
-        return events
+        self._offset += end
+        self.seen += len(events)
+        return events, more
 
     def _count_on_disk(self) -> int:
-        """Events read so far plus complete lines not read yet (asked from the driver's
-        thread while the projector's reads on: both counts come from one moment)."""
-        with self._read_lock:
-            seen, offset = self.seen, self._offset
-        try:
-            with open(self.journal_path, "rb") as handle:
-                handle.seek(offset)
-                return seen + handle.read().count(b"\n")
-        except FileNotFoundError:
-            return seen
+        """The journal's complete lines (asked from the driver's thread, every 50 ms
+        while it waits): counted on from where the last count ended, so a wait costs
+        the bytes appended since, not the part of a long journal not projected yet."""
+        with self._count_lock:
+            try:
+                with open(self.journal_path, "rb") as handle:
+                    handle.seek(self._counted_bytes)
+                    data = handle.read()
+            except FileNotFoundError:
+                return self._counted_lines
+            end = data.rfind(b"\n") + 1
+            self._counted_lines += data.count(b"\n", 0, end)
+            self._counted_bytes += end
+            return self._counted_lines
 
     def _read_cursor(self) -> int:
         try:

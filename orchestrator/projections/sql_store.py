@@ -8,9 +8,11 @@ directory's SQLite file) the projector therefore writes a batch of trials'
 runs through MLflow's own store: its ``SqlAlchemyStore`` session and its ORM
 models (``SqlRun``, ``SqlTag``, ``SqlParam``, ``SqlMetric``, ``SqlLatestMetric``),
 filled as MLflow's ``create_run``, ``log_batch`` and ``update_run_info`` fill
-them, all in one transaction, a statement per table (SQLAlchemy's ORM bulk
-insert and update by primary key of those models: no SQL text written here,
-and no unit of work per object, which costs as much as the client). What a run
+them, all in one transaction, a statement per table (SQLAlchemy Core's
+``executemany`` insert into those models' tables, and the ORM's bulk update by
+primary key: no SQL text written here, and no unit of work per object, which
+costs as much as the client; the ORM's bulk insert alone, which checks each row
+against its model in Python, cost as much as SQLite's own work). What a run
 holds is what the client would have made: the UI shows it the same, nested
 under its stage.
 
@@ -22,12 +24,35 @@ transaction that fails leaves nothing behind and the batch is sent again.
 
 from __future__ import annotations
 
+import threading
+import time
 import uuid
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 CHUNK = 500  # run ids per ``IN (...)`` when reading the runs a batch touches again
+
+
+def ordered_run_id() -> str:
+    """A new run's id: 32 hex digits as MLflow's own, but begun by the time in
+    microseconds (then 72 random bits), so that ids made later sort later.
+
+    Every index of MLflow's run tables holds ``run_uuid``; random ids (MLflow's
+    ``uuid4``) put each new run's rows on a random page of each index, so a
+    batch dirties (and at 100,000 runs reads back from disk) a page per row
+    and index, and the rate falls as the store grows. Ids in time order put
+    them at the indexes' ends: a few pages a batch, the same at any size.
+    Strictly increasing within a process (two runs in one microsecond: the next)."""
+    global _last_stamp
+    with _stamp_lock:
+        _last_stamp = max(time.time_ns() // 1000, _last_stamp + 1)
+        stamp = _last_stamp
+    return f"{stamp:014x}{uuid.uuid4().hex[:18]}"
+
+
+_last_stamp = 0
+_stamp_lock = threading.Lock()
 
 
 class SqlRunWriter:
@@ -83,6 +108,7 @@ class _Rows:
         self.new_latest: dict[tuple[str, str], dict[str, Any]] = {}
         self.changed_latest: dict[tuple[str, str], dict[str, Any]] = {}
         self.ended: dict[str, dict[str, Any]] = {}
+        self.made: set[str] = set()  # the runs this batch inserts
 
     def read(self, session: Any, run_ids: list[str]) -> None:
         """The runs ``run_ids`` as the store holds them: their state, tags, metric
@@ -123,7 +149,7 @@ class _Rows:
 
         from orchestrator.projections.tracking import KEY_TAG, _param_value
 
-        run_id = uuid.uuid4().hex
+        run_id = ordered_run_id()
         begun = writes.start_time
         row = {"run_uuid": run_id, "name": writes.name, "experiment_id": int(experiment_id),
                "artifact_uri": append_to_uri_path(location, run_id, "artifacts"),
@@ -134,6 +160,7 @@ class _Rows:
                "deleted_time": None, "source_version": "",
                "lifecycle_stage": LifecycleStage.ACTIVE}
         self.insert["runs"].append(row)
+        self.made.add(run_id)
         self.runs[run_id] = row
         tags = {str(k): _param_value(v) for k, v in writes.create_tags.items()}
         tags |= dict(extra_tags)
@@ -201,7 +228,7 @@ class _Rows:
         if writes.end is not None:
             status, at = writes.end
             run["status"], run["end_time"] = status, int(at * 1000)
-            if run not in self.insert["runs"]:
+            if run_id not in self.made:  # a run made here is inserted ended
                 self.ended[run_id] = {"run_uuid": run_id, "status": status,
                                       "end_time": int(at * 1000)}
         return str(run["artifact_uri"])
@@ -223,7 +250,7 @@ class _Rows:
                             (SqlMetric, self.insert["metrics"]),
                             (SqlLatestMetric, list(self.new_latest.values()))):
             if rows:
-                session.execute(insert(model), rows)
+                session.execute(insert(model.__table__), rows)
         for model, rows in ((SqlTag, list(self.changed_tags.values())),
                             (SqlLatestMetric, list(self.changed_latest.values())),
                             (SqlRun, list(self.ended.values()))):

@@ -69,6 +69,7 @@ PAGE = 10_000  # runs per page of the one read that learns a store's run keys
 # What one log_batch may carry (MLflow's limits: 100 params, 100 tags, 1,000 in all).
 BATCH_LIMITS = {"params": 100, "tags": 100, "metrics": 800}
 PENDING = "pending-"
+PARALLEL_RUNS = 8  # a batch's runs written at once to a server (``Tracker.apply_all``)
 SYNC_META = STORE_FILE + ".json"  # beside the run directory's copy: the cursor it matches
 SYNC_INTERVAL_S = 30.0  # the run directory's copy of a node-local store lags by at most this
 MOUNTS = Path("/proc/mounts")
@@ -415,7 +416,7 @@ class RunWrites:
     parent: str | None = None
     start_time: float | None = None
     create_tags: dict[str, Any] = field(default_factory=dict)  # only where it is made
-    params: dict[str, Any] = field(default_factory=dict)  # only where it is made
+    params: dict[str, Any] = field(default_factory=dict)  # where it is made, again where found
     tags: dict[str, Any] = field(default_factory=dict)
     metrics: list[tuple[Mapping[str, Any], int, float]] = field(default_factory=list)
     artifacts: list[tuple[Path, str | None]] = field(default_factory=list)
@@ -459,6 +460,7 @@ class Tracker:
         self.keys: dict[str, str] = {}  # run key -> MLflow run id, as found or made
         self._artifact_uris: dict[str, str] = {}  # run id -> its artifact URI, as recorded
         self.run_key: str | None = None  # the workflow run's (tags every run made)
+        self._pool: Any = None  # the threads that write a batch's runs to a server
 
     @property
     def experiment_id(self) -> str:
@@ -488,6 +490,7 @@ class Tracker:
         if self._resolved:
             return
         self._resolved = True
+        run_key = run_key or self.run_key  # read again (``unsure``): the same runs
         if self._new_experiment():
             return
         query = None if self.own_store or run_key is None else (
@@ -503,6 +506,16 @@ class Tracker:
             token = page.token
             if not token:
                 return
+
+    def unsure(self) -> None:
+        """A write failed without an answer (a timeout, a server gone in the middle):
+        a run it asked for may have been made all the same. A server's runs are read
+        again (``resolve``, once, before the retry), so the retry finds such a run by
+        its key instead of making its twin; runs of a batch in flight at once make
+        this likelier than one at a time. The run directory's own store loses a
+        failed transaction whole: nothing to learn there."""
+        if self._sql is None:
+            self._resolved = self._made_experiment = False  # made here or not: read it
 
     def _new_experiment(self) -> bool:
         """Whether this tracker made its experiment (so it holds no run yet)."""
@@ -562,8 +575,9 @@ class Tracker:
             run_id = self.start_run(writes.name, parent=writes.parent, key=writes.key,
                                     tags=writes.create_tags | tags, params=writes.params,
                                     metrics=numbers, start_time=writes.start_time)
-        else:
-            self.write(run_id, metrics=numbers, tags=tags)
+        else:  # params again (the same values: MLflow takes them): a run found may have
+            # been made by a create whose answer was lost, or a driver killed after it
+            self.write(run_id, params=writes.params, metrics=numbers, tags=tags)
         for path, folder in writes.artifacts:
             self.log_artifact(run_id, path, folder)
         if writes.end is not None:
@@ -579,10 +593,31 @@ class Tracker:
 
     def apply_all(self, batch: Sequence[RunWrites]) -> None:
         """``apply`` each of ``batch``: into the run directory's own SQLite store all in
-        one transaction (``orchestrator.projections.sql_store``), elsewhere run by run."""
+        one transaction (``orchestrator.projections.sql_store``), elsewhere run by run,
+        ``PARALLEL_RUNS`` runs at a time.
+
+        A server answers one request in a round trip of milliseconds to tenths of
+        a second, most of it waiting; a trial's run is three requests (create,
+        ``log_batch``, end) that must go in order, but the runs of a batch are
+        independent (each is the only writer of its run, its stage run made
+        before), so their requests overlap. A run that fails raises after the
+        others are written; the batch is sent again, idempotently."""
         if self._sql is None:
-            for writes in batch:
-                self.apply(writes)
+            self.resolve()
+            _ = self.experiment_id  # asked once, not by every thread at once
+            if len(batch) < 2:
+                for writes in batch:
+                    self.apply(writes)
+                return
+            from concurrent.futures import ThreadPoolExecutor, wait
+
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(PARALLEL_RUNS,
+                                                thread_name_prefix="nestor-mlflow-write")
+            writing = [self._pool.submit(self.apply, writes) for writes in batch]
+            wait(writing)  # all of them: none may still write when the batch is sent again
+            for each in writing:
+                each.result()  # the first failure, if any
             return
         self.resolve()
         extra = {RUN_KEY_TAG: self.run_key} if self.run_key is not None else {}
@@ -662,6 +697,9 @@ class Tracker:
     def close(self) -> None:
         """Nothing is buffered here (the journal is); the store is checkpointed, and
         one kept on local disk is copied to the run directory."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._engine is not None:
             self._engine.dispose()  # the last connection's close checkpoints the WAL
         if self.local is not None:
