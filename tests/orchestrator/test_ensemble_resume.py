@@ -5,12 +5,17 @@ running them again ("a killed driver resumes without re-running finished trials"
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
+import pytest
 
 from orchestrator.backends import SimulatedBackend, fixed_trials
 from orchestrator.engine.history import JournalSoFar
@@ -18,6 +23,8 @@ from orchestrator.engine.kinds.ensemble import KIND
 from orchestrator.journal.events import PlanState, TrialStarted, parse
 from orchestrator.journal.journal import Journal, read_events
 from orchestrator.spec import load_spec_text
+from tests.orchestrator.test_stages import stage
+from tests.orchestrator.test_workflow import events, nestor
 
 SPEC = textwrap.dedent("""
     name: ens
@@ -130,3 +137,63 @@ def test_a_greedy_ensemble_stopped_while_preparing_resumes_into_its_plan(
     started = [e.trial["id"] for e in (parse(r) for r in read_events(path))
                if isinstance(e, TrialStarted)]
     assert started == MEMBERS
+
+
+# The first driver dies (its whole process group, Ray's processes too) the moment its
+# first member's end is durable in the journal: the kill lands there, not by timing.
+KILL_AFTER_A_MEMBER = """
+import os, signal
+from orchestrator.journal import journal as _journal
+from orchestrator.journal.events import TrialFinished
+_record = _journal.Journal.record
+def record(self, event):
+    out = _record(self, event)
+    if isinstance(event, TrialFinished) and event.stage == "members":
+        self.sync()
+        os.killpg(0, signal.SIGKILL)
+    return out
+_journal.Journal.record = record
+"""
+
+KILLED = """
+name: killed
+resources: {slots: 1}
+stages:
+  - name: tune
+    kind: hpo
+    trainer: {name: mlp, settings: {dataset: digits, epochs: 1}}
+    search: {algorithm: random, budget: 2, seed: 3}
+    space: {lr: {type: float, low: 0.01, high: 0.1, log: true}}
+  - name: members
+    kind: ensemble
+    from: [tune]
+    members: 2
+    select: greedy
+    combine: mean
+"""
+
+
+@pytest.mark.slow
+def test_a_driver_killed_mid_ensemble_resumes_without_rerunning_its_members(
+        tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(KILLED)
+    run_dir = tmp_path / "run"
+    script = (f"{KILL_AFTER_A_MEMBER}\nimport sys\nfrom orchestrator.commands import cli\n"
+              "sys.argv = ['nestor', *sys.argv[1:]]\ncli.main()\n")
+    driver = subprocess.Popen([sys.executable, "-c", script, "run", str(spec), "--run-dir",
+                               str(run_dir)], stdout=subprocess.DEVNULL,
+                              stderr=subprocess.DEVNULL, start_new_session=True)
+    assert driver.wait(timeout=600) == -signal.SIGKILL
+    before = events(run_dir)
+    done = [e["trial"]["id"] for e in before
+            if e["event"] == "trial_finished" and e["stage"] == "members"]
+    assert done == ["member-0"]
+    result = nestor("resume", str(run_dir), env=dict(os.environ), timeout=600)
+    assert result.returncode == 0, result.stderr
+    log = events(run_dir)
+    assert [e["stage"] for e in log if e["event"] == "stage_finished"] == ["tune", "members"]
+    started = [e["trial"]["id"] for e in log
+               if e["event"] == "trial_started" and e["stage"] == "members"]
+    assert started == ["member-0", "member-1"]  # member-0 ran once, before the kill
+    assert stage(run_dir, "members")["ensemble"] is not None
