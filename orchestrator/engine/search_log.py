@@ -41,6 +41,14 @@ class SearchLog:
         self.snapshot_at = 0  # ... and covered by the snapshot in state_path
         self._plan_state: dict[str, Any] | None = None  # a fixed plan's, as last journalled
 
+    def follow(self, searcher: Any) -> None:
+        """Journal and restore ``searcher`` from now on, in place of the one before (a
+        kind's plan made once its preparing task is done); nothing of it is journalled
+        yet: the next ``record`` journals its state, ``restore`` reads it back."""
+        self.searcher = searcher
+        self.logged = self.snapshot_at = 0
+        self._plan_state = None
+
     @property
     def is_plan(self) -> bool:
         """A fixed plan: no log, its whole state is a few trials."""
@@ -76,7 +84,9 @@ class SearchLog:
         stage's events, typed."""
         mine = list(mine)
         if self.is_plan:
-            states = [e.state for e in mine if isinstance(e, PlanState)]
+            # A plan of no trials (a kind's, while its preparing task ran) told nothing:
+            # the plan made after it is the one to restore.
+            states = [e.state for e in mine if isinstance(e, PlanState) and e.state.get("trials")]
             if states:
                 saved: Any = states[-1]
             elif self.state_path.exists():  # a run directory from before PlanState

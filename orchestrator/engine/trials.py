@@ -147,7 +147,7 @@ class TrialRunner:
         self.journal = journal
         self.on_progress = on_progress
         self.objectives = objectives
-        self.searcher = searcher
+        self._searcher = searcher
         self.trainer_spec = trainer_spec
         self.settings: dict[str, Any] = dict(trainer_spec.settings)
         self.trainer = TrainerRef.from_spec(trainer_spec, result_metric=objectives[0].metric)
@@ -169,6 +169,19 @@ class TrialRunner:
         self.exhausted = False  # the source has nothing more to give
         self.stopper: EarlyStopping | None = None  # the backend's, if the stage sets one
         self.preparing = False  # waiting for its preparing task before any trial
+
+    @property
+    def searcher(self) -> Any:
+        """Where the stage's trials come from: a searcher, or a fixed plan."""
+        return self._searcher
+
+    @searcher.setter
+    def searcher(self, searcher: Any) -> None:
+        """A kind may plan its trials only once its preparing task is done (a greedy
+        ensemble's members): its search log then journals, and restores, that plan,
+        not the one the runner was built with."""
+        self._searcher = searcher
+        self.search_log.follow(searcher)
 
     @property
     def shape(self) -> Shape:
