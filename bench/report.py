@@ -18,6 +18,7 @@ line saying that part was not run.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -388,13 +389,32 @@ def scale_section(sim: dict[str, Any], name: str) -> list[str]:
         for r in w["runs"]:
             rows.append([wname, r["mode"], r["schedule"], f"{r['completed']:,}",
                          f"{r['virtual_h']:.1f}", _share(r["utilization"]),
+                         _share(r["idle_share_after_last_launch"]),
                          _share(r["startup_share"]), str(r["lost"]),
                          str(r["node_failures"]), f"{r['scheduler_cpu_ms_per_event']:.3f}",
                          f"{r['events_per_s']:,.0f}", f"{r['peak_memory_mib'] or 0:,.0f}",
                          f"{r['driver_wall_s']:,.0f}"])
     return lines + _table(["workload", "mode", "schedule", "trials", "virtual h", "busy",
-                           "gang start-up", "lost", "node failures", "driver ms CPU/event",
-                           "events/s", "peak MiB", "wall s"], rows)
+                           "final drain", "gang start-up", "lost", "node failures",
+                           "driver ms CPU/event", "events/s", "peak MiB", "wall s"], rows) + [
+        "Busy and the final drain (idle after the last launch) are shares of the available"
+        " slot-seconds over the whole makespan: a sweep's busy share includes its drain, an"
+        " allocation's, cut by its time limit while trials still run, next to none."
+        + _whole_run(sim), ""]
+
+
+def _whole_run(sim: dict[str, Any]) -> str:
+    """The whole command's wall time (every workload, mode and schedule, analysis
+    included), from the machine record's start and finish; '' where not recorded."""
+    m = sim.get("machine") or {}
+    try:
+        start, end = (datetime.datetime.strptime(m[k], "%Y-%m-%d %H:%M:%S")
+                      for k in ("started", "finished"))
+    except (KeyError, TypeError, ValueError):
+        return ""
+    driver = sum(r["driver_wall_s"] for w in sim["workloads"].values() for r in w["runs"])
+    return (f" The whole command took {(end - start).total_seconds():,.0f} s of wall time,"
+            f" {driver:,.0f} s of it in the drivers' runs.")
 
 
 def simulate_section(sim: dict[str, Any], out: Path) -> list[str]:

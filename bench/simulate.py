@@ -225,12 +225,41 @@ def time_to_fill(rows: list[tuple[float, float | None, float, int, str]], slots:
 
 def occupancy_curve(rows: list[tuple[float, float | None, float, int, str]], end: float,
                     points: int = 200) -> dict[str, list[float]]:
-    """Busy slots at ``points`` evenly spaced virtual times, for a plot."""
+    """Busy slots at ``points`` evenly spaced virtual times, for a plot: the ranks of
+    the attempts running at t (started <= t < ended), by one pass over their starts
+    and ends in time order (a sum over every attempt per point took minutes at
+    230,000 trials).
+
+    >>> occupancy_curve([(0.0, 1.0, 3.0, 4, "ok"), (0.0, 2.0, 4.0, 2, "ok")], 4.0, 5)["busy"]
+    [0, 4, 6, 2, 0]
+    """
     grid = [end * i / (points - 1) for i in range(points)]
-    busy = []
+    steps = sorted([(s, r) for _, s, _, r, _ in rows if s is not None]
+                   + [(e, -r) for _, s, e, r, _ in rows if s is not None])
+    busy, level, i = [], 0, 0
     for t in grid:
-        busy.append(sum(r for _, s, e, r, _ in rows if s is not None and s <= t < e))
+        while i < len(steps) and steps[i][0] <= t:
+            level += steps[i][1]
+            i += 1
+        busy.append(level)
     return {"t_h": [t / 3600 for t in grid], "busy": busy}
+
+
+def trial_ends(path: Path) -> tuple[int, list[dict[str, Any]]]:
+    """How many events the journal holds, and its trials' ends (finished, attempt
+    failed, interrupted), parsed: only those lines are read as JSON, found by the
+    event's name, which every line carries before its fields."""
+    wanted = ("trial_finished", "trial_attempt_failed", "trial_interrupted")
+    count, ends = 0, []
+    with path.open() as lines:
+        for line in lines:
+            count += 1
+            at = line.find('"event":"') + 9
+            if line.startswith(wanted, at):
+                event = json.loads(line)
+                if event["event"] in wanted:
+                    ends.append(event)
+    return count, ends
 
 
 def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespace,
@@ -282,12 +311,12 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
     u = usage(rows, outages, backend.slots, end, last_launch)
     fill = time_to_fill(rows, backend.slots)
     planned = sum(workflow.stage(s.name).planned_trials() for s in workload.stages)
-    journal = [json.loads(line) for line in (run_dir / "journal.jsonl").open()]
-    finished = [e for e in journal if e["event"] == "trial_finished"]
+    journal_events, ends = trial_ends(run_dir / "journal.jsonl")
+    finished = [e for e in ends if e["event"] == "trial_finished"]
     completed = sum(1 for e in finished if e["status"] == "completed")
     failed = sum(1 for e in finished if e["status"] != "completed")
-    interrupted = sum(1 for e in journal if e["event"] == "trial_interrupted")
-    scheduler_busy = sum(e.get("slot_seconds", 0.0) for e in journal
+    interrupted = sum(1 for e in ends if e["event"] == "trial_interrupted")
+    scheduler_busy = sum(e.get("slot_seconds", 0.0) for e in ends
                          if e["event"] in ("trial_finished", "trial_attempt_failed"))
     s_to_fill = None
     if fill["held"] is not None:  # real seconds the driver took to issue those launches
@@ -306,7 +335,7 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
         "planned_trials": None if allocation else planned,
         "completed": completed, "failed": failed, "interrupted_at_limit": interrupted,
         "lost": lost, "attempts": len(rows), "outcomes": outcomes,
-        "virtual_h": end / 3600, "driver_wall_s": wall, "journal_events": len(journal),
+        "virtual_h": end / 3600, "driver_wall_s": wall, "journal_events": journal_events,
         "slot_seconds": {k: round(v, 1) for k, v in u.items()},
         "utilization": u["busy"] / u["available"],
         "useful_utilization": (u["busy"] - u["lost_work"]) / u["available"],

@@ -631,8 +631,11 @@ class Searcher(abc.ABC):
 
         A driver journals these as they come and snapshots the whole
         :meth:`state` only now and then, instead of rewriting a state that
-        grows with every call after every call."""
-        return json.loads(json.dumps(self._book.events[start:], allow_nan=False))
+        grows with every call after every call. The entries are the log's own
+        (each built afresh as JSON data by its call, never changed after): a copy
+        per entry, a JSON round trip, was a twentieth of the driver's CPU per
+        event at 32,768 slots; callers must not modify them."""
+        return self._book.events[start:]
 
     def state(self) -> dict[str, Any]:
         """JSON-serialisable data from which :meth:`restore` rebuilds this search.

@@ -124,8 +124,10 @@ class _Individual(list):
     failed: bool
     target: _Individual | None = None  # a DE child's target (crossover "de")
     de: tuple[float, float] | None = None  # ...and the F and CR it was bred with
+    decoded: tuple[tuple[float, ...], dict[str, Scalar]] | None = None  # genes, their config
 
 
+_FITNESS = attrgetter("fitness")
 DE_PBEST = 0.2  # the share of a deme whose members a DE child is pulled towards
 DE_MEMBERS = 4  # results a deme needs before differences mean anything
 
@@ -463,8 +465,12 @@ class GeneticSearch(Searcher):
             moved = list(before)
             step = self.mutation_step
             sigmas = [step * (self._genes[i].high - self._genes[i].low) for i in numeric]
-            with _using(rng):
-                tools.mutGaussian(moved, 0.0, sigmas, 1.0)
+            # DEAP's mutGaussian(moved, 0.0, sigmas, indpb=1.0) on this RNG directly
+            # (its draw against indpb kept, so the stream is DEAP's): through the
+            # module forwarder each draw was a context-variable lookup.
+            for j, sigma in enumerate(sigmas):
+                rng.random()
+                moved[j] += rng.gauss(0.0, sigma)
             for old, new, i in zip(before, moved, numeric, strict=True):
                 ind[i] = self._step(self._genes[i], old, new, must_change=i in drawn)
         for i in drawn:
@@ -585,13 +591,28 @@ class GeneticSearch(Searcher):
     def _is_copy(self, child: _Individual) -> bool:
         config = self._decode(child)
         return any(
-            self._decode(self._members[p]) == config for p in child.parents if p in self._members
-        )
+            self._config_of(self._members[p]) == config for p in child.parents
+            if p in self._members
+        )  # fmt: skip
+
+    def _config_of(self, member: _Individual) -> dict[str, Scalar]:
+        """A member's config, decoded once per genome: a member is a parent many
+        times, and decoding it for every child was most of :meth:`_is_copy`."""
+        genes = tuple(member)
+        if member.decoded is None or member.decoded[0] != genes:
+            member.decoded = (genes, self._decode(member))
+        return member.decoded[1]
 
     def _select(self, pool: list[_Individual], k: int) -> list[_Individual]:
+        if not self.multi_objective:
+            # DEAP's selTournament (k tournaments of tournament_size drawn with
+            # rng.choice, the fittest of each by Fitness order), drawing from the RNG
+            # directly: through the module forwarder, each draw was a context-variable
+            # lookup, and selection a twentieth of an ask at 32,768 slots.
+            rng, size = self._rng, self.tournament_size
+            return [max([rng.choice(pool) for _ in range(size)], key=_FITNESS)
+                    for _ in range(k)]
         with _using(self._rng):
-            if not self.multi_objective:
-                return tools.selTournament(pool, k, self.tournament_size)
             fronts = tools.sortNondominated(pool, len(pool))
             for rank, front in enumerate(fronts):
                 tools.emo.assignCrowdingDist(front)

@@ -143,6 +143,7 @@ class TrialRunner:
         self.stage = stage
         self.part = part or KindTrials()
         self.run_dir = run_dir
+        self._run_dir_text = str(run_dir)  # each launch's paths are joined as text
         self.backend = backend
         self.journal = journal
         self.on_progress = on_progress
@@ -304,6 +305,7 @@ class TrialRunner:
         if self.holding or self.preparing:
             return 0
         while limit is None or started < limit:
+            checked = False  # the backend was asked just now whether the shape fits
             if not self.queue:
                 if self.searcher.done():
                     self.exhausted = True
@@ -313,6 +315,7 @@ class TrialRunner:
                                              self.busy_ranks, len(self.running))
                 if not self.backend.fits(self.shape):
                     break
+                checked = True
                 asked = self.searcher.ask(1)
                 if not asked:
                     # A generational barrier while trials run; else nothing is left.
@@ -320,7 +323,7 @@ class TrialRunner:
                     break
                 self.search_log.record()
                 self.queue.extend((trial, 1) for trial in asked)
-            if not self.backend.fits(self.shape):
+            if not checked and not self.backend.fits(self.shape):
                 break
             trial, number = self.queue.pop(0)
             self._start(trial, number)
@@ -351,6 +354,7 @@ class TrialRunner:
             return
         settings = {**self.settings, **extras.pop("settings", {})}
         trial_dir = f"{self.stage.name}/{trial.id}"
+        run_dir = self._run_dir_text
         request = TrialRequest(
             trial_id=f"{self.stage.name}-{trial.id}",
             trainer=self.trainer,
@@ -359,11 +363,11 @@ class TrialRunner:
             data_parallel=self.shape.data,
             model_parallel=self.shape.model,
             backend=self.shape.backend,
-            checkpoint_dir=str(self.run_dir / "checkpoints" / trial_dir),
-            log_dir=str(self.run_dir / "logs" / trial_dir),
+            checkpoint_dir=f"{run_dir}/checkpoints/{trial_dir}",
+            log_dir=f"{run_dir}/logs/{trial_dir}",
             timeout=self.stage.trial.timeout,
             env=self.stage.trial.env_vars(),
-            result_path=str(self.results.path(trial.id, number)),
+            result_path=self.results.path_text(trial.id, number),
             **extras,
         )
         hooks = self.stopper.begin(trial.id) if self.stopper is not None else {}

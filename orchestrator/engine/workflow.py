@@ -300,10 +300,9 @@ class StageScheduler:
                 return
 
     def _start_ready_stages(self) -> None:
-        from orchestrator.engine.kinds import StageError, stage_kind
-
         if all(s.name in self.active or s.name in self.summaries for s in self.workflow.stages):
             return  # every stage started: no topological order to work out per event
+        from orchestrator.engine.kinds import StageError, stage_kind  # once all started, never
         for name in self.workflow.order():
             if name in self.summaries or name in self.active:
                 continue

@@ -285,3 +285,28 @@ def test_a_one_seed_headline_says_it_has_no_spread(tmp_path: Path) -> None:
     text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
     line = next(x for x in text.splitlines() if x.startswith("- `parallel: auto` end to end"))
     assert "(1 seed: one run, no spread," in line and "1 seeds" not in line, line
+
+
+def test_the_32768_slot_section_shows_each_runs_drain_and_the_whole_commands_wall() -> None:
+    """A sweep's busy share includes its final drain: the table shows the drain beside
+    it, and the section says how long the whole command took (the issue's goal), not
+    only each driver's run."""
+    def run(mode: str, busy: float, drain: float, wall: float) -> dict:
+        return {"mode": mode, "schedule": "async", "completed": 10, "virtual_h": 2.0,
+                "utilization": busy, "idle_share_after_last_launch": drain,
+                "startup_share": 0.001, "lost": 0, "node_failures": 1,
+                "scheduler_cpu_ms_per_event": 0.2, "events_per_s": 1000.0,
+                "peak_memory_mib": 100.0, "driver_wall_s": wall}
+
+    sim = {"slots": 32768, "nodes": 4096, "slots_per_node": 8, "fsync": True,
+           "node_mtbf_h": 2000.0, "repair_h": 4.0, "rank_failure": 0.005, "allocation_h": 48.0,
+           "machine": {"started": "2026-11-25 22:00:00", "finished": "2026-11-25 22:10:30",
+                       "host": "vm", "cores": 2, "cpu": "x", "memory_gib": 1, "gpu": "none",
+                       "load_average_at_start": [1.0, 1.0, 1.0]},
+           "workloads": {"mixed": {"runs": [run("sweep", 0.77, 0.22, 300.0),
+                                            run("allocation", 0.998, 0.0, 200.0)]}}}
+    text = "\n".join(report.scale_section(sim, "simulate-4096-fsync.json"))
+    header = next(line for line in text.splitlines() if line.startswith("| workload"))
+    assert "| busy | final drain |" in header
+    assert "| mixed | sweep | async | 10 | 2.0 | 77.0% | 22.0% |" in text
+    assert "The whole command took 630 s of wall time, 500 s of it in the drivers' runs." in text
