@@ -10,13 +10,11 @@ from typing import TYPE_CHECKING, Any
 from ._cost import checks
 from ._planner import Shape, choose
 from ._profiler import default_shapes, profile
-from ._stage import stage_inputs, stage_model, stage_profile
+from ._stage import Workflow, stage_inputs, stage_model, stage_profile
 from ._table import auto_row, combined_table, with_measured, with_simulated
 
 if TYPE_CHECKING:
     from rich.console import Console
-
-    from orchestrator.spec.model import Workflow
 
 
 def pick_stage(workflow: Workflow, name: str | None) -> str:

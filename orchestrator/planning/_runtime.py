@@ -16,15 +16,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ._planner import Plan, Replan, Shape, choose, replan
 from ._profile import Profile
 from ._profiler import default_shapes
-from ._stage import stage_inputs, stage_model, stage_profile
-
-if TYPE_CHECKING:
-    from orchestrator.spec.model import Workflow
+from ._stage import Workflow, stage_inputs, stage_model, stage_profile
 
 
 class StagePlanner:

@@ -16,7 +16,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from ._arch import ModelSize, model_size
 from ._cost import CostModel, calibrate, prior_model
@@ -24,8 +24,23 @@ from ._planner import Goal, Limits, Plan, choose
 from ._profile import Profile, load, machine, profile_key
 from ._profiler import DEFAULT_BATCHES
 
-if TYPE_CHECKING:
-    from orchestrator.spec.model import Workflow
+
+class Workflow(Protocol):
+    """What the planner reads of a spec's workflow (``orchestrator.spec.model.Workflow``).
+
+    Planning sits below the spec in the layers: the spec asks the planner for a
+    ``parallel: auto`` stage's shape and checks that a plan exists, so the planner
+    knows the spec only by these methods (and a stage's fields by duck type), never by
+    import: no import circle between the two packages."""
+
+    resources: Any
+
+    def stage(self, name: str) -> Any: ...
+    def order(self) -> list[str]: ...
+    def declared_parallel(self, name: str) -> Any: ...
+    def batch_of(self, name: str) -> Any: ...
+    def trainer_of(self, name: str) -> Any: ...
+    def backend_of(self, name: str) -> Any: ...
 
 SIZE_OPTIONS = ("width", "depth", "channels", "batch_size", "epochs")
 DATASET_SIZES = {"mnist5k": 5000, "digits": 1797, "mnist": 60000, "synthetic": 1200}
@@ -46,7 +61,6 @@ class StagePlanInputs:
 
 def reference_options(workflow: Workflow, name: str) -> tuple[str, dict[str, Any]]:
     """The built-in trainer's resolved options for the stage's largest trial."""
-    from orchestrator.spec.model import CategoricalSpec, ConstantSpec, FloatSpec, IntSpec
     from trainers.catalog import resolve_options
 
     stage = workflow.stage(name)
@@ -57,11 +71,12 @@ def reference_options(workflow: Workflow, name: str) -> tuple[str, dict[str, Any
     config: dict[str, Any] = {k: v for k, v in stage.fixed_config().items()
                               if k in SIZE_OPTIONS}
     for key, spec in stage.searched().items():
-        if isinstance(spec, ConstantSpec):
+        kind = getattr(spec, "type", None)  # the spec's parameter types, by their tag
+        if kind == "constant":
             config[key] = spec.value
-        elif key in SIZE_OPTIONS and isinstance(spec, IntSpec | FloatSpec):
+        elif key in SIZE_OPTIONS and kind in ("int", "float"):
             config[key] = spec.high
-        elif key in SIZE_OPTIONS and isinstance(spec, CategoricalSpec):
+        elif key in SIZE_OPTIONS and kind == "categorical":
             numbers = [v for v in spec.values if isinstance(v, int | float)
                        and not isinstance(v, bool)]
             if numbers:
@@ -91,8 +106,6 @@ def estimated_train_samples(options: Mapping[str, Any]) -> int:
 def stage_inputs(workflow: Workflow, name: str, slots: int, *, runs: int | None = None
                  ) -> StagePlanInputs:
     """The planner's inputs for stage ``name`` on ``slots`` slots (``runs``: trials left)."""
-    from orchestrator.spec.model import GeneticSearch
-
     stage = workflow.stage(name)
     trainer, options = reference_options(workflow, name)
     declared = workflow.declared_parallel(name)
@@ -106,7 +119,7 @@ def stage_inputs(workflow: Workflow, name: str, slots: int, *, runs: int | None 
     )
     generation = None
     search = getattr(stage, "search", None)
-    if isinstance(search, GeneticSearch) and search.schedule == "generational":
+    if getattr(search, "algorithm", None) == "genetic" and search.schedule == "generational":
         generation = (search.offspring or search.population) if (
             search.mode == "mu_plus_lambda") else search.population
     goal = Goal(runs=stage.planned_trials() if runs is None else runs,
