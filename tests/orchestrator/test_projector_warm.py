@@ -4,30 +4,17 @@ the scheduling loop's first trials (issue 25: nestor slower than Tune at 250 tri
 
 from __future__ import annotations
 
-import textwrap
 import time
 from pathlib import Path
 
 from orchestrator.projections.projector import Projector
-from orchestrator.spec import load_spec
+from tests.orchestrator.test_projector import workflow
 
 
 def test_the_store_is_open_before_the_first_event(tmp_path: Path) -> None:
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(textwrap.dedent("""
-        name: warm
-        resources: {slots: 2}
-        stages:
-          - name: tune
-            kind: hpo
-            trainer: {command: ["true"]}
-            search: {algorithm: random, budget: 3, seed: 1}
-            space: {x: {type: float, low: 0, high: 1}}
-            objective: {metric: result, mode: min}
-        """))
     run_dir = tmp_path / "run"
     run_dir.mkdir()
-    projector = Projector(run_dir, load_spec(spec))  # no journal yet: nothing to project
+    projector = Projector(run_dir, workflow(tmp_path))  # no journal yet: nothing to project
     deadline = time.monotonic() + 120  # a bound for a busy machine, not a speed claim
     while projector._tracker is None and time.monotonic() < deadline:
         time.sleep(0.05)
