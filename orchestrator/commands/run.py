@@ -33,11 +33,12 @@ def run_spec(
     shut down and MLflow is waited for (``wait_for_mlflow(projector)``, else
     ``projector.close()``)."""
     run_dir, workflow = engine.prepare_run_dir(spec_path or Path(), run_dir, resume)
-    backend = make_backend(workflow, run_dir, slots=slots, address=address)
+    # MLflow, off the loop; started first, so that its store opens while Ray starts.
+    projector = Projector(run_dir, workflow)
     try:
-        projector = Projector(run_dir, workflow)  # MLflow, off the loop
+        backend = make_backend(workflow, run_dir, slots=slots, address=address)
     except BaseException:
-        backend.shutdown()
+        projector.close(timeout_s=5)
         raise
     try:
         results = engine.run_workflow(workflow, backend, run_dir, resume=resume,

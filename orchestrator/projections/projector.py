@@ -184,6 +184,7 @@ class Projector:
     # -- the thread ------------------------------------------------------------------------
 
     def _loop(self) -> None:
+        self._warm()
         wait = RETRY_FIRST_S
         while True:
             self._wake.clear()
@@ -211,6 +212,19 @@ class Projector:
                     self._save()
                 continue
             self._wake.wait()
+
+    def _warm(self) -> None:
+        """Open the tracker (MLflow's and SQLAlchemy's imports, the store's creation) at
+        once, before the journal holds anything: the driver starts the projector before
+        its backend, so this CPU-heavy second or two overlaps Ray's start, when the
+        driver's thread waits, not the scheduling loop's first trials, which it would
+        slow through the GIL and the cores. A store that will not open is retried by
+        the loop, as before."""
+        if self._tracker is None:
+            try:
+                _ = self.tracker
+            except Exception as exc:  # MLflow down: the loop's retries say so
+                log.debug("MLflow at %s not opened yet: %s", self.uri, first_line(exc)[:300])
 
     def _save(self) -> None:
         try:

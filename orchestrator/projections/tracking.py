@@ -44,6 +44,7 @@ import json
 import logging
 import math
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -179,29 +180,67 @@ def copy_cursor(run_dir: Path) -> int | None:
     return LocalStore.open(run_dir).take_cursor()
 
 
+def schema_template(version: str | None = None) -> Path:
+    """Where a new store's schema, built once per MLflow version, is kept for copying
+    (``NESTOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/nestor`` or ``~/.cache/nestor``)."""
+    if version is None:
+        from mlflow.version import VERSION as version
+    root = os.environ.get("NESTOR_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nestor")
+    return Path(root) / "mlflow-schema" / f"mlflow-{version}.db"
+
+
 def make_store(db: Path) -> None:
     """Create a run directory's SQLite store all at once, if it has none.
 
-    MLflow builds a new store's schema in a dozen migrations; a driver killed in
-    the middle (its first seconds) would leave a store MLflow cannot open again
-    ("duplicate column name"). So the schema is built in a file of its own and
-    renamed into place, whole."""
+    MLflow builds a new store's schema in a dozen migrations (alembic): seconds of
+    CPU in the driver's process, at the start of the run, when they compete with the
+    scheduling loop for its cores and its GIL. So the schema is built once per MLflow
+    version (``schema_template``) and each new store is a copy of it. A driver killed
+    in the middle of a migration (its first seconds) would leave a store MLflow
+    cannot open again ("duplicate column name"): the template and each store are
+    built in a file of their own and renamed into place, whole."""
     if db.exists():
         return
-    from mlflow.tracking import MlflowClient
-
+    template = schema_template()
     tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
-    uri = f"sqlite:///{tmp.resolve()}"
+    if template.is_file():
+        shutil.copyfile(template, tmp)
+        _default_artifacts_here(tmp)
+    else:
+        _build_schema(tmp)
+        with contextlib.suppress(OSError):  # no cache (read-only home): each store builds
+            template.parent.mkdir(parents=True, exist_ok=True)
+            spare = template.with_name(f".{template.name}.{os.getpid()}.tmp")
+            shutil.copyfile(tmp, spare)
+            os.replace(spare, template)
+    with open(tmp, "rb") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, db)
+
+
+def _build_schema(path: Path) -> None:
+    """MLflow's own creation of a store at ``path``: its migrations, then closed."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{path.resolve()}"
     # No fsync per migration (seconds on a busy disk): the file is synced once, whole.
     engine = sqlite_pragmas(uri, "PRAGMA synchronous=OFF")
     client = MlflowClient(tracking_uri=uri)
     client.search_experiments(max_results=1)  # the schema exists once this answers
     if engine is not None:
         engine.dispose()
-    with open(tmp, "rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(tmp, db)
+
+
+def _default_artifacts_here(path: Path) -> None:
+    """Give the copied template's Default experiment the artifact location MLflow gives
+    it when it builds a store here (``./mlruns`` of this directory), not the template's."""
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(path)) as connection, connection:
+        connection.execute("UPDATE experiments SET artifact_location = ?"
+                           " WHERE experiment_id = 0", (str(Path.cwd() / "mlruns" / "0"),))
 
 
 def sqlite_pragmas(uri: str, *pragmas: str) -> Any:
@@ -240,8 +279,6 @@ def _put_whole(source: Path, target: Path) -> None:
     """Copy the file ``source`` to ``target`` by plain reads and writes (no SQLite,
     so no file locks on the network filesystem), written beside it and renamed
     over it: a reader (``nestor ui``) sees the old copy or the new, never half."""
-    import shutil
-
     tmp = target.with_name(f".{target.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     try:
         shutil.copyfile(source, tmp)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -70,6 +71,18 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
     assert listed == {"note.txt", "later"}
 
 
+NO_MIGRATION = """
+import sys
+from pathlib import Path
+import mlflow.store.db.utils as db_utils
+def migrating(engine):
+    raise SystemExit("a store copied from the template ran MLflow's migrations")
+db_utils._upgrade_db = migrating
+from orchestrator.projections.tracking import Tracker
+Tracker(Path(sys.argv[1]), "demo").start_run("tune")
+"""
+
+
 def test_a_driver_killed_while_its_store_is_made_leaves_one_mlflow_can_open(
         tmp_path: Path) -> None:
     # MLflow builds a new SQLite store in a dozen migrations over a second or two; a
@@ -89,9 +102,43 @@ Tracker(Path(sys.argv[1]), "demo").start_run("tune")
 """
     for delay in ("0.2", "0.5", "1.0"):
         run_dir = tmp_path / f"killed-after-{delay}"
+        # A cache of its own: with a schema template there would be no migration to cut.
+        env = dict(os.environ, NESTOR_CACHE_DIR=str(tmp_path / f"cache-{delay}"))
         child = subprocess.run([sys.executable, "-c", script, str(run_dir), delay],
-                               cwd=Path(__file__).parents[2], capture_output=True, check=False)
+                               cwd=Path(__file__).parents[2], capture_output=True, check=False,
+                               env=env)
         assert child.returncode == -9, child.stderr  # it died in the upgrade
+        if list((tmp_path / f"cache-{delay}").rglob("*.db")):  # killed after it was made
+            # A template left is whole: a store copied from it opens, no migration run.
+            fresh = subprocess.run([sys.executable, "-c", NO_MIGRATION,
+                                    str(tmp_path / f"fresh-{delay}")],
+                                   cwd=Path(__file__).parents[2], capture_output=True,
+                                   check=False, env=env)
+            assert fresh.returncode == 0, fresh.stderr.decode()
         tracker = Tracker(run_dir, "demo")  # what the resumed driver does
         run = tracker.start_run("tune", key="k")
         assert tracker.client.get_run(run).info.run_name == "tune"
+
+
+def test_a_new_store_is_a_copy_of_the_schema_built_once(tmp_path: Path, monkeypatch) -> None:
+    # MLflow's migrations cost the driver seconds of CPU at a run's start, beside its
+    # scheduling loop: only the first store of an MLflow version runs them.
+    import mlflow.store.db.utils as db_utils
+
+    from orchestrator.projections.tracking import make_store, schema_template
+
+    monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "first").mkdir()
+    make_store(tmp_path / "first" / "mlflow.db")
+    assert schema_template().is_file()
+
+    def migrating(engine) -> None:
+        raise AssertionError("a second store ran MLflow's migrations")
+
+    monkeypatch.setattr(db_utils, "_upgrade_db", migrating)
+    tracker = Tracker(tmp_path / "second", "demo")
+    run = tracker.start_run("tune", key="k")
+    assert tracker.client.get_run(run).info.run_name == "tune"
+    default = tracker.client.get_experiment("0")  # as MLflow makes it here, not the cache's
+    assert default.artifact_location == str(tmp_path / "mlruns" / "0")
