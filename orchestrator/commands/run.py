@@ -34,7 +34,7 @@ def run_spec(
     ``projector.close()``)."""
     run_dir, workflow = engine.prepare_run_dir(spec_path or Path(), run_dir, resume)
     # MLflow, off the loop; started first, so that its store opens while Ray starts.
-    projector = Projector(run_dir, workflow)
+    projector = Projector(run_dir, workflow, warm=True)
     try:
         backend = make_backend(workflow, run_dir, slots=slots, address=address)
     except BaseException:

@@ -87,8 +87,13 @@ class Projector:
     """
 
     def __init__(self, run_dir: Path, workflow: Any, *, journal_file: str = "journal.jsonl",
-                 tracker: Tracker | None = None) -> None:
+                 tracker: Tracker | None = None, warm: bool = False) -> None:
         self.run_dir = Path(run_dir)
+        # Open MLflow at once (the driver's projector, started before Ray): see _warm.
+        # A projector that only catches up (``nestor ui``) opens it only if behind: a
+        # store opened for nothing is a node-local copy synced back at exit, over the
+        # store the UI's server is serving.
+        self._warm_up = warm
         self.workflow = workflow
         self.journal_path = self.run_dir / journal_file
         self.uri = workflow.tracking.uri or default_tracking_uri(self.run_dir)
@@ -184,7 +189,8 @@ class Projector:
     # -- the thread ------------------------------------------------------------------------
 
     def _loop(self) -> None:
-        self._warm()
+        if self._warm_up:
+            self._warm()
         wait = RETRY_FIRST_S
         while True:
             self._wake.clear()
