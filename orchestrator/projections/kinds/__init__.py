@@ -67,6 +67,17 @@ class KindReport:
         the journal's fold."""
         return []
 
+    def summary_plot(self, summary: dict[str, Any], run_dir: Path,
+                     draw: Callable[[str, Any, Path], Path | None]) -> list[PlotMaker]:
+        """The one plot of what the kind keeps in the summary under its name
+        (``summary[self.name]``), drawn by ``draw(stage name, that entry, path)`` into
+        ``plots/STAGE.png``; none when the stage kept nothing."""
+        if not summary.get(self.name):
+            return []
+        name = str(summary["name"])
+        return [(self.name, lambda: draw(name, summary[self.name],
+                                         run_dir / "plots" / f"{name}.png"))]
+
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Metrics of the stage's MLflow run, so the runs table sorts stages by them:
         the product's, since a stage's best trial is not always what it made (a

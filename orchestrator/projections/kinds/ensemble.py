@@ -67,11 +67,7 @@ class EnsembleReport(KindReport):
               state: RunState, run_dir: Path) -> list[PlotMaker]:
         from orchestrator.projections.plots import plot_ensemble
 
-        if not summary.get("ensemble"):
-            return []
-        name = str(summary["name"])
-        return [("ensemble", lambda: plot_ensemble(name, summary["ensemble"],
-                                                   run_dir / "plots" / f"{name}.png"))]
+        return self.summary_plot(summary, run_dir, plot_ensemble)
 
     def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
         """The members with a weight, weights summing to one."""

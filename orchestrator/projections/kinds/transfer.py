@@ -52,11 +52,7 @@ class TransferReport(KindReport):
               state: RunState, run_dir: Path) -> list[PlotMaker]:
         from orchestrator.projections.plots import plot_transfer
 
-        if not summary.get("transfer"):
-            return []
-        name = str(summary["name"])
-        return [("transfer", lambda: plot_transfer(name, summary["transfer"],
-                                                   run_dir / "plots" / f"{name}.png"))]
+        return self.summary_plot(summary, run_dir, plot_transfer)
 
 
 REPORT = TransferReport()
