@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -23,25 +22,11 @@ from orchestrator.engine.kinds.ensemble import KIND
 from orchestrator.journal.events import PlanState, TrialStarted, parse
 from orchestrator.journal.journal import Journal, read_events
 from orchestrator.spec import load_spec_text
+from tests.orchestrator.test_stage_tasks import greedy_ensemble_spec
 from tests.orchestrator.test_stages import stage
 from tests.orchestrator.test_workflow import events, nestor
 
-SPEC = textwrap.dedent("""
-    name: ens
-    resources: {slots: 1}
-    stages:
-      - name: tune
-        kind: hpo
-        trainer: {name: mlp, settings: {dataset: digits, epochs: 1}}
-        search: {algorithm: random, budget: 2, seed: 3}
-        space: {lr: {type: float, low: 0.01, high: 0.1, log: true}}
-      - name: members
-        kind: ensemble
-        from: [tune]
-        members: 2
-        select: greedy
-        combine: mean
-    """)
+SPEC = greedy_ensemble_spec(slots=1, epochs=1)
 MEMBERS = ["member-0", "member-1"]
 
 

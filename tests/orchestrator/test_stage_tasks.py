@@ -26,25 +26,31 @@ trainers.predict.Predictor = Refused
 """
 
 
-def test_ensemble_predictions_run_as_ray_tasks_not_in_the_driver(tmp_path: Path,
-                                                       nestor_with_fault) -> None:
-    spec = tmp_path / "ens.yaml"
-    spec.write_text(textwrap.dedent("""
+def greedy_ensemble_spec(slots: int, epochs: int) -> str:
+    """A two-trial mlp search on digits and a greedy ensemble of two members drawn from
+    it: the smallest workflow whose ensemble stage computes predictions first."""
+    return textwrap.dedent(f"""
         name: ens
-        resources: {slots: 2}
+        resources: {{slots: {slots}}}
         stages:
           - name: tune
             kind: hpo
-            trainer: {name: mlp, settings: {dataset: digits, epochs: 2}}
-            search: {algorithm: random, budget: 2, seed: 3}
-            space: {lr: {type: float, low: 0.01, high: 0.1, log: true}}
+            trainer: {{name: mlp, settings: {{dataset: digits, epochs: {epochs}}}}}
+            search: {{algorithm: random, budget: 2, seed: 3}}
+            space: {{lr: {{type: float, low: 0.01, high: 0.1, log: true}}}}
           - name: members
             kind: ensemble
             from: [tune]
             members: 2
             select: greedy
             combine: mean
-        """))
+        """)
+
+
+def test_ensemble_predictions_run_as_ray_tasks_not_in_the_driver(tmp_path: Path,
+                                                       nestor_with_fault) -> None:
+    spec = tmp_path / "ens.yaml"
+    spec.write_text(greedy_ensemble_spec(slots=2, epochs=2))
     run_dir = tmp_path / "run"
     driver = nestor_with_fault(NO_PREDICTIONS_IN_THE_DRIVER, "run", str(spec), "--run-dir",
                                str(run_dir), timeout=600, cwd=str(Path(__file__).parents[2]))
