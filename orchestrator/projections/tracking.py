@@ -467,6 +467,11 @@ class Tracker:
     def __init__(self, run_dir: Path, experiment: str, uri: str | None = None) -> None:
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
         os.environ.setdefault("MLFLOW_HTTP_REQUEST_TIMEOUT", "5")
+        # MLflow's client prints two "View run/experiment at" lines for each run it
+        # ends on a server (and asks the server for the run once more to do so): a
+        # sweep's thousands of runs would bury the run's own output. `nestor ui`
+        # and the run's summary say where MLflow is, once.
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         from mlflow.tracking import MlflowClient
 
         self.run_dir = Path(run_dir)
