@@ -307,11 +307,15 @@ def overhead_section(o: dict[str, Any]) -> list[str]:
                 "Not comparable: this result timed nestor with Ray's start-up and Tune"
                 " without; rerun `bench/orchestration_bench.py --parts overhead`.", ""]
     rows = []
+    loaded = any("load_average" in r for by_count in ov["runs"].values()
+                 for r in by_count.values())  # older results kept no load per run
     for label, by_count in ov["runs"].items():
         for n, r in by_count.items():
             rows.append([label, f"{int(n):,}", f"{r['startup_s']:.1f}",
                          f"{r['steady_ms_per_trial']:.2f}", f"{r['wind_down_s']:.1f}",
-                         f"{r['total_ms_per_trial']:.2f}"])
+                         f"{r['total_ms_per_trial']:.2f}"]
+                        + ([f"{r['load_average']:.1f}" if "load_average" in r else "–"]
+                           if loaded else []))
     counts = ", ".join(f"{n:,}" for n in ov["counts"])
     capped = [n for n in ov["counts"] if n > ov["tune_new_actor_cap"]]
     cap = (f" Tune's default (a new actor per trial, about a second each here) ran at most"
@@ -327,8 +331,34 @@ def overhead_section(o: dict[str, Any]) -> list[str]:
             " trial's end to the call's return, Ray's shutdown included. *Total*: all of it"
             f" per trial. Tune with `reuse_actors=True` is the nearer match to nestor's warm"
             f" gangs.{cap} The Optuna row is an ask/tell loop in one process, no scheduling.",
+            *([" *Load*: the 1-minute load average as the run ended (2 cores; other work"
+               " shared the machine)."] if loaded else []),
             "", *_table(["system", "trials", "start-up s", "steady ms/trial", "wind-down s",
-                         "total ms/trial"], rows)]
+                         "total ms/trial"] + (["load"] if loaded else []), rows),
+            *_against_tune(ov["runs"])]
+
+
+def _against_tune(runs: dict[str, dict[str, Any]]) -> list[str]:
+    """nestor's end-to-end time per trial against Tune's, at each count this run has:
+    the ratios issue 25's goals are stated in (below Tune ``reuse_actors``; at most
+    1/100 of Tune's default per trial), read from the table above, not kept apart."""
+    def row(prefix: str) -> dict[str, Any]:
+        return next((by for label, by in runs.items() if label.startswith(prefix)), {})
+
+    nestor, reuse, default = row("nestor"), row("ray tune, reuse"), row("ray tune, default")
+    if not nestor or not default:
+        return []
+    tune = next(iter(default.values()))
+    lines = []
+    for n, r in nestor.items():
+        vs_reuse = (f"{r['total_s']:.1f} s against Tune `reuse_actors` "
+                    f"{reuse[n]['total_s']:.1f} s" if n in reuse else "no Tune reuse row")
+        lines.append(f"- {int(n):,} trials: {vs_reuse}; per trial 1/"
+                     f"{tune['total_ms_per_trial'] / r['total_ms_per_trial']:.0f} of Tune's"
+                     f" default end to end (1/"
+                     f"{tune['steady_ms_per_trial'] / r['total_ms_per_trial']:.0f} of its"
+                     " steady state)")
+    return ["", "nestor end to end against Tune, from the rows above:", "", *lines, ""]
 
 
 def projection_section(o: dict[str, Any]) -> list[str]:
