@@ -373,14 +373,19 @@ def projection_section(o: dict[str, Any]) -> list[str]:
     p = o.get("projection")
     if p:
         per_cpu = p.get("events_per_cpu_s", {})
+        window = p["window_runs"]  # one for every size in results before 2026-11-26
+        per_size = isinstance(window, dict)
         rows = [[f"{int(size):,}", _f(rate), _f(per_cpu.get(size))]
+                + ([f"{window[size]:,}"] if per_size else [])
                 for size, rate in p["rates"].items()]
+        covers = ("the window of runs given" if per_size else f"the last {window:,} runs")
         lines += [f"A journal of trivial trials ({p['events_per_run']} events each) projected"
                   " from nothing into the run directory's own SQLite store; the rate over the"
-                  f" whole batches that cover the last {p['window_runs']:,} runs before each"
+                  f" whole batches that cover {covers} before each"
                   " size, in wall-clock events/s and per CPU-second of the process (less"
                   f" dependent on other work; load {p['load_average_at_end']:.1f} at its end).",
-                  "", *_table(["runs in the store", "events/s", "events per CPU-s"], rows)]
+                  "", *_table(["runs in the store", "events/s", "events per CPU-s"]
+                              + (["window (runs)"] if per_size else []), rows)]
     srv = o.get("projection_server")
     if srv:
         lines += [f"Into a real local `mlflow server` (SQLite behind it, started by the bench),"
