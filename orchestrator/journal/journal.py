@@ -80,6 +80,22 @@ def _complete_lines(data: bytes) -> tuple[list[bytes], int]:
     return data[:end].splitlines(), end
 
 
+def _count_events(path: Path) -> tuple[int, int, int]:
+    """The complete non-empty lines (events) of the file, the length they span, and the
+    file's length; streamed line by line: a resumed journal of a million events is
+    hundreds of MiB, which read whole (and split) were most of a resume's memory."""
+    events = end = length = 0
+    with path.open("rb") as handle:
+        for line in handle:
+            length += len(line)
+            if not line.endswith(b"\n"):
+                break  # a torn tail: the last line
+            end = length
+            if not line.isspace():
+                events += 1
+    return events, end, length
+
+
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """All complete events in order; a torn last line is ignored."""
     try:
@@ -186,12 +202,10 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        data = self.path.read_bytes()
-        lines, end = _complete_lines(data)
-        if end != len(data):  # a torn tail from a killed writer: cut it off
+        self._seq, end, length = _count_events(self.path)
+        if end != length:  # a torn tail from a killed writer: cut it off
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
-        self._seq = sum(1 for line in lines if line.strip())
         self._size = end  # the file's length: where the next event goes
         if created:  # make the new file's directory entry durable too
             dir_fd = os.open(self.path.parent, os.O_RDONLY)

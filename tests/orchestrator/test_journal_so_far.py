@@ -110,3 +110,27 @@ def test_resume_reads_and_restores_with_the_collector_paused(tmp_path, monkeypat
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_what_the_read_made_is_frozen_so_the_collectors_next_pass_skips_it(
+        tmp_path: Path) -> None:
+    """Read with the collector paused, the events it made (millions in a long run) are
+    frozen before it runs again: its first pass does not scan them."""
+    import gc
+
+    run = tmp_path / "journal.jsonl"
+    with Journal(run, fsync=False) as journal:
+        journal.append("workflow_started", workflow="w", slots=1, pid=1, run_key="k")
+        for number in range(300):
+            journal.append("trial_started", stage="tune", trial={"id": str(number),
+                                                                  "config": {"x": number}},
+                           attempt=1, gang=None, shape="1x1")
+    gc.unfreeze()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    so_far = JournalSoFar.read(run)
+    assert gc.isenabled()
+    events = so_far.of_stage("tune")
+    assert len(events) == 300
+    assert gc.get_freeze_count() > 300  # the events and what they hold
+    seen = {id(o) for o in gc.get_objects()}  # what the collector's passes scan
+    assert not any(id(e) in seen or id(e.trial) in seen for e in events)
