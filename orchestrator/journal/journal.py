@@ -107,13 +107,7 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
-        if not isinstance(event, dict) or "event" not in event:
-            raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
-        events.append(event)
+        events.append(event_of(line, path, number))
     return events
 
 
@@ -141,14 +135,20 @@ def iter_events(path: str | os.PathLike[str], kinds: frozenset[str] | None = Non
                     start += 9
                     if line[start:line.find(b'"', start)] not in wanted:
                         continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
-            if not isinstance(event, dict) or "event" not in event:
-                raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+            event = event_of(line, path, number)
             if kinds is None or event["event"] in kinds:
                 yield event
+
+
+def event_of(line: bytes, path: str | os.PathLike[str], number: int) -> dict[str, Any]:
+    """Line ``number`` of the journal at ``path``, parsed (JournalError: not an event)."""
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
+    if not isinstance(event, dict) or "event" not in event:
+        raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+    return event
 
 
 def write_atomic(path: Path, data: str) -> None:
