@@ -36,6 +36,10 @@ __all__ = ["JournalSoFar", "Summaries", "paused_gc"]
 STAGE_WITHIN = 160
 
 
+# Objects made with the collector paused past which they are frozen, not scanned.
+FREEZE_AFTER = 100_000
+
+
 @contextlib.contextmanager
 def paused_gc() -> Iterator[None]:
     """Python's cyclic garbage collector paused (a context, or a decorator).
@@ -45,18 +49,20 @@ def paused_gc() -> Iterator[None]:
     over a heap that keeps growing cost about a third of the resume's CPU. They
     are made here with it paused; reference counting still frees what dies.
 
-    Once it is done, what is alive is frozen (``gc.freeze``) before the collector
-    runs again: else its first pass, the youngest generation's, scans every object
-    made while it was paused (millions: a sixth of a million-event resume's time).
-    Frozen objects are still freed by their reference counts; only a cycle among
-    them that dies later is left to the process's end."""
+    Once it is done, if it made many objects (``FREEZE_AFTER``: a long journal), what
+    is alive is frozen (``gc.freeze``) before the collector runs again: else its first
+    pass, the youngest generation's, scans every object made while it was paused
+    (millions: a sixth of a million-event resume's time). Frozen objects are still
+    freed by their reference counts; only a cycle among them that dies later is left
+    to the process's end. A fresh run's or a short journal's are left as they were."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
-            gc.freeze()
+            if gc.get_count()[0] >= FREEZE_AFTER:
+                gc.freeze()
             gc.enable()
 
 

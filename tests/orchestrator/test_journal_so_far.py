@@ -113,10 +113,18 @@ def test_resume_reads_and_restores_with_the_collector_paused(tmp_path, monkeypat
 
 
 def test_what_the_read_made_is_frozen_so_the_collectors_next_pass_skips_it(
-        tmp_path: Path) -> None:
+        tmp_path: Path, monkeypatch) -> None:
     """Read with the collector paused, the events it made (millions in a long run) are
-    frozen before it runs again: its first pass does not scan them."""
+    frozen before it runs again: its first pass does not scan them. A short read
+    (a fresh run's) freezes nothing."""
     import gc
+
+    from orchestrator.engine import history
+
+    gc.unfreeze()
+    JournalSoFar.read(tmp_path / "none.jsonl")
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(history, "FREEZE_AFTER", 100)  # as millions would be
 
     run = tmp_path / "journal.jsonl"
     with Journal(run, fsync=False) as journal:
