@@ -26,7 +26,9 @@ memory (``/usr/bin/time``) and the load:
   taken while its driver ran (its searchers' and fold snapshots as the driver
   left them; ``status_killed``: the first status on it); else the journal's first
   ``--cut`` lines with no snapshot, so the whole search log is replayed (the
-  worst case).
+  worst case). The process ends once ready (its heap's teardown is not timed); it
+  prints its CPU seconds then and how many of the searchers' log entries their
+  snapshots covered (a genetic search's internals: those entries only fill its book).
 
     python -m bench.million_events /tmp/half/mixed-generational-sweep \\
         /tmp/full/mixed-generational-sweep --nodes 2048 4096 --make 68
@@ -53,7 +55,7 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]  # where `import bench` works
 READY = """
-import sys, time
+import os, sys, time
 # The events the resume reads (its check), counted before the clock starts: newlines, in C.
 with open(sys.argv[1] + "/journal.jsonl", "rb") as journal:
     count = sum(block.count(b"\\n") for block in iter(lambda: journal.read(1 << 24), b""))
@@ -81,8 +83,15 @@ with Journal(run_dir / "journal.jsonl", on_written=keeper.written) as journal:
                                events=events, on_progress=None)
     scheduler._start_ready_stages()
     pending = sum(len(r.queue) + len(r.searcher.pending) for r in scheduler.active.values())
-print(f"events {count} read_s {read:.2f} ready_s {time.perf_counter() - began:.2f}"
-      f" stages {len(scheduler.active)} requeued {pending}")
+    ready, cpu = time.perf_counter() - began, time.process_time()
+    logs = [r.search_log for r in scheduler.active.values()]
+    print(f"events {count} read_s {read:.2f} ready_s {ready:.2f} cpu_s {cpu:.2f}"
+          f" stages {len(scheduler.active)} requeued {pending} search_log"
+          f" {sum(x.logged for x in logs)} snapshot_covers {sum(x.snapshot_at for x in logs)}",
+          flush=True)
+    # Ready: the driver would go on scheduling here. Its heap's teardown at exit (seconds
+    # for a resumed sweep's millions of objects) is no part of that, so it is skipped.
+    os._exit(0)
 """
 
 PLOTS = """

@@ -495,6 +495,17 @@ class Searcher(abc.ABC):
         ``cost``: what the trial cost in the unit of the search's cost budget
         (slot-seconds for ``{slot_seconds}`` and ``{hours}``, epochs for
         ``{epochs}``); searches without a cost budget ignore it."""
+        trial, observation = self._record_tell(trial_id, result, cost)
+        self._tell(trial, observation)
+        values = observation.values
+        if values is not None and self._stop_reason is None and self._reached(values):
+            self._stop(f"trial {trial.id} reached the threshold ({self._describe(values)})")
+        return observation
+
+    def _record_tell(self, trial_id: Any, result: Any,
+                     cost: float | None) -> tuple[Trial, Observation]:
+        """What :meth:`tell` keeps for every algorithm (the book, the log, the spend),
+        without the algorithm's own :meth:`_tell`."""
         trial_id = str(trial_id)
         if trial_id not in self._book.trials:
             raise ValueError(f"trial_id must be the id of an asked trial, but got {trial_id!r}")
@@ -515,10 +526,7 @@ class Searcher(abc.ABC):
         self._book.events.append(event)
         if self._spend is not None:
             self._spend.record(trial_id, self._size(trial), cost)
-        self._tell(trial, observation)
-        if values is not None and self._stop_reason is None and self._reached(values):
-            self._stop(f"trial {trial_id} reached the threshold ({self._describe(values)})")
-        return observation
+        return trial, observation
 
     def done(self) -> bool:
         """True when the search is over: it stopped early (threshold, patience,
@@ -665,34 +673,120 @@ class Searcher(abc.ABC):
             )
         )
 
-    def restore(self, state: Mapping[str, Any]) -> None:
+    def _header(self) -> dict[str, Any]:
+        """What a state or snapshot must share with this search to continue it."""
+        return {
+            "format": STATE_FORMAT,
+            "algorithm": self.algorithm,
+            "settings": json.loads(json.dumps(self._settings)),
+            "space": repr(self.space),
+            "objectives": [repr(o) for o in self.objectives],
+        }
+
+    def restore(self, state: Mapping[str, Any],
+                snapshot: Mapping[str, Any] | None = None) -> int:
         """Continue the search recorded in ``state`` (on a fresh searcher built with
-        the same space, objectives and settings)."""
+        the same space, objectives and settings).
+
+        ``snapshot``: a :meth:`snapshot` taken after the log's first entries: those
+        entries then only fill the book (their asks are not recomputed) and the
+        algorithm continues from the snapshot's internals; the entries after it are
+        replayed and checked as always. A snapshot that does not match this search
+        and this log (another search's, one whose last entry is not the log's at its
+        place, one cut or garbled) is ignored: the whole log is replayed. Returns how
+        many of the log's entries the snapshot covered (0: none used)."""
         if self._book.events:
             raise ValueError("restore must be called on a fresh searcher, before any ask or tell")
         if state.get("format") != STATE_FORMAT:
             raise ValueError(
                 f"state format must be {STATE_FORMAT}, but got {state.get('format')!r}"
             )
-        mine = {
-            "algorithm": self.algorithm,
-            "settings": json.loads(json.dumps(self._settings)),
-            "space": repr(self.space),
-            "objectives": [repr(o) for o in self.objectives],
-        }
-        for key, expected in mine.items():
+        for key, expected in self._header().items():
             if state.get(key) != expected:
                 raise ValueError(
                     f"state must come from a search with the same {key}, but it has"
                     f" {state.get(key)!r} and this search has {expected!r}"
                 )
-        for event in state["events"]:
+        events = state["events"]
+        covers, resume = self._snapshot_fits(snapshot, events)
+        if resume is not None:
+            assert snapshot is not None
+            self._replay_book(events[:covers])
+            resume()
+            self._stop_reason = snapshot["stop_reason"]
+        for event in events[covers:]:
             kind = event["event"]
             if kind == "ask":
                 recorded = [Trial.from_dict(t) for t in event["trials"]]
                 self._replay_ask(event["n"], recorded, event)
             elif kind == "tell":
                 self.tell(event["id"], _decode_result(event["result"]), cost=event.get("cost"))
+            elif kind == "warm_start":
+                self.warm_start(
+                    (o["config"], _decode_result(o["result"])) for o in event["observations"]
+                )
+            else:
+                raise ValueError(f"state events must be ask, tell or warm_start, but got {kind!r}")
+        return covers
+
+    def snapshot(self) -> dict[str, Any] | None:
+        """The search's internals now, as JSON data, for :meth:`restore` to continue
+        from without recomputing the log's asks (at a million events, replaying a
+        genetic search's 280,000 entries was a third of a resume); None where the
+        algorithm keeps none (its log is its state). It names the log entries it
+        covers and the last of them, which restore checks against the log."""
+        internals = self._internals()
+        if internals is None:
+            return None
+        events = self._book.events
+        return {**self._header(), "covers": len(events),
+                "last": events[-1] if events else None,
+                "stop_reason": self._stop_reason, "internals": internals}
+
+    def _internals(self) -> dict[str, Any] | None:
+        """The algorithm's own state (JSON data; None: it keeps none, replay the log)."""
+        return None
+
+    def _resume(self, internals: Mapping[str, Any]) -> Any:
+        """Decode :meth:`_internals`' data; returns a callable that puts it in place
+        (decoding raises on malformed data before anything changes)."""
+        raise ValueError(f"{self.algorithm} search keeps no internals to restore")
+
+    def _snapshot_fits(self, snapshot: Any, events: Sequence[Mapping[str, Any]]
+                       ) -> tuple[int, Any]:
+        """(entries covered, the callable that restores its internals), or (0, None)
+        where the snapshot does not continue this search's log."""
+        if not isinstance(snapshot, Mapping) or not events:
+            return 0, None
+        if any(snapshot.get(key) != expected for key, expected in self._header().items()):
+            return 0, None
+        covers = snapshot.get("covers")
+        if (not isinstance(covers, int) or isinstance(covers, bool)
+                or not 0 < covers <= len(events) or events[covers - 1] != snapshot.get("last")):
+            return 0, None
+        stop = snapshot.get("stop_reason")
+        if stop is not None and not isinstance(stop, str):
+            return 0, None
+        try:
+            return covers, self._resume(snapshot["internals"])
+        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
+            return 0, None
+
+    def _replay_book(self, events: Sequence[Mapping[str, Any]]) -> None:
+        """The log's entries into the book only: trials, results, spend, the log
+        itself (what a snapshot's internals do not hold); the algorithm is not run."""
+        book = self._book
+        for event in events:
+            kind = event["event"]
+            if kind == "ask":
+                for data in event["trials"]:
+                    trial = Trial.from_dict(data)
+                    book.trials[trial.id] = trial
+                    book.pending[trial.id] = trial
+                book.events.append(event)  # type: ignore[arg-type]
+            elif kind == "tell":
+                self._record_tell(event["id"], _decode_result(event["result"]),
+                                  event.get("cost"))
             elif kind == "warm_start":
                 self.warm_start(
                     (o["config"], _decode_result(o["result"])) for o in event["observations"]

@@ -911,6 +911,119 @@ class GeneticSearch(Searcher):
         if self.patience is not None and self._stall >= self.patience:
             self._stop(f"no improvement in the last {self._stall} generations (patience)")
 
+    # --- snapshot (restore without recomputing the log's asks) ----------------------------
+
+    def _internals(self) -> dict[str, Any] | None:
+        """Every individual the search can still reach (each once, by its place in a
+        table, so the demes, halls of fame, queue and batch share them as here), the
+        RNG's state and the counters. Not kept: caches rebuilt on use (each deme's
+        order and best, decoded configs), a told child's DE target (read only when it
+        is told) and members no structure holds (only looked up as parents of a
+        child bred from the current demes, which the table holds)."""
+        table: list[_Individual] = []
+        places: dict[int, int] = {}
+
+        def place(ind: _Individual) -> int:
+            at = places.get(id(ind))
+            if at is None:
+                at = places[id(ind)] = len(table)
+                table.append(ind)
+            return at
+
+        pending = self._book.pending
+        for hall in self._halls:
+            items = list(reversed(hall.items))
+            if len(hall.keys) != len(items) or any(
+                    k is not i.fitness for k, i in zip(hall.keys, items, strict=True)):
+                return None  # DEAP's hall of fame kept otherwise: replay the log instead
+        parents = [[place(i) for i in deme] for deme in self._parents]
+        halls = [[place(i) for i in hall.items] for hall in self._halls]
+        queue, batch = [place(i) for i in self._queue], [place(i) for i in self._batch]
+        waiting = [place(self._members[t]) for t in pending]
+        members = {t: place(self._members[t])
+                   for t in dict.fromkeys(i.trial_id for i in list(table) if i.trial_id)}
+        untold = [i.trial_id is None or i.trial_id in pending for i in table]
+        targets = [place(i.target) if told and i.target is not None else None
+                   for i, told in zip(list(table), untold, strict=True)]
+        rows = [[list(i), list(i.fitness.wvalues), i.trial_id, i.deme, list(i.parents),
+                 i.origin, i.failed, target, None if i.de is None else list(i.de)]
+                for i, target in zip(table, targets + [None] * (len(table) - len(targets)),
+                                     strict=True)]
+        version, internal, gauss = self._rng.getstate()
+        mark = self._best_mark
+        return {
+            "individuals": rows, "parents": parents, "halls": halls, "queue": queue,
+            "batch": batch, "waiting": waiting, "members": members,
+            "rng": [version, list(internal), gauss],
+            "step_scale": self._step_scale, "mutated": self._mutated,
+            "successes": self._successes,
+            "de": [self._de.mu_f, self._de.mu_cr, list(self._de._f), list(self._de._cr)],
+            "generation": self._generation, "started": self._started, "stall": self._stall,
+            "best_mark": (None if mark is None else {"front": sorted(mark)}
+                          if isinstance(mark, frozenset) else {"key": list(mark)}),
+            "failures_in_row": self._failures_in_row, "last_failure": self._last_failure,
+            "births": list(self._births), "next_deme": self._next_deme,
+            "results": self._results, "seeds": list(self._seeds),
+            "parents_changed": self._parents_changed,
+        }
+
+    def _resume(self, internals: Any) -> Any:
+        data = dict(internals)
+        table = []
+        for genes, wvalues, trial_id, deme, parents, origin, failed, _, de in data["individuals"]:
+            ind = self._individual(list(genes), int(deme), tuple(parents), str(origin))
+            ind.fitness.wvalues = tuple(float(v) for v in wvalues)
+            ind.trial_id, ind.failed = trial_id, bool(failed)
+            if de is not None:
+                ind.de = (float(de[0]), float(de[1]))
+            table.append(ind)
+        for ind, row in zip(table, data["individuals"], strict=True):
+            if row[7] is not None:
+                ind.target = table[row[7]]
+        parents = [[table[k] for k in deme] for deme in data["parents"]]
+        halls = [[table[k] for k in hall] for hall in data["halls"]]
+        if len(parents) != self.demes or len(halls) != len(self._halls):
+            raise ValueError(f"a snapshot must have {self.demes} demes, but got {len(parents)}")
+        queue, batch = [table[k] for k in data["queue"]], [table[k] for k in data["batch"]]
+        members = {str(t): table[k] for t, k in data["members"].items()}
+        if any(members.get(table[k].trial_id) is not table[k] for k in data["waiting"]):
+            raise ValueError("a snapshot's pending trials must be its members")
+        version, internal, gauss = data["rng"]
+        rng_state = (int(version), tuple(int(x) for x in internal),
+                     None if gauss is None else float(gauss))
+        random.Random().setstate(rng_state)  # malformed: raises here, before any change
+        de_state = data["de"]
+        mark = data["best_mark"]
+        best_mark: Any = (None if mark is None else frozenset(mark["front"]) if "front" in mark
+                          else tuple(float(v) for v in mark["key"]))
+        births = [int(b) for b in data["births"]]
+        scalars = {key: data[key] for key in (
+            "step_scale", "mutated", "successes", "generation", "started", "stall",
+            "failures_in_row", "last_failure", "next_deme", "results", "seeds",
+            "parents_changed")}
+
+        def resume() -> None:
+            self._parents, self._queue, self._batch = parents, queue, batch
+            for hall, items in zip(self._halls, halls, strict=True):
+                hall.items = list(items)
+                hall.keys = [i.fitness for i in reversed(items)]
+            self._members = members
+            self._rng.setstate(rng_state)
+            self._de.mu_f, self._de.mu_cr = float(de_state[0]), float(de_state[1])
+            self._de._f, self._de._cr = list(de_state[2]), list(de_state[3])
+            self._best_mark, self._births = best_mark, births
+            self._step_scale = scalars["step_scale"]
+            self._mutated, self._successes = scalars["mutated"], scalars["successes"]
+            self._generation, self._started = scalars["generation"], scalars["started"]
+            self._stall, self._failures_in_row = scalars["stall"], scalars["failures_in_row"]
+            self._last_failure, self._next_deme = scalars["last_failure"], scalars["next_deme"]
+            self._results, self._seeds = scalars["results"], list(scalars["seeds"])
+            self._parents_changed = scalars["parents_changed"]
+            self._best_by_deme.clear()
+            self._orders.clear()
+
+        return resume
+
     # --- warm start -----------------------------------------------------------------------
 
     def _warm_start(self, observations: list[Observation]) -> None:

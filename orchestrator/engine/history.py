@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -28,12 +28,16 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from orchestrator.journal.journal import iter_events
+from orchestrator.journal.journal import JournalError, event_of, iter_events
 
-__all__ = ["JournalSoFar", "paused_gc"]
+__all__ = ["JournalSoFar", "Summaries", "paused_gc"]
 
 # A line's seq, time and kind come before its stage: its name lies within this many bytes.
 STAGE_WITHIN = 160
+
+
+# Objects made with the collector paused past which they are frozen, not scanned.
+FREEZE_AFTER = 100_000
 
 
 @contextlib.contextmanager
@@ -43,14 +47,92 @@ def paused_gc() -> Iterator[None]:
     Resume makes millions of objects that live on (a stage's typed events, its
     searcher's replayed trials and population), and the collector's full passes
     over a heap that keeps growing cost about a third of the resume's CPU. They
-    are made here with it paused; reference counting still frees what dies."""
+    are made here with it paused; reference counting still frees what dies.
+
+    Once it is done, if it made many objects (``FREEZE_AFTER``: a long journal), what
+    is alive is frozen (``gc.freeze``) before the collector runs again: else its first
+    pass, the youngest generation's, scans every object made while it was paused
+    (millions: a sixth of a million-event resume's time). Frozen objects are still
+    freed by their reference counts; only a cycle among them that dies later is left
+    to the process's end. A fresh run's or a short journal's are left as they were."""
     was = gc.isenabled()
     gc.disable()
     try:
         yield
     finally:
         if was:
+            if gc.get_count()[0] >= FREEZE_AFTER:
+                gc.freeze()
             gc.enable()
+
+
+class Summaries(MutableMapping[str, dict[str, Any]]):
+    """Finished stages' summaries by name, in the order they finished; one read back
+    from the journal is parsed from its line only when first looked up.
+
+    A stage's summary lists every trial it ran: tens of MiB of JSON a stage at a
+    million events, which a resumed driver needs only for a stage that takes it as
+    a source, and for the run's summary at its end (the journal only grows, so the
+    line is still where it was)."""
+
+    def __init__(self) -> None:
+        self._loaded: dict[str, dict[str, Any]] = {}
+        self._lines: dict[str, tuple[Path, int]] = {}  # not parsed yet: (journal, offset)
+        self._order: dict[str, None] = {}
+
+    def found(self, stage: str, path: Path, offset: int) -> None:
+        """``stage``'s StageFinished is the line at ``offset`` of ``path``."""
+        self._loaded.pop(stage, None)
+        self._lines[stage] = (path, offset)
+        self._order.pop(stage, None)
+        self._order[stage] = None
+
+    def __getitem__(self, stage: str) -> dict[str, Any]:
+        if stage not in self._loaded:
+            path, offset = self._lines[stage]
+            with path.open("rb") as handle:
+                handle.seek(offset)
+                line = handle.readline()
+            try:
+                event = parse(json.loads(line))
+            except (ValueError, KeyError) as exc:
+                raise JournalError(f"{path}@{offset}: not stage {stage!r}'s end ({exc})") from None
+            if not isinstance(event, StageFinished) or event.stage != stage:
+                raise JournalError(f"{path}@{offset}: not stage {stage!r}'s end: {line[:80]!r}")
+            self._loaded[stage] = event.summary
+            del self._lines[stage]
+        return self._loaded[stage]
+
+    def __setitem__(self, stage: str, summary: dict[str, Any]) -> None:
+        self._lines.pop(stage, None)
+        self._loaded[stage] = summary
+        self._order.pop(stage, None)
+        self._order[stage] = None
+
+    def __delitem__(self, stage: str) -> None:
+        del self._order[stage]
+        self._loaded.pop(stage, None)
+        self._lines.pop(stage, None)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(list(self._order))
+
+    def __len__(self) -> int:
+        return len(self._order)
+
+    def __contains__(self, stage: object) -> bool:
+        return stage in self._order
+
+    def copy(self) -> Summaries:
+        """Another mapping of the same summaries (those parsed, shared; the rest not
+        parsed by either until looked up)."""
+        other = Summaries()
+        other._loaded, other._lines = dict(self._loaded), dict(self._lines)
+        other._order = dict(self._order)
+        return other
+
+    def __repr__(self) -> str:
+        return f"Summaries({list(self._order)})"
 
 
 class JournalSoFar:
@@ -63,7 +145,7 @@ class JournalSoFar:
         a finished stage's runner needs them; a resumed scheduler does not)."""
         self.finished = finished
         self.started: WorkflowStarted | None = None
-        self.summaries: dict[str, dict[str, Any]] = {}  # finished stages, by name
+        self.summaries = Summaries()  # finished stages, by name
         self.stages_started: set[str] = set()
         self._mine: dict[str, list[Event]] = {}  # each stage's events, typed
         for record in records:
@@ -75,8 +157,12 @@ class JournalSoFar:
         """The journal file at ``path`` (none yet: empty), streamed: never a list of
         every line's dict at once. The finished stages are found first, so the lines
         of their trials and searches (most of a long run's journal) are not parsed."""
-        so_far = cls(iter_events(path, kinds_of(WorkflowStarted, StageFinished)),
-                     finished=False)
+        so_far = cls(finished=False)
+        for found in _starts_and_ends(path):
+            if isinstance(found, Event):
+                so_far.add(found)
+            else:  # a stage's end, its summary left unparsed until it is looked up
+                so_far.ended(*found, path)
         # Journal.append writes a stage event's stage first, after its kind: the line's
         # first "stage" key (a trial's config may hold another, further on).
         names = {json.dumps(name).encode() + b"," for name in so_far.summaries}
@@ -91,6 +177,14 @@ class JournalSoFar:
         for record in iter_events(path, skip=finished_stage if names else None):
             so_far.add(parse(record))
         return so_far
+
+    def ended(self, stage: str, offset: int, path: Path) -> None:
+        """``stage`` finished: its StageFinished is the line at ``offset`` of ``path``
+        (as :meth:`add` of it, its summary parsed when first looked up)."""
+        self.summaries.found(stage, path, offset)
+        self.stages_started.add(stage)
+        if not self.finished:
+            self._mine.pop(stage, None)
 
     @classmethod
     def of(cls, events: JournalSoFar | Iterable[dict[str, Any]] | None) -> JournalSoFar:
@@ -124,3 +218,40 @@ class JournalSoFar:
         if not classes or set(classes) >= set(KINDS.values()):
             return list(mine)
         return [e for e in mine if isinstance(e, classes)]
+
+
+_MARK = b'"event":"'  # where Journal.append writes an event's kind: within its first bytes
+_ENDS = kinds_of(WorkflowStarted, StageFinished)
+
+
+def _starts_and_ends(path: Path) -> Iterator[Event | tuple[str, int]]:
+    """The run's start (parsed) and each stage's end: its name and its line's offset,
+    the summary unparsed; the lines ``iter_events(path, kinds)`` would yield for those
+    two kinds, in order (a line whose stage is not where Journal.append writes it is
+    parsed whole)."""
+    if not path.exists():
+        return
+    decoder = json.JSONDecoder()
+    offset = 0
+    with path.open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            at, offset = offset, offset + len(line)
+            if line[-1:] != b"\n" or line.isspace():
+                continue  # a torn tail (the last line), or an empty one
+            start = line.find(_MARK, 0, 120)
+            if start >= 0:
+                start += len(_MARK)
+                end = line.find(b'"', start)
+                kind = line[start:end]
+                if kind == b"stage_finished" and line.startswith(b',"stage":', end + 1):
+                    with contextlib.suppress(ValueError):  # else: the line parsed whole
+                        head = line[end + 10:end + 10 + STAGE_WITHIN].decode("ascii")
+                        name, _ = decoder.raw_decode(head)
+                        if isinstance(name, str):
+                            yield name, at
+                            continue
+                elif kind != b"workflow_started" and kind != b"stage_finished":
+                    continue
+            record = event_of(line, path, number)
+            if record["event"] in _ENDS:
+                yield parse(record)

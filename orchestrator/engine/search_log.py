@@ -2,16 +2,21 @@
 searcher rebuilt from the journal on resume.
 
 A searcher that keeps a log (``log_since``) has its new entries journalled after
-every ask and tell (``SearchLogged``); a snapshot of its whole state, written to
-``searcher/STAGE.json`` every ``SNAPSHOT_EVERY`` entries at least, only shortens the
-replay on resume. A fixed plan (a few named trials) has its whole state journalled
-whenever it changes (``PlanState``); older run directories kept it only in the file,
-which a resume still reads.
+every ask and tell (``SearchLogged``); a snapshot, written to ``searcher/STAGE.json``
+every ``SNAPSHOT_EVERY`` entries at least, only shortens the replay on resume: of the
+search's internals where it keeps them (``snapshot()``: a genetic search's demes and
+RNG; the journal's log entries before it then only fill the searcher's book, none of
+its asks is recomputed), else of its whole state (its log up to then). A snapshot that
+is unreadable or does not fit the journal is ignored: the whole log is replayed.
+A fixed plan (a few named trials) has its whole state journalled whenever it changes
+(``PlanState``); older run directories kept it only in the file, which a resume still
+reads.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -19,9 +24,15 @@ from typing import Any
 from orchestrator.journal.events import Event, PlanState, SearchLogged
 from orchestrator.journal.journal import Journal, write_atomic
 
+log = logging.getLogger(__name__)
+
 # Searcher log entries between two snapshots of a searcher's whole state, at
 # least: the journal holds every entry, a snapshot only shortens the replay.
 SNAPSHOT_EVERY = 500
+# A snapshot of a search's internals is written once the log has grown by its size
+# over this (a journal entry is a few hundred bytes): its writes stay a share of
+# the journal's, and a resume replays a few of its sizes' worth of entries at most.
+SNAPSHOT_BYTES_PER_ENTRY = 64
 
 
 class SearchLog:
@@ -39,6 +50,7 @@ class SearchLog:
         self.state_path = state_path
         self.logged = 0  # searcher log entries journalled so far
         self.snapshot_at = 0  # ... and covered by the snapshot in state_path
+        self._every = SNAPSHOT_EVERY  # entries from one snapshot to the next, at least
         self._plan_state: dict[str, Any] | None = None  # a fixed plan's, as last journalled
 
     def follow(self, searcher: Any) -> None:
@@ -47,6 +59,7 @@ class SearchLog:
         yet: the next ``record`` journals its state, ``restore`` reads it back."""
         self.searcher = searcher
         self.logged = self.snapshot_at = 0
+        self._every = SNAPSHOT_EVERY
         self._plan_state = None
 
     @property
@@ -69,14 +82,25 @@ class SearchLog:
             return
         self.journal.record(SearchLogged(stage=self.stage, start=self.logged, entries=entries))
         self.logged += len(entries)
-        # A snapshot serialises the whole log: take them further apart as it grows
-        # (every SNAPSHOT_EVERY entries, or once the log has doubled), so their cost
-        # stays linear in the run and a resume replays at most about half of it.
-        if self.logged - self.snapshot_at >= max(SNAPSHOT_EVERY, self.snapshot_at):
-            self.journal.sync()  # never a snapshot ahead of the journal's durable events
-            write_atomic(self.state_path, json.dumps({"covers": self.logged,
-                                                      "state": self.searcher.state()}))
-            self.snapshot_at = self.logged
+        if self.logged - self.snapshot_at < max(SNAPSHOT_EVERY, self._every):
+            return
+        self.journal.sync()  # never a snapshot ahead of the journal's durable events
+        snapshot = getattr(self.searcher, "snapshot", lambda: None)()
+        if snapshot is not None:
+            # The search's internals (a genetic search's demes, RNG, counters): the
+            # journal holds the log, and a resume replays only the entries after it.
+            # Its size does not grow with the log: one every that many bytes' worth
+            # of entries keeps its cost a share of the journal's.
+            text = json.dumps({"covers": self.logged, "snapshot": snapshot})
+            self._every = len(text) // SNAPSHOT_BYTES_PER_ENTRY
+        else:
+            # The state is the whole log: take them further apart as it grows (or
+            # once the log has doubled), so their cost stays linear in the run and a
+            # resume replays at most about half of it.
+            text = json.dumps({"covers": self.logged, "state": self.searcher.state()})
+            self._every = self.logged
+        write_atomic(self.state_path, text)
+        self.snapshot_at = self.logged
 
     def restore(self, mine: Iterable[Event]) -> None:
         """The searcher as the last snapshot and the journalled entries after it left it
@@ -96,9 +120,12 @@ class SearchLog:
             self.searcher.restore(saved)
             self._plan_state = self.searcher.state()
             return
-        saved = json.loads(self.state_path.read_text()) if self.state_path.exists() else None
+        saved = self._saved()
+        snapshot = None
         if saved is None:
             state, covers = self.searcher.state(), 0
+        elif "snapshot" in saved:  # the search's internals; its log is the journal's
+            state, covers, snapshot = self.searcher.state(), 0, saved["snapshot"]
         elif "covers" in saved:
             state, covers = saved["state"], saved["covers"]
         else:  # a run directory from before the journal held the searcher's log
@@ -110,7 +137,28 @@ class SearchLog:
             for index, entry in enumerate(event.entries, start=event.start):
                 if index == len(log_entries):
                     log_entries.append(entry)
-        if log_entries:
+        if log_entries and snapshot is not None:
+            covers = self.searcher.restore({**state, "events": log_entries}, snapshot)
+            if not covers:
+                log.warning("stage %s: its searcher snapshot %s does not fit the journal;"
+                            " the whole search log is replayed", self.stage, self.state_path)
+        elif log_entries:
             self.searcher.restore({**state, "events": log_entries})
         self.logged = len(log_entries)
         self.snapshot_at = covers
+        self._every = covers if snapshot is None else SNAPSHOT_EVERY
+
+    def _saved(self) -> Any:
+        """The snapshot file's content (None: none, or not a JSON object: a resume
+        replays the journal's log instead, which holds every entry)."""
+        try:
+            saved = json.loads(self.state_path.read_bytes())
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as exc:
+            saved = exc
+        if not isinstance(saved, dict):
+            log.warning("stage %s: its searcher snapshot %s is unreadable (%s); the whole"
+                        " search log is replayed", self.stage, self.state_path, saved)
+            return None
+        return saved

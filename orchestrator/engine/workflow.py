@@ -24,7 +24,7 @@ from orchestrator.backends.stopping import (
     reinstall_handlers,
     stop_requested,
 )
-from orchestrator.engine.history import JournalSoFar
+from orchestrator.engine.history import JournalSoFar, Summaries
 from orchestrator.journal.events import (
     StageFinished,
     StageStarted,
@@ -204,18 +204,19 @@ class StageScheduler:
         self.journal = journal
         self.events = JournalSoFar.of(events)  # the journal before this driver
         self.on_progress = on_progress
-        self.summaries: dict[str, dict[str, Any]] = dict(self.events.summaries)
+        # the finished stages' (a copy: the journal's are parsed only when looked up)
+        self.summaries: Summaries = self.events.summaries.copy()
         self.active: dict[str, Any] = {}
         self.finishing: dict[str, str] = {}  # a stage's finishing task's key -> the stage
         self.preparing: dict[str, str] = {}  # and its preparing task's
         self._waiting_since = 0.0  # when nothing could start for want of cluster slots
         self._last_said = 0.0
 
-    def run(self) -> dict[str, dict[str, Any]]:
+    def run(self) -> Summaries:
         with on_stop_request(self.backend.wake):
             return self._loop()
 
-    def _loop(self) -> dict[str, dict[str, Any]]:
+    def _loop(self) -> Summaries:
         while True:
             self._start_ready_stages()
             if not self.active:

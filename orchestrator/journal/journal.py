@@ -80,6 +80,22 @@ def _complete_lines(data: bytes) -> tuple[list[bytes], int]:
     return data[:end].splitlines(), end
 
 
+def _count_events(path: Path) -> tuple[int, int, int]:
+    """The complete non-empty lines (events) of the file, the length they span, and the
+    file's length; streamed line by line: a resumed journal of a million events is
+    hundreds of MiB, which read whole (and split) were most of a resume's memory."""
+    events = end = length = 0
+    with path.open("rb") as handle:
+        for line in handle:
+            length += len(line)
+            if not line.endswith(b"\n"):
+                break  # a torn tail: the last line
+            end = length
+            if not line.isspace():
+                events += 1
+    return events, end, length
+
+
 def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     """All complete events in order; a torn last line is ignored."""
     try:
@@ -91,13 +107,7 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        try:
-            event = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
-        if not isinstance(event, dict) or "event" not in event:
-            raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
-        events.append(event)
+        events.append(event_of(line, path, number))
     return events
 
 
@@ -110,26 +120,35 @@ def iter_events(path: str | os.PathLike[str], kinds: frozenset[str] | None = Non
     A torn last line is ignored."""
     if not Path(path).exists():
         return
+    # Per line, as little as may be: a million-line journal runs this loop a million
+    # times (the kind compared as bytes; a blank line found without copying it).
+    wanted = None if kinds is None else frozenset(kind.encode() for kind in kinds)
     with Path(path).open("rb") as handle:
         for number, line in enumerate(handle, start=1):
-            if not line.endswith(b"\n") or not line.strip():
+            if line[-1:] != b"\n" or line.isspace():
                 continue  # a torn tail (the last line), or an empty one
             if skip is not None and skip(line):
                 continue
-            if kinds is not None:
+            if wanted is not None:
                 start = line.find(b'"event":"', 0, 120)
                 if start >= 0:
                     start += 9
-                    if line[start:line.find(b'"', start)].decode() not in kinds:
+                    if line[start:line.find(b'"', start)] not in wanted:
                         continue
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
-            if not isinstance(event, dict) or "event" not in event:
-                raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+            event = event_of(line, path, number)
             if kinds is None or event["event"] in kinds:
                 yield event
+
+
+def event_of(line: bytes, path: str | os.PathLike[str], number: int) -> dict[str, Any]:
+    """Line ``number`` of the journal at ``path``, parsed (JournalError: not an event)."""
+    try:
+        event = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
+    if not isinstance(event, dict) or "event" not in event:
+        raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+    return event
 
 
 def write_atomic(path: Path, data: str) -> None:
@@ -186,12 +205,10 @@ class Journal:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
         self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
-        data = self.path.read_bytes()
-        lines, end = _complete_lines(data)
-        if end != len(data):  # a torn tail from a killed writer: cut it off
+        self._seq, end, length = _count_events(self.path)
+        if end != length:  # a torn tail from a killed writer: cut it off
             os.ftruncate(self._fd, end)
             os.fsync(self._fd)
-        self._seq = sum(1 for line in lines if line.strip())
         self._size = end  # the file's length: where the next event goes
         if created:  # make the new file's directory entry durable too
             dir_fd = os.open(self.path.parent, os.O_RDONLY)

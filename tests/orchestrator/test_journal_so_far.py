@@ -110,3 +110,68 @@ def test_resume_reads_and_restores_with_the_collector_paused(tmp_path, monkeypat
         assert not gc.isenabled()
     finally:
         gc.enable()
+
+
+def test_what_the_read_made_is_frozen_so_the_collectors_next_pass_skips_it(
+        tmp_path: Path, monkeypatch) -> None:
+    """Read with the collector paused, the events it made (millions in a long run) are
+    frozen before it runs again: its first pass does not scan them. A short read
+    (a fresh run's) freezes nothing."""
+    import gc
+
+    from orchestrator.engine import history
+
+    gc.unfreeze()
+    JournalSoFar.read(tmp_path / "none.jsonl")
+    assert gc.get_freeze_count() == 0
+    monkeypatch.setattr(history, "FREEZE_AFTER", 100)  # as millions would be
+
+    run = tmp_path / "journal.jsonl"
+    with Journal(run, fsync=False) as journal:
+        journal.append("workflow_started", workflow="w", slots=1, pid=1, run_key="k")
+        for number in range(300):
+            journal.append("trial_started", stage="tune", trial={"id": str(number),
+                                                                  "config": {"x": number}},
+                           attempt=1, gang=None, shape="1x1")
+    gc.unfreeze()
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    so_far = JournalSoFar.read(run)
+    assert gc.isenabled()
+    events = so_far.of_stage("tune")
+    assert len(events) == 300
+    assert gc.get_freeze_count() > 300  # the events and what they hold
+    seen = {id(o) for o in gc.get_objects()}  # what the collector's passes scan
+    assert not any(id(e) in seen or id(e.trial) in seen for e in events)
+
+
+def test_a_finished_stages_summary_is_parsed_only_when_looked_up(tmp_path, monkeypatch):
+    """A stage's summary lists every trial (tens of MiB at a million events): a resumed
+    driver parses it from its line only when it needs it, and gets what a whole read
+    of the journal gets, also after the journal has grown."""
+    import json
+
+    from orchestrator.engine import history
+    from orchestrator.journal.journal import read_events
+
+    path = tmp_path / "journal.jsonl"
+    write(path)
+    with path.open("a") as handle:  # a stage's end as an older writer spaced it
+        handle.write(json.dumps({"seq": 9, "time": 1.0, "event": "stage_finished",
+                                 "stage": "c", "summary": {"name": "c", "n_runs": 2}}) + "\n")
+    parsed: list[tuple[str, str | None]] = []
+    parse = history.parse
+    monkeypatch.setattr(history, "parse", lambda record: parsed.append(
+        (record["event"], record.get("stage"))) or parse(record))
+    so_far = JournalSoFar.read(path)
+    assert ("stage_finished", "c") in parsed  # spaced: parsed whole
+    assert ("stage_finished", "a") not in parsed  # not yet
+    assert list(so_far.summaries) == ["a", "c"] and "a" in so_far.summaries
+    with Journal(path, fsync=False) as journal:  # the resumed driver goes on writing
+        journal.record(StageFinished(stage="b", summary={"name": "b", "n_runs": 3}))
+    copy = so_far.summaries.copy()
+    whole = JournalSoFar.of(read_events(path))
+    assert so_far.summaries == {"a": whole.summaries["a"], "c": whole.summaries["c"]}
+    assert ("stage_finished", "a") in parsed  # once looked up
+    copy["b"] = {"name": "b", "n_runs": 3}
+    assert copy == whole.summaries and list(copy) == ["a", "c", "b"]
+    assert len(so_far.summaries) == 2  # the copy's additions are its own

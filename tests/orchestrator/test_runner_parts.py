@@ -269,6 +269,77 @@ def test_a_snapshot_covers_the_log_and_resume_replays_only_the_tail(
     assert again.state() == first.state()
 
 
+def journalled_genetic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, Any]:
+    """A genetic search run through its SearchLog, snapshots of its internals taken
+    every few entries: it and the SearchLog."""
+    monkeypatch.setattr(search_log_module, "SNAPSHOT_EVERY", 5)
+    monkeypatch.setattr(search_log_module, "SNAPSHOT_BYTES_PER_ENTRY", 10**9)
+
+    space = SearchSpace([FloatParam("x", -1.0, 1.0), FloatParam("y", -1.0, 1.0)])
+    first = make_searcher("genetic", space, [Objective("loss", "min")], seed=3,
+                          population=6, generations=6)
+    with Journal(tmp_path / "journal.jsonl") as journal:
+        log = SearchLog("tune", first, journal, tmp_path / "tune.json")
+        running: list[Any] = []
+        for step in range(20):
+            running += first.ask(2 + step % 3)
+            log.record()
+            for trial in running[: 1 + step % 2]:
+                first.tell(trial.id, trial.config["x"] ** 2 + trial.config["y"])
+            del running[: 1 + step % 2]
+            log.record()
+    return first, log
+
+
+def next_asks(searcher: Any) -> list[Any]:
+    asked = []
+    for _ in range(12):
+        trials = searcher.ask(3)
+        asked += trials
+        for trial in trials[:2]:
+            searcher.tell(trial.id, trial.config["x"])
+    return [(t.id, t.config) for t in asked]
+
+
+def test_a_genetic_search_resumes_from_its_internals_as_from_its_whole_log(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    first, log = journalled_genetic(tmp_path, monkeypatch)
+    saved = json.loads((tmp_path / "tune.json").read_text())
+    assert "state" not in saved and saved["snapshot"]["covers"] == log.snapshot_at
+    assert 0 < log.snapshot_at < log.logged  # the journal goes on after it
+    events = [parse(e) for e in read_events(tmp_path / "journal.jsonl")]
+    space = first.space
+    resumed = make_searcher("genetic", space, [Objective("loss", "min")], seed=3,
+                            population=6, generations=6)
+    again = SearchLog("tune", resumed, None, tmp_path / "tune.json")  # type: ignore[arg-type]
+    again.restore(events)
+    assert again.snapshot_at == log.snapshot_at and again.logged == log.logged
+    (tmp_path / "tune.json").unlink()  # no snapshot: the whole log replayed
+    replayed = make_searcher("genetic", space, [Objective("loss", "min")], seed=3,
+                             population=6, generations=6)
+    whole = SearchLog("tune", replayed, None, tmp_path / "tune.json")  # type: ignore[arg-type]
+    whole.restore(events)
+    assert whole.snapshot_at == 0
+    assert resumed.state() == replayed.state() == first.state()
+    assert next_asks(resumed) == next_asks(replayed) == next_asks(first)
+
+
+@pytest.mark.parametrize("garbage", [b"{\"covers\": 12, \"snap", b"\x00\xff", b"[1, 2]",
+                                     b'{"snapshot": {"covers": 3}}'])
+def test_an_unreadable_or_stale_searcher_snapshot_is_ignored_and_the_log_replayed(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, garbage: bytes) -> None:
+    first, _ = journalled_genetic(tmp_path, monkeypatch)
+    (tmp_path / "tune.json").write_bytes(garbage)
+    events = [parse(e) for e in read_events(tmp_path / "journal.jsonl")]
+    resumed = make_searcher("genetic", first.space, [Objective("loss", "min")], seed=3,
+                            population=6, generations=6)
+    again = SearchLog("tune", resumed, None, tmp_path / "tune.json")  # type: ignore[arg-type]
+    again.restore(events)
+    assert again.snapshot_at == 0
+    assert resumed.state() == first.state()
+    assert next_asks(resumed) == next_asks(first)
+
+
 def plan() -> Plan:
     return Plan([[PlannedTrial("a", {"x": 1}), PlannedTrial("b", {"x": 2})],
                  [PlannedTrial("c", {"x": 3})]], Objective("val_accuracy", "max"))

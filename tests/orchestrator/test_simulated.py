@@ -576,3 +576,63 @@ def test_an_lq_cmaes_search_killed_midway_resumes_and_runs_no_trial_twice(
         """)
     done = kill_and_resume_population(tmp_path / "run", spec_text, time_limit_s=150.0, trials=40)
     assert {e["trial"]["origin"] for e in done.values()} == {"lq-cmaes"}
+
+
+def test_a_genetic_search_killed_midway_resumes_from_its_snapshot_as_from_its_whole_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A genetic search's driver dies mid-way with a snapshot of the search's
+    internals on disk: the driver resumed from it schedules exactly what one resumed
+    by replaying the whole journalled log schedules (the same trials, in the same
+    order, with the same configs), and runs no finished trial again."""
+    import shutil
+
+    from orchestrator.engine import search_log
+
+    monkeypatch.setattr(search_log, "SNAPSHOT_EVERY", 4)
+    monkeypatch.setattr(search_log, "SNAPSHOT_BYTES_PER_ENTRY", 10**9)
+    covered: list[int] = []
+    restore = search_log.SearchLog.restore
+    monkeypatch.setattr(search_log.SearchLog, "restore", lambda self, mine: (
+        restore(self, mine), covered.append(self.snapshot_at))[0])
+    workflow = load_spec_text(textwrap.dedent("""
+        name: ga
+        stages:
+          - name: tune
+            kind: hpo
+            trainer: {function: "orchestrator.simulate:simulated_trial"}
+            search: {algorithm: genetic, population: 6, generations: 6, seed: 3}
+            space:
+              x: {type: float, low: 0, high: 1}
+              y: {type: float, low: 0, high: 1}
+        """))
+    killed = tmp_path / "snapshot"
+    first = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=1, time_limit_s=150.0)
+    with pytest.raises(Interrupted):
+        run_workflow(workflow, first, killed)
+    assert 0 < len(finished(killed)) < 36
+    snapshot_covers = json.loads((killed / "searcher" / "tune.json").read_text())[
+        "snapshot"]["covers"]
+    assert snapshot_covers > 0
+    replayed = tmp_path / "replayed"
+    shutil.copytree(killed, replayed)
+    (replayed / "searcher" / "tune.json").unlink()
+    for run_dir in (killed, replayed):
+        again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
+        log = Journal(run_dir / "journal.jsonl")
+        try:
+            StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
+                           events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
+        finally:
+            log.close()
+            again.shutdown()
+    assert covered == [0, snapshot_covers, 0]  # a fresh start, then each resume's
+    started = [[(e["trial"]["id"], e["trial"]["config"], e["attempt"])
+                for e in journal(run_dir, "trial_started")] for run_dir in (killed, replayed)]
+    assert started[0] == started[1]
+    done = [{t: {k: v for k, v in e.items() if k not in ("time", "checkpoint")}
+             for t, e in finished(r).items()}
+            for r in (killed, replayed)]  # the same but when and in which run directory
+    assert len(done[0]) == 36 and done[0] == done[1]
+    ended = [e["trial"]["id"] for e in journal(killed, "trial_finished")]
+    assert len(ended) == len(set(ended)), "a finished trial ran again"
