@@ -22,6 +22,7 @@ import threading
 import time
 from typing import Any
 
+from orchestrator.backends import stopping
 from orchestrator.backends._base import (
     Backend,
     EarlyStopping,
@@ -188,7 +189,14 @@ class RayBackend(Backend):
                 result, failure = None, "cancelled"
             self._end(launch.key, gang, Ended(launch.key, self.now(), result, failure))
         except BaseException as exc:  # the loop must hear of every attempt's end
-            log.exception("attempt %s: unexpected error", launch.key)
+            if launch.key in self._cancelled or stopping.stop_requested() is not None:
+                # The driver is stopping (SIGTERM, Ctrl-C) or killed this gang: Ray going
+                # away under a rank's submit is expected then, and the attempt is journalled
+                # as not finished, so resume runs it. No traceback for the user to read.
+                log.info("attempt %s ended by the stop: %s: %s", launch.key,
+                         type(exc).__name__, exc)
+            else:
+                log.exception("attempt %s: unexpected error", launch.key)
             gang.broken = True
             self._end(launch.key, gang, Ended(launch.key, self.now(), failure=(
                 f"{type(exc).__name__}: {exc}"), started=started))
