@@ -224,7 +224,9 @@ class AutoChoice:
             return (f"{name}, rungs {s['min_budget']:g}-{s['max_budget']:g},"
                     f" eta {s['reduction_factor']}, budget {_budget_text(s.get('budget'))}")
         if self.algorithm == "bayesian":
-            return f"bayesian {self.settings['sampler']}"
+            schedule = self.settings.get("schedule", "generational")
+            return f"bayesian {self.settings['sampler']}" + (
+                f", {schedule}" if schedule != "generational" else "")
         if self.algorithm == "genetic":
             demes = self.settings.get("demes", 1)
             extra = f", {demes} demes" if demes > 1 else ""
@@ -327,12 +329,14 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             and len(objectives) == 1 and numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS):
         return AutoChoice(
             "bayesian",
-            {"budget": budget, "sampler": "lq-cmaes", "population": parallel},
+            {"budget": budget, "sampler": "lq-cmaes", "population": parallel,
+             "schedule": "async"},
             f"{dims} numeric parameters, one objective and {parallel} trials at once:"
-            f" lq-CMA-ES with a generation of {parallel}, one candidate per slot, ranked on"
-            " a quadratic model of the trials run whose optimum joins the next generation;"
-            " on the dev problems at 16 and 32 at once it ended below the genetic search"
-            " on every one, though slots idle while a generation's last trials finish",
+            f" lq-CMA-ES, asynchronous: each freed slot gets a candidate from the current"
+            f" distribution, which is updated whenever {parallel} results are in, and the"
+            " optimum of a quadratic model of the trials run is asked after each update"
+            " (no slot waits for a generation's last trials); on the dev problems at 16"
+            " and 32 at once it ended below the genetic search on every one",
         )  # fmt: skip
     if parallel >= MANY_AT_ONCE and budget >= 4 * parallel:
         crossover = "de" if parallel >= DE_AT_ONCE else "blend"
