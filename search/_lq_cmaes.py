@@ -184,6 +184,8 @@ class LQCMAESSearch(Searcher):
                                    "verb_log": 0, "verb_disp": 0}  # fmt: skip
         if self._popsize is not None:
             options["popsize"] = self._popsize
+        if self.schedule == "async":
+            options["CMA_mirrors"] = 0  # mirrors come through injection, in asks of 2+ only
         self._es = cma.CMAEvolutionStrategy(list(self._x0), SIGMA0, options)
         self._popsize = self._es.popsize
         self._surrogate = cma.fitness_models.SurrogatePopulation(None)

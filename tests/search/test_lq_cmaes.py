@@ -200,3 +200,11 @@ def test_async_schedule_updates_per_population_and_survives_failures() -> None:
 def test_schedule_async_is_lq_cmaes_only() -> None:
     with pytest.raises(ValueError, match="schedule async applies to sampler lq-cmaes only"):
         make_searcher("bayesian", BOX5, MIN, sampler="tpe", schedule="async")
+
+
+def test_async_schedule_runs_a_small_population_one_ask_at_a_time() -> None:
+    """pycma mirrors samples of a population under 6 through injections it hands out only
+    in asks of 2 or more; the async schedule asks one at a time, so it turns mirrors
+    off (with them, the second update raised "Found unused injected direction")."""
+    searcher = LQCMAESSearch(BOX5, MIN, seed=0, budget=40, population=4, schedule="async")
+    assert len(drive(searcher, ellipsoid, parallel=1)) == 40
