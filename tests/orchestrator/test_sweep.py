@@ -124,7 +124,7 @@ def test_auto_plans_for_the_trials_the_sweep_runs_at_once() -> None:
     stage = load_spec_text(spec_yaml(sweep_spec(**auto, slots=64))).stage("sweep")
     assert stage.search.parallel == 32  # 64 slots, 2 ranks a trial
     assert stage.auto_choice().label() == "bayesian lq-cmaes, async"
-    assert "updated whenever 32 results" in stage.auto_choice().reason
+    assert "32 trials at once" in stage.auto_choice().reason
     stage = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")
     assert stage.search.parallel is None
 
