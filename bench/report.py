@@ -829,7 +829,7 @@ def render_text(results: Path, out: Path) -> str:
     lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
     for path in sorted(results.glob("many_at_once_*.json")):  # runs of a few widths more
         further = json.loads(path.read_text())
-        dev = further.get("problem_set", "heldout") != "heldout"
+        dev = not further.get("problem_set", "heldout").startswith("heldout")
         lines += [f"### {path.name}: a further run"
                   + (" on the dev problems (a sweep for a rule of auto; not held out)"
                      if dev else ""), ""]
@@ -1008,7 +1008,7 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
     random search at 16 to 1,024 pending trials, on a virtual clock."""
     lines = [MANY_TITLE, "", machine_line(r["machine"]), "",
              ("Problems fixed in `bench/many_at_once_bench.py` before any search ran on them: "
-              if r.get("problem_set", "heldout") == "heldout" else
+              if r.get("problem_set", "heldout").startswith("heldout") else
               "Dev problems (`--problems " + r["problem_set"] + "`; auto's rules were fitted"
               " on them): ") + ", ".join(r["problems"])
              + f". Each search runs {r['rounds']} x width"

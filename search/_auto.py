@@ -59,30 +59,59 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    96 full trainings' worth, 3 seeds) this pick's best loss after 81 epochs
    was 0.136 [0.115-0.139] where short trainings mislead (TPE in full 0.016,
    NGOpt in full 0.007) and 0.014 [0.009-0.016] where they do not (TPE 0.008,
-   NGOpt 0.0035), its ask 54-126 ms a trial. The rule stands for want of a
-   better one judged on problems it was not fitted on.
+   NGOpt 0.0035), its ask 54-126 ms a trial. At 64 at once (the same two
+   problems, 384 full trainings' worth, 3 seeds;
+   ``bench/results/many_at_once_heldout_mf_w64.json``) it ranked 3.0 [2-4] of 4,
+   NGOpt training every trial in full 1.0 [1-1] (beyond the quartiles) and TPE in
+   full 2.5 [2-3]: where short trainings mislead it ended last in every seed,
+   0.127 [0.118-0.129] against NGOpt's 0.007 and random search's 0.071 (rungs 3
+   and 9 promote the fast learners, whose floor is far from the optimum), and
+   where they do not it was second in every seed, 0.0043 against NGOpt's 0.0035
+   and TPE's 0.014. The rule stands for want of a better one judged on problems
+   it was not fitted on.
 
-3a. (Checked before rule 3.) 16 to 63 trials at once, a budget of at least four rounds of them, one
-   objective and only numbers (as rule 5): lq-CMA-ES (rule 5's search) with a
-   generation as wide as the slots, so a generation fills every slot and the
-   quadratic model's optimum joins the next. Why (``bench/many_at_once_bench.py
-   --problems dev-numeric``, the dev problems 5-D sphere, Rosenbrock and
-   Rastrigin, 6 rounds of the width, 5 seeds; committed result
-   ``bench/results/many_at_once_dev_numeric_rule3a.json``, mean rank of the
-   best value among 8 searches [quartiles]): at 16 at once 3.9 [2-6] against
-   the genetic search's (rule 3, picked here before) 5.87 [5-7], its median
-   below the genetic search's on all three (sphere 2e-27 against 2.3,
-   Rosenbrock 122 against 179, Rastrigin 26 against 29); at 32, 3.23 [1.5-4.5]
-   against 5.8 [6-7], all three below again. nevergrad's NGOpt (a quadratic
-   surrogate over CMA-ES too) ranked 1.87 [1-3] and 2.47 [1-4], quartiles
-   overlapping; Optuna's TPE with the constant liar 4.73 and 5.6; CMA-ES with
-   a generation of 16, 3.57 and 3.33 (that at 32 idling 61 % of slot time).
-   What it costs: CMA-ES tells a generation whole, so slots idle while its
-   last trials finish (about a third of slot time here, where trials take 0.5
-   to 2 units); the genetic search idles none. Spaces with categoricals or
-   few-valued integers keep rule 3 (lq-CMA-ES refuses categoricals; in a first,
-   uncommitted probe of 5 seeds at 16 at once the genetic search had the lowest
-   median on the mixed dev problem: 0.137 against NGOpt's 0.237 and TPE's 0.384).
+3a. (Checked before rule 3.) 16 to 63 trials at once, a budget of at least four
+   rounds of them, one objective and only numbers (as rule 5): lq-CMA-ES (rule 5's
+   search) on the asynchronous schedule with CMA-ES's default population
+   (4 + 3 ln n): every slot a result frees gets a candidate from the current
+   distribution at once, CMA-ES is updated whenever a population of results is
+   in (those drawn before the last update clipped to a step it could have made,
+   pycma's check), and the optimum of the quadratic model of all trials run is
+   asked after each update. No slot waits on the searcher. Why, first (session 4;
+   ``bench/many_at_once_bench.py --problems dev-numeric``: the dev problems 5-D
+   sphere, Rosenbrock and Rastrigin, 6 rounds of the width, 5 seeds, mean rank of
+   the best value [quartiles]; ``bench/results/many_at_once_dev_numeric_rule3a.json``,
+   8 searches): lq-CMA-ES with a generation of the width, told whole, ranked 3.9
+   [2-6] at 16 at once and 3.23 [1.5-4.5] at 32, against the genetic search's
+   (rule 3) 5.87 and 5.8, NGOpt 1.87 and 2.47, Optuna's TPE with the constant liar
+   4.73 and 5.6; but its slots idled about a third of the time (a generation's
+   last trials). Then (session 5; ``many_at_once_dev_numeric_rule3a_async.json``,
+   the same problems and seeds, 9 searches): at 16 at once the asynchronous
+   schedule with a population of 8 (the default for 5 numbers) ranked 4.2 [1-6],
+   with the width's 16, 4.63 [2.5-6.5], the generational one with 16, 4.27
+   [3-6] (idle 35 %), with 32, 4.0 [2-5] (idle 35 %); at 32 at once the
+   asynchronous with 8 ranked best of all, 3.07 [2-3], with 16, 3.4, with the
+   width's 32, 5.2 [4-7], the generational with 32, 3.8 (idle 36 %), with 16,
+   3.93 (idle 66 %); NGOpt 2.67 [1-6] and 3.27 [1-6], TPE 5.4 and 6.67, the
+   genetic search 6.33 and 6.8. So the default population, asynchronous: no
+   idle slot, and the best of the lq-CMA-ES variants at 32, within the quartiles
+   of the best at 16. Its ask took 2.4-2.7 ms a trial (NGOpt's 64-87 ms).
+   Held out after the choice (``bench/results/many_at_once_rule3a_async.json``,
+   6 problems x 3 seeds at 16 at once, the 4 one-length ones at 32, against
+   Optuna's TPE with the constant liar, NGOpt and random): at 16, auto 2.39
+   [1-3] against NGOpt's 1.83 [1-2] and TPE's 2.17 [1.75-3], quartiles
+   overlapping (tied best, as the generational pick was); this rule's search
+   ended lowest on the rotated ellipsoid in all 3 seeds (1e-21 against NGOpt's
+   317) and on Ackley in 2, third or second on Styblinski-Tang (TPE lowest);
+   auto's losses there are again rule M's and rule 3's problems. At 32, auto
+   ranked first, 1.5 [1-2], against TPE's 2.33 [1-3] and NGOpt's 2.5 [2-3.75];
+   ellipsoid and Ackley lowest in all 3 and 2 of 3 seeds. Idle: 0 % on every
+   numeric run at both widths (the generational pick: a third); ask 0.4-4 ms a
+   trial, against NGOpt's 20-70 and TPE's 3-108 (shared machine, load 8-14).
+   Spaces with categoricals or few-valued integers keep rule 3 (lq-CMA-ES
+   refuses categoricals; in a first, uncommitted probe of 5 seeds at 16 at once
+   the genetic search had the lowest median on the mixed dev problem: 0.137
+   against NGOpt's 0.237 and TPE's 0.384).
 3. Many trials at once (``parallel`` of 16 or more) and a budget of at least
    four rounds of them: genetic search, asynchronous (no slot idles behind a
    straggler), with a population of 16 whatever the width: the first round
@@ -123,7 +152,8 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    first, second and third on the ellipsoid; auto's losses there are the
    multi-fidelity problems (rule M's ASHA-TPE third or last of 4) and the
    mixed one (rule 3's genetic search, 2nd or 3rd). Its slots idled a third
-   of the time on the numeric problems (whole generations), none elsewhere.
+   of the time on the numeric problems (whole generations), none elsewhere:
+   that was rule 3a's generational schedule, since made asynchronous (above).
 4. Several objectives: multivariate TPE (CMA-ES optimizes one objective).
 5. Only numbers (floats, or integers with at least 16 values), 2 to 30 of
    them, one objective, and at most 4 trials at once: lq-CMA-ES (CMA-ES
@@ -224,7 +254,9 @@ class AutoChoice:
             return (f"{name}, rungs {s['min_budget']:g}-{s['max_budget']:g},"
                     f" eta {s['reduction_factor']}, budget {_budget_text(s.get('budget'))}")
         if self.algorithm == "bayesian":
-            return f"bayesian {self.settings['sampler']}"
+            schedule = self.settings.get("schedule", "generational")
+            return f"bayesian {self.settings['sampler']}" + (
+                f", {schedule}" if schedule != "generational" else "")
         if self.algorithm == "genetic":
             demes = self.settings.get("demes", 1)
             extra = f", {demes} demes" if demes > 1 else ""
@@ -327,12 +359,15 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             and len(objectives) == 1 and numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS):
         return AutoChoice(
             "bayesian",
-            {"budget": budget, "sampler": "lq-cmaes", "population": parallel},
+            {"budget": budget, "sampler": "lq-cmaes", "schedule": "async"},
             f"{dims} numeric parameters, one objective and {parallel} trials at once:"
-            f" lq-CMA-ES with a generation of {parallel}, one candidate per slot, ranked on"
-            " a quadratic model of the trials run whose optimum joins the next generation;"
-            " on the dev problems at 16 and 32 at once it ended below the genetic search"
-            " on every one, though slots idle while a generation's last trials finish",
+            " lq-CMA-ES, asynchronous: each freed slot gets a candidate from the current"
+            " distribution, which is updated whenever a population of"
+            f" {cmaes_population(dims)} results (CMA-ES's default for {dims}) is in, and the"
+            " optimum of a quadratic model of the trials run is asked after each update, so"
+            " no slot waits for a generation's last trials; on the dev problems at 16 and 32"
+            " at once it ranked best of the lq-CMA-ES variants (a generation of the width"
+            " idled a third of slot time and more) and ended below the genetic search",
         )  # fmt: skip
     if parallel >= MANY_AT_ONCE and budget >= 4 * parallel:
         crossover = "de" if parallel >= DE_AT_ONCE else "blend"

@@ -61,8 +61,15 @@ class BayesianSettings(SearchSettings):
     population: int | None = setting(
         None, "cmaes, lq-cmaes: trials per generation (default 4 + 3 ln n for"
         " n parameters)", ge=2)
+    schedule: Literal["generational", "async"] = setting(
+        "generational", "lq-cmaes: generational (each generation told whole; slots wait"
+        " for its last trials) or async (every freed slot gets a candidate from the"
+        " current distribution, which is updated whenever a population of results is in)")
 
     def check(self) -> None:
+        if self.schedule == "async" and self.sampler != "lq-cmaes":
+            raise ValueError("schedule async applies to sampler lq-cmaes only, but sampler"
+                             f" is {self.sampler}")
         if self.population is not None and self.sampler not in ("cmaes", "lq-cmaes"):
             raise ValueError("population applies to samplers cmaes and lq-cmaes only, but"
                              f" sampler is {self.sampler}")

@@ -108,7 +108,7 @@ class LQCMAESSearch(Searcher):
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         s = self.Settings(**{"sampler": "lq-cmaes", **settings})
         seed, budget, sampler = s.seed, s.budget, s.sampler
-        population = s.population
+        population, schedule = s.population, s.schedule
         super().__init__(space, objectives, seed=seed, budget=budget)
         if sampler != "lq-cmaes":
             raise ValueError(f"sampler must be lq-cmaes for this search, but got {sampler!r}")
@@ -126,9 +126,12 @@ class LQCMAESSearch(Searcher):
                 f" parameter(s) {', '.join(categorical)}: use sampler tpe"
             )
         self.sampler, self.startup_trials, self.population = "lq-cmaes", 0, population
+        self.schedule = schedule
         self._settings.update(sampler="lq-cmaes", startup_trials=0)
         if population is not None:
             self._settings["population"] = population
+        if schedule != "generational":  # only when set: older journals' states still restore
+            self._settings["schedule"] = schedule
         self._cma = _import_cma()
         import numpy as np
 
@@ -141,6 +144,12 @@ class LQCMAESSearch(Searcher):
         self._es: Any = None
         self._surrogate: Any = None
         self._generation: _Generation | None = None
+        # The async schedule's: each running trial's candidate and the distribution it
+        # came from (restart, iteration); the results in since the strategy's last update.
+        self._steady: dict[str, tuple[Any, tuple[int, int]]] = {}
+        self._arrived: list[tuple[Any, float | None, tuple[int, int]]] = []
+        self._optimum: Any = None  # the model's optimum, to be asked next
+        self._drawn = False  # whether pycma has drawn since its last update
 
     @property
     def planned(self) -> int:
@@ -175,6 +184,8 @@ class LQCMAESSearch(Searcher):
                                    "verb_log": 0, "verb_disp": 0}  # fmt: skip
         if self._popsize is not None:
             options["popsize"] = self._popsize
+        if self.schedule == "async":
+            options["CMA_mirrors"] = 0  # mirrors come through injection, in asks of 2+ only
         self._es = cma.CMAEvolutionStrategy(list(self._x0), SIGMA0, options)
         self._popsize = self._es.popsize
         self._surrogate = cma.fitness_models.SurrogatePopulation(None)
@@ -206,6 +217,8 @@ class LQCMAESSearch(Searcher):
     # --- ask/tell -------------------------------------------------------------------------
 
     def _ask(self, n: int) -> list[Trial]:
+        if self.schedule == "async":
+            return self._ask_async(n)
         with self._own_rng():
             if self._generation is None:
                 self._generation = self._start_generation()
@@ -227,6 +240,9 @@ class LQCMAESSearch(Searcher):
         return trials
 
     def _tell(self, trial: Trial, observation: Observation) -> None:
+        if self.schedule == "async":
+            self._tell_async(trial, observation)
+            return
         generation = self._generation
         if generation is None or trial.id not in generation.running:
             return  # a trial of a generation already closed (cannot happen: see _ask)
@@ -268,6 +284,77 @@ class LQCMAESSearch(Searcher):
         if model.size > 1:
             self._es.inject([model.xopt])
         self._generation = None
+
+    # --- the async schedule -----------------------------------------------------------------
+
+    def _ask_async(self, n: int) -> list[Trial]:
+        """Every slot offered gets a candidate drawn from the current distribution
+        (the model's optimum first, where one was injected): no slot waits for the rest
+        of a generation."""
+        with self._own_rng():
+            if self._es is None:
+                self._start_strategy()
+                self._size_model()
+            drawn = []
+            if self._optimum is not None:
+                drawn.append(self._optimum)
+                self._optimum = None
+            if n > len(drawn):
+                drawn.extend(self._es.ask(n - len(drawn)))
+                self._drawn = True
+        born = (self._restarts, self._es.countiter)
+        trials = []
+        for x in drawn:
+            config = {p.name: from_unit(p, float(u)) for p, u in zip(self._params, x,
+                                                                      strict=True)}
+            trial = self._new_trial(config, generation=self._es.countiter,
+                                    deme=self._restarts, origin="lq-cmaes")  # fmt: skip
+            self._steady[trial.id] = (x, born)
+            trials.append(trial)
+        return trials
+
+    def _tell_async(self, trial: Trial, observation: Observation) -> None:
+        """A result joins the model at once; when a population of results is in, the
+        strategy is told them (those drawn from an earlier distribution clipped to a
+        step it could have made, pycma's check) and the model's optimum is injected."""
+        if trial.id not in self._steady:
+            return
+        x, born = self._steady.pop(trial.id)
+        value = None if observation.values is None else self._key(observation.values)[0]
+        with self._own_rng():
+            if value is not None:
+                self._surrogate.model.add_data_row(x, value)
+            self._arrived.append((x, value, born))
+            # pycma updates once per draw: results beyond a population wait for the next.
+            if len(self._arrived) >= self._popsize and self._drawn:
+                self._update_async()
+
+    def _update_async(self) -> None:
+        arrived = self._arrived[: self._popsize]
+        self._arrived, self._drawn = self._arrived[self._popsize :], False
+        finite = [v for _, v, _ in arrived if v is not None and math.isfinite(v)]
+        worst = max(finite) if finite else 0.0
+        values = [v if v is not None and math.isfinite(v) else worst + abs(worst) + 1.0
+                  for _, v, _ in arrived]  # fmt: skip
+        now = (self._restarts, self._es.countiter)
+        stale = [i for i, (_, _, born) in enumerate(arrived) if born != now]
+        self._es.tell([x for x, _, _ in arrived], values, check_points=stale or None)
+        model = self._surrogate.model
+        model.sort()
+        if model.size > 1:  # asked next, outside pycma (which injects in asks of 2+ only)
+            self._optimum = self._np.clip(model.xopt, 0.0, 1.0)
+        if self._es.stop():
+            self._restarts += 1
+            self._popsize = int(self._popsize * RESTART_POPULATION_FACTOR)
+            self._start_strategy()
+            self._size_model()
+            self._optimum = None
+
+    def _size_model(self) -> None:
+        """The model's largest size for this population, as pycma's (a restart with a
+        larger population starts the model afresh)."""
+        model, settings = self._surrogate.model, self._surrogate.settings
+        model.settings.max_absolute_size = settings.model_max_size_factor * self._popsize
 
     def _warm_start(self, observations: list[Observation]) -> None:
         """Start at the best previous result."""

@@ -197,6 +197,12 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
     (tmp_path / "many_at_once_dev.json").write_text(json.dumps(sweep))
     dev = report.render(tmp_path, out).read_text().split("### many_at_once_dev.json")[1]
     assert "auto has no row" not in dev.split("### ")[0]
+    (tmp_path / "many_at_once_heldout_mf.json").write_text(json.dumps(
+        MANY | {"problem_set": "heldout-mf"}))  # the held-out multi-fidelity pair alone
+    mf_run = report.render(tmp_path, out).read_text().split(
+        "### many_at_once_heldout_mf.json")[1].split("### ")[0]
+    assert mf_run.startswith(": a further run\n") and "Dev problems" not in mf_run
+    assert "Problems fixed in `bench/many_at_once_bench.py` before any search" in mf_run
     assert "ngopt could not run (it raised `TypeError: bad`)" in many
     mf = text.split(report.MF_HELDOUT_TITLE)[1].split("\n## ")[0]
     assert "| tpe | 4 | 1.5 | 1 | 0.1 [0–0.2] | 2,996 | 20 |" in mf, mf

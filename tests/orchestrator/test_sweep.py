@@ -106,7 +106,8 @@ def test_algorithm_options_must_belong_to_the_algorithm() -> None:
     with pytest.raises(ValueError, match="--sampler applies to --algo bayesian or asha or"
                                          " hyperband, not genetic"):
         sweep_spec(sampler="gp")
-    message = "--schedule and --demes apply to --algo genetic, not auto"
+    message = ("--schedule applies to --algo genetic or bayesian, --demes applies to --algo"
+               " genetic, not auto")
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="auto", population=None, generations=None, schedule="async", demes=2)
 
@@ -122,8 +123,8 @@ def test_auto_plans_for_the_trials_the_sweep_runs_at_once() -> None:
     assert stage.auto_choice().label() == "genetic async 10"
     stage = load_spec_text(spec_yaml(sweep_spec(**auto, slots=64))).stage("sweep")
     assert stage.search.parallel == 32  # 64 slots, 2 ranks a trial
-    assert stage.auto_choice().label() == "bayesian lq-cmaes"
-    assert "a generation of 32" in stage.auto_choice().reason
+    assert stage.auto_choice().label() == "bayesian lq-cmaes, async"
+    assert "32 trials at once" in stage.auto_choice().reason
     stage = load_spec_text(spec_yaml(sweep_spec(**auto))).stage("sweep")
     assert stage.search.parallel is None
 

@@ -24,8 +24,8 @@ def box(dims: int) -> SearchSpace:
         (box(7), MIN, 130, 8, "genetic async 10", "under the 225 CMA-ES needs"),
         (box(7), MIN, 20, 5, "bayesian tpe", "too small for an evolutionary search"),
         (box(7), MIN, 8, 1, "random", "spent before a model could help"),
-        (box(7), MIN, 96, 16, "bayesian lq-cmaes", "lq-CMA-ES with a generation of 16"),
-        (box(7), MIN, 1000, 63, "bayesian lq-cmaes", "lq-CMA-ES with a generation of 63"),
+        (box(7), MIN, 96, 16, "bayesian lq-cmaes, async", "a population of 9 results"),
+        (box(7), MIN, 1000, 63, "bayesian lq-cmaes, async", "no slot waits"),
         (MIXED, MIN, 96, 16, "genetic async 16", "the best 16 of all results"),
         (box(7), MIN, 1000, 64, "genetic async 16", "the best 16 of all results"),
         (box(7), MIN, 2000, 256, "genetic async 16, de", "differential evolution (JADE)"),
@@ -52,11 +52,22 @@ def test_auto_picks_by_space_budget_and_parallelism(
     assert choice.settings["budget"] == budget
 
 
-def test_auto_at_16_at_once_fills_every_slot_with_a_generation_of_lq_cmaes() -> None:
-    """Rule 3a: a generation as wide as the slots, so the first ask fills all 16."""
+def test_auto_at_16_at_once_keeps_every_slot_busy_with_lq_cmaes() -> None:
+    """Rule 3a: lq-CMA-ES, asynchronous, with CMA-ES's default population (9 for 7
+    numbers): the first ask fills all 16, and every slot a result frees is refilled
+    at once, across its updates (a generational search answers nothing while a
+    generation's last trials run)."""
     searcher = make_searcher("auto", box(7), MIN, seed=0, budget=96, parallel=16)
-    assert searcher.sampler == "lq-cmaes" and searcher.population == 16
-    assert len(searcher.ask(16)) == 16
+    assert searcher.sampler == "lq-cmaes" and searcher.schedule == "async"
+    running = {t.id: t for t in searcher.ask(16)}
+    assert len(running) == 16
+    for _ in range(96 - 16):
+        trial = running.pop(next(iter(running)))
+        searcher.tell(trial.id, sum(v * v for v in trial.config.values()))
+        refill = searcher.ask(1)
+        assert len(refill) == 1, f"a slot idled after {len(searcher.observations)} results"
+        running[refill[0].id] = refill[0]
+    assert max(t.generation for t in running.values()) >= 7  # updated per 9 results
 
 
 def test_auto_is_a_pure_function() -> None:

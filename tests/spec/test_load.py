@@ -100,7 +100,7 @@ def test_auto_search_loads_and_plans_what_it_picks() -> None:
     stage = load_spec_text(sine_fit(300, parallel=8)).stage("fit")
     assert stage.auto_choice().label() == "bayesian cmaes"
     stage = load_spec_text(sine_fit(300, parallel=32)).stage("fit")
-    assert stage.auto_choice().label() == "bayesian lq-cmaes"
+    assert stage.auto_choice().label() == "bayesian lq-cmaes, async"
     stage = load_spec_text(sine_fit(300, parallel=64)).stage("fit")
     assert stage.auto_choice().label() == "genetic async 16"
     grid = load_spec_text(
