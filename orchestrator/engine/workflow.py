@@ -24,7 +24,7 @@ from orchestrator.backends.stopping import (
     reinstall_handlers,
     stop_requested,
 )
-from orchestrator.engine.history import JournalSoFar
+from orchestrator.engine.history import JournalSoFar, sparse_gc
 from orchestrator.journal.events import (
     StageFinished,
     StageStarted,
@@ -212,7 +212,7 @@ class StageScheduler:
         self._last_said = 0.0
 
     def run(self) -> dict[str, dict[str, Any]]:
-        with on_stop_request(self.backend.wake):
+        with on_stop_request(self.backend.wake), sparse_gc():
             return self._loop()
 
     def _loop(self) -> dict[str, dict[str, Any]]:
