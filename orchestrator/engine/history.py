@@ -30,7 +30,10 @@ from orchestrator.journal.events import (
 )
 from orchestrator.journal.journal import JournalError, event_of, iter_events
 
-__all__ = ["JournalSoFar", "Summaries", "paused_gc"]
+__all__ = ["JournalSoFar", "Summaries", "paused_gc", "sparse_gc"]
+
+# The young generation's threshold while a driver's loop runs (Python's default: 700).
+SPARSE_GC_THRESHOLD = 50_000
 
 # A line's seq, time and kind come before its stage: its name lies within this many bytes.
 STAGE_WITHIN = 160
@@ -133,6 +136,26 @@ class Summaries(MutableMapping[str, dict[str, Any]]):
 
     def __repr__(self) -> str:
         return f"Summaries({list(self._order)})"
+
+
+@contextlib.contextmanager
+def sparse_gc(threshold: int = SPARSE_GC_THRESHOLD) -> Iterator[None]:
+    """Python's cyclic collector run rarely: a young collection every ``threshold``
+    allocations instead of 700 (the older generations' thresholds unchanged).
+
+    A driver's loop allocates an event's dicts, records and requests per event, nearly
+    all freed by reference counting, and keeps a ledger that grows with the run; it
+    makes almost no cycles (about 1,000 collectable objects in 116,000 events at
+    32,768 simulated slots). At the default threshold the collector's passes over
+    what survived were a fifth of the driver's CPU per event (11 of 57 CPU seconds)
+    and found next to nothing; at 50,000 they cost 2.5 s. Cycles are still collected,
+    later; the thresholds are restored when the loop ends."""
+    was = gc.get_threshold()
+    gc.set_threshold(max(threshold, was[0]), *was[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*was)
 
 
 class JournalSoFar:

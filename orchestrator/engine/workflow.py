@@ -24,7 +24,7 @@ from orchestrator.backends.stopping import (
     reinstall_handlers,
     stop_requested,
 )
-from orchestrator.engine.history import JournalSoFar, Summaries
+from orchestrator.engine.history import JournalSoFar, Summaries, sparse_gc
 from orchestrator.journal.events import (
     StageFinished,
     StageStarted,
@@ -158,22 +158,23 @@ def run_workflow(
             journal.record(WorkflowResumed(slots=backend.slots, pid=os.getpid()))
         scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
                                    events=events, on_progress=on_progress)
-        summaries = scheduler.run()
-        results: dict[str, Any] = {
-            "workflow": workflow.name, "run_dir": str(run_dir), "slots": backend.slots,
-            "stages": [summaries[name] for name in workflow.order()],
-            "n_runs": sum(summaries[name]["n_runs"] for name in summaries),
-            "slot_seconds": round(sum(summaries[n]["slot_seconds"] for n in summaries), 3),
-        }
-        first = started.time if started is not None else began_at  # resumed: from the start
-        results["wall_time_s"] = round(time.time() - first, 3)
-        if backend.virtual:
-            results["virtual_time_s"] = backend.now() - clock0
-            results["driver_s"] = time.perf_counter() - began
-        # A simulation's summary of 230,000 trials unindented: json's C encoder writes it
-        # in a second, where indent=2 (pure Python) took minutes of the driver's CPU.
-        # With an index of each stage's trials in it: `nestor results` parses only the rest.
-        write_results(run_dir / RESULTS_FILE, results, indent=None if backend.virtual else 2)
+        with sparse_gc():  # the results of 230,000 trials, as the loop's events
+            summaries = scheduler.run()
+            results: dict[str, Any] = {
+                "workflow": workflow.name, "run_dir": str(run_dir), "slots": backend.slots,
+                "stages": [summaries[name] for name in workflow.order()],
+                "n_runs": sum(summaries[name]["n_runs"] for name in summaries),
+                "slot_seconds": round(sum(summaries[n]["slot_seconds"] for n in summaries), 3),
+            }
+            first = started.time if started is not None else began_at  # resumed: from the start
+            results["wall_time_s"] = round(time.time() - first, 3)
+            if backend.virtual:
+                results["virtual_time_s"] = backend.now() - clock0
+                results["driver_s"] = time.perf_counter() - began
+            # A simulation's summary of 230,000 trials unindented: json's C encoder writes it
+            # in a second, where indent=2 (pure Python) took minutes of the driver's CPU.
+            # With an index of each stage's trials in it: `nestor results` parses only the rest.
+            write_results(run_dir / RESULTS_FILE, results, indent=None if backend.virtual else 2)
         journal.record(WorkflowFinished())
         if on_results is not None:
             on_results(run_dir, results)
@@ -213,7 +214,7 @@ class StageScheduler:
         self._last_said = 0.0
 
     def run(self) -> Summaries:
-        with on_stop_request(self.backend.wake):
+        with on_stop_request(self.backend.wake), sparse_gc():
             return self._loop()
 
     def _loop(self) -> Summaries:

@@ -175,3 +175,28 @@ def test_a_finished_stages_summary_is_parsed_only_when_looked_up(tmp_path, monke
     copy["b"] = {"name": "b", "n_runs": 3}
     assert copy == whole.summaries and list(copy) == ["a", "c", "b"]
     assert len(so_far.summaries) == 2  # the copy's additions are its own
+
+
+def test_the_scheduler_loop_runs_the_collector_sparsely(tmp_path):
+    """The driver's loop makes almost no cycles: the collector's young generation is
+    collected every SPARSE_GC_THRESHOLD allocations while it runs, not every 700, and
+    the thresholds are as they were once the run is over."""
+    import gc
+
+    from orchestrator.backends import SimulatedBackend, lognormal_trials
+    from orchestrator.engine.history import SPARSE_GC_THRESHOLD
+    from orchestrator.engine.workflow import run_workflow
+    from tests.orchestrator.test_run_state import two_stages
+
+    class Watched(SimulatedBackend):
+        def wait(self, timeout):  # the loop's every turn blocks here
+            thresholds.append(gc.get_threshold())
+            return super().wait(timeout)
+
+    thresholds: list[tuple[int, ...]] = []
+    before = gc.get_threshold()
+    run_workflow(two_stages(), Watched(4, 4, lognormal_trials(600.0, 0.8), seed=4),
+                 tmp_path / "run")
+    assert thresholds
+    assert all(t == (SPARSE_GC_THRESHOLD, *before[1:]) for t in thresholds)
+    assert gc.get_threshold() == before

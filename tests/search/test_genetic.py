@@ -152,6 +152,33 @@ def test_patience_in_async_schedule() -> None:
     assert "no improvement" in searcher.stop_reason
 
 
+
+@pytest.mark.parametrize("schedule", ["generational", "async"])
+def test_progress_is_judged_without_scanning_every_result(monkeypatch, schedule) -> None:
+    """Once a generation the search asks whether its best improved: from the results
+    told since it last asked, not best()'s scan of all of them (a run's trials
+    squared); the mark is best()'s key all the same, and patience stops it alike."""
+    searcher = GeneticSearch(LINE, MIN, population=6, generations=40, seed=3, patience=4,
+                             schedule=schedule)
+    marks: list = []
+    check = searcher._check_progress
+    scan = GeneticSearch.best
+
+    def checked() -> None:
+        check()
+        best = scan(searcher)
+        marks.append((searcher._best_mark, searcher._key(best.values)))
+
+    def counted(self):  # the search's own calls only: checked() calls the real one
+        raise AssertionError("best() scanned every result to judge progress")
+
+    monkeypatch.setattr(searcher, "_check_progress", checked)
+    monkeypatch.setattr(GeneticSearch, "best", counted)
+    drive(searcher, lambda c: round(square(c), 1), fail=lambda i: i % 7 == 3, parallel=3)
+    assert len(marks) >= 5
+    assert all(mark == key for mark, key in marks)  # improved: the mark is best()'s key
+    assert searcher.stop_reason is None or "no improvement" in searcher.stop_reason
+
 def test_failed_trials_get_the_worst_value_of_their_generation() -> None:
     searcher = GeneticSearch(LINE, MIN, population=6, generations=3, seed=4)
     trials = searcher.ask(6)
