@@ -477,6 +477,19 @@ def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
 # -- searches whose trials carry on from others' ----------------------------------------
 
 
+def resume_on_new_driver(workflow, run_dir: Path) -> None:
+    """Finish ``run_dir``'s run with a new driver on a new simulated cluster (8 slots),
+    from its journal, as ``nestor resume`` does."""
+    again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
+    log = Journal(run_dir / "journal.jsonl")
+    try:
+        StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
+                       events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
+    finally:
+        log.close()
+        again.shutdown()
+
+
 def kill_and_resume_population(
     run_dir: Path, spec_text: str, *, time_limit_s: float, trials: int
 ) -> dict[str, dict]:
@@ -490,14 +503,7 @@ def kill_and_resume_population(
         run_workflow(workflow, first, run_dir)
     before = len(finished(run_dir))
     assert 0 < before < trials
-    again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
-    log = Journal(run_dir / "journal.jsonl")
-    try:
-        StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
-                       events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
-    finally:
-        log.close()
-        again.shutdown()
+    resume_on_new_driver(workflow, run_dir)
     done = finished(run_dir)
     assert len(done) == trials and all(e["status"] == "completed" for e in done.values())
     ended = [e["trial"]["id"] for e in journal(run_dir, "trial_finished")]
@@ -618,14 +624,7 @@ def test_a_genetic_search_killed_midway_resumes_from_its_snapshot_as_from_its_wh
     shutil.copytree(killed, replayed)
     (replayed / "searcher" / "tune.json").unlink()
     for run_dir in (killed, replayed):
-        again = SimulatedBackend(2, 4, lognormal_trials(60.0, 0.3), seed=2)
-        log = Journal(run_dir / "journal.jsonl")
-        try:
-            StageScheduler(workflow, run_dir=run_dir, backend=again, journal=log,
-                           events=read_events(run_dir / "journal.jsonl"), on_progress=None).run()
-        finally:
-            log.close()
-            again.shutdown()
+        resume_on_new_driver(workflow, run_dir)
     assert covered == [0, snapshot_covers, 0]  # a fresh start, then each resume's
     started = [[(e["trial"]["id"], e["trial"]["config"], e["attempt"])
                 for e in journal(run_dir, "trial_started")] for run_dir in (killed, replayed)]
