@@ -8,8 +8,11 @@ HPO-like mixed space (log floats, integers, two categoricals) and two
 multi-fidelity problems (1-81 epochs; one whose short trainings mislead, one
 whose do not). ``--problems dev`` runs the first run's problems, on which the
 genetic search's operators were tuned (issue 29 item 5), ``--problems dev-numeric``
-the three of them that are numbers only; ``--only`` takes nestor searches with their
-settings as well (``ALGO:KEY=VALUE,...``), so a sweep of what a rule of ``auto``
+the three of them that are numbers only, ``--problems dev-mf`` two dev
+multi-fidelity problems (fixed before any search ran on them; one with noisy
+reported losses, one whose short trainings mislead through a learning rate) for
+choosing what ``auto`` picks for a trainer with a fidelity; ``--only`` takes nestor
+searches with their settings as well (``ALGO:KEY=VALUE,...``), so a sweep of what a rule of ``auto``
 might pick runs on the dev problems beside ``auto`` and the published searchers.
 
 Each search runs ``ROUNDS x width`` full trainings' worth (epochs on a
@@ -83,6 +86,9 @@ class Problem:
     # t of them, value(config) being the floor it learns towards; None: one length.
     fidelity: int | None = None
     pace: Callable[[dict[str, Any]], float] | None = None  # epochs to learn 63 %
+    # The standard deviation of the noise on a reported loss after one epoch (it falls
+    # as 1 / sqrt(epochs)); the score is always the noise-free loss.
+    noise: float = 0.0
 
     def loss(self, config: dict[str, Any], epochs: float) -> float:
         """The (noise-free) loss after ``epochs``: the floor plus what is left of an
@@ -91,6 +97,15 @@ class Problem:
         if self.fidelity is None or self.pace is None:
             return floor
         return floor + (UNTRAINED - floor) * math.exp(-epochs / self.pace(config))
+
+    def observed(self, config: dict[str, Any], epochs: float) -> float:
+        """The loss a trial reports after ``epochs``: ``loss`` plus noise of standard
+        deviation ``noise / sqrt(epochs)``, drawn from the configuration and epochs (the
+        same trial reports the same value in every run)."""
+        if not self.noise:
+            return self.loss(config, epochs)
+        draw = random.Random(f"{self.name} {sorted(config.items())!r} {epochs:g}").gauss(0, 1)
+        return self.loss(config, epochs) + self.noise / math.sqrt(max(epochs, 1.0)) * draw
 
 
 UNTRAINED = 3.0
@@ -200,13 +215,53 @@ HELDOUT_PROBLEMS = (
     # Multi-fidelity with one pace everywhere: short trainings rank faithfully.
     Problem("mf-faithful-5d", UNIT5, _mf_floor, MAX_EPOCHS, lambda c: 12.0),
 )  # fmt: skip
+
+
+# --- dev multi-fidelity: fixed here (issue 29, session 5) before any search ran on them,
+# to choose what ``auto`` picks for a trainer with a fidelity many at once without
+# fitting it on the held-out pair above.
+
+
+def _sphere_tenth(c: dict[str, Any]) -> float:
+    return sum(x * x for x in _vector(c, 3)) / 10
+
+
+def _lr_floor(c: dict[str, Any]) -> float:
+    return 0.15 * (math.log10(c["lr"]) + 2.5) ** 2 + sum(
+        (float(c[f"x{i}"]) - 0.6 + 0.1 * i) ** 2 for i in (1, 2, 3))
+
+
+def _lr_pace(c: dict[str, Any]) -> float:
+    return 1.5 * c["lr"] ** -0.35 * (0.5 + float(c["x1"]))
+
+
+BOX3 = SearchSpace(tuple(FloatParam(f"x{i}", -5.0, 5.0) for i in range(3)))
+LR4 = SearchSpace((FloatParam("lr", 1e-4, 1.0, log=True),
+                   *(FloatParam(f"x{i}", 0.0, 1.0) for i in (1, 2, 3))))  # fmt: skip
+DEV_MF_PROBLEMS = (
+    # bench/multifidelity_bench.py's simulated training (never held out) on 81 epochs
+    # instead of 27 and a tenth of its scale: the floor a 3-D sphere / 10 on [-5, 5]^3,
+    # 0.8 of the distance to it left every 3 epochs (pace 3 / ln 1.25 = 13.4 epochs)
+    # and reported losses noisy, 0.5 / sqrt(epochs), so 1 to 9 epochs rank badly. The
+    # loss after 81 epochs is smallest at the origin: 3 x 1.25^-27 = 0.0074.
+    Problem("mf-noisy-sphere-3d", BOX3, _sphere_tenth, MAX_EPOCHS, lambda c: 3 / math.log(1.25),
+            noise=0.5),
+    # Short trainings mislead through a learning rate: a large one learns fast (pace
+    # 1.5 lr^-0.35 (0.5 + x1) epochs: 1.5 at lr 1, 11 at the optimum) towards a worse
+    # floor (0.15 (log10 lr + 2.5)^2 plus a sphere with its centre at x1..x3 = 0.5,
+    # 0.4, 0.3), so rungs of 3 and 9 epochs rank lr 1 ahead of the optimum. The loss
+    # after 81 epochs is smallest just off the floor's optimum: 0.0020 at lr 10^-2.465,
+    # x1 0.493, x2 0.4, x3 0.3 (0.0022 at the floor's own, lr 10^-2.5, x1 0.5).
+    Problem("mf-lr-mislead-4d", LR4, _lr_floor, MAX_EPOCHS, _lr_pace),
+)  # fmt: skip
 # The dev problems that are numbers only, for sweeps of what a rule for numeric spaces
 # might pick (lq-CMA-ES refuses a categorical).
 # ``heldout-mf``: the two held-out multi-fidelity problems alone, for the wide runs that
 # the six together do not fit on this machine (issue 29 session 5: 64 at once).
 PROBLEM_SETS = {"heldout": HELDOUT_PROBLEMS, "dev": DEV_PROBLEMS,
                 "dev-numeric": DEV_PROBLEMS[:3],
-                "heldout-mf": tuple(p for p in HELDOUT_PROBLEMS if p.fidelity is not None)}
+                "heldout-mf": tuple(p for p in HELDOUT_PROBLEMS if p.fidelity is not None),
+                "dev-mf": DEV_MF_PROBLEMS}
 PROBLEMS = HELDOUT_PROBLEMS
 
 
@@ -452,10 +507,9 @@ def run(name: str, problem: Problem, seed: int, width: int) -> dict[str, Any]:
             if owed:  # slots left empty while work was owed: idle if it gives more later
                 unanswered += (width - len(running)) * (running[0][0] - clock)
             clock, _, key, config, begin, until = heapq.heappop(running)
-            value = problem.loss(config, until)
             if until >= full:
-                best = min(best, value)
-            searcher.tell(key, value, until - begin)
+                best = min(best, problem.loss(config, until))
+            searcher.tell(key, problem.observed(config, until), until - begin)
             spent += until - begin
     return {"best": best, "time": clock, "idle": waited / (clock * width) if clock else 0.0,
             "ask_ms_per_trial": 1000 * ask_s / max(asked, 1), "evaluations": asked,

@@ -3,6 +3,9 @@ their docstrings say (budget spent, slots kept busy, ranks), on one small run ea
 
 from __future__ import annotations
 
+import random
+import statistics
+
 from bench import many_at_once_bench as wide
 from bench import multifidelity_heldout_bench as heldout
 
@@ -75,3 +78,44 @@ def test_a_sweep_runs_a_nestor_search_with_the_settings_named() -> None:
                       wide.PROBLEM_SETS["dev-numeric"][0], 0, 16)
     assert result["label"] == "genetic population 8, schedule async, sigma 0.2"
     assert result["evaluations"] == wide.ROUNDS * 16
+
+
+def _local_minimum(problem: wide.Problem, point: dict[str, float], step: float) -> bool:
+    """No move of ``step`` along one parameter (lr in log10) lowers the full loss."""
+    here = problem.loss(point, problem.fidelity or 1)
+    for name in point:
+        for sign in (-1, 1):
+            moved = dict(point)
+            moved[name] = point[name] * 10 ** (sign * step) if name == "lr" else (
+                point[name] + sign * step)
+            if problem.loss(moved, problem.fidelity or 1) < here:
+                return False
+    return True
+
+
+def test_dev_multi_fidelity_problems_are_as_their_comments_say() -> None:
+    """``--problems dev-mf``: two 1-81 epoch problems whose full-training optimum is the
+    one the comments state, noise only on what a trial reports, and short trainings
+    that rank a fast learning rate ahead of the optimum on the second."""
+    sphere, lr = wide.PROBLEM_SETS["dev-mf"]
+    assert (sphere.name, lr.name) == ("mf-noisy-sphere-3d", "mf-lr-mislead-4d")
+    assert sphere.fidelity == lr.fidelity == 81
+    origin = {"x0": 0.0, "x1": 0.0, "x2": 0.0}
+    assert abs(sphere.loss(origin, 81) - 3 * 1.25**-27) < 1e-9
+    assert _local_minimum(sphere, origin, 0.01)
+    reported = [sphere.observed(origin, 1)] * 2 + [sphere.observed(origin, 81)]
+    assert reported[0] == reported[1] != sphere.loss(origin, 1)
+    draws = [sphere.observed({"x0": i / 1000, "x1": 0.0, "x2": 0.0}, 4)
+             - sphere.loss({"x0": i / 1000, "x1": 0.0, "x2": 0.0}, 4) for i in range(400)]
+    assert 0.2 < statistics.stdev(draws) < 0.3  # 0.5 / sqrt(4 epochs)
+    optimum = {"lr": 10**-2.465, "x1": 0.493, "x2": 0.4, "x3": 0.3}
+    assert abs(lr.loss(optimum, 81) - 0.0020) < 5e-5 and _local_minimum(lr, optimum, 0.002)
+    floor_optimum = {"lr": 10**-2.5, "x1": 0.5, "x2": 0.4, "x3": 0.3}
+    assert abs(lr.loss(floor_optimum, 81) - 0.0022) < 5e-5
+    fast = floor_optimum | {"lr": 1.0}
+    assert all(lr.loss(fast, e) < lr.loss(floor_optimum, e) for e in (3, 9))
+    assert lr.loss(fast, 27) > lr.loss(floor_optimum, 27)
+    rng = random.Random(0)
+    sample = [{"lr": 10 ** rng.uniform(-4, 0), **{f"x{i}": rng.random() for i in (1, 2, 3)}}
+              for _ in range(5000)]
+    assert min(lr.loss(c, 81) for c in sample) > lr.loss(optimum, 81)
