@@ -294,6 +294,9 @@ def candidate(name: str) -> tuple[str, dict[str, Any]]:
     return algorithm, settings
 
 
+HALVING = ("asha", "hyperband")  # searches that train in stretches (a sweep's candidates)
+
+
 class _Nestor:
     def __init__(self, algorithm: str, problem: Problem, seed: int, width: int,
                  budget: int, extra: dict[str, Any] | None = None) -> None:  # fmt: skip
@@ -302,6 +305,10 @@ class _Nestor:
             settings["parallel"] = width
             if problem.fidelity is not None:
                 settings["max_fidelity"] = problem.fidelity
+        elif algorithm in HALVING and problem.fidelity is not None:
+            # As rule M would run it: the budget in epochs, the top rung a full training.
+            settings = {"budget": {"epochs": budget * problem.fidelity},
+                        "max_budget": problem.fidelity, **(extra or {})}
         self.searcher = make_searcher(algorithm, problem.space, [Objective("y", "min")],
                                       seed=seed, **settings)  # fmt: skip
         choice = self.searcher.auto_choice

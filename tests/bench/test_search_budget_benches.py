@@ -119,3 +119,15 @@ def test_dev_multi_fidelity_problems_are_as_their_comments_say() -> None:
     sample = [{"lr": 10 ** rng.uniform(-4, 0), **{f"x{i}": rng.random() for i in (1, 2, 3)}}
               for _ in range(5000)]
     assert min(lr.loss(c, 81) for c in sample) > lr.loss(optimum, 81)
+
+
+def test_a_halving_candidate_spends_the_epochs_of_the_full_trainings_as_rule_m_does() -> None:
+    """``--only asha:min_budget=9,...`` on a multi-fidelity problem runs ASHA under the
+    epochs of ROUNDS x width full trainings with a full training as its top rung (as
+    rule M does), not under a count of trials."""
+    problem = wide.PROBLEM_SETS["dev-mf"][1]
+    result = wide.run("asha:min_budget=9,reduction_factor=3,sampler=tpe", problem, 0, 16)
+    epochs = wide.ROUNDS * 16 * 81
+    assert epochs - 81 < result["spent"] <= epochs
+    assert result["evaluations"] > wide.ROUNDS * 16  # trials stopped at 9 or 27 epochs
+    assert result["best"] < float("inf")  # some trained the full 81
