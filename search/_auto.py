@@ -24,6 +24,33 @@ the issue's 5-D suite, 100 trials, 4 at once):
    budget: grid. Running each combination once is the whole answer.
 2. A budget of at most 10: random. Every model-based sampler starts with about
    10 random trials before its model proposes anything.
+W. (Checked before rule M.) Where rule M applies (trials can be trained in
+   stretches that split into rungs), 16 or more at once, a budget of at least
+   four rounds of them and only
+   numbers (2 to 30 of them, as rule 5): every trial trains its full length
+   (the fidelity is not used) and lq-CMA-ES on the asynchronous schedule (rule
+   3a's search) proposes them. Why (issue 29 session 5;
+   ``bench/many_at_once_bench.py --problems dev-mf``: two dev multi-fidelity
+   problems fixed and committed before any search ran on them, 1-81 epochs, a
+   3-D simulated training with noisy reported losses and a 4-D one whose
+   learning rate makes short trainings mislead; 6 rounds of the width, 3
+   seeds, mean rank of the best loss after 81 epochs [quartiles]): at 64 at
+   once (``bench/results/many_at_once_dev_mf_w64.json``, 8 searches) lq-CMA-ES
+   training in full ranked 1.83 [1-2.75], NGOpt 1.83 [1-2.25], rule 3's genetic
+   search 3.5 [2-4.75], Optuna's TPE 4.0 [3.75-4.25], ASHA-TPE from a rung of
+   9 epochs 5.17 [3-7], from 27 5.67 [5-6.25], rule M's ASHA-TPE (rungs 3-81)
+   7.0 [5.75-8], random 7.0 [6-8]; at 16 and 32 at once
+   (``many_at_once_dev_mf_w16_32.json``, 6 searches) lq-CMA-ES 1.0 [1-1] at
+   both, rule M's pick 5.0 [3.75-6] and 5.33 [4.75-6], beyond the quartiles
+   everywhere. Rule M lost on both problems: on the learning-rate one its rungs
+   of 3 and 9 epochs promote the fast learners (0.144 [0.103-0.155] at 64
+   against lq-CMA-ES's optimum 0.00196), on the noisy one short rungs rank on
+   noise (0.01 against 0.0076). At 256 at once (``many_at_once_dev_mf_w256.json``;
+   ASHA-TPE not run there, its TPE ask too slow for this machine) lq-CMA-ES
+   ranked 1.33 [1-2] against rule 3's genetic search with DE 1.67 [1-2] and
+   random 3.0, its ask 0.3 ms a trial. From 16 because no narrower width was run;
+   below it rule M keeps its own evidence (4 at once). Not measured: spaces
+   with categoricals or few-valued integers (rule M stands there).
 M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    setting, such as epochs, that sets how long a trial trains, that its
    trainer honours and continues from a checkpoint, and its full value), one
@@ -67,8 +94,9 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    0.127 [0.118-0.129] against NGOpt's 0.007 and random search's 0.071 (rungs 3
    and 9 promote the fast learners, whose floor is far from the optimum), and
    where they do not it was second in every seed, 0.0043 against NGOpt's 0.0035
-   and TPE's 0.014. The rule stands for want of a better one judged on problems
-   it was not fitted on.
+   and TPE's 0.014. From 16 at once numeric spaces now take rule W, chosen on
+   dev multi-fidelity problems alone (knowing, from that run, that rule M lost
+   at 64 on the held-out pair).
 
 3a. (Checked before rule 3.) 16 to 63 trials at once, a budget of at least four
    rounds of them, one objective and only numbers (as rule 5): lq-CMA-ES (rule 5's
@@ -215,6 +243,7 @@ from search._settings import SearchSettings, budget_setting, setting
 from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MANY_AT_ONCE = 16  # from here on, parallelism decides (rule 3)
+FULL_TRAININGS_AT_ONCE = 16  # from here, numbers only: no fidelity, lq-CMA-ES async (rule W)
 SURROGATE_AT_ONCE = 4  # lq-CMA-ES up to this many trials at once (rule 5)
 GENETIC_AT_ONCE = 64  # below this, numbers only: lq-CMA-ES, a generation a width (rule 3a)
 DEME_SIZE = 16  # rule 3's population, whatever the width
@@ -350,11 +379,23 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             f"a budget of {budget} is spent before a model could help"
             f" (model-based samplers start with {STARTUP_TRIALS} random trials)",
         )
+    numeric = kinds["categorical"] == 0 and kinds["few-valued int"] == 0
+    multi_fidelity = None
     if max_fidelity is not None and len(objectives) == 1:
         multi_fidelity = _hyperband(budget, max_fidelity)
-        if multi_fidelity is not None:
-            return multi_fidelity
-    numeric = kinds["categorical"] == 0 and kinds["few-valued int"] == 0
+    if multi_fidelity is not None:
+        if (parallel >= FULL_TRAININGS_AT_ONCE and budget >= 4 * parallel and numeric
+                and 2 <= dims <= CMAES_MAX_DIMENSIONS):
+            return AutoChoice(
+                "bayesian",
+                {"budget": budget, "sampler": "lq-cmaes", "schedule": "async"},
+                f"{parallel} trials at once and {dims} numeric parameters: every trial trains"
+                f" its full {max_fidelity} (the fidelity is not used); lq-CMA-ES, asynchronous,"
+                " gives each freed slot a candidate; on dev multi-fidelity problems at 16, 32"
+                " and 64 at once it ranked first, and asynchronous successive halving (whose"
+                " short rungs promoted the wrong configurations, or noise) near last",
+            )  # fmt: skip
+        return multi_fidelity
     if (MANY_AT_ONCE <= parallel < GENETIC_AT_ONCE and budget >= 4 * parallel
             and len(objectives) == 1 and numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS):
         return AutoChoice(

@@ -53,8 +53,8 @@ def test_idle_is_slot_time_waiting_on_the_searcher_not_the_drain_at_the_budgets_
     generational = wide.run("bayesian:sampler=lq-cmaes,population=16", wide.PROBLEMS[0], 0, 16)
     assert generational["idle"] > 0.2
     crossing = next(p for p in wide.HELDOUT_PROBLEMS if p.name == "mf-crossing-5d")
-    asha = wide.run("auto", crossing, 1, 16)
-    assert asha["label"].startswith("asha tpe") and asha["spent"] < 16 * 6 * 81
+    asha = wide.run("asha:min_budget=3,reduction_factor=3,sampler=tpe", crossing, 1, 16)
+    assert asha["label"].startswith("asha") and asha["spent"] < 16 * 6 * 81
     assert asha["idle"] == 0.0
 
 

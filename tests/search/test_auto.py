@@ -172,13 +172,44 @@ def test_a_fidelity_picks_asha_tpe_and_spends_the_whole_training(
 
 
 def test_multi_fidelity_comes_before_the_parallelism_rule_but_after_tiny_budgets() -> None:
-    many = choose_search(box(7), MIN, budget=1000, parallel=64, max_fidelity=27)
+    many = choose_search(MIXED, MIN, budget=1000, parallel=64, max_fidelity=27)
     assert many.algorithm == "asha"  # asynchronous: no slot waits for a rung to fill
     assert choose_search(box(7), MIN, budget=8, parallel=1, max_fidelity=27).label() == "random"
     assert choose_search(box(7), MIN, budget=11, parallel=1, max_fidelity=27).algorithm == (
         "asha")  # 297 epochs: no whole Hyperband iteration (357) needed any more
     categorical = SearchSpace((CategoricalParam("a", (1, 2, 3)),))
     assert choose_search(categorical, MIN, budget=20, max_fidelity=27).algorithm == "grid"
+
+
+@pytest.mark.parametrize("parallel", [16, 64, 1024])
+def test_many_at_once_numbers_train_in_full_with_async_lq_cmaes_despite_a_fidelity(
+        parallel: int) -> None:
+    """Rule W: from 16 at once, a numeric space with a fidelity trains every trial in
+    full with asynchronous lq-CMA-ES (on the dev multi-fidelity problems rule M's
+    ASHA-TPE ranked near last there); below 16, with categoricals, or with a budget of
+    under four rounds, rule M stands."""
+    choice = choose_search(box(5), MIN, budget=6 * parallel, parallel=parallel,
+                           max_fidelity=81)  # fmt: skip
+    assert choice.label() == "bayesian lq-cmaes, async"
+    assert "every trial trains its full 81" in choice.reason
+    spent = choose_search(box(5), MIN, budget={"epochs": 6 * parallel * 81},
+                          parallel=parallel, max_fidelity=81)  # fmt: skip
+    assert spent.algorithm == "bayesian" and spent.settings["budget"] == {
+        "epochs": 6 * parallel * 81}  # the cost goes to lq-CMA-ES, trial by trial
+    for narrow in (dict(parallel=15), dict(parallel=parallel, budget=4 * parallel - 1)):
+        settings = {"budget": 6 * parallel, "max_fidelity": 81, **narrow}
+        assert choose_search(box(5), MIN, **settings).algorithm == "asha"
+    assert choose_search(MIXED, MIN, budget=6 * parallel, parallel=parallel,
+                         max_fidelity=81).algorithm == "asha"  # fmt: skip
+
+
+def test_auto_over_a_fidelity_many_at_once_trains_each_trial_in_full() -> None:
+    """The searcher auto makes at 16 at once with a fidelity asks trials with no
+    budget of their own: each trains the full length."""
+    searcher = make_searcher("auto", box(5), MIN, seed=0, budget=96, parallel=16,
+                             max_fidelity=81)  # fmt: skip
+    trials = searcher.ask(16)
+    assert len(trials) == 16 and all(t.budget is None for t in trials)
 
 
 def test_a_cost_budget_reaches_the_chosen_search() -> None:
