@@ -57,7 +57,12 @@ W. (Checked before rule M.) Where rule M applies (trials can be trained in
    1.92 [1.88-2], Optuna's TPE 3.0 [3-3], random 4.0; auto and NGOpt both ended
    at 0.00695 where short trainings mislead and 0.00351 where they do not (to
    three figures; the ranks split them below that), TPE 0.0184 and 0.0141, and
-   auto's ask took 0.25 ms a trial against NGOpt's 5.5.
+   auto's ask took 0.25 ms a trial against NGOpt's 5.5. At 16 and 32 at once
+   (``many_at_once_heldout_mf_w16_32_rule_w.json``, 3 seeds; rule M had lost at
+   16, above): at 16 NGOpt 1.33 [1-1.62] and auto 1.67 [1.38-2], quartiles
+   overlapping (tied best; 0.00697 against NGOpt's 0.00696 where short
+   trainings mislead, both 0.00351 where they do not), TPE 3.0, random 4.0; at
+   32 auto 1.33 [1-1.62], NGOpt 1.67 [1.38-2], TPE 3.17, random 3.83.
 M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    setting, such as epochs, that sets how long a trial trains, that its
    trainer honours and continues from a checkpoint, and its full value), one
