@@ -185,7 +185,10 @@ def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> in
     env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     # Its own process group: stopping it stops its uvicorn workers and job runner too.
     process = subprocess.Popen(server_argv(store, host, port), env=env, start_new_session=True)
-    previous = signal.signal(signal.SIGTERM, _raise_interrupt)
+    # Ctrl-C and SIGTERM both end the wait below, whatever handler an earlier step
+    # (the catch-up projection's stop handlers) or an import left for SIGINT.
+    previous = {signum: signal.signal(signum, _raise_interrupt)
+                for signum in (signal.SIGINT, signal.SIGTERM)}
     url = url_of(host, port)
     try:
         wait_ready(url, process, READY_TIMEOUT_S)
@@ -196,7 +199,8 @@ def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> in
     except KeyboardInterrupt:
         return 0
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         _stop(process)
 
 

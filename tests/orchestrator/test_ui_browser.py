@@ -116,14 +116,33 @@ def ui_server(finished_run: Path) -> Iterator[tuple[str, list[str]]]:
         try:
             process.wait(timeout=60)
         except subprocess.TimeoutExpired:
+            where = _stuck(process.pid, server)  # before the kill: what it waits on
             process.kill()
             process.wait()
-            pytest.fail("nestor ui did not stop within 60 s of SIGINT")
+            pytest.fail("nestor ui did not stop within 60 s of SIGINT\n" + where
+                        + "\nits last lines:\n" + "".join(lines[-30:]))
         assert server, "nestor ui had no server process"
         for pid in server:  # the server's whole process group went with it
             leftover = subprocess.run(["pgrep", "-g", pid], capture_output=True, text=True,
                                       check=False).stdout.split()
             assert not leftover, f"mlflow server processes left running: {leftover}"
+
+
+def _stuck(pid: int, server: list[str]) -> str:
+    """Where a process that does not stop is: its threads' stacks (py-spy, from the
+    lock file's pins) and the processes of its and its server's groups."""
+    spy = Path(sys.executable).parent / "py-spy"
+    try:
+        stacks = subprocess.run([str(spy), "dump", "--pid", str(pid)], capture_output=True,
+                                text=True, timeout=60, check=False)
+        dump = stacks.stdout + stacks.stderr
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        dump = f"py-spy dump failed: {exc}"
+    table = subprocess.run(["ps", "-eo", "pid,ppid,pgid,stat,etime,args"], capture_output=True,
+                           text=True, check=False).stdout.splitlines()
+    groups = {str(pid), *server}
+    mine = [row for row in table[1:] if set(row.split()[:3]) & groups]
+    return "\n".join([dump, *table[:1], *mine])
 
 
 @pytest.fixture(scope="module")
