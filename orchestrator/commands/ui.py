@@ -187,8 +187,12 @@ def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> in
     process = subprocess.Popen(server_argv(store, host, port), env=env, start_new_session=True)
     # Ctrl-C and SIGTERM both end the wait below, whatever handler an earlier step
     # (the catch-up projection's stop handlers) or an import left for SIGINT.
+    # A process started with SIGINT ignored (a background job of a script, or a parent
+    # that ignored it: SIG_IGN survives exec, and Python then installs no handler of
+    # its own) or blocked would never hear Ctrl-C: take both back.
     previous = {signum: signal.signal(signum, _raise_interrupt)
                 for signum in (signal.SIGINT, signal.SIGTERM)}
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
     url = url_of(host, port)
     try:
         wait_ready(url, process, READY_TIMEOUT_S)

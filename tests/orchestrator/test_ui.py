@@ -150,3 +150,47 @@ def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path, monkeyp
         assert got == b"# stage\n"
     finally:
         _stop(process)
+
+
+@pytest.mark.parametrize("inherited", ["ignored", "blocked"])
+def test_ctrl_c_stops_a_ui_that_started_with_sigint_ignored_or_blocked(
+        run_dir: Path, inherited: str) -> None:
+    """A parent that ignores SIGINT passes that on across exec (a script's background
+    job; the full test suite's process, where the browser test's teardown waited 60 s
+    for a `nestor ui` that never heard its SIGINT), and Python then installs no
+    handler of its own; a blocked SIGINT is inherited likewise. `nestor ui` takes
+    both back: Ctrl-C still stops it and its server."""
+    import contextlib
+    import os
+    import signal
+
+    def inherit() -> None:
+        if inherited == "ignored":
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+        else:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = subprocess.Popen([NESTOR, "ui", str(run_dir), "--port", str(port)],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               preexec_fn=inherit, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 180
+        out = ""
+        while "Ctrl-C stops it" not in out and time.monotonic() < deadline:
+            out += process.stdout.readline()  # the URL line: its server answers
+            assert process.poll() is None or "Ctrl-C" in out, out
+        assert "Ctrl-C stops it" in out, out
+        process.send_signal(signal.SIGINT)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            server = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True,
+                                    text=True, check=False).stdout.split()
+            for group in [process.pid, *map(int, server)]:  # its server: a group of its own
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(group, signal.SIGKILL)
+            process.wait()
+            pytest.fail("nestor ui did not stop within 60 s of SIGINT")

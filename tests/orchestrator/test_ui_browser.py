@@ -142,7 +142,12 @@ def _stuck(pid: int, server: list[str]) -> str:
                            text=True, check=False).stdout.splitlines()
     groups = {str(pid), *server}
     mine = [row for row in table[1:] if set(row.split()[:3]) & groups]
-    return "\n".join([dump, *table[:1], *mine])
+    try:  # whether it ignores, blocks or catches SIGINT (bit 2 of each mask)
+        masks = [line for line in Path(f"/proc/{pid}/status").read_text().splitlines()
+                 if line.startswith(("SigBlk", "SigIgn", "SigCgt"))]
+    except OSError as exc:
+        masks = [f"no /proc/{pid}/status: {exc}"]
+    return "\n".join([dump, *masks, *table[:1], *mine])
 
 
 @pytest.fixture(scope="module")
