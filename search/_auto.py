@@ -392,12 +392,12 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             f" (model-based samplers start with {STARTUP_TRIALS} random trials)",
         )
     numeric = kinds["categorical"] == 0 and kinds["few-valued int"] == 0
+    cmaes_fits = numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS  # lq-CMA-ES takes the space
     multi_fidelity = None
     if max_fidelity is not None and len(objectives) == 1:
         multi_fidelity = _hyperband(budget, max_fidelity)
     if multi_fidelity is not None:
-        if (parallel >= FULL_TRAININGS_AT_ONCE and budget >= 4 * parallel and numeric
-                and 2 <= dims <= CMAES_MAX_DIMENSIONS):
+        if parallel >= FULL_TRAININGS_AT_ONCE and budget >= 4 * parallel and cmaes_fits:
             return AutoChoice(
                 "bayesian",
                 {"budget": budget, "sampler": "lq-cmaes", "schedule": "async"},
@@ -409,7 +409,7 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             )  # fmt: skip
         return multi_fidelity
     if (MANY_AT_ONCE <= parallel < GENETIC_AT_ONCE and budget >= 4 * parallel
-            and len(objectives) == 1 and numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS):
+            and len(objectives) == 1 and cmaes_fits):
         return AutoChoice(
             "bayesian",
             {"budget": budget, "sampler": "lq-cmaes", "schedule": "async"},
@@ -445,7 +445,7 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             f"{len(objectives)} objectives: multivariate TPE models them together"
             " (CMA-ES optimizes one)",
         )
-    if numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS and parallel <= SURROGATE_AT_ONCE:
+    if cmaes_fits and parallel <= SURROGATE_AT_ONCE:
         return AutoChoice(
             "bayesian",
             {"budget": budget, "sampler": "lq-cmaes"},
@@ -454,7 +454,7 @@ def _choose(space: SearchSpace, objectives: Any, budget: int, parallel: int,
             " run and runs only the candidates it needs (every one where the model is"
             " poor), so a smooth objective takes a fraction of CMA-ES's trials",
         )
-    if numeric and 2 <= dims <= CMAES_MAX_DIMENSIONS:
+    if cmaes_fits:
         generation = max(cmaes_population(dims), parallel)
         needed = CMAES_GENERATIONS * generation
         if budget >= needed:
