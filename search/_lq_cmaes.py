@@ -53,7 +53,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 from search._base import Observation, Searcher, Trial
@@ -62,6 +62,14 @@ from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace, fr
 
 SIGMA0 = 0.3  # initial step, in units of each parameter's (scaled) range
 RESTART_POPULATION_FACTOR = 2  # IPOP
+
+
+def _worse_than(values: Iterable[float]) -> float:
+    """What a failed trial is told CMA-ES it scored: worse than every finite value
+    (CMA-ES takes no missing values; one objective, minimised)."""
+    finite = [v for v in values if math.isfinite(v)]
+    worst = max(finite) if finite else 0.0
+    return worst + abs(worst) + 1.0
 
 
 def _import_cma() -> Any:
@@ -191,13 +199,23 @@ class LQCMAESSearch(Searcher):
         self._surrogate = cma.fitness_models.SurrogatePopulation(None)
         self._surrogate.settings.logging_push = False
 
+    def _restart(self) -> None:
+        """IPOP: the strategy afresh, its population RESTART_POPULATION_FACTOR times larger."""
+        self._restarts += 1
+        self._popsize = int(self._popsize * RESTART_POPULATION_FACTOR)
+        self._start_strategy()
+
+    def _trial_of(self, x: Any) -> Trial:
+        """A new trial of the candidate ``x`` (unit coordinates) of the current strategy."""
+        config = {p.name: from_unit(p, float(u)) for p, u in zip(self._params, x, strict=True)}
+        return self._new_trial(config, generation=self._es.countiter, deme=self._restarts,
+                               origin="lq-cmaes")
+
     def _start_generation(self) -> _Generation:
         if self._es is None:
             self._start_strategy()
         elif self._es.stop():
-            self._restarts += 1
-            self._popsize = int(self._popsize * RESTART_POPULATION_FACTOR)
-            self._start_strategy()
+            self._restart()
         candidates = self._es.ask()
         model, settings = self._surrogate.model, self._surrogate.settings
         if settings.model_max_size_factor * len(candidates) > model.settings.max_absolute_size:
@@ -231,10 +249,7 @@ class LQCMAESSearch(Searcher):
             chosen = generation.next_candidates()[: max(0, min(n, room))]
         trials = []
         for index in chosen:
-            config = {p.name: from_unit(p, float(u)) for p, u in zip(self._params, evals.X[index],
-                                                                      strict=True)}
-            trial = self._new_trial(config, generation=self._es.countiter,
-                                    deme=self._restarts, origin="lq-cmaes")  # fmt: skip
+            trial = self._trial_of(evals.X[index])
             generation.running[trial.id] = index
             trials.append(trial)
         return trials
@@ -275,11 +290,10 @@ class LQCMAESSearch(Searcher):
         model.adapt_max_relative_size(tau)
         values = list(evals.surrogate_values(model.eval, settings.return_true_fitnesses))
         if generation.failed:
-            finite = [v for i, v in enumerate(values) if i not in generation.failed
-                      and math.isfinite(v)]  # fmt: skip
-            worst = max(finite) if finite else 0.0
+            penalty = _worse_than(v for i, v in enumerate(values)
+                                  if i not in generation.failed)
             for i in generation.failed:
-                values[i] = worst + abs(worst) + 1.0
+                values[i] = penalty
         self._es.tell(evals.X, values)
         if model.size > 1:
             self._es.inject([model.xopt])
@@ -305,10 +319,7 @@ class LQCMAESSearch(Searcher):
         born = (self._restarts, self._es.countiter)
         trials = []
         for x in drawn:
-            config = {p.name: from_unit(p, float(u)) for p, u in zip(self._params, x,
-                                                                      strict=True)}
-            trial = self._new_trial(config, generation=self._es.countiter,
-                                    deme=self._restarts, origin="lq-cmaes")  # fmt: skip
+            trial = self._trial_of(x)
             self._steady[trial.id] = (x, born)
             trials.append(trial)
         return trials
@@ -332,9 +343,8 @@ class LQCMAESSearch(Searcher):
     def _update_async(self) -> None:
         arrived = self._arrived[: self._popsize]
         self._arrived, self._drawn = self._arrived[self._popsize :], False
-        finite = [v for _, v, _ in arrived if v is not None and math.isfinite(v)]
-        worst = max(finite) if finite else 0.0
-        values = [v if v is not None and math.isfinite(v) else worst + abs(worst) + 1.0
+        penalty = _worse_than(v for _, v, _ in arrived if v is not None)
+        values = [v if v is not None and math.isfinite(v) else penalty
                   for _, v, _ in arrived]  # fmt: skip
         now = (self._restarts, self._es.countiter)
         stale = [i for i, (_, _, born) in enumerate(arrived) if born != now]
@@ -344,9 +354,7 @@ class LQCMAESSearch(Searcher):
         if model.size > 1:  # asked next, outside pycma (which injects in asks of 2+ only)
             self._optimum = self._np.clip(model.xopt, 0.0, 1.0)
         if self._es.stop():
-            self._restarts += 1
-            self._popsize = int(self._popsize * RESTART_POPULATION_FACTOR)
-            self._start_strategy()
+            self._restart()
             self._size_model()
             self._optimum = None
 
