@@ -36,15 +36,13 @@ with ``--jobs`` runs side by side).
     python bench/many_at_once_bench.py --problems dev-numeric --widths 16 32 --seeds 5 \
         --tag rule3a --only auto ngopt bayesian:sampler=lq-cmaes,population=16 ...
 
-nevergrad is pinned in pyproject.toml's ``bench`` extra and requirements.lock, so
-``make setup`` installs it (nestor itself never imports it). DeepHyper 0.13.2 installs
-beside the lock without changing a pin, but is not pinned: CBO refits its model on
-every tell, and one run of 96 trials at 16 at once took 408 s on this machine (18 runs
-a width), so it is left out at every width (``MAX_WIDTH``); install it yourself
-(``pip install deephyper``) and pass ``--cbo-max-width`` to run it. Where a
-competitor does not import it is left out and the results say so. Past
-``MAX_WIDTH`` a searcher is left out (its ask time grows with the trials told),
-and the multi-fidelity problems run only up to ``--mf-max-width``. It writes
+nevergrad and DeepHyper are pinned in pyproject.toml's ``bench`` extra and
+requirements.lock, so ``make setup`` installs them (nestor itself never imports either).
+Where a competitor does not import it is left out and the results say so. Past
+``MAX_WIDTH`` a searcher is left out for its cost (its ask or tell time grows with the
+trials told; the figures are beside ``MAX_WIDTH``), and the multi-fidelity problems run
+only up to ``--mf-max-width``. Every run of every width shares one pool of ``--jobs``
+processes, the costliest first. It writes
 bench/results/many_at_once.json (``--problems dev``: many_at_once_dev.json).
 """
 
@@ -60,7 +58,7 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
-from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures import ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -446,17 +444,14 @@ class _CBO(_Full):
 
 COMPETITORS = {"optuna-tpe": _OptunaTPE, "ngopt": _NGOpt, "cbo": _CBO}
 SEARCHES = ("auto", "random", *COMPETITORS)
-# Widths past which a searcher is left out for the machine time it takes (2 shared
-# cores at load 20-40, issue 29 session 3): Optuna's TPE asks in 142 ms a trial at 64
-# at once and refits on every trial; one DeepHyper CBO run of 96 trials at 16 at once
-# took 408 s (ask 38 ms a trial, the rest in tell and its start), 18 runs per width;
-# NGOpt asked in 126 ms a trial at 16 (the results keep each ask time). So the default
-# run stops NGOpt at 16; it ran further as separate runs (``--ngopt-max-width``, files
-# many_at_once_ngopt64/256.json: 16 ms a trial at 256). At 1,024 (6,144 trials a run)
-# a run at load 28 got 8 % of a core per process and none of 12 finished in 6 minutes
-# (issue 29 session 4): not run. TPE past 64 would ask 1,536 trials a run, each slower
-# than the last (142 ms at 384): over an hour a width here.
-MAX_WIDTH = {"optuna-tpe": 64, "cbo": 0, "ngopt": 16}
+# Widths past which a searcher is left out for the machine time it takes. Measured
+# one run at a time on this 2-core machine at load 1.5 (issue 29 session 6): Optuna's
+# TPE refits on every ask, so a run costs about the square of its trials: 1.4 s at 64
+# at once, 15-53 s at 256 (1,536 trials), so 230-850 s a run at 1,024 and 18 runs a
+# width: left out past 256. NGOpt takes 37-51 s a run at 1,024. DeepHyper's CBO refits
+# its forest on every tell: 49-59 s a run at 16 at once (96 trials), CBO_64_NOTE.
+# Sessions 3 and 4 measured at load 20-40, where everything took several times longer.
+MAX_WIDTH = {"optuna-tpe": 256, "cbo": 16, "ngopt": 1024}
 MODULES = {"ngopt": "nevergrad", "cbo": "deephyper"}
 
 
@@ -538,6 +533,34 @@ def ranks(values: dict[str, float]) -> dict[str, float]:
             for k, value in values.items()}
 
 
+def cost_guess(job: tuple[str, str, int, int, int]) -> float:
+    """Roughly how long a run takes, to start the longest first: trials asked times the
+    trials each ask looks at for the published searchers (their model grows with the
+    run), the trials alone for nestor's."""
+    name, _, _, _, width = job
+    trials = ROUNDS * width
+    return trials * (trials if name in COMPETITORS else 1)
+
+
+def run_all(jobs: list[tuple[str, str, int, int, int]],
+            processes: int) -> dict[tuple[str, str, int, int, int], dict[str, Any] | str]:
+    """Every run of every width in one pool, the longest first, so no process waits on
+    another width's last run; a line as each ends (a wide run takes minutes)."""
+    done: dict[tuple[str, str, int, int, int], dict[str, Any] | str] = {}
+    started = time.monotonic()
+    with ProcessPoolExecutor(processes) as pool:
+        futures = {pool.submit(_job, job): job
+                   for job in sorted(jobs, key=cost_guess, reverse=True)}  # fmt: skip
+        for future in as_completed(futures):
+            job = futures[future]
+            done[job] = future.result()
+            name, problems, k, seed, width = job
+            print(f"[{len(done)}/{len(jobs)} runs, {time.monotonic() - started:.0f} s]"
+                  f" {name} at {width}, {PROBLEM_SETS[problems][k].name}, seed {seed}",
+                  flush=True)
+    return done
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
@@ -546,7 +569,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", help="searches to run (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     parser.add_argument("--tag", default="", help="write many_at_once_TAG.json instead")
-    parser.add_argument("--mf-max-width", type=int, default=16,
+    parser.add_argument("--mf-max-width", type=int, default=1024,
                         help="widths past which the multi-fidelity problems are left out")
     for name, width in MAX_WIDTH.items():
         parser.add_argument(f"--{name}-max-width", type=int, default=width)
@@ -556,19 +579,20 @@ def main(argv: list[str] | None = None) -> None:
     limit = {n: getattr(args, f"{n.replace('-', '_')}_max_width") for n in MAX_WIDTH}
     names = [n for n in (args.only or SEARCHES) if available(n)]
     broken: dict[str, str] = {}  # a searcher that raised, and what it said
+    here_at = {w: [n for n in names if w <= limit.get(n, w)] for w in args.widths}
+    jobs = [(n, args.problems, k, seed, width) for width in args.widths
+            for k, problem in enumerate(problems)
+            if problem.fidelity is None or width <= args.mf_max_width
+            for seed in range(args.seeds) for n in here_at[width]]
+    done = run_all(jobs, args.jobs)
     by_width = []
     for width in args.widths:
-        here = [n for n in names if width <= limit.get(n, width) and n not in broken]
+        here = [n for n in here_at[width] if n not in broken]
         rank_of: dict[str, list[float]] = {n: [] for n in here}
         figures: dict[str, dict[str, list[float]]] = {
             n: {"idle": [], "ask_ms": [], "time": []} for n in here}
         regret: dict[str, dict[str, list[float]]] = {n: {} for n in here}
         labels: dict[str, set[str]] = {n: set() for n in here}
-        jobs = [(n, args.problems, k, seed, width) for k, problem in enumerate(problems)
-                if problem.fidelity is None or width <= args.mf_max_width
-                for seed in range(args.seeds) for n in here]
-        with ProcessPoolExecutor(args.jobs) as pool:
-            done = dict(zip(jobs, pool.map(_job, jobs), strict=True))
         for k, problem in enumerate(problems):
             if problem.fidelity is not None and width > args.mf_max_width:
                 continue

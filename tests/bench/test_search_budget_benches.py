@@ -3,8 +3,12 @@ their docstrings say (budget spent, slots kept busy, ranks), on one small run ea
 
 from __future__ import annotations
 
+import json
 import random
 import statistics
+from pathlib import Path
+
+import pytest
 
 from bench import many_at_once_bench as wide
 from bench import multifidelity_heldout_bench as heldout
@@ -131,3 +135,28 @@ def test_a_halving_candidate_spends_the_epochs_of_the_full_trainings_as_rule_m_d
     assert epochs - 81 < result["spent"] <= epochs
     assert result["evaluations"] > wide.ROUNDS * 16  # trials stopped at 9 or 27 epochs
     assert result["best"] < float("inf")  # some trained the full 81
+
+
+def test_every_width_shares_one_pool_and_each_run_counts_once(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """All widths' runs go to one pool, the costliest first (a process never waits on
+    another width's tail), and each (search, problem, seed, width) is run and ranked once."""
+    from bench import machine
+
+    monkeypatch.setattr(machine, "RESULTS", tmp_path)
+    jobs = [("random", "dev-numeric", 0, 0, 4), ("ngopt", "dev-numeric", 0, 0, 2),
+            ("auto", "dev-numeric", 0, 0, 16)]  # fmt: skip
+    assert sorted(jobs, key=wide.cost_guess, reverse=True)[0][0] == "ngopt"  # 12 x 12
+    wide.main(["--problems", "dev-numeric", "--widths", "2", "4", "--seeds", "2",
+               "--only", "random", "auto", "--jobs", "2", "--tag", "pool"])  # fmt: skip
+    out = capsys.readouterr().out
+    runs = 3 * 2 * 2 * 2  # problems, seeds, searches, widths
+    assert f"[{runs}/{runs} runs" in out and f"[{runs + 1}/" not in out
+    result = json.loads((tmp_path / "many_at_once_dev_numeric_pool.json").read_text())
+    assert [w["width"] for w in result["widths"]] == [2, 4]
+    for width in result["widths"]:
+        for row in width["rows"]:
+            assert len(row["median_best"]) == 3  # each problem once
+        ranks = sorted(r["mean_rank"] for r in width["rows"])
+        assert sum(ranks) == pytest.approx(3.0)  # two searches share ranks 1 and 2

@@ -63,13 +63,16 @@ def test_pyproject_pins_match_the_lock() -> None:
 
 
 def test_the_benches_published_searchers_are_pinned_and_installed() -> None:
-    """bench/many_at_once_bench.py and auto_heldout_bench.py run nevergrad's NGOpt beside
-    nestor's searches: `make setup` installs it from the lock, so a fresh clone runs them."""
+    """bench/many_at_once_bench.py and auto_heldout_bench.py run nevergrad's NGOpt and
+    DeepHyper's CBO beside nestor's searches: `make setup` installs both from the lock, so
+    a fresh clone runs them."""
     from bench.many_at_once_bench import available
 
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    assert any(pin.startswith("nevergrad==") for pin in project["optional-dependencies"]["bench"])
-    assert available("ngopt"), "nevergrad does not import in this venv: rerun make setup"
+    for package, search in (("nevergrad", "ngopt"), ("deephyper", "cbo")):
+        bench_pins = project["optional-dependencies"]["bench"]
+        assert any(pin.startswith(f"{package}==") for pin in bench_pins), package
+        assert available(search), f"{package} does not import in this venv: rerun make setup"
 
 
 @pytest.mark.parametrize("module", ["search", "orchestrator.commands.cli", "trainers", "trainers.catalog"])  # noqa: E501
