@@ -449,7 +449,8 @@ SEARCHES = ("auto", "random", *COMPETITORS)
 # TPE refits on every ask, so a run costs about the square of its trials: 1.4 s at 64
 # at once, 15-53 s at 256 (1,536 trials), so 230-850 s a run at 1,024 and 18 runs a
 # width: left out past 256. NGOpt takes 37-51 s a run at 1,024. DeepHyper's CBO refits
-# its forest on every tell: 49-59 s a run at 16 at once (96 trials), CBO_64_NOTE.
+# its forest on every tell: 49-59 s a run at 16 at once (96 trials); at 64 a tell and
+# an ask took 0.9 s by the 96th trial, over 350 s for a run's 384: left out past 16.
 # Sessions 3 and 4 measured at load 20-40, where everything took several times longer.
 MAX_WIDTH = {"optuna-tpe": 256, "cbo": 16, "ngopt": 1024}
 MODULES = {"ngopt": "nevergrad", "cbo": "deephyper"}
