@@ -51,6 +51,7 @@ from __future__ import annotations
 import argparse
 import heapq
 import importlib
+import json
 import math
 import random
 import statistics
@@ -519,7 +520,10 @@ def run(name: str, problem: Problem, seed: int, width: int) -> dict[str, Any]:
             "spent": spent, "label": searcher.label}
 
 
-def _job(job: tuple[str, str, int, int, int]) -> dict[str, Any] | str:
+Job = tuple[str, str, int, int, int]  # search, problem set, problem, seed, width
+
+
+def _job(job: Job) -> dict[str, Any] | str:
     """One run in a worker process: its figures, or what the searcher raised."""
     name, problems, k, seed, width = job
     try:
@@ -534,7 +538,7 @@ def ranks(values: dict[str, float]) -> dict[str, float]:
             for k, value in values.items()}
 
 
-def cost_guess(job: tuple[str, str, int, int, int]) -> float:
+def cost_guess(job: Job) -> float:
     """Roughly how long a run takes, to start the longest first: trials asked times the
     trials each ask looks at for the published searchers (their model grows with the
     run), the trials alone for nestor's."""
@@ -543,18 +547,32 @@ def cost_guess(job: tuple[str, str, int, int, int]) -> float:
     return trials * (trials if name in COMPETITORS else 1)
 
 
-def run_all(jobs: list[tuple[str, str, int, int, int]],
-            processes: int) -> dict[tuple[str, str, int, int, int], dict[str, Any] | str]:
+def run_all(jobs: list[Job], processes: int,
+            runs: Path | None = None) -> dict[Job, dict[str, Any] | str]:
     """Every run of every width in one pool, the longest first, so no process waits on
-    another width's last run; a line as each ends (a wide run takes minutes)."""
-    done: dict[tuple[str, str, int, int, int], dict[str, Any] | str] = {}
+    another width's last run; a line as each ends (a wide run takes minutes). With
+    ``runs`` (JSON lines) each finished run is appended as it ends and the runs already
+    there are not run again: a bench stopped at a time limit keeps what it finished and
+    goes on from there."""
+    done: dict[Job, dict[str, Any] | str] = {}
+    if runs is not None and runs.exists():
+        for line in runs.read_text().splitlines():
+            if line.strip():
+                entry = json.loads(line)
+                done[tuple(entry["job"])] = entry["outcome"]  # type: ignore[index]
+        done = {job: done[job] for job in jobs if job in done}
+        print(f"{len(done)} of {len(jobs)} runs already in {runs}", flush=True)
     started = time.monotonic()
     with ProcessPoolExecutor(processes) as pool:
         futures = {pool.submit(_job, job): job
-                   for job in sorted(jobs, key=cost_guess, reverse=True)}  # fmt: skip
+                   for job in sorted(jobs, key=cost_guess, reverse=True)
+                   if job not in done}  # fmt: skip
         for future in as_completed(futures):
             job = futures[future]
             done[job] = future.result()
+            if runs is not None:
+                with runs.open("a") as out:
+                    out.write(json.dumps({"job": job, "outcome": done[job]}) + "\n")
             name, problems, k, seed, width = job
             print(f"[{len(done)}/{len(jobs)} runs, {time.monotonic() - started:.0f} s]"
                   f" {name} at {width}, {PROBLEM_SETS[problems][k].name}, seed {seed}",
@@ -570,6 +588,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--only", nargs="*", help="searches to run (default: all)")
     parser.add_argument("--jobs", type=int, default=1, help="runs in parallel processes")
     parser.add_argument("--tag", default="", help="write many_at_once_TAG.json instead")
+    parser.add_argument("--runs", type=Path, help="JSON lines: each finished run appended; "
+                        "the runs already there are not run again")
     parser.add_argument("--mf-max-width", type=int, default=1024,
                         help="widths past which the multi-fidelity problems are left out")
     for name, width in MAX_WIDTH.items():
@@ -585,7 +605,7 @@ def main(argv: list[str] | None = None) -> None:
             for k, problem in enumerate(problems)
             if problem.fidelity is None or width <= args.mf_max_width
             for seed in range(args.seeds) for n in here_at[width]]
-    done = run_all(jobs, args.jobs)
+    done = run_all(jobs, args.jobs, args.runs)
     by_width = []
     for width in args.widths:
         here = [n for n in here_at[width] if n not in broken]

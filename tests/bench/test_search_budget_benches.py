@@ -160,3 +160,32 @@ def test_every_width_shares_one_pool_and_each_run_counts_once(
             assert len(row["median_best"]) == 3  # each problem once
         ranks = sorted(r["mean_rank"] for r in width["rows"])
         assert sum(ranks) == pytest.approx(3.0)  # two searches share ranks 1 and 2
+
+
+def test_a_stopped_bench_goes_on_from_its_runs_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With ``--runs`` each finished run is appended as it ends, and a second start runs
+    only what is missing: a bench cut off at a time limit keeps what it finished."""
+    from bench import machine
+
+    monkeypatch.setattr(machine, "RESULTS", tmp_path)
+    runs = tmp_path / "runs.jsonl"
+    args = ["--problems", "dev-numeric", "--widths", "2", "--seeds", "1", "--only", "random",
+            "auto", "--runs", str(runs), "--tag", "runs"]  # fmt: skip
+    wide.main(args)
+    first = json.loads((tmp_path / "many_at_once_dev_numeric_runs.json").read_text())
+    lines = runs.read_text().splitlines()
+    assert len(lines) == 3 * 2
+    runs.write_text("\n".join(lines[:4]) + "\n")  # as if stopped after four runs
+    capsys.readouterr()
+    wide.main(args)
+    out = capsys.readouterr().out
+    assert "4 of 6 runs already in" in out and "[6/6 runs" in out and "[7/" not in out
+    assert len(runs.read_text().splitlines()) == 6
+    again = json.loads((tmp_path / "many_at_once_dev_numeric_runs.json").read_text())
+    def outcomes(result: dict) -> list:  # all but the ask times, which are real seconds
+        return [{k: v for k, v in row.items() if k != "median_ask_ms_per_trial"}
+                for width in result["widths"] for row in width["rows"]]  # fmt: skip
+
+    assert outcomes(again) == outcomes(first)  # the same runs, the same ranks
