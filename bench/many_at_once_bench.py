@@ -538,13 +538,19 @@ def ranks(values: dict[str, float]) -> dict[str, float]:
             for k, value in values.items()}
 
 
+# Roughly how a run's seconds grow with its trials n, per searcher (this machine, load
+# 1.5; the figures beside MAX_WIDTH): NGOpt asks in about 8 ms a trial, Optuna's TPE
+# and DeepHyper's CBO refit on every ask or tell, so theirs grow as n squared.
+COST_MS = {"ngopt": lambda n: 8 * n, "optuna-tpe": lambda n: 0.015 * n * n,
+           "cbo": lambda n: 5 * n * n}  # fmt: skip
+
+
 def cost_guess(job: Job) -> float:
-    """Roughly how long a run takes, to start the longest first: trials asked times the
-    trials each ask looks at for the published searchers (their model grows with the
-    run), the trials alone for nestor's."""
+    """About how long a run takes, in ms, to start the longest first: a process that
+    starts the slowest run last keeps the whole bench waiting on it."""
     name, _, _, _, width = job
     trials = ROUNDS * width
-    return trials * (trials if name in COMPETITORS else 1)
+    return COST_MS.get(name, lambda n: 0.1 * n)(trials)
 
 
 def run_all(jobs: list[Job], processes: int,
