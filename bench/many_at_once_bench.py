@@ -660,7 +660,8 @@ def main(argv: list[str] | None = None) -> None:
                 "median_ask_ms_per_trial": round(statistics.median(figures[n]["ask_ms"]), 3),
             })  # fmt: skip
         rows.sort(key=lambda r: r["mean_rank"])
-        print(f"\nwidth {width}, {ROUNDS * width} evaluations, {len(problems)} problems x"
+        ran = sum(p.fidelity is None or width <= args.mf_max_width for p in problems)
+        print(f"\nwidth {width}, {ROUNDS * width} evaluations, {ran} problems x"
               f" {args.seeds} seeds")
         print("| search | mean rank [quartiles] | idle | virtual time | ask ms/trial |")
         print("|---|---|---|---|---|")
