@@ -183,7 +183,8 @@ class AttemptPolicy:
         ages = self.backend.progress_ages([a.key for a in due])
         for attempt in due:
             age = ages.get(attempt.key)
-            last = attempt.started if age is None else max(attempt.started or now, now - age)
+            started = now if attempt.started is None else attempt.started  # 0.0 is a time
+            last = started if age is None else max(started, now - age)
             if now - last >= limit:
                 self.cancel(attempt, f"no progress for {now - last:.0f} s"
                             f" (trial.progress_timeout {limit:g} s): hung")

@@ -126,6 +126,18 @@ def test_an_attempt_is_killed_for_silence_only_past_its_progress_timeout() -> No
     assert running.cancelled is not None and running.cancelled.startswith("no progress for 12 s")
 
 
+def test_an_attempt_started_at_time_zero_is_killed_for_silence_too() -> None:
+    """A virtual clock starts at 0.0: an attempt started then is not 'not yet started'."""
+    clock = Clock()
+    policy = AttemptPolicy("tune", TrialSpec(progress_timeout=12.0), clock)
+    running = attempt()
+    running.started = 0.0
+    policy.started(running, at=0.0)
+    clock.at, clock.ages = 12.0, {"tune/t1#1": 12.0}  # beat at 0.0, silent since
+    policy.check({"t1": running})
+    assert clock.cancelled == ["tune/t1#1"], "an attempt started at 0.0 was never judged hung"
+
+
 class ScanningPolicy:
     """The deadline look as it was before the heap: every live attempt, every look."""
 
