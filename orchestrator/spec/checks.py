@@ -20,9 +20,7 @@ from trainers.catalog import TRAINERS
 
 from .errors import allowed, did_you_mean, option_mismatch, short
 from .leaks import check_splits
-from .model import Workflow
-
-Finding = tuple[tuple[Any, ...], str]
+from .model import Finding, Workflow
 
 
 def check_workflow(workflow: Workflow) -> list[Finding]:

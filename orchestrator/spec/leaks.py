@@ -34,9 +34,7 @@ from typing import Any
 
 from trainers.catalog import SPLIT_SETTINGS, TRAINERS
 
-from .model import Workflow
-
-Finding = tuple[tuple[Any, ...], str]
+from .model import Finding, Workflow
 
 TEST_METRIC = re.compile(r"^test($|[_.\-])", re.IGNORECASE)
 # What decides the rows of the validation and test splits of one dataset.
