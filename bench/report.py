@@ -827,12 +827,8 @@ def render_text(results: Path, out: Path) -> str:
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
     lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
-    for path in sorted(results.glob("many_at_once_*.json")):  # runs of a few widths more
-        further = json.loads(path.read_text())
-        dev = not further.get("problem_set", "heldout").startswith("heldout")
-        lines += [f"### {path.name}: a further run"
-                  + (" on the dev problems (a sweep for a rule of auto; not held out)"
-                     if dev else ""), ""]
+    for path, further in _further_many_runs(results):  # runs of a few widths more
+        lines += [f"### {path.name}: {_further_many_title(further, many)}", ""]
         lines += many_at_once_section(further)[1:]
     lines += mf_heldout_section(mf_heldout) if mf_heldout else [
         MF_HELDOUT_TITLE, "", "Not run.", ""]
@@ -1050,6 +1046,30 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
     if verdicts:
         lines += ["Auto: " + "; ".join(verdicts) + ".", ""]
     return lines
+
+
+def _further_many_runs(results: Path) -> list[tuple[Path, dict[str, Any]]]:
+    """The further many-at-once runs: held-out ones first, newest first, then the dev
+    sweeps that chose auto's rules, newest first."""
+    runs = [(path, json.loads(path.read_text()))
+            for path in results.glob("many_at_once_*.json")]  # fmt: skip
+    runs.sort(key=lambda run: run[1]["machine"].get("started", ""), reverse=True)
+    return sorted(runs, key=lambda run: not run[1].get("problem_set", "heldout").startswith(
+        "heldout"))
+
+
+def _further_many_title(further: dict[str, Any], headline: dict[str, Any] | None) -> str:
+    """What a further run is: a sweep on the dev problems, or a held-out run, marked
+    *earlier* when it started before the headline run (auto's rules may have changed
+    since; its commit says which code it ran)."""
+    if not further.get("problem_set", "heldout").startswith("heldout"):
+        return "a further run on the dev problems (a sweep for a rule of auto; not held out)"
+    started = further["machine"].get("started", "")
+    if headline is not None and started < headline["machine"].get("started", ""):
+        commit = str(further["machine"].get("commit", "unknown"))[:8]
+        return (f"an earlier run ({started}, commit {commit}; the section's own run is"
+                " newer, and auto may pick differently since)")
+    return "a further run"
 
 
 def many_at_once_headline(r: dict[str, Any]) -> list[str]:

@@ -202,6 +202,15 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
     mf_run = report.render(tmp_path, out).read_text().split(
         "### many_at_once_heldout_mf.json")[1].split("### ")[0]
     assert mf_run.startswith(": a further run\n") and "Dev problems" not in mf_run
+    earlier = MANY | {"machine": MANY["machine"] | {"started": "2026-01-01 00:00:00",
+                                                     "commit": "abcdef1234"}}
+    (tmp_path / "many_at_once_old.json").write_text(json.dumps(earlier))
+    text = report.render(tmp_path, out).read_text()
+    assert ("### many_at_once_old.json: an earlier run (2026-01-01 00:00:00, commit abcdef12;"
+            " the section's own run is newer") in text
+    order = [line.split(":")[0] for line in text.splitlines()
+             if line.startswith("### many_at_once_")]
+    assert order.index("### many_at_once_old.json") < order.index("### many_at_once_dev.json")
     assert "Problems fixed in `bench/many_at_once_bench.py` before any search" in mf_run
     assert "ngopt could not run (it raised `TypeError: bad`)" in many
     mf = text.split(report.MF_HELDOUT_TITLE)[1].split("\n## ")[0]
