@@ -1012,7 +1012,9 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
              " units from its configuration; a slot the searcher leaves empty idles). Rank:"
              " of the best value found, among the searches run at that width, per problem and"
              f" seed ({len(r['problems'])} problems x {r['seeds']} seeds; ties share); mean"
-             " rank [lower–upper quartile]. Regret: median [min–max] over seeds"
+             " rank [lower–upper quartile]. Regret (loss, on a multi-fidelity problem: its"
+             " loss after a full training, whose optimum the bench does not compute): median"
+             " [min–max] over seeds"
              " (`bench/stats.py`). Idle: the share of slot time left empty while trials were"
              " owed. Ask: the searcher's real time per trial.", ""]
     verdicts, gone = [], set()
@@ -1031,7 +1033,8 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
                 f" worth of epochs, 1-{r.get('max_fidelity')} each)") if mf else ""
         lines += [f"**{w['width']:,} at once**, {w['evaluations']:,} evaluations{note}:", ""]
         lines += _table(["search", "as run", "mean rank [quartiles]",
-                         *[f"regret {p}" for p in r["problems"]], "idle", "virtual time",
+                         *[f"{'loss' if p in r.get('multi_fidelity', []) else 'regret'} {p}"
+                           for p in r["problems"]], "idle", "virtual time",
                          "ask ms/trial"], rows)
         left = [_why_left_out(n, r) for n in w.get("left_out", [])
                 if n not in r.get("failed", {})]
@@ -1065,6 +1068,9 @@ def _further_many_title(further: dict[str, Any], headline: dict[str, Any] | None
     if not further.get("problem_set", "heldout").startswith("heldout"):
         return "a further run on the dev problems (a sweep for a rule of auto; not held out)"
     started = further["machine"].get("started", "")
+    if further.get("written_as"):  # renamed: that name holds the headline's run
+        return (f"a further run (its command wrote {further['written_as']}; renamed so that"
+                " file stays the headline run of `bench/steps.py`)")
     if headline is not None and started < headline["machine"].get("started", ""):
         commit = str(further["machine"].get("commit", "unknown"))[:8]
         return (f"an earlier run ({started}, commit {commit}; the section's own run is"
