@@ -1017,6 +1017,8 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
              " [min–max] over seeds"
              " (`bench/stats.py`). Idle: the share of slot time left empty while trials were"
              " owed. Ask: the searcher's real time per trial.", ""]
+    if r.get("note"):  # where a run's parts ran, when not all on the machine above
+        lines += [f"Note: {r['note']}", ""]
     verdicts, gone = [], set()
     for w in r["widths"]:
         rows = []

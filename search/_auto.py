@@ -200,7 +200,10 @@ M. Trials can be trained in stretches (``max_fidelity``: the stage names a
    best at each, 2.17 [1-3] at 16 (NGOpt 2.33, CBO 2.89, TPE 2.94), 1.64
    [1-2] at 64 (NGOpt 2.19), 1.22 [1-1.5] at 256 (NGOpt 2.33) and 1.08 [1-1]
    at 1,024 (NGOpt 2.03); its one weak problem is the mixed space at 16 (the
-   genetic search's 0.129 against NGOpt's 0.067 and CBO's 0.030).
+   genetic search's 0.129 against NGOpt's 0.067 and CBO's 0.030). A further
+   run at 64 with CBO (``many_at_once_cbo64.json``, 2 seeds): CBO 2.08 [1-3],
+   auto 2.12 [1-3], quartiles overlapping (tied best); CBO ahead on Ackley
+   and Styblinski-Tang, auto on the two multi-fidelity problems.
 4. Several objectives: multivariate TPE (CMA-ES optimizes one objective).
 5. Only numbers (floats, or integers with at least 16 values), 2 to 30 of
    them, one objective, and at most 4 trials at once: lq-CMA-ES (CMA-ES

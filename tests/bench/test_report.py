@@ -209,10 +209,11 @@ def test_many_at_once_and_multifidelity_heldout_render_and_say_where_auto_lost(
     assert ("### many_at_once_old.json: an earlier run (2026-01-01 00:00:00, commit abcdef12;"
             " the section's own run is newer") in text
     (tmp_path / "many_at_once_renamed.json").write_text(json.dumps(
-        MANY | {"written_as": "many_at_once.json"}))
+        MANY | {"written_as": "many_at_once.json", "note": "parts ran elsewhere"}))
     text = report.render(tmp_path, out).read_text()
     assert ("### many_at_once_renamed.json: a further run (its command wrote"
             " many_at_once.json; renamed so that file stays the headline run") in text
+    assert "Note: parts ran elsewhere\n" in text
     order = [line.split(":")[0] for line in text.splitlines()
              if line.startswith("### many_at_once_")]
     assert order.index("### many_at_once_old.json") < order.index("### many_at_once_dev.json")
