@@ -360,9 +360,10 @@ class LQCMAESSearch(Searcher):
 
     def _size_model(self) -> None:
         """The model's largest size for this population, as pycma's. The async schedule
-        keeps the model's rows across an IPOP restart (results of the same objective,
-        trimmed to the new size as rows arrive); the generational one starts the model
-        afresh when the population grows, as pycma does (``_start_generation``)."""
+        keeps the model's rows across an IPOP restart (results of the same objective;
+        pycma's prune keeps the model within this size as rows arrive); the generational
+        one starts the model afresh when the population grows, as pycma does
+        (``_start_generation``)."""
         model, settings = self._surrogate.model, self._surrogate.settings
         model.settings.max_absolute_size = settings.model_max_size_factor * self._popsize
 
