@@ -189,3 +189,24 @@ def test_a_stopped_bench_goes_on_from_its_runs_file(
                 for width in result["widths"] for row in width["rows"]]  # fmt: skip
 
     assert outcomes(again) == outcomes(first)  # the same runs, the same ranks
+
+
+@pytest.mark.parametrize("k", [0, 3, 4])  # numeric, mixed, multi-fidelity
+def test_the_real_scheduler_runs_auto_as_the_bench_loop_does(k: int) -> None:
+    """Issue 29 item 6 asks for the simulated backend's virtual clock: ``auto`` run by
+    run_workflow on a SimulatedBackend of 16 one-slot nodes picks the same search,
+    finds the same best loss at the same virtual time as the bench's own loop, and
+    leaves no slot empty before its last launch."""
+    import tempfile
+
+    from bench import many_at_once_engine as engine
+
+    problem = wide.HELDOUT_PROBLEMS[k]
+    with tempfile.TemporaryDirectory() as tmp:
+        ran = engine.run_engine(problem, 1, 16, Path(tmp))
+    loop = wide.run("auto", problem, 1, 16)
+    assert ran["label"] == loop["label"]
+    assert ran["trials"] == wide.ROUNDS * 16
+    assert ran["best"] == pytest.approx(loop["best"], rel=1e-9)
+    assert ran["virtual_time"] == pytest.approx(loop["time"], rel=1e-9)
+    assert ran["idle_before_last_launch"] == 0.0
