@@ -22,6 +22,7 @@ import datetime
 import json
 import math
 import re
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -827,6 +828,8 @@ def render_text(results: Path, out: Path) -> str:
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
     lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
+    engine = _load(results, ENGINE_NAME)
+    lines += many_engine_section(engine) if engine else []
     for path, further in _further_many_runs(results):  # runs of a few widths more
         lines += [f"### {path.name}: {_further_many_title(further, many)}", ""]
         lines += many_at_once_section(further)[1:]
@@ -1057,7 +1060,8 @@ def _further_many_runs(results: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The further many-at-once runs: held-out ones first, newest first, then the dev
     sweeps that chose auto's rules, newest first."""
     runs = [(path, json.loads(path.read_text()))
-            for path in results.glob("many_at_once_*.json")]  # fmt: skip
+            for path in results.glob("many_at_once_*.json")
+            if not path.name.startswith(ENGINE_NAME)]  # fmt: skip
     runs.sort(key=lambda run: run[1]["machine"].get("started", ""), reverse=True)
     return sorted(runs, key=lambda run: not run[1].get("problem_set", "heldout").startswith(
         "heldout"))
@@ -1078,6 +1082,41 @@ def _further_many_title(further: dict[str, Any], headline: dict[str, Any] | None
         return (f"an earlier run ({started}, commit {commit}; the section's own run is"
                 " newer, and auto may pick differently since)")
     return "a further run"
+
+
+ENGINE_NAME = "many_at_once_engine"  # bench/many_at_once_engine.py's results, apart
+
+
+def many_engine_section(r: dict[str, Any]) -> list[str]:
+    """bench/many_at_once_engine.py: auto through run_workflow on the simulated backend,
+    against the many-at-once bench's own loop, per width."""
+    lines = ["### `auto` through the real scheduler on the simulated backend", "",
+             machine_line(r["machine"]), "",
+             "The held-out problems above, `auto` only, run as a user's sweep runs: an hpo"
+             " stage on `run_workflow` (StageScheduler, TrialRunner, journal) and a"
+             " `SimulatedBackend` of width one-slot nodes with no gang start-up, a trial's"
+             " virtual hours and loss from the problem. Same: runs whose best loss equals"
+             " the bench loop's (same search, same seed). Idle: the share of slot time"
+             " empty before the last launch. Driver: real seconds of the whole run.", ""]
+    rows = []
+    for width in r["widths"]:
+        runs = [x for x in r["runs"] if x["width"] == width]
+        if not runs:
+            continue
+        same = sum(math.isclose(x["engine"]["best"], x["loop"]["best"], rel_tol=1e-9)
+                   for x in runs)  # fmt: skip
+        timed = sum(math.isclose(x["engine"]["virtual_time"], x["loop"]["time"],
+                                 rel_tol=1e-9) for x in runs)  # fmt: skip
+        idle = max(x["engine"]["idle_before_last_launch"] for x in runs)
+        driver = sorted(x["engine"]["driver_s"] for x in runs)
+        picks = sorted({x["engine"]["label"] for x in runs})
+        rows.append([f"{width:,}", f"{len(runs)}", f"{same} of {len(runs)}",
+                     f"{timed} of {len(runs)}", f"{idle:.1%}",
+                     f"{statistics.median(driver):.1f} [{driver[0]:.1f}–{driver[-1]:.1f}]",
+                     "; ".join(picks)])
+    lines += _table(["at once", "runs", "same best", "same virtual time", "idle, at most",
+                     "driver s, median [min–max]", "auto picked"], rows)
+    return lines
 
 
 def many_at_once_headline(r: dict[str, Any]) -> list[str]:

@@ -331,3 +331,20 @@ def test_the_32768_slot_section_shows_each_runs_drain_and_the_whole_commands_wal
     assert "| busy | final drain |" in header
     assert "| mixed | sweep | async | 10 | 2.0 | 77.0% | 22.0% |" in text
     assert "The whole command took 630 s of wall time, 500 s of it in the drivers' runs." in text
+
+
+def test_the_engine_check_renders_apart_from_the_many_at_once_runs(tmp_path: Path) -> None:
+    """bench/many_at_once_engine.py's result is not a further many-at-once run (its
+    schema differs): it renders its own table, counting runs whose engine best and
+    virtual time equal the bench loop's."""
+    run = {"problem": "p", "seed": 0, "width": 16, "loop": {"best": 1.0, "time": 7.0},
+           "engine": {"best": 1.0, "virtual_time": 7.0, "idle_before_last_launch": 0.0,
+                      "driver_s": 0.5, "label": "genetic async 16", "trials": 96}}
+    other = json.loads(json.dumps(run))
+    other["seed"], other["engine"]["best"] = 1, 2.0  # the engine found another best
+    (tmp_path / "many_at_once.json").write_text(json.dumps(MANY))
+    (tmp_path / "many_at_once_engine.json").write_text(json.dumps(
+        {"machine": OLD_MACHINE, "widths": [16], "runs": [run, other]}))
+    text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
+    assert "| 16 | 2 | 1 of 2 | 2 of 2 | 0.0% | 0.5 [0.5–0.5] | genetic async 16 |" in text
+    assert "### many_at_once_engine.json" not in text
