@@ -711,22 +711,10 @@ class Searcher(abc.ABC):
         covers, resume = self._snapshot_fits(snapshot, events)
         if resume is not None:
             assert snapshot is not None
-            self._replay_book(events[:covers])
+            self._replay(events[:covers], book_only=True)
             resume()
             self._stop_reason = snapshot["stop_reason"]
-        for event in events[covers:]:
-            kind = event["event"]
-            if kind == "ask":
-                recorded = [Trial.from_dict(t) for t in event["trials"]]
-                self._replay_ask(event["n"], recorded, event)
-            elif kind == "tell":
-                self.tell(event["id"], _decode_result(event["result"]), cost=event.get("cost"))
-            elif kind == "warm_start":
-                self.warm_start(
-                    (o["config"], _decode_result(o["result"])) for o in event["observations"]
-                )
-            else:
-                raise ValueError(f"state events must be ask, tell or warm_start, but got {kind!r}")
+        self._replay(events[covers:], book_only=False)
         return covers
 
     def snapshot(self) -> dict[str, Any] | None:
@@ -772,21 +760,29 @@ class Searcher(abc.ABC):
         except (KeyError, IndexError, TypeError, ValueError, AttributeError):
             return 0, None
 
-    def _replay_book(self, events: Sequence[Mapping[str, Any]]) -> None:
-        """The log's entries into the book only: trials, results, spend, the log
-        itself (what a snapshot's internals do not hold); the algorithm is not run."""
+    def _replay(self, events: Sequence[Mapping[str, Any]], *, book_only: bool) -> None:
+        """The log's entries again. ``book_only`` (the entries a snapshot covers): into
+        the book alone, trials, results, spend and the log itself (what a snapshot's
+        internals do not hold), the algorithm not run; otherwise each ask is recomputed
+        and checked against the log and each result told."""
         book = self._book
         for event in events:
             kind = event["event"]
             if kind == "ask":
-                for data in event["trials"]:
-                    trial = Trial.from_dict(data)
+                recorded = [Trial.from_dict(t) for t in event["trials"]]
+                if not book_only:
+                    self._replay_ask(event["n"], recorded, event)
+                    continue
+                for trial in recorded:
                     book.trials[trial.id] = trial
                     book.pending[trial.id] = trial
                 book.events.append(event)  # type: ignore[arg-type]
             elif kind == "tell":
-                self._record_tell(event["id"], _decode_result(event["result"]),
-                                  event.get("cost"))
+                result = _decode_result(event["result"])
+                if book_only:
+                    self._record_tell(event["id"], result, event.get("cost"))
+                else:
+                    self.tell(event["id"], result, cost=event.get("cost"))
             elif kind == "warm_start":
                 self.warm_start(
                     (o["config"], _decode_result(o["result"])) for o in event["observations"]
