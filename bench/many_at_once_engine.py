@@ -97,9 +97,9 @@ def run_engine(problem: wide.Problem, seed: int, width: int, workdir: Path) -> d
     end, last_launch = backend.now(), max(launched for launched, *_ in rows)
     used = usage(rows, [], width, end, last_launch)
     values = [t["value"] for t in stage["trials"] if isinstance(t.get("value"), float)]
-    return {"best": min(values), "trials": len(values), "label": stage.get("search_label")
-            or workflow.stages[0].search.choose(problem.space, [("loss", "min")],
-                                                workflow.stages[0].max_fidelity()).label(),
+    choice = workflow.stages[0].auto_choice()  # what the stage's searcher was made from
+    assert choice is not None
+    return {"best": min(values), "trials": len(values), "label": choice.label(),
             "idle_before_last_launch": used["idle_before_last_launch"]
             / (width * last_launch) if last_launch else 0.0,
             "virtual_time": end / HOUR, "driver_s": driver_s}
