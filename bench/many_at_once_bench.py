@@ -450,9 +450,10 @@ SEARCHES = ("auto", "random", *COMPETITORS)
 # TPE refits on every ask, so a run costs about the square of its trials: 1.4 s at 64
 # at once, 15-53 s at 256 (1,536 trials), 157-445 s at 1,024 (one seed,
 # many_at_once_tpe1024.json): 18 runs a width would add about 40 minutes with 2
-# processes, so the default leaves it out past 256. NGOpt takes 37-51 s a run at 1,024. DeepHyper's CBO refits
-# its forest on every tell: 49-59 s a run at 16 at once (96 trials); at 64 a tell and
-# an ask took 0.9 s by the 96th trial, over 350 s for a run's 384: left out past 16.
+# processes, so the default leaves it out past 256. NGOpt takes 37-51 s a run at
+# 1,024. DeepHyper's CBO refits its forest on every tell: 49-59 s a run at 16 at
+# once (96 trials); at 64 a tell and an ask took 0.9 s by the 96th trial, 378-447 s
+# a run on a 16-core machine (many_at_once_cbo64.json): left out past 16.
 # Sessions 3 and 4 measured at load 20-40, where everything took several times longer.
 MAX_WIDTH = {"optuna-tpe": 256, "cbo": 16, "ngopt": 1024}
 MODULES = {"ngopt": "nevergrad", "cbo": "deephyper"}
