@@ -28,7 +28,7 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from orchestrator.journal.journal import JournalError, event_of, iter_events
+from orchestrator.journal.journal import JournalError, event_of, iter_events, kind_of_line
 
 __all__ = ["JournalSoFar", "Summaries", "paused_gc", "sparse_gc"]
 
@@ -243,7 +243,6 @@ class JournalSoFar:
         return [e for e in mine if isinstance(e, classes)]
 
 
-_MARK = b'"event":"'  # where Journal.append writes an event's kind: within its first bytes
 _ENDS = kinds_of(WorkflowStarted, StageFinished)
 
 
@@ -261,11 +260,9 @@ def _starts_and_ends(path: Path) -> Iterator[Event | tuple[str, int]]:
             at, offset = offset, offset + len(line)
             if line[-1:] != b"\n" or line.isspace():
                 continue  # a torn tail (the last line), or an empty one
-            start = line.find(_MARK, 0, 120)
-            if start >= 0:
-                start += len(_MARK)
-                end = line.find(b'"', start)
-                kind = line[start:end]
+            found = kind_of_line(line)
+            if found is not None:
+                kind, end = found
                 if kind == b"stage_finished" and line.startswith(b',"stage":', end + 1):
                     with contextlib.suppress(ValueError):  # else: the line parsed whole
                         head = line[end + 10:end + 10 + STAGE_WITHIN].decode("ascii")

@@ -158,8 +158,8 @@ def run_workflow(
             journal.record(WorkflowResumed(slots=backend.slots, pid=os.getpid()))
         scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
                                    events=events, on_progress=on_progress)
+        summaries = scheduler.run()  # its loop runs with the collector sparse
         with sparse_gc():  # the results of 230,000 trials, as the loop's events
-            summaries = scheduler.run()
             results: dict[str, Any] = {
                 "workflow": workflow.name, "run_dir": str(run_dir), "slots": backend.slots,
                 "stages": [summaries[name] for name in workflow.order()],

@@ -130,14 +130,27 @@ def iter_events(path: str | os.PathLike[str], kinds: frozenset[str] | None = Non
             if skip is not None and skip(line):
                 continue
             if wanted is not None:
-                start = line.find(b'"event":"', 0, 120)
-                if start >= 0:
-                    start += 9
-                    if line[start:line.find(b'"', start)] not in wanted:
-                        continue
+                found = kind_of_line(line)
+                if found is not None and found[0] not in wanted:
+                    continue
             event = event_of(line, path, number)
             if kinds is None or event["event"] in kinds:
                 yield event
+
+
+_KIND_MARK = b'"event":"'  # where Journal.append writes an event's kind: its first bytes
+
+
+def kind_of_line(line: bytes) -> tuple[bytes, int] | None:
+    """A journal line's kind, read without parsing the line, and the offset of the quote
+    that closes it; None where the kind is not within the line's first 120 bytes, as
+    :meth:`Journal.append` writes it (the line is then parsed whole)."""
+    start = line.find(_KIND_MARK, 0, 120)
+    if start < 0:
+        return None
+    start += len(_KIND_MARK)
+    end = line.find(b'"', start)
+    return line[start:end], end
 
 
 def event_of(line: bytes, path: str | os.PathLike[str], number: int) -> dict[str, Any]:
