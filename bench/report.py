@@ -1007,7 +1007,7 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
     random search at 16 to 1,024 pending trials, on a virtual clock."""
     lines = [MANY_TITLE, "", machine_line(r["machine"]), "",
              ("Problems fixed in `bench/many_at_once_bench.py` before any search ran on them: "
-              if r.get("problem_set", "heldout").startswith("heldout") else
+              if _held_out(r) else
               "Dev problems (`--problems " + r["problem_set"] + "`; auto's rules were fitted"
               " on them): ") + ", ".join(r["problems"])
              + f". Each search runs {r['rounds']} x width"
@@ -1056,6 +1056,12 @@ def many_at_once_section(r: dict[str, Any]) -> list[str]:
     return lines
 
 
+def _held_out(r: dict[str, Any]) -> bool:
+    """Whether a many-at-once run is on held-out problems (``heldout``, ``heldout-mf``;
+    results before problem sets were named are), not on the dev ones auto was fitted to."""
+    return str(r.get("problem_set", "heldout")).startswith("heldout")
+
+
 def _further_many_runs(results: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The further many-at-once runs: held-out ones first, newest first, then the dev
     sweeps that chose auto's rules, newest first."""
@@ -1063,15 +1069,14 @@ def _further_many_runs(results: Path) -> list[tuple[Path, dict[str, Any]]]:
             for path in results.glob("many_at_once_*.json")
             if not path.name.startswith(ENGINE_NAME)]  # fmt: skip
     runs.sort(key=lambda run: run[1]["machine"].get("started", ""), reverse=True)
-    return sorted(runs, key=lambda run: not run[1].get("problem_set", "heldout").startswith(
-        "heldout"))
+    return sorted(runs, key=lambda run: not _held_out(run[1]))
 
 
 def _further_many_title(further: dict[str, Any], headline: dict[str, Any] | None) -> str:
     """What a further run is: a sweep on the dev problems, or a held-out run, marked
     *earlier* when it started before the headline run (auto's rules may have changed
     since; its commit says which code it ran)."""
-    if not further.get("problem_set", "heldout").startswith("heldout"):
+    if not _held_out(further):
         return "a further run on the dev problems (a sweep for a rule of auto; not held out)"
     started = further["machine"].get("started", "")
     if further.get("written_as"):  # renamed: that name holds the headline's run
