@@ -270,10 +270,10 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     except SpecError as exc:
         print_errors(err, exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
-    run_dir = run_dir or new_run_dir(Path("runs"), "sweep")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "sweep.yaml").write_text(text)
-    _run(run_dir / "sweep.yaml", run_dir, False, None, address)
+    # The spec is written into the run directory (as spec.yaml) only once it is
+    # known to be new and locked: a refused sweep writes nothing.
+    _run(None, run_dir or new_run_dir(Path("runs"), "sweep"), False, None, address,
+         spec_text=text)
 
 
 @cli.command()
@@ -289,7 +289,7 @@ def resume(run_dir: Path, slots: int | None, address: str | None) -> None:
 
 
 def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
-         address: str | None) -> None:
+         address: str | None, spec_text: str | None = None) -> None:
     import os
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
@@ -300,6 +300,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     from orchestrator.commands.progress import StageProgress, wait_for_mlflow
     from orchestrator.commands.run import run_spec
     from orchestrator.engine.workflow import RunError
+    from orchestrator.journal.journal import JournalError
     from orchestrator.projections.results import render_results
     from orchestrator.spec import SpecError
 
@@ -307,7 +308,8 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     err = console(stderr=True)
     clear_stop()
     install_handlers()
-    _announce_auto(spec if spec is not None and not resume else None)
+    if not resume:
+        _announce_auto(spec, spec_text)
     printed: list[Path] = []
 
     def show(run_dir: Path, results: dict[str, Any]) -> None:
@@ -321,13 +323,13 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
         with StageProgress(err) as progress:
             run_dir, results = run_spec(
                 spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
-                on_progress=progress.update, on_results=show,
+                on_progress=progress.update, on_results=show, spec_text=spec_text,
                 wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
             )
     except SpecError as exc:
         print_errors(console(stderr=True), exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
-    except (RunError, ClusterError, RunDirNotShared) as exc:
+    except (RunError, ClusterError, RunDirNotShared, JournalError) as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except OSError as exc:
@@ -354,16 +356,19 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
         sys.exit(EXIT_NO_RESULT)
 
 
-def _announce_auto(spec: Path | None) -> None:
+def _announce_auto(spec: Path | None, spec_text: str | None = None) -> None:
     """Say at the start of a run what each ``algorithm: auto`` stage picked and why
     (a spec that does not load is reported by the run itself)."""
-    if spec is None:
-        return
     from orchestrator.commands.summary import auto_lines
-    from orchestrator.spec import SpecError, load_spec
+    from orchestrator.spec import SpecError, load_spec, load_spec_text
 
     try:
-        workflow = load_spec(spec, imports=False)
+        if spec_text is not None:
+            workflow = load_spec_text(spec_text, "<nestor sweep>")
+        elif spec is not None:
+            workflow = load_spec(spec, imports=False)
+        else:
+            return
     except (SpecError, OSError):
         return
     err = console(stderr=True)

@@ -26,24 +26,31 @@ def run_spec(
     on_progress: Callable[[Any], None] | None = None,
     on_results: Callable[[Path, dict[str, Any]], None] | None = None,
     wait_for_mlflow: Callable[[Any], None] | None = None,
+    spec_text: str | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run (or resume) a spec on a Ray cluster; returns the run directory and results.
 
     ``on_results`` is told the results as soon as they are journalled, before Ray is
     shut down and MLflow is waited for (``wait_for_mlflow(projector)``, else
-    ``projector.close()``)."""
-    run_dir, workflow = engine.prepare_run_dir(spec_path or Path(), run_dir, resume)
-    # MLflow, off the loop; started first, so that its store opens while Ray starts.
-    projector = Projector(run_dir, workflow, warm=True)
-    try:
-        backend = make_backend(workflow, run_dir, slots=slots, address=address)
-    except BaseException:
-        projector.close(timeout_s=5)
-        raise
-    try:
-        results = engine.run_workflow(workflow, backend, run_dir, resume=resume,
-                               on_progress=on_progress, on_results=on_results,
-                               on_append=projector.wake)
-    finally:  # what MLflow still lacks then, the next driver on run_dir sends
-        (wait_for_mlflow or Projector.close)(projector)
+    ``projector.close()``). ``spec_text`` is a new run's spec given as text (``nestor
+    sweep``'s), saved as the run's ``spec.yaml`` only once the run directory is locked.
+
+    The run directory's lock is held from before anything is written there until
+    MLflow has been caught up: one driver per run directory."""
+    run_dir, workflow, lock = engine.prepare_run_dir(spec_path, run_dir, resume,
+                                                     spec_text=spec_text)
+    with lock:
+        # MLflow, off the loop; started first, so that its store opens while Ray starts.
+        projector = Projector(run_dir, workflow, warm=True)
+        try:
+            backend = make_backend(workflow, run_dir, slots=slots, address=address)
+        except BaseException:
+            projector.close(timeout_s=5)
+            raise
+        try:
+            results = engine.run_workflow(workflow, backend, run_dir, resume=resume,
+                                          on_progress=on_progress, on_results=on_results,
+                                          on_append=projector.wake)
+        finally:  # what MLflow still lacks then, the next driver on run_dir sends
+            (wait_for_mlflow or Projector.close)(projector)
     return run_dir, results

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.journal.events import Event, TrialAttemptFailed, TrialFinished, TrialStarted
+from orchestrator.journal.safe import check_id, inside
 
 
 class ResultFiles:
@@ -25,6 +26,8 @@ class ResultFiles:
     """
 
     def __init__(self, run_dir: Path, stage: str) -> None:
+        self.run_dir = run_dir
+        self.stage = stage
         self.folder = run_dir / "attempts" / stage
         self._folder_text = str(self.folder)
 
@@ -38,8 +41,9 @@ class ResultFiles:
         return f"{self._folder_text}/{trial_id}/{number}.json"
 
     def landed(self, trial_id: str) -> list[int]:
-        """The attempts of ``trial_id`` whose result is on disk, in order."""
-        folder = self.folder / trial_id
+        """The attempts of ``trial_id`` whose result is on disk, in order (the id, read
+        back from the journal, must name a folder inside the run directory)."""
+        folder = inside(self.run_dir, "attempts", self.stage, check_id(trial_id, "trial id"))
         if not folder.is_dir():
             return []
         return sorted(int(p.stem) for p in folder.glob("*.json") if p.stem.isdigit())
@@ -54,7 +58,8 @@ class ResultFiles:
         if not unheard:
             return None
         number = unheard[-1]
-        return number, TrialResult.from_dict(json.loads(self.path(trial_id, number).read_text()))
+        path = inside(self.run_dir, self.path(trial_id, number))  # not a link out
+        return number, TrialResult.from_dict(json.loads(path.read_text()))
 
 
 def attempts_heard(mine: Iterable[Event]) -> tuple[set[tuple[str, int]], set[tuple[str, int]]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 from orchestrator.journal.events import CheckpointRemoved
 from orchestrator.journal.journal import Journal
+from orchestrator.journal.safe import check_id, inside
 
 
 class CheckpointKeeper:
@@ -26,6 +27,7 @@ class CheckpointKeeper:
     def __init__(self, stage: str, keep: int | None, run_dir: Path, journal: Journal) -> None:
         self.stage = stage
         self.keep = keep
+        self.run_dir = run_dir
         self.folder = run_dir / "checkpoints" / stage
         self.journal = journal
 
@@ -56,8 +58,11 @@ class CheckpointKeeper:
     def removed(self, trial_id: str, records: Mapping[str, Any]) -> None:
         """Forget a trial's checkpoint and delete its folder (again, on resume: the
         driver may have died between the journal and the files). Only nestor's own
-        folder goes: a command trainer's checkpoint elsewhere is the user's."""
+        folder goes: a command trainer's checkpoint elsewhere is the user's; and the
+        id, read back from the journal on resume, must name a folder inside the run
+        directory (a journal can be altered: it must never delete elsewhere)."""
+        folder = inside(self.run_dir, "checkpoints", self.stage, check_id(trial_id, "trial id"))
         record = records.get(trial_id)
         if record is not None:
             record.checkpoint = None
-        shutil.rmtree(self.folder / trial_id, ignore_errors=True)
+        shutil.rmtree(folder, ignore_errors=True)

@@ -59,6 +59,7 @@ from orchestrator.journal.events import (
 )
 from orchestrator.journal.events import Event as JournalEvent
 from orchestrator.journal.journal import Journal
+from orchestrator.journal.safe import check_id
 from orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
@@ -353,7 +354,7 @@ class TrialRunner:
             self._skip(trial, record, str(exc))
             return
         settings = {**self.settings, **extras.pop("settings", {})}
-        trial_dir = f"{self.stage.name}/{trial.id}"
+        trial_dir = f"{self.stage.name}/{check_id(trial.id, 'trial id')}"  # restored ids too
         run_dir = self._run_dir_text
         request = TrialRequest(
             trial_id=f"{self.stage.name}-{trial.id}",

@@ -35,8 +35,9 @@ from orchestrator.journal.events import (
 )
 from orchestrator.journal.journal import Journal
 from orchestrator.journal.kept import FoldKeeper
+from orchestrator.journal.lock import LOCK_FILE, RunDirLocked, RunLock, hold
 from orchestrator.journal.results_file import write_results
-from orchestrator.spec import Workflow, load_spec
+from orchestrator.spec import Workflow, load_spec, load_spec_text
 
 log = logging.getLogger(__name__)
 CLUSTER_POLL_S = 1.0  # how often a driver waiting on a shared cluster looks again
@@ -61,25 +62,102 @@ def new_run_dir(base: Path, name: str) -> Path:
     return path
 
 
-def prepare_run_dir(spec_path: Path, run_dir: Path | None, resume: bool) -> tuple[Path, Workflow]:
-    """Create (or, to resume, check) the run directory; returns it and the workflow."""
+def prepare_run_dir(spec_path: Path | None, run_dir: Path | None, resume: bool, *,
+                    spec_text: str | None = None) -> tuple[Path, Workflow, RunLock]:
+    """Create (or, to resume, check) the run directory and take its lock; returns it,
+    the workflow and the lock, which the caller holds for as long as it drives the run.
+
+    A new run's spec is given as a file (``spec_path``) or as text (``spec_text``,
+    what ``nestor sweep`` builds) and saved as ``spec.yaml``, created exclusively,
+    after the lock is taken: nothing is written before the run is known to be new,
+    and a directory that holds files which are not a nestor run is refused, never
+    mixed into (no user file is overwritten)."""
     if resume:
         if run_dir is None:
             raise RunError("--resume needs --run-dir DIR naming the run to continue")
         saved = run_dir / SPEC_FILE
         if not saved.exists():
             raise RunError(f"{run_dir} is not a nestor run directory (no {SPEC_FILE})")
-        return run_dir, load_spec(saved)
-    workflow = load_spec(spec_path)
+        lock = take_lock(run_dir)
+        try:
+            return run_dir, load_spec(saved), lock
+        except BaseException:
+            lock.release()
+            raise
+    if spec_text is None:
+        assert spec_path is not None
+        workflow = load_spec(spec_path)
+        spec_text = spec_path.read_text()
+    else:
+        workflow = load_spec_text(spec_text, "<nestor sweep>")
     run_dir = run_dir or new_run_dir(Path("runs"), workflow.name)
+    check_fresh(run_dir, spec_text)  # before anything is created there
+    run_dir.mkdir(parents=True, exist_ok=True)
+    lock = take_lock(run_dir)
+    try:
+        check_fresh(run_dir, spec_text)  # again, now that no other driver can start
+        saved = run_dir / SPEC_FILE
+        if not saved.exists():
+            with open(saved, "x") as handle:  # exclusive: never another's file
+                handle.write(spec_text)
+    except BaseException:
+        lock.release()
+        raise
+    return run_dir, workflow, lock
+
+
+# What nestor itself leaves in a run directory before its journal exists (a run whose
+# start failed, a Slurm job's output, the MLflow store the projector opened first).
+_OWN_NAMES = (LOCK_FILE, "mlflow.db", "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm",
+              "mlflow.db.json", "mlartifacts", "mlflow-projected", "logs")
+_OWN_PREFIXES = (".nestor-visible-", "slurm-")
+
+
+def check_fresh(run_dir: Path, spec_text: str) -> None:
+    """Refuse a run directory that already holds a run or files that are not nestor's.
+
+    A ``spec.yaml`` there is nestor's only if it is this very spec (a run whose start
+    failed before its journal, rerun, or a requeued Slurm job); any other is a file
+    of the user's, which nestor must neither overwrite nor run beside."""
     if (run_dir / JOURNAL_FILE).exists():
         raise RunError(
             f"{run_dir} already holds a workflow run; continue it with"
             f" `nestor resume {run_dir}` or choose another --run-dir"
         )
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / SPEC_FILE).write_text(spec_path.read_text())
-    return run_dir, workflow
+    if not run_dir.is_dir():
+        if run_dir.exists():
+            raise RunError(f"--run-dir {run_dir} is a file, not a directory; choose another")
+        return
+    saved = run_dir / SPEC_FILE
+    foreign = sorted(
+        entry.name for entry in run_dir.iterdir()
+        if entry.name not in _OWN_NAMES and not entry.name.startswith(_OWN_PREFIXES)
+        and not (entry.name == SPEC_FILE and _same_text(saved, spec_text))
+    )
+    if foreign:
+        more = f" and {len(foreign) - 5} more" if len(foreign) > 5 else ""
+        shown = ", ".join(foreign[:5]) + more
+        raise RunError(
+            f"--run-dir {run_dir} holds files that are not a nestor run ({shown}); nestor"
+            " never writes among your own files: give an empty or new directory (or leave"
+            " --run-dir out for runs/NAME-TIMESTAMP)"
+        )
+
+
+def _same_text(path: Path, text: str) -> bool:
+    try:
+        return path.is_file() and not path.is_symlink() and path.read_text() == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
+def take_lock(run_dir: Path) -> RunLock:
+    """The run directory's lock (:mod:`orchestrator.journal.lock`); RunError naming
+    the holder when another driver has it."""
+    try:
+        return hold(run_dir)
+    except RunDirLocked as exc:
+        raise RunError(str(exc)) from None
 
 
 def check_simulatable(workflow: Workflow) -> None:
@@ -132,17 +210,34 @@ def run_workflow(
     run_dir = Path(run_dir)
     if backend.virtual:
         check_simulatable(workflow)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    try:  # one driver per run directory (shared with a command's own hold of it)
+        lock = take_lock(run_dir)
+    except RunError:
+        backend.shutdown()
+        raise
+    try:
+        return _drive(workflow, backend, run_dir, resume=resume, fsync=fsync,
+                      on_progress=on_progress, on_results=on_results, on_append=on_append)
+    finally:
+        lock.release()
+
+
+def _drive(workflow: Workflow, backend: Backend, run_dir: Path, *, resume: bool,
+           fsync: bool | None, on_progress: Callable[[Any], None] | None,
+           on_results: Callable[[Path, dict[str, Any]], None] | None,
+           on_append: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+    """:func:`run_workflow`'s run, under the run directory's lock."""
     if not resume and (run_dir / JOURNAL_FILE).exists():
         backend.shutdown()
         raise RunError(f"{run_dir} already holds a workflow run; continue it with"
                        f" `nestor resume {run_dir}` or choose another run directory")
-    run_dir.mkdir(parents=True, exist_ok=True)
     reinstall_handlers()  # a backend's start (ray.init) may have taken the signals
     events = JournalSoFar.read(run_dir / JOURNAL_FILE)  # before this driver appends
     keeper = FoldKeeper(run_dir, JOURNAL_FILE)  # `nestor status` folds only its tail
     journal = Journal(run_dir / JOURNAL_FILE, on_append,
                       fsync=not backend.virtual if fsync is None else fsync,
-                      on_written=keeper.written)
+                      on_written=keeper.written, new=not resume)
     keeper.start(journal.size)
     began, began_at, clock0 = time.perf_counter(), time.time(), backend.now()
     try:

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from orchestrator.journal.safe import check_id
+
 
 @dataclass(frozen=True, kw_only=True)
 class Event:
@@ -245,7 +247,24 @@ def parse(record: dict[str, Any]) -> Event:
             f"journal event must be one of {', '.join(KINDS)}, but got {record.get('event')!r}"
         ) from None
     known = _FIELD_NAMES[cls]
+    _check_names(record)
     return cls(**{k: v for k, v in record.items() if k in known})
+
+
+def _check_names(record: dict[str, Any]) -> None:
+    """The stage and trial ids an event read back names, checked before any reader
+    joins them into a path (a run directory is data: ids with ``/`` or ``..`` mean it
+    was altered; see :mod:`orchestrator.journal.safe`)."""
+    stage = record.get("stage")
+    if stage is not None:
+        check_id(stage, "stage name")
+    trial = record.get("trial")
+    if isinstance(trial, dict):
+        check_id(str(trial.get("id")), "trial id")
+        if trial.get("continue_from") is not None:
+            check_id(str(trial["continue_from"]), "trial id")
+    elif trial is not None:
+        check_id(trial, "trial id")
 
 
 def kinds_of(*classes: type[Event]) -> frozenset[str]:

@@ -208,7 +208,8 @@ class Journal:
                  on_append: Callable[[dict[str, Any]], None] | None = None, *,
                  fsync: bool = True,
                  on_durable: Callable[[dict[str, Any]], None] | None = None,
-                 on_written: Callable[[dict[str, Any], int], None] | None = None) -> None:
+                 on_written: Callable[[dict[str, Any], int], None] | None = None,
+                 new: bool = False) -> None:
         self.path = Path(path)
         self.on_append = on_append  # told of each event once it is written
         self.on_durable = on_durable  # ... and once it is durable
@@ -217,7 +218,10 @@ class Journal:
         self.fsync = fsync
         self.path.parent.mkdir(parents=True, exist_ok=True)
         created = not self.path.exists()
-        self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        # ``new``: a new run's journal, created exclusively (FileExistsError if another
+        # driver made one meanwhile: never two writers, never another's file appended to).
+        flags = os.O_RDWR | os.O_CREAT | os.O_APPEND | (os.O_EXCL if new else 0)
+        self._fd = os.open(self.path, flags, 0o644)
         self._seq, end, length = _count_events(self.path)
         if end != length:  # a torn tail from a killed writer: cut it off
             os.ftruncate(self._fd, end)

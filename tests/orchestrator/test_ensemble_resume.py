@@ -34,7 +34,7 @@ def sources(tmp_path: Path) -> list[dict[str, Any]]:
     """The tune stage's summary: three completed trials, each with a checkpoint file."""
     trials = []
     for i, (lr, value) in enumerate([(0.01, 0.9), (0.02, 0.8), (0.05, 0.7)]):
-        checkpoint = tmp_path / "checkpoints" / f"t{i}.pt"
+        checkpoint = tmp_path / "run" / "checkpoints" / f"t{i}.pt"  # inside the run
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
         checkpoint.write_bytes(b"model")
         trials.append({"id": f"t{i}", "status": "completed", "value": value,

@@ -16,6 +16,7 @@ from orchestrator.engine.kinds._planned import PlannedTrials, completed
 from orchestrator.engine.plan import Plan, PlannedTrial
 from orchestrator.engine.trials import TrialRunner
 from orchestrator.journal.journal import write_atomic
+from orchestrator.journal.safe import inside
 from orchestrator.spec import EnsembleStage, Workflow
 
 log = logging.getLogger(__name__)
@@ -50,7 +51,7 @@ class EnsembleTrials(PlannedTrials):
         computed in a Ray task, not in the driver, before any member trains."""
         if not self._pool:
             return None
-        return (val_predictions, [t["checkpoint"] for t in self._pool])
+        return (val_predictions, [str(inside(runner.run_dir, t["checkpoint"])) for t in self._pool])
 
     def prepared(self, runner: TrialRunner, done: Any) -> None:
         stage = runner.stage
@@ -135,7 +136,7 @@ class EnsembleTrials(PlannedTrials):
         members = self._members(runner)
         if not members:
             return None
-        return (member_predictions, [r.checkpoint for r in members])
+        return (member_predictions, [str(inside(runner.run_dir, r.checkpoint)) for r in members])
 
     def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
         from orchestrator.engine.kinds.combine import accuracy, blend, combine_weights

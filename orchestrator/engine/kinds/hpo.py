@@ -8,6 +8,7 @@ from typing import Any
 
 from orchestrator.engine.kinds import StageKind
 from orchestrator.engine.trials import KindTrials, SkipTrial, TrialRunner
+from orchestrator.journal.safe import inside
 from orchestrator.spec import HpoStage, Workflow
 
 
@@ -58,7 +59,7 @@ class HpoTrials(KindTrials):
             parent = runner.records.get(trial.continue_from)
             if parent is None or parent.status != "completed" or not parent.checkpoint:
                 raise SkipTrial(f"{trial.continue_from} left no checkpoint to continue from")
-            extras["continue_from"] = str(parent.checkpoint)
+            extras["continue_from"] = str(inside(runner.run_dir, parent.checkpoint))
         return extras
 
 

@@ -15,6 +15,7 @@ from orchestrator.engine.kinds._planned import (
 )
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
+from orchestrator.journal.safe import inside
 from orchestrator.spec import TrainStage, Workflow
 
 TRIAL = "final"
@@ -56,7 +57,7 @@ class TrainTrials(PlannedTrials):
             record = runner.records.get(trial.parents[0])
             if record is None or record.status != "completed" or not record.checkpoint:
                 raise SkipTrial(f"{trial.parents[0]} did not complete: nothing to carry on from")
-            extras["continue_from"] = str(record.checkpoint)
+            extras["continue_from"] = str(inside(runner.run_dir, record.checkpoint))
         return extras
 
     def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from orchestrator.engine.kinds._planned import (
 )
 from orchestrator.engine.plan import PlannedTrial
 from orchestrator.engine.trials import SkipTrial, TrialRunner
+from orchestrator.journal.safe import inside
 from orchestrator.spec import TransferStage, Workflow
 
 DEFAULT_LR = 0.05  # the built-in trainers' default, when the config names none
@@ -69,7 +70,7 @@ class TransferTrials(PlannedTrials):
             record = runner.records.get(parent)
             if record is None or record.status != "completed" or not record.checkpoint:
                 raise SkipTrial(f"{parent} did not complete, so there is nothing to fine-tune")
-            sources.append(str(record.checkpoint))
+            sources.append(str(inside(runner.run_dir, record.checkpoint)))
         init_from: str | tuple[str, ...] = sources[0] if len(sources) == 1 else tuple(sources)
         return {"settings": self._task(stage.target), "init_from": init_from,
                 "init_groups": ("features",), "freeze": tuple(stage.freeze)}

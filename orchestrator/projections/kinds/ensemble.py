@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from orchestrator.journal.safe import inside
 from orchestrator.journal.state import RunState
 from orchestrator.projections.kinds import KindReport, NoModel, PlotMaker
 from orchestrator.projections.products import Product
@@ -79,7 +80,7 @@ class EnsembleReport(KindReport):
                           f" ({summary.get('stop_reason')})")
         members = [m for m in json.loads(path.read_text())["members"] if m["weight"] > 0]
         total = sum(m["weight"] for m in members)
-        return [run_dir / m["checkpoint"] for m in members], [m["weight"] / total
+        return [inside(run_dir, m["checkpoint"]) for m in members], [m["weight"] / total
                                                                for m in members]
 
 
