@@ -199,7 +199,9 @@ build_horovod() {
     mkdir -p "$work/out"
     local path="$venv/bin:$PATH"
     [[ -n "${cuda_home:-}" ]] && path="$cuda_home/bin:$path"
-    if ! env "${flags[@]}" MAKEFLAGS="-j$(nproc)" PATH="$path" \
+    # CMake 4 refuses Gloo's cmake_minimum_required(2.8.12) unless told the oldest
+    # policy version to assume; older CMake ignores the variable.
+    if ! env "${flags[@]}" MAKEFLAGS="-j$(nproc)" PATH="$path" CMAKE_POLICY_VERSION_MINIMUM=3.5 \
         "${pip[@]}" wheel --no-build-isolation --no-deps -w "$work/out" "$src" \
         >"$work/build.log" 2>&1; then
         tail -n 40 "$work/build.log" >&2

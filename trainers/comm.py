@@ -284,7 +284,7 @@ class TorchComm(Comm):
         ddp = DistributedDataParallel(
             model, process_group=self._group(group),
             device_ids=[device.index] if device.type == "cuda" else None,
-            forward_sync_buffers=False, init_sync=False)
+            **ddp_no_sync_options(DistributedDataParallel))
         if fp16:
             from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
@@ -340,3 +340,22 @@ def init_torch_distributed() -> None:
         raise RuntimeError(
             f"the torch backend needs its rendezvous: {ADDR_ENV}/{PORT_ENV} (set by a"
             " nestor gang) or MASTER_ADDR/MASTER_PORT/RANK/WORLD_SIZE (set by torchrun)")
+
+
+def ddp_no_sync_options(ddp_class: Any) -> dict[str, bool]:
+    """The keyword arguments that turn DDP's own buffer and initial-weight syncs off,
+    in the spelling the installed torch offers: torch 2.13 calls the per-forward buffer
+    broadcast ``forward_sync_buffers``, older releases (a GPU node's preinstalled torch
+    2.4-2.12) ``broadcast_buffers``; ``init_sync`` came in 2.4. Chosen from the
+    signature, not a version string, so a backport or a vendor build works too."""
+    import inspect
+
+    params = inspect.signature(ddp_class.__init__).parameters
+    options: dict[str, bool] = {}
+    for name in ("forward_sync_buffers", "broadcast_buffers"):
+        if name in params:
+            options[name] = False
+            break
+    if "init_sync" in params:
+        options["init_sync"] = False
+    return options
