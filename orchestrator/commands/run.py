@@ -26,12 +26,14 @@ def run_spec(
     on_progress: Callable[[Any], None] | None = None,
     on_results: Callable[[Path, dict[str, Any]], None] | None = None,
     wait_for_mlflow: Callable[[Any], None] | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run (or resume) a spec on a Ray cluster; returns the run directory and results.
 
     ``on_results`` is told the results as soon as they are journalled, before Ray is
     shut down and MLflow is waited for (``wait_for_mlflow(projector)``, else
-    ``projector.close()``)."""
+    ``projector.close()``); ``on_event`` of each event journalled (a record), on the
+    driver's loop: what a command says as the run goes (an auto search's width)."""
     run_dir, workflow = engine.prepare_run_dir(spec_path or Path(), run_dir, resume)
     # MLflow, off the loop; started first, so that its store opens while Ray starts.
     projector = Projector(run_dir, workflow, warm=True)
@@ -40,10 +42,15 @@ def run_spec(
     except BaseException:
         projector.close(timeout_s=5)
         raise
+    def appended(record: dict[str, Any]) -> None:
+        projector.wake()
+        if on_event is not None:
+            on_event(record)
+
     try:
         results = engine.run_workflow(workflow, backend, run_dir, resume=resume,
                                on_progress=on_progress, on_results=on_results,
-                               on_append=projector.wake)
+                               on_append=projector.wake if on_event is None else appended)
     finally:  # what MLflow still lacks then, the next driver on run_dir sends
         (wait_for_mlflow or Projector.close)(projector)
     return run_dir, results
