@@ -139,6 +139,49 @@ def test_a_resumed_search_keeps_the_width_it_was_built_for(tmp_path: Path) -> No
                         " 8 x 8) / 1 rank a trial)")
 
 
+def test_a_search_begun_before_widths_were_journalled_keeps_planning_for_one(
+        tmp_path: Path) -> None:
+    """A run directory from before: its journal has the search's asks but no width, and
+    its search was built for 1 at once. Resumed on 64 slots (where a new search would
+    be the genetic one), it is rebuilt for 1 and restores."""
+    workflow = load_spec_text(auto_spec(40))
+    first_wave(workflow, SimulatedBackend(1, 2, SPHERE, seed=1, time_limit_s=90.0), tmp_path)
+    journal = tmp_path / "journal.jsonl"
+    lines = journal.read_text().splitlines(keepends=True)
+    journal.write_text("".join(line for line in lines if '"search_sized"' not in line))
+    assert not sized(tmp_path)
+    results = run_workflow(workflow, SimulatedBackend(8, 8, SPHERE, seed=2), tmp_path,
+                           resume=True)
+    (kept,) = sized(tmp_path)
+    assert (kept.width, kept.pick, kept.resumed_at) == (1, "bayesian lq-cmaes", 64)
+    assert kept.source == "what nestor planned for before it read the slots"
+    assert picked_at(workflow, 64) != kept.pick
+    assert results["stages"][0]["n_trials"] == 40
+
+
+def test_a_planned_shape_sets_the_width(tmp_path: Path) -> None:
+    """``parallel: auto``: the width is the slots over the ranks of the planner's shape."""
+    text = auto_spec(40).replace(
+        'trainer: {function: "orchestrator.simulate:simulated_trial"}',
+        "trainer: {name: cnn, settings: {dataset: digits, epochs: 300}}").replace(
+        "parallel: {data: 1, model: 1}", "parallel: auto\n    batch: {global_max: 512}")
+    text = text.replace("metric: loss, mode: min", "metric: val_accuracy, mode: max")
+    text = "\n".join(line for line in text.splitlines() if not line.startswith("      c"))
+    text += "\n      lr: {type: float, low: 0.01, high: 0.1, log: true}"
+    text += "\n      momentum: {type: float, low: 0.5, high: 0.99}\n"
+    workflow = load_spec_text(text)
+    backend = SimulatedBackend(16, 8, fixed_trials(60.0, 0.5), seed=1, time_limit_s=90.0)
+    first_wave(workflow, backend, tmp_path)
+    (plan,) = [e for e in read_events(tmp_path / "journal.jsonl") if e["event"] == "stage_planned"]
+    ranks = plan["dp"] * plan["mp"]
+    assert ranks > 1, plan  # 40 trials on 128 slots: the planner widens them
+    (event,) = sized(tmp_path)
+    assert event.width == 128 // ranks
+    unit = "rank" if ranks == 1 else "ranks"
+    assert event.source == f"128 slots (a simulated cluster of 16 x 8) / {ranks} {unit} a trial"
+    assert event.pick == workflow.stage("tune").auto_choice(128 // ranks).label()
+
+
 @pytest.mark.parametrize(("slots", "label"), [
     (2, "bayesian lq-cmaes"), (64, "genetic async 16"), (2048, "genetic async 16, de")])
 def test_validate_prints_the_pick_and_the_width(tmp_path: Path, slots: int, label: str) -> None:
