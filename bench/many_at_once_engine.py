@@ -4,10 +4,11 @@ problems run by ``run_workflow`` on the simulated backend, beside the bench's ow
 ``bench/many_at_once_bench.py`` ranks searchers in a loop of its own (a heap of running
 trials on a virtual clock), which every published searcher can run in. This runs
 nestor's side of it the way a user's sweep runs: a spec with an hpo stage (the
-problem's space, ``algorithm: auto`` with ``parallel`` and ``budget`` of ``ROUNDS x
-width`` trials, ``fidelity: epochs`` on a multi-fidelity problem), the StageScheduler
+problem's space, ``algorithm: auto`` with a ``budget`` of ``ROUNDS x width`` trials and
+no ``parallel``, ``fidelity: epochs`` on a multi-fidelity problem), the StageScheduler
 and TrialRunner, the journal, on a ``SimulatedBackend`` of ``width`` one-slot nodes
-with no gang start-up. A trial's virtual time is the bench's ``duration`` of its
+with no gang start-up: auto plans for the ``width`` trials those slots run at once,
+as a user's spec does. A trial's virtual time is the bench's ``duration`` of its
 configuration (in hours) and it reports the problem's loss after a full training, so
 a slot the engine or the searcher leaves empty costs time as in the bench.
 
@@ -67,8 +68,7 @@ def spec_text(problem: wide.Problem, seed: int, width: int) -> str:
             kind: hpo
             trainer: {{function: "orchestrator.simulate:simulated_trial"{settings}}}
             parallel: {{data: 1, model: 1}}
-            search: {{algorithm: auto, parallel: {width}, budget: {wide.ROUNDS * width},
-                      seed: {seed}{fidelity}}}
+            search: {{algorithm: auto, budget: {wide.ROUNDS * width}, seed: {seed}{fidelity}}}
             objective: {{metric: loss, mode: min}}
             space:
         """) + textwrap.indent(space_yaml(problem.space), " " * 6) + "\n"
@@ -97,9 +97,9 @@ def run_engine(problem: wide.Problem, seed: int, width: int, workdir: Path) -> d
     end, last_launch = backend.now(), max(launched for launched, *_ in rows)
     used = usage(rows, [], width, end, last_launch)
     values = [t["value"] for t in stage["trials"] if isinstance(t.get("value"), float)]
-    choice = workflow.stages[0].auto_choice()  # what the stage's searcher was made from
-    assert choice is not None
-    return {"best": min(values), "trials": len(values), "label": choice.label(),
+    auto = stage["auto"]  # what the stage's searcher was built as, for how many at once
+    assert auto["width"] == width, auto
+    return {"best": min(values), "trials": len(values), "label": auto["pick"],
             "idle_before_last_launch": used["idle_before_last_launch"]
             / (width * last_launch) if last_launch else 0.0,
             "virtual_time": end / HOUR, "driver_s": driver_s}

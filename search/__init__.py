@@ -106,7 +106,8 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
     **spec.search.model_dump(exclude={"algorithm"}))``
 
     ``"auto"`` takes ``seed``, ``budget``, ``parallel`` (trials pending at
-    once; default 1) and ``max_fidelity`` (a trial's full length where it can
+    once; 1 where None: the orchestrator passes the trials the stage's slots run at
+    once where the spec sets none) and ``max_fidelity`` (a trial's full length where it can
     be trained in stretches; default None), builds what :func:`choose_search` picks and keeps the
     choice, with its reason, in the searcher's ``auto_choice``. The state is
     the chosen searcher's, and the same arguments choose the same again, so

@@ -283,8 +283,8 @@ class AutoSettings(SearchSettings):
 
     budget: int | dict[str, float] | None = budget_setting(20)
     parallel: int | None = setting(
-        None, "trials pending at once that the choice plans for; default 1"
-        " (nestor sweep sets it from --parallel or --slots)", ge=1)
+        None, "trials pending at once that the choice plans for; default: the trials"
+        " the stage runs at once (its slots over a trial's ranks)", ge=1)
     max_fidelity: int | None = setting(
         None, "a trial's full length where it can be trained in stretches (the stage"
         " sets it from the trainer's value of its fidelity)", ge=1, public=False)

@@ -117,6 +117,8 @@ class Backend(abc.ABC):
     """Runs attempts on gangs of ranks within ``slots``, reporting by events."""
 
     slots: int
+    # Where ``slots`` came from, as a run says it (the width an auto search plans for).
+    slots_source: str = "the backend's"
     # Its trials run real code on real machines, so measuring them means something
     # (a planned stage profiles its trainer first); a simulation's do not.
     measurable: bool = True

@@ -299,7 +299,9 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     from orchestrator.backends.stopping import clear as clear_stop
     from orchestrator.commands.progress import StageProgress, wait_for_mlflow
     from orchestrator.commands.run import run_spec
+    from orchestrator.commands.summary import sized_lines
     from orchestrator.engine.workflow import RunError
+    from orchestrator.journal.events import SearchSized, parse
     from orchestrator.journal.journal import JournalError
     from orchestrator.projections.results import render_results
     from orchestrator.spec import SpecError
@@ -308,9 +310,15 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     err = console(stderr=True)
     clear_stop()
     install_handlers()
-    if not resume:
-        _announce_auto(spec, spec_text)
     printed: list[Path] = []
+
+    def say(record: dict[str, Any]) -> None:
+        """What the run says as it goes: an auto search's pick and width, as built."""
+        if record.get("event") == SearchSized.kind:  # the others unparsed: this is per event
+            event = parse(record)
+            assert isinstance(event, SearchSized)
+            for line in sized_lines(event):
+                err.print(line, soft_wrap=True)
 
     def show(run_dir: Path, results: dict[str, Any]) -> None:
         """The results, at once: before Ray's shutdown and MLflow's catching up."""
@@ -325,6 +333,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
                 spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
                 on_progress=progress.update, on_results=show, spec_text=spec_text,
                 wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
+                on_event=say,
             )
     except SpecError as exc:
         print_errors(console(stderr=True), exc.problems)
@@ -354,26 +363,6 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     if empty:
         print_errors(console(stderr=True), empty)
         sys.exit(EXIT_NO_RESULT)
-
-
-def _announce_auto(spec: Path | None, spec_text: str | None = None) -> None:
-    """Say at the start of a run what each ``algorithm: auto`` stage picked and why
-    (a spec that does not load is reported by the run itself)."""
-    from orchestrator.commands.summary import auto_lines
-    from orchestrator.spec import SpecError, load_spec, load_spec_text
-
-    try:
-        if spec_text is not None:
-            workflow = load_spec_text(spec_text, "<nestor sweep>")
-        elif spec is not None:
-            workflow = load_spec(spec, imports=False)
-        else:
-            return
-    except (SpecError, OSError):
-        return
-    err = console(stderr=True)
-    for line in auto_lines(workflow):
-        err.print(line, soft_wrap=True)
 
 
 def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:

@@ -27,13 +27,16 @@ def run_spec(
     on_results: Callable[[Path, dict[str, Any]], None] | None = None,
     wait_for_mlflow: Callable[[Any], None] | None = None,
     spec_text: str | None = None,
+    on_event: Callable[[dict[str, Any]], None] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
     """Run (or resume) a spec on a Ray cluster; returns the run directory and results.
 
     ``on_results`` is told the results as soon as they are journalled, before Ray is
     shut down and MLflow is waited for (``wait_for_mlflow(projector)``, else
-    ``projector.close()``). ``spec_text`` is a new run's spec given as text (``nestor
-    sweep``'s), saved as the run's ``spec.yaml`` only once the run directory is locked.
+    ``projector.close()``); ``on_event`` of each event journalled (a record), on the
+    driver's loop: what a command says as the run goes (an auto search's width).
+    ``spec_text`` is a new run's spec given as text (``nestor sweep``'s), saved as the
+    run's ``spec.yaml`` only once the run directory is locked.
 
     The run directory's lock is held from before anything is written there until
     MLflow has been caught up: one driver per run directory."""
@@ -47,10 +50,17 @@ def run_spec(
         except BaseException:
             projector.close(timeout_s=5)
             raise
+
+        def appended(record: dict[str, Any]) -> None:
+            projector.wake()
+            if on_event is not None:
+                on_event(record)
+
         try:
-            results = engine.run_workflow(workflow, backend, run_dir, resume=resume,
-                                          on_progress=on_progress, on_results=on_results,
-                                          on_append=projector.wake)
+            results = engine.run_workflow(
+                workflow, backend, run_dir, resume=resume, on_progress=on_progress,
+                on_results=on_results,
+                on_append=projector.wake if on_event is None else appended)
         finally:  # what MLflow still lacks then, the next driver on run_dir sends
             (wait_for_mlflow or Projector.close)(projector)
     return run_dir, results

@@ -7,7 +7,9 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.journal.events import SearchSized
 from orchestrator.spec import Workflow, concurrent_trials, default_slots
+from orchestrator.spec.width import SearchWidth, search_width
 
 
 def render_plan(console: Console, file: str, workflow: Workflow, slots: int | None) -> None:
@@ -29,8 +31,10 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
                    "ranks/trial", "at once"):
         justify = "right" if column in ("#", "trials", "at once") else "left"
         table.add_column(column, justify=justify, no_wrap=True)
+    widths = {name: search_width(workflow, name, total, origin) for name in workflow.order()}
     for number, name in enumerate(workflow.order(), start=1):
         stage = workflow.stage(name)
+        width = widths[name]
         parallel = workflow.parallel_of(name, total)
         at_once = concurrent_trials(total, parallel.ranks)
         if at_once == 0 and workflow.resources.oversubscribe:
@@ -41,7 +45,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             stage.kind,
             ", ".join(stage.from_) or "-",
             workflow.trainer_of(name).describe(),
-            stage.search_label(),
+            stage.search_label(None if width is None else width.trials),
             str(workflow.planned_trials(name)),
             f"{parallel.ranks} ({parallel.data}x{parallel.model})"
             + ("" if workflow.backend_of(name) == "horovod" or parallel.ranks == 1
@@ -55,19 +59,12 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
 
             plan = plan_stage(workflow, name, total)
             console.print(f"  plan for {name}: {plan.why()}", soft_wrap=True)
-        stage = workflow.stage(name)
-        choice = stage.auto_choice()
-        if choice is None:
+        width = widths[name]
+        choice = workflow.stage(name).auto_choice(None if width is None else width.trials)
+        if choice is None or width is None:
             continue
         console.print(f"  {auto_line(name, choice)}", soft_wrap=True)
-        planned_for = stage.search.parallel or 1  # type: ignore[union-attr]
-        at_once = concurrent_trials(total, workflow.parallel_of(name).ranks)
-        if stage.search.parallel is None and at_once > planned_for:  # type: ignore[union-attr]
-            console.print(
-                f"    (planned for {planned_for} trial at once; this plan runs {at_once}:"
-                f" set search.parallel: {at_once} to plan for them)",
-                soft_wrap=True,
-            )
+        console.print(f"    planned for {width.describe()}", soft_wrap=True)
 
 
 def render_catalog(console: Console) -> None:
@@ -100,11 +97,13 @@ def auto_line(name: str, choice: Any) -> str:
     return f"{name}: auto picked {choice.describe()}"
 
 
-def auto_lines(workflow: Any) -> list[str]:
-    """What each ``algorithm: auto`` stage of ``workflow`` picks, and why."""
-    lines = []
-    for name in workflow.order():
-        choice = workflow.stage(name).auto_choice()
-        if choice is not None:
-            lines.append(f"stage {auto_line(name, choice)}")
-    return lines
+def sized_lines(event: SearchSized) -> list[str]:
+    """What a run says as a stage's auto search is built (a ``SearchSized`` event): what
+    it picked, for how many trials at once and where that number came from; resumed,
+    that it keeps the width it was built for, whatever the slots now."""
+    width = SearchWidth(event.width, event.source).describe()
+    if event.resumed_at is None:
+        return [f"stage {event.stage}: auto picked {event.pick}: {event.why}",
+                f"  planned for {width}"]
+    return [f"stage {event.stage}: resumed, auto keeps {event.pick}, the search built for"
+            f" {width}; these slots run {event.resumed_at} at once"]

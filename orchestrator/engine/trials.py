@@ -88,6 +88,12 @@ class KindTrials:
         Raise SkipTrial when the trial cannot run."""
         return {}
 
+    def restoring(self, runner: TrialRunner, mine: list[JournalEvent]) -> None:
+        """The runner is about to restore its searcher from ``mine`` (this stage's
+        events; none for a new stage), its trials' shape planned: the last moment to
+        change the searcher before its first ask (an hpo stage's is built for the
+        trials that shape runs at once)."""
+
     def preparing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop before the stage's first trial, whose
         TaskDone event ``prepared`` then gets; None: none (a planned stage measures
@@ -197,6 +203,7 @@ class TrialRunner:
         """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = stage_events(events, self.stage.name)
         self.shaping.restore(mine)
+        self.part.restoring(self, mine)
         self.search_log.restore(mine)
         for event in mine:
             self.records.apply(event)

@@ -219,12 +219,28 @@ class StageReplanned(Event):
     reason: str
 
 
+@dataclass(frozen=True, kw_only=True)
+class SearchSized(Event):
+    """The trials at once a stage's search was built for (``algorithm: auto`` picks by
+    it), where that came from and what it picked; journalled before its first ask. A
+    resumed driver builds the search at the width journalled first, whatever its own
+    slots, and journals it again with ``resumed_at``: the trials its slots run at once."""
+
+    kind: ClassVar[str] = "search_sized"
+    stage: str
+    width: int
+    source: str  # "search.parallel", or "64 slots (resources.slots) / 1 rank a trial"
+    pick: str  # the search it built (auto's pick at that width: AutoChoice.label())
+    why: str = ""  # why auto picked it (AutoChoice.reason)
+    resumed_at: int | None = _optional()  # a resumed driver's trials at once
+
+
 KINDS: dict[str, type[Event]] = {
     cls.kind: cls for cls in (
         WorkflowStarted, WorkflowResumed, WorkflowFinished, WorkflowInterrupted,
         StageStarted, StageFinished, TrialStarted, TrialAttemptFailed, TrialFinished,
         TrialInterrupted, CheckpointRemoved, ThresholdReached, SearchLogged, StagePlanned,
-        StageReplanned, PlanState,
+        StageReplanned, PlanState, SearchSized,
     )
 }
 

@@ -40,6 +40,7 @@ from typing import Any
 
 from orchestrator.journal.events import (
     Event,
+    SearchSized,
     StageFinished,
     StagePlanned,
     StageReplanned,
@@ -486,6 +487,10 @@ class Projector:
             tracker.set_tags(self._stage_run(event.stage), {
                 "nestor.plan": f"{event.dp}x{event.mp} on {event.slots} slots",
                 "nestor.plan.why": str((event.plan or {}).get("why", ""))[:4000]})
+        elif isinstance(event, SearchSized) and event.resumed_at is None:  # auto's pick
+            tracker.set_tags(self._stage_run(event.stage), {
+                "nestor.search": event.pick,
+                "nestor.search.width": f"{event.width} at once ({event.source})"})
         elif isinstance(event, StageReplanned):
             tracker.set_tags(self._stage_run(event.stage), {
                 f"nestor.replan.left{event.left}": f"{event.dp}x{event.mp}: {event.reason}"})

@@ -443,11 +443,15 @@ class _AutoRules(_SearchBase):
         return self.model_dump(exclude={"algorithm", "fidelity"})
 
     def choose(
-        self, space: SearchSpace, objectives: Any, max_fidelity: int | None = None
+        self, space: SearchSpace, objectives: Any, max_fidelity: int | None = None,
+        width: int | None = None,
     ) -> AutoChoice:
+        """The pick for ``width`` trials at once where the spec leaves ``parallel``
+        out (the stage's slots over a trial's ranks: ``orchestrator.spec.width``);
+        1 where neither says."""
         parallel: int | None = self.parallel  # type: ignore[attr-defined]
-        return choose_search(space, objectives, budget=self.budget, parallel=parallel or 1,
-                             max_fidelity=max_fidelity)
+        return choose_search(space, objectives, budget=self.budget,
+                             parallel=parallel or width or 1, max_fidelity=max_fidelity)
 
     def planned_trials(self, space: SearchSpace, objectives: Any = None,
                        max_fidelity: int | None = None) -> int:
@@ -679,11 +683,12 @@ class _StageBase(Strict):
         """The task its models are scored on, when not the trainer's own."""
         return None
 
-    def auto_choice(self) -> AutoChoice | None:
-        """What ``algorithm: auto`` picks for this stage (None: no automatic search)."""
+    def auto_choice(self, width: int | None = None) -> AutoChoice | None:
+        """What ``algorithm: auto`` picks for this stage at ``width`` trials at once
+        (None: no automatic search)."""
         return None
 
-    def search_label(self) -> str:
+    def search_label(self, width: int | None = None) -> str:
         """The search, as `nestor validate` names it ("-": none)."""
         return "-"
 
@@ -896,16 +901,20 @@ class HpoStage(_StageBase):
             value = TRAINERS[self.trainer.name].settings[fidelity].default
         return value  # type: ignore[return-value]
 
-    def search_settings(self) -> dict[str, Any]:
+    def search_settings(self, width: int | None = None) -> dict[str, Any]:
         """``search.make_searcher``'s keywords for this stage's search: the search's
-        own settings, and for auto with a fidelity, its full value."""
+        own settings, for auto with a fidelity its full value, and ``width`` (the
+        trials the stage runs at once) as the ``parallel`` of a search that sizes
+        itself by it where the spec leaves that out."""
         settings = self.search.settings()
         if isinstance(self.search, AutoSearch) and self.search.fidelity is not None:
             settings["max_fidelity"] = self.max_fidelity()
+        if width is not None and "parallel" in settings and settings["parallel"] is None:
+            settings["parallel"] = width
         return settings
 
-    def search_label(self) -> str:
-        choice = self.auto_choice()
+    def search_label(self, width: int | None = None) -> str:
+        choice = self.auto_choice(width)
         if choice is not None:
             return f"auto: {choice.label()}"
         search = self.search
@@ -925,12 +934,13 @@ class HpoStage(_StageBase):
                     f" {search.fidelity}, eta {search.reduction_factor}{bohb}")
         return str(search.algorithm)
 
-    def auto_choice(self) -> AutoChoice | None:
-        """What ``algorithm: auto`` picks for this stage (None for a named algorithm)."""
+    def auto_choice(self, width: int | None = None) -> AutoChoice | None:
+        """What ``algorithm: auto`` picks for this stage (None for a named algorithm),
+        planning for ``width`` trials at once where the spec sets no ``parallel``."""
         if not isinstance(self.search, AutoSearch):
             return None
         return self.search.choose(self.search_space(), [o.model_dump() for o in self.objectives],
-                                  self.max_fidelity())
+                                  self.max_fidelity(), width)
 
 
 class EnsembleStage(_StageBase):

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from orchestrator.journal.events import (
+    SearchSized,
     StageStarted,
     TrialAttemptFailed,
     TrialFinished,
@@ -95,6 +96,25 @@ def test_the_journal_is_projected_into_nested_runs(tmp_path: Path) -> None:
     projector = project(tmp_path, wf)
     check(projector)
     assert (tmp_path / CURSOR_FILE).read_text() == "8"  # the next event's seq
+
+
+def test_the_stage_run_shows_what_auto_built_and_for_how_many(tmp_path: Path) -> None:
+    """The width an auto search was built for is a tag of its stage's run; a resumed
+    driver's restatement of it changes nothing there."""
+    wf = workflow(tmp_path)
+    with Journal(tmp_path / "journal.jsonl") as journal:
+        journal.record(WorkflowStarted(workflow="projected", slots=64, pid=1, run_key="k"))
+        journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
+        built = dict(stage="tune", width=64, pick="genetic async 16",
+                     source="64 slots (resources.slots) / 1 rank a trial")
+        journal.record(SearchSized(**built, why="64 trials at once"))
+        journal.record(SearchSized(**built, resumed_at=2))
+    projector = project(tmp_path, wf)
+    client = projector.tracker.client
+    (run,) = client.search_runs([projector.tracker.experiment_id])
+    assert run.data.tags["nestor.search"] == "genetic async 16"
+    assert run.data.tags["nestor.search.width"] == (
+        "64 at once (64 slots (resources.slots) / 1 rank a trial)")
 
 
 def test_projecting_again_from_any_point_changes_nothing(tmp_path: Path) -> None:

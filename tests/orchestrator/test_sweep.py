@@ -421,6 +421,7 @@ def test_a_sweep_without_algo_says_what_auto_picked_and_spends_a_cost(tmp_path: 
     assert result.returncode == 0, result.stderr
     stderr = " ".join(result.stderr.split())
     assert "stage sweep: auto picked bayesian tpe: one parameter" in stderr
+    assert "planned for 1 trial at once (search.parallel)" in stderr  # --parallel 1
     assert "spent 6/6 epochs" in stderr and "3/?" in stderr
     stage = json.loads((tmp_path / "run" / "results.json").read_text())["stages"][0]
     assert stage["n_trials"] == 3

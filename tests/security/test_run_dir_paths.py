@@ -175,7 +175,7 @@ def test_a_continued_trial_is_never_handed_a_checkpoint_outside(tmp_path: Path) 
 
     trial = type("T", (), {"budget": None, "continue_from": "1"})()
     with pytest.raises(UnsafeRunData):
-        HpoTrials().request_extras(Runner(), trial)  # type: ignore[arg-type]
+        HpoTrials([]).request_extras(Runner(), trial)  # type: ignore[arg-type]
 
 
 def test_a_fuzzed_journal_never_touches_outside(tmp_path: Path) -> None:

@@ -115,15 +115,16 @@ def test_validate_prints_what_auto_picked_and_why(tmp_path: Path) -> None:
     result = CliRunner().invoke(cli, ["validate", "--slots", "8", str(path)])
     assert result.exit_code == 0, result.output
     output = " ".join(result.output.split())
-    assert "auto: bayesian lq-cmaes" in output
-    assert ("fit: auto picked bayesian lq-cmaes: 5 numeric parameters, one objective and 1"
-            " trial(s) at once") in output
-    assert "planned for 1 trial at once; this plan runs 8: set search.parallel: 8" in output
-    path.write_text(sine_fit(130, parallel=8))
+    # no search.parallel: auto plans for the 8 trials 8 slots run at once (issue 44)
+    assert "auto: genetic async 10" in output
+    assert "fit: auto picked genetic async 10: 5 numeric parameters and a budget of 130" in output
+    assert "planned for 8 trials at once (8 slots (--slots) / 1 rank a trial)" in output
+    path.write_text(sine_fit(130, parallel=2))
     result = CliRunner().invoke(cli, ["validate", "--slots", "8", str(path)])
-    assert "auto picked genetic async 10: 5 numeric parameters and a budget of 130" in " ".join(
-        result.output.split())
-    assert "auto picked" in result.output and "planned for" not in result.output
+    output = " ".join(result.output.split())
+    assert ("fit: auto picked bayesian lq-cmaes: 5 numeric parameters, one objective and 2"
+            " trial(s) at once") in output
+    assert "planned for 2 trials at once (search.parallel)" in output
 
 
 def test_auto_search_takes_only_its_settings(tmp_path: Path) -> None:

@@ -159,4 +159,17 @@ def start_backend(workflow: Any, run_dir: Path, *, slots: int | None = None,
         if started_ray:
             ray.shutdown()
         raise
-    return (OwnedRayBackend if started_ray else RayBackend)(pool)
+    backend = (OwnedRayBackend if started_ray else RayBackend)(pool)
+    backend.slots_source = slots_source(workflow, slots, address)
+    return backend
+
+
+def slots_source(workflow: Any, slots: int | None, address: str | None) -> str:
+    """Where :func:`cluster_slots`'s count came from, as a run says it."""
+    if workflow.resources.slots is not None:
+        return "resources.slots"
+    if slots is not None:
+        return "--slots"
+    if address is not None:
+        return f"the free {slot_resource()} slots of the Ray cluster at {address}"
+    return f"this machine's {slot_resource()}s"

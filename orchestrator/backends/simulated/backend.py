@@ -254,6 +254,7 @@ class SimulatedBackend(Backend):
         self.nodes = nodes
         self.slots_per_node = slots_per_node
         self.slots = nodes * slots_per_node
+        self.slots_source = f"a simulated cluster of {nodes} x {slots_per_node}"
         self.trial_model = trial_model
         self.seed = seed
         self.startup_s = startup_s

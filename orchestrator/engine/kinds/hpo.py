@@ -3,38 +3,80 @@ the best trial is the stage's product (its report: orchestrator/projections/kind
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
 from orchestrator.engine.kinds import StageKind
-from orchestrator.engine.trials import KindTrials, SkipTrial, TrialRunner
+from orchestrator.engine.search_width import kept_width, run_width, sized_event
+from orchestrator.engine.trials import KindTrials, SkipTrial, TrialRunner, stage_events
+from orchestrator.journal.events import Event, SearchLogged, SearchSized
 from orchestrator.journal.safe import inside
 from orchestrator.spec import HpoStage, Workflow
+from orchestrator.spec.width import SearchWidth
 
 
 def hpo_runner(workflow: Workflow, stage: HpoStage, **kwargs: Any) -> TrialRunner:
     """An hpo stage's runner: its trials asked of its searcher, cut short by the
     backend's early stopping where the stage sets one."""
-    from search import Objective, make_searcher
+    from search import Objective
 
     objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
-    searcher = make_searcher(
-        stage.search.algorithm, stage.search_space(), objectives, **stage.search_settings()
-    )
-    runner = TrialRunner(workflow, stage, searcher=searcher, objectives=objectives,
-                         trainer_spec=stage.trainer, part=HpoTrials(), **kwargs)
+    part = HpoTrials(objectives)
+    # Its searcher is built once the runner knows the shape of the stage's trials: a
+    # search that sizes itself by width plans for the trials the slots run at once.
+    runner = TrialRunner(workflow, stage, searcher=None, objectives=objectives,
+                         trainer_spec=stage.trainer, part=part, **kwargs)
+    part.build(runner, stage_events(kwargs.get("events"), stage.name, SearchSized,
+                                    SearchLogged))
     runner.stopper = runner.backend.early_stopping(stage.early_stopping, objectives[0])
     return runner
 
 
 class HpoTrials(KindTrials):
-    """What an hpo stage adds to its searched trials."""
+    """What an hpo stage adds to its searched trials: the searcher, built for the
+    trials the stage runs at once (``orchestrator.engine.search_width``)."""
+
+    def __init__(self, objectives: list[Any]) -> None:
+        self.objectives = objectives
+        self.width: SearchWidth | None = None  # what the searcher was built for
+        self.kept: SearchWidth | None = None  # a resumed search's journalled width
+
+    def build(self, runner: TrialRunner, mine: Iterable[Event]) -> None:
+        """Build the stage's searcher: at the width journalled for it (a resumed
+        search), else at the trials the backend's slots run at once."""
+        self.kept = kept_width(runner.stage, mine)
+        self._build(runner)
+
+    def _build(self, runner: TrialRunner) -> None:
+        from search import make_searcher
+
+        width = self.kept or run_width(runner)
+        if runner.searcher is not None and width == self.width:
+            return
+        self.width = width
+        stage = runner.stage
+        runner.searcher = make_searcher(
+            stage.search.algorithm, stage.search_space(), self.objectives,
+            **stage.search_settings(None if width is None else width.trials))
+
+    def restoring(self, runner: TrialRunner, mine: Iterable[Event]) -> None:
+        """Before its first ask (the shape may have been planned again on the trainer's
+        profile since it was built): build the searcher for the width the shape now
+        gives, and journal that width, or, resumed, that the search keeps its own."""
+        self._build(runner)
+        if self.width is not None:
+            runner.journal.record(sized_event(runner, self.width, resumed=self.kept is not None))
 
     def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
         """A population's schedules join the summary: the winner's lineage is what a
         train stage replays, and what the population plot draws."""
         summary = runner.summary()
         searcher = runner.searcher
+        choice = getattr(searcher, "auto_choice", None)
+        if choice is not None and self.width is not None:  # what auto built, for how many
+            summary["auto"] = {"pick": choice.label(), "reason": choice.reason,
+                               "width": self.width.trials, "width_source": self.width.source}
         if hasattr(searcher, "best_schedule"):
             population = getattr(searcher, "population", 0)
             summary["pbt"] = {
