@@ -142,6 +142,24 @@ def test_a_command_trainer_runs_asha_on_its_own_checkpoints(tmp_path: Path) -> N
     assert_later_stages(run_dir)
 
 
+FUNCTION = '{function: "quadfit:train", settings: {epochs: 3}, checkpoints: true}'
+COMMAND = f'{{command: ["{sys.executable}", "{FIT}"], settings: {{epochs: 3}}, checkpoints: true}}'
+
+
+@pytest.mark.parametrize(("trainer", "search"), [
+    (FUNCTION, "{algorithm: asha, min_budget: 1, max_budget: 3, reduction_factor: 3,"
+               " budget: 8, seed: 2}"),
+    (COMMAND, "{algorithm: pbt, population: 2, interval: 1, intervals: 2, seed: 1}"),
+], ids=["function-asha", "command-pbt"])
+def test_each_trainer_kind_continues_under_each_continuing_search(tmp_path: Path, trainer: str,
+                                                                  search: str) -> None:
+    result, run_dir = run(tmp_path, trainer, search)
+    assert result.returncode == 0, result.stderr
+    done = finished(run_dir, "tune")
+    assert all(e["status"] == "completed" for e in done.values()), done
+    assert assert_continued(done), "no trial carried on from another"
+
+
 def test_a_trainer_that_says_it_saves_checkpoints_but_does_not_stops_the_run(
         tmp_path: Path) -> None:
     """PBT would otherwise continue from nothing: random search under its name."""
