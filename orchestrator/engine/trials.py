@@ -403,7 +403,7 @@ class TrialRunner:
         unmet = unmet_need(outcome, self.needs,
                            f"{self.trainer_spec.kind} trainer {self.trainer.describe()!r}")
         if unmet is not None:  # it would fail again: no retry, the run stops
-            outcome = {**outcome, "status": "failed", "reason": unmet}
+            outcome = {**outcome, "status": "failed", "reason": unmet, "value": None}
             self.broken = f"stage {self.stage.name!r}, trial {trial.id}: {unmet}"
         elif self.policy.retries_after(outcome["status"], attempt.number):
             self.journal.record(TrialAttemptFailed(

@@ -160,19 +160,26 @@ def test_each_trainer_kind_continues_under_each_continuing_search(tmp_path: Path
     assert assert_continued(done), "no trial carried on from another"
 
 
-def test_a_trainer_that_says_it_saves_checkpoints_but_does_not_stops_the_run(
-        tmp_path: Path) -> None:
-    """PBT would otherwise continue from nothing: random search under its name."""
-    trainer = '{function: "quadfit:forgetful", settings: {epochs: 2}, checkpoints: true}'
-    result, run_dir = run(tmp_path, trainer, "{algorithm: pbt, population: 2, interval: 1,"
-                          " intervals: 2, seed: 1}")
+@pytest.mark.parametrize(("declared", "search", "later", "stage", "said"), [
+    ("checkpoints", "{algorithm: pbt, population: 2, interval: 1, intervals: 2, seed: 1}", "",
+     "tune", "checkpoints but left no file in its checkpoint folder; PBT needs checkpoints:"
+     " save to ctx.checkpoint_dir"),
+    ("predictions", "{algorithm: random, budget: 2, seed: 1}",
+     "  - {name: members, kind: ensemble, from: [tune], members: 2}\n", "members",
+     "predictions but left no predictions.npz in its checkpoint folder; an ensemble needs"
+     " predictions: write predictions.npz"),
+], ids=["pbt-checkpoints", "ensemble-predictions"])
+def test_a_trainer_that_says_it_gives_what_it_does_not_stops_the_run(
+        tmp_path: Path, declared: str, search: str, later: str, stage: str, said: str) -> None:
+    """PBT would otherwise continue from nothing (random search under its name), an
+    ensemble would have nothing to combine."""
+    trainer = f'{{function: "quadfit:forgetful", settings: {{epochs: 2}}, {declared}: true}}'
+    result, run_dir = run(tmp_path, trainer, search, later)
     assert result.returncode != 0
     assert "Traceback" not in result.stderr
     message = " ".join(result.stderr.split())
-    assert "stage 'tune'" in message
-    assert ("the function trainer 'quadfit:forgetful' says it gives checkpoints but left no"
-            " file in its checkpoint folder") in message
-    assert "PBT needs checkpoints: save to ctx.checkpoint_dir" in message
-    done = finished(run_dir, "tune")
+    assert f"stage {stage!r}" in message
+    assert f"the function trainer 'quadfit:forgetful' says it gives {said}" in message
+    done = finished(run_dir, stage)
     assert done and all(e["status"] == "failed" for e in done.values())
     assert not any(e["trial"].get("continue_from") for e in done.values())
