@@ -59,7 +59,8 @@ def space_yaml(space: SearchSpace) -> str:
 def spec_text(problem: wide.Problem, seed: int, width: int) -> str:
     """An hpo stage of ``ROUNDS x width`` trials of ``problem`` under ``auto``."""
     fidelity = ", fidelity: epochs" if problem.fidelity is not None else ""
-    settings = (f", settings: {{epochs: {problem.fidelity}}}"
+    # over a fidelity auto may pick ASHA, which continues the (simulated) checkpoints
+    settings = (f", settings: {{epochs: {problem.fidelity}}}, checkpoints: true"
                 if problem.fidelity is not None else "")  # fmt: skip
     return textwrap.dedent(f"""\
         name: many-{problem.name}-{width}-{seed}

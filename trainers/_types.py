@@ -18,6 +18,7 @@ from typing import Any, Literal
 
 DEFAULT_RESULT_PATTERN = r"FoM: (\S+)"
 DEFAULT_FLAG_PREFIX = "--"
+DATA_SPLITS = ("train", "train+val")  # what a trial may train on
 
 Report = Callable[[dict[str, float], int], None]
 ShouldStop = Callable[[], bool]
@@ -163,6 +164,9 @@ class TrialRequest:
     ``result_path``: where rank 0 writes the trial's result (durably) before
     returning it, so a driver killed before it heard the result adopts it on
     resume instead of training again.
+    ``data_split``: what the trial trains on, ``train`` or ``train+val`` (a train
+    stage's ``data:``); a function trainer reads it as ``ctx.data_split``, a command
+    as ``NESTOR_DATA_SPLIT`` (a built-in trainer has its ``train_data`` setting).
     ``env``: variables set in this rank's environment while the trial runs (a
     spec's ``trial.env``; a command trainer's program inherits them). Libraries
     that read theirs once per process (NCCL, at a process's first communicator)
@@ -186,8 +190,12 @@ class TrialRequest:
     timeout: float | None = None
     result_path: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
+    data_split: str = "train"
 
     def __post_init__(self) -> None:
+        if self.data_split not in DATA_SPLITS:
+            raise ValueError(f"data_split must be one of {', '.join(DATA_SPLITS)}, but got"
+                             f" {self.data_split!r}")
         if not isinstance(self.trainer, TrainerRef):
             raise TypeError(
                 f"trainer must be a TrainerRef, but got {type(self.trainer).__name__}"
@@ -231,8 +239,9 @@ class TrialResult:
     (built-ins: ``epoch``, ``train_loss``, ``val_loss``, ``val_accuracy``,
     ``samples_per_second``, ``epoch_time``, ``lr``). ``stopped_early`` is True
     when ``should_stop()`` ended the trial. ``checkpoint`` is the path of the
-    last checkpoint saved, ``resumed_from_epoch`` the epoch a restart resumed
-    after (0: started fresh).
+    last checkpoint saved (a function or command trainer's: its checkpoint
+    folder, when it left a file there), ``resumed_from_epoch`` the epoch a
+    restart resumed after (0: started fresh).
     """
 
     trial_id: str

@@ -17,8 +17,12 @@ gigabytes costs at most ``log_limit`` bytes of memory and disk per stream.
 
 The program gets the environment of the caller without Horovod's variables
 (its ranks are its own business) plus ``NESTOR_TRIAL_ID``,
-``NESTOR_CHECKPOINT_DIR``, ``NESTOR_INIT_FROM``, ``NESTOR_DATA_PARALLEL`` and
-``NESTOR_MODEL_PARALLEL``. A one-rank command also gets ``LOCAL_RANK=0`` and a
+``NESTOR_CHECKPOINT_DIR`` (a folder that exists: files the command leaves there
+are the trial's checkpoint), ``NESTOR_CONTINUE_FROM`` (the checkpoint folder of
+the trial it carries on from, or empty), ``NESTOR_INIT_FROM`` (folders to start
+from, joined by ``os.pathsep``, or empty), ``NESTOR_DATA_SPLIT`` (``train`` or
+``train+val``), ``NESTOR_DATA_PARALLEL`` and ``NESTOR_MODEL_PARALLEL``
+(trainers.outputs says what the folders hold). A one-rank command also gets ``LOCAL_RANK=0`` and a
 ``CUDA_VISIBLE_DEVICES`` naming only its own GPU (:func:`own_device_env`); the
 trial records that GPU as ``device_gpu`` and ``device_index``, as every trainer
 kind does (:func:`command_device`).
@@ -64,6 +68,7 @@ from trainers._launch import (
 )
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.gpu import gpu_granted, gpu_metrics
+from trainers.outputs import left_checkpoint, prepare_folder
 
 LOG_LIMIT = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024
@@ -371,6 +376,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
                                             if isinstance(request.init_from, str)
                                             else request.init_from or ()),
         "NESTOR_CONTINUE_FROM": request.continue_from or "",
+        "NESTOR_DATA_SPLIT": request.data_split,
         "NESTOR_DATA_PARALLEL": str(request.data_parallel),
         "NESTOR_MODEL_PARALLEL": str(request.model_parallel),
     })
@@ -385,6 +391,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
                            metrics={**device, "wall_time": time.perf_counter() - started},
                            history=history, **extra)
 
+    prepare_folder(request.checkpoint_dir)
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -492,4 +499,5 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
     metrics = {**device, trainer.result_metric: number,
                "wall_time": time.perf_counter() - started}
     return TrialResult(trial_id=request.trial_id, status="ok", metrics=metrics, history=history,
-                       stopped_early=ended_by == "stop", logs=logs)
+                       stopped_early=ended_by == "stop", logs=logs,
+                       checkpoint=left_checkpoint(request.checkpoint_dir))

@@ -15,6 +15,17 @@ returns a dict of final metrics (or None: the last report is used)::
         return {"val_accuracy": acc, "test_accuracy": test_acc}
 
 ``config`` is the trial's settings updated with its hyperparameters.
+
+Checkpoints (what PBT, ASHA/Hyperband promotions, a replayed schedule and
+transfer need; declare them with ``trainer: {checkpoints: true}``): save into
+the folder ``ctx.checkpoint_dir`` (it exists); any file left there is the
+trial's checkpoint. At the start, load your own if that folder already holds one
+(a retried attempt), else the folder ``ctx.continue_from`` when it is set (the
+trial carries on from another's: weights, optimizer, epochs so far; train on up
+to ``config["epochs"]``), else ``ctx.init_from`` when set (transfer: a
+pretrained folder, or a tuple of several). Ensembles (``predictions: true``):
+also write ``predictions.npz`` there (trainers.outputs). ``ctx.data_split`` is
+what to train on: ``train``, or ``train+val`` (a train stage's ``data:``).
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from typing import Any
 
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.gpu import device_metrics, select_device
+from trainers.outputs import left_checkpoint, prepare_folder
 from trainers.parallel import Parallel, broadcast_flag
 
 
@@ -79,6 +91,8 @@ class TrialContext:
     # this rank's own device, already current (torch.cuda.set_device(local rank)):
     # ``model.to(ctx.device)``; the CPU where the rank holds no GPU
     device: Any = None
+    # what to train on: the training split, or train+val (a train stage's data:)
+    data_split: str = "train"
 
     @property
     def rank(self) -> int:
@@ -178,8 +192,10 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     device = select_device(par)
     ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
                        request.log_dir, report, should_stop, _heartbeat=heartbeat,
-                       continue_from=request.continue_from, device=device)
+                       continue_from=request.continue_from, device=device,
+                       data_split=request.data_split)
     config = {**request.settings, **request.config}
+    prepare_folder(request.checkpoint_dir)
     returned = fn(config, ctx)
     if returned is None:
         metrics = {k: v for k, v in (ctx.history[-1] if ctx.history else {}).items()
@@ -200,5 +216,8 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     status, reason = "ok", None
     if bad:
         status, reason = "failed", f"function returned non-finite metrics: {', '.join(bad)}"
+    # Whatever the function left in its folder is the trial's checkpoint (rank 0's
+    # result is the trial's; other ranks leave the folder to it).
+    checkpoint = left_checkpoint(request.checkpoint_dir) if par.is_root else None
     return TrialResult(trial_id=request.trial_id, status=status, reason=reason, metrics=metrics,
-                       history=ctx.history, stopped_early=ctx._stopped)
+                       history=ctx.history, stopped_early=ctx._stopped, checkpoint=checkpoint)

@@ -35,6 +35,18 @@ def _cached_splits(key: tuple[tuple[str, Any], ...]) -> Any:
     return splits_of({k: list(v) if isinstance(v, tuple) else v for k, v in key})
 
 
+def split_predictions(checkpoint: str | os.PathLike[str], split: str) -> tuple[Any, Any]:
+    """Class probabilities and true labels of the val or test split, for an ensemble:
+    a built-in trainer's from its checkpoint file (its model predicts them), a
+    function or command trainer's from the ``predictions.npz`` it left in its
+    checkpoint folder (trainers.outputs)."""
+    if os.path.isdir(checkpoint):
+        from trainers.outputs import read_predictions
+
+        return read_predictions(checkpoint, split)
+    return Predictor(checkpoint).split(split)
+
+
 class Predictor:
     """One trained model, ready to give probabilities for a split or raw images."""
 

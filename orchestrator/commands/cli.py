@@ -207,6 +207,10 @@ class _SweepCommand(click.Command):
               help="Keep the N best trials' checkpoints and those the search may still"
               " continue from (PBT's donors, promotable trials); remove the rest as the"
               " search goes (default: keep all).")
+@click.option("--checkpoints", is_flag=True,
+              help="--cmd: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
+              " names and, when NESTOR_CONTINUE_FROM names one, starts from it; pbt, asha"
+              " and hyperband need this.")
 @click.option("--metric", help="Metric to optimize (default: val_accuracy, or fom for --cmd).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
               help="Direction (default: max for val_accuracy, min for a command's FoM).")
@@ -228,7 +232,8 @@ class _SweepCommand(click.Command):
 @_run_options
 def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           settings: tuple[str, ...], algorithm: str, budget: str | None,
-          keep_checkpoints: int | None, search_settings: tuple[str, ...], metric: str | None,
+          keep_checkpoints: int | None, search_settings: tuple[str, ...], checkpoints: bool,
+          metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int, backend: str,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
           address: str | None, **search_options: Any) -> None:
@@ -261,7 +266,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             algorithm=algorithm, budget=amount, metric=metric, mode=mode,
             fom_pattern=fom_pattern, dp=dp, mp=mp, backend=backend, parallel=parallel,
             slots=slots, seed=seed, keep_checkpoints=keep_checkpoints,
-            search_settings=list(search_settings), **search_options,
+            search_settings=list(search_settings), checkpoints=checkpoints, **search_options,
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

@@ -228,6 +228,7 @@ def build_spec(
     backend: str = "horovod",
     keep_checkpoints: int | None = None,
     search_settings: list[str] | None = None,
+    checkpoints: bool = False,
     **options: Any,
 ) -> dict[str, Any]:
     """The workflow spec (as data) that these sweep flags describe.
@@ -241,7 +242,9 @@ def build_spec(
     command line reads as. ``--algo auto`` plans for the trials ``--parallel``
     (or ``--slots`` / ranks per trial) runs at once. ``--search-set KEY=VALUE``
     sets any field of the spec's search block too, so a sweep can say
-    everything a spec can.
+    everything a spec can. ``checkpoints``: the command saves to its checkpoint
+    folder and carries on from the one it is handed (``--checkpoints``), which pbt,
+    asha and hyperband need of it.
     """
     flags = {f.dest: f for f in search_flags()}
     unknown = sorted(set(options) - set(flags))
@@ -264,6 +267,16 @@ def build_spec(
         objective = {"metric": metric or "val_accuracy", "mode": mode or "max"}
     if fixed:
         spec_trainer["settings"] = fixed
+    if command is not None and checkpoints:
+        spec_trainer["checkpoints"] = True
+    elif command is not None and algorithm in ("pbt", "asha", "hyperband"):
+        raise ValueError(
+            f"--algo {algorithm} continues trials from their checkpoints: the command must"
+            " save to the folder NESTOR_CHECKPOINT_DIR names and load the one"
+            " NESTOR_CONTINUE_FROM names (when set); give --checkpoints to say it does")
+    elif checkpoints:
+        raise ValueError("--checkpoints applies to --cmd: a built-in trainer always saves"
+                         " checkpoints")
     search: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
     if budget is not None:
         search["budget"] = budget

@@ -4,10 +4,12 @@ value(s) on the stage's objectives, or why it failed."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Ended
 from orchestrator.engine.attempts import Attempt
+from orchestrator.spec.needs import Need, what_to_do
 
 
 def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, Any]:
@@ -45,6 +47,30 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
         "history": list(result.history),
         **files,
     }
+
+
+def unmet_need(done: dict[str, Any], needs: list[Need], trainer: str) -> str | None:
+    """Why a completed trial of a function or command ``trainer`` (as people read it)
+    breaks its stage, or None: the stage ``needs`` a checkpoint (the trial left no
+    file in its checkpoint folder) or predictions (no predictions file there) that
+    the spec said it gives. A continuing search would otherwise carry on from
+    nothing: PBT would quietly become random search."""
+    from trainers.outputs import PREDICTIONS_FILE
+
+    if done["status"] != "completed":
+        return None
+    checkpoint = done.get("checkpoint")
+    for need in needs:
+        if need.capability == "checkpoints" and not checkpoint:
+            left = "no file in its checkpoint folder"
+        elif need.capability == "predictions" and not (
+                checkpoint and (Path(checkpoint) / PREDICTIONS_FILE).is_file()):
+            left = f"no {PREDICTIONS_FILE} in its checkpoint folder"
+        else:
+            continue
+        return (f"the {trainer} says it gives {need.capability} but left {left};"
+                f" {what_to_do(need.capability, need.why, declare=False)}")
+    return None
 
 
 def slot_time(attempt: Attempt, ended: Ended) -> tuple[float, float]:

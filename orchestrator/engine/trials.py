@@ -43,7 +43,7 @@ from orchestrator.engine.attempts import Attempt, AttemptPolicy
 from orchestrator.engine.checkpoints import CheckpointKeeper
 from orchestrator.engine.history import JournalSoFar, paused_gc
 from orchestrator.engine.outcome import outcome as attempt_outcome
-from orchestrator.engine.outcome import slot_time
+from orchestrator.engine.outcome import slot_time, unmet_need
 from orchestrator.engine.records import TrialRecord, TrialRecords
 from orchestrator.engine.search_log import SearchLog
 from orchestrator.engine.shaping import StageShape
@@ -177,6 +177,10 @@ class TrialRunner:
         self.exhausted = False  # the source has nothing more to give
         self.stopper: EarlyStopping | None = None  # the backend's, if the stage sets one
         self.preparing = False  # waiting for its preparing task before any trial
+        # What the stage needs of a function or command trainer (a built-in gives it
+        # all), checked as each trial completes; a trial that breaks it fails the run.
+        self.needs = [] if trainer_spec.name is not None else stage.needs(workflow)
+        self.broken: str | None = None  # why the stage cannot go on
 
     @property
     def searcher(self) -> Any:
@@ -404,7 +408,12 @@ class TrialRunner:
         record.slot_seconds += slot_seconds
         record.startup_slot_seconds += startup_slot_seconds
         logs = dict(outcome.get("logs") or {})  # a command trainer's stdout and stderr
-        if self.policy.retries_after(outcome["status"], attempt.number):
+        unmet = unmet_need(outcome, self.needs,
+                           f"{self.trainer_spec.kind} trainer {self.trainer.describe()!r}")
+        if unmet is not None:  # it would fail again: no retry, the run stops
+            outcome = {**outcome, "status": "failed", "reason": unmet, "value": None}
+            self.broken = f"stage {self.stage.name!r}, trial {trial.id}: {unmet}"
+        elif self.policy.retries_after(outcome["status"], attempt.number):
             self.journal.record(TrialAttemptFailed(
                 stage=self.stage.name, trial=trial.to_dict(), attempt=attempt.number,
                 reason=outcome["reason"], slot_seconds=slot_seconds,

@@ -315,6 +315,11 @@ class StageScheduler:
     def _loop(self) -> Summaries:
         while True:
             self._start_ready_stages()
+            broken = next((r.broken for r in self.active.values() if r.broken), None)
+            if broken is not None:  # a trainer broke what its stage needs of it
+                for runner in list(self.active.values()):
+                    runner.abandon(broken)
+                raise RunError(broken)
             if not self.active:
                 return self.summaries
             self._share_free_slots()

@@ -21,6 +21,7 @@ from trainers.catalog import TRAINERS
 from .errors import allowed, did_you_mean, option_mismatch, short
 from .leaks import check_splits
 from .model import Finding, Workflow
+from .needs import unmet_needs
 
 
 def check_workflow(workflow: Workflow) -> list[Finding]:
@@ -105,6 +106,7 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
         )
     yield from _gpu_share(workflow, here, stage, declared)
     yield from stage.check(workflow, here)
+    yield from unmet_needs(workflow, index, stage)
 
 
 def _gpu_share(workflow: Workflow, here: tuple[Any, ...], stage: Any,

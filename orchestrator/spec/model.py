@@ -41,6 +41,7 @@ from trainers import TrainerRef
 from trainers.catalog import DATASETS, TRAINERS
 
 from .errors import allowed, did_you_mean, option_mismatch, short
+from .needs import Need
 
 NAME_PATTERN = r"^[A-Za-z][A-Za-z0-9_.-]{0,63}$"
 Name = Annotated[str, Field(pattern=NAME_PATTERN)]
@@ -187,6 +188,16 @@ class Trainer(Strict):
     flag_prefix: str | None = Field(
         None, description="command trainers: prefix of parameter flags; default '--'"
     )
+    checkpoints: bool | None = Field(
+        None, description="function and command trainers: it saves into its checkpoint"
+        " folder and carries on from continue_from (and starts from init_from), so PBT,"
+        " ASHA, Hyperband and transfer may use it (built-in trainers always do)"
+    )
+    predictions: bool | None = Field(
+        None, description="function and command trainers: it writes predictions.npz"
+        " (val and test class probabilities and labels) into its checkpoint folder, so an"
+        " ensemble may combine it (built-in trainers always can)"
+    )
 
     @model_validator(mode="after")
     def _exactly_one(self) -> Trainer:
@@ -200,7 +211,17 @@ class Trainer(Strict):
             for option in ("result_pattern", "flag_prefix"):
                 if getattr(self, option) is not None:
                     raise ValueError(f"{option} applies only to command trainers")
+        if self.name is not None:
+            for option in ("checkpoints", "predictions"):
+                if getattr(self, option) is not None:
+                    raise ValueError(f"{option} applies only to function and command trainers:"
+                                     f" a built-in trainer always has its {option}")
         return self
+
+    def can(self, capability: str) -> bool:
+        """Whether the trainer gives ``checkpoints`` or ``predictions``: a built-in always
+        does; user code where its spec says so (it cannot be known before it runs)."""
+        return self.name is not None or bool(getattr(self, capability))
 
     # Each field is checked by the trainer reference the orchestrator will build
     # from it (trainers.TrainerRef), so spec and runtime accept exactly the same.
@@ -660,6 +681,11 @@ class _StageBase(Strict):
     # What checks, the planner and `nestor validate` read of any kind of stage, so
     # that none of them asks which kind it is.
 
+    def needs(self, workflow: Workflow) -> list[Need]:
+        """What its trainer must give besides a result: checkpoints (its trials carry on
+        from, or start from, others'), predictions (an ensemble's members)."""
+        return []
+
     def fixed_config(self) -> dict[str, Scalar]:
         """Hyperparameters the stage fixes for its trials (a train or transfer stage's
         ``config``); a search's come from its space."""
@@ -890,6 +916,27 @@ class HpoStage(_StageBase):
         if len(set(metrics)) != len(metrics):
             yield (*here, "objective"), f"names a metric twice: {metrics}"
 
+    def needs(self, workflow: Workflow) -> list[Need]:
+        """A search that continues trials (PBT, PB2, ASHA, Hyperband, BOHB; auto where it
+        picks one) hands each a checkpoint of an earlier trial."""
+        choice = self.auto_choice()
+        if choice is not None:
+            algorithm, where, settings = choice.algorithm, ("search", "fidelity"), choice.settings
+        else:
+            algorithm, where = self.search.algorithm, ("search", "algorithm")
+            settings = self.search.model_dump()
+        if not issubclass(_RULES[algorithm], _ContinuingSearch):
+            return []
+        if algorithm == "pbt":
+            name = "PB2" if settings.get("explore") == "pb2" else "PBT"
+        elif algorithm == "asha":
+            name = "ASHA"
+        else:
+            name = "BOHB" if settings.get("sampler") == "tpe" else "Hyperband"
+        if choice is not None:
+            name = f"search.algorithm auto, which picks {name} here,"
+        return [Need("checkpoints", where, name)]
+
     def max_fidelity(self) -> int | None:
         """An auto search's fidelity at its full value: the trainer's setting (for a
         built-in trainer, its default where the spec leaves it out); None without one."""
@@ -957,9 +1004,23 @@ class EnsembleStage(_StageBase):
     def planned_trials(self) -> int:
         return self.members
 
+    def needs(self, workflow: Workflow) -> list[Need]:
+        return [Need("predictions", ("kind",), "an ensemble")]
+
     def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
         if not any(workflow.stage(ref).searches for ref in self.from_):
             yield (*here, "from"), "an ensemble stage needs from: an hpo stage to draw members from"
+        try:
+            trainer = workflow.trainer_of(self.name)
+        except (KeyError, IndexError, ValueError):
+            return  # a missing or cyclic from: is reported on its own
+        searched = {n for ref in self.from_ for n in workflow.stage(ref).searched()}
+        if ("structure" in self.vary and trainer.name is None
+                and "width" not in trainer.settings and "width" not in searched):
+            yield (*here, "vary"), (
+                "vary: structure scales each member's width, but the"
+                f" {trainer.kind} trainer has no width (not in trainer.settings nor searched):"
+                " add one, or vary seed or data")
 
 
 class Task(Strict):
@@ -1014,8 +1075,20 @@ class TransferStage(_StageBase):
     def scored_task(self) -> Task | None:
         return self.target
 
+    def needs(self, workflow: Workflow) -> list[Need]:
+        return [Need("checkpoints", ("kind",), "transfer")]
+
     def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
         yield from self._config_findings(workflow, here, self.config)
+        try:
+            user = workflow.trainer_of(self.name).name is None
+        except (KeyError, IndexError, ValueError):
+            user = False  # a missing or cyclic from: is reported on its own
+        if user and self.freeze:
+            yield (*here, "freeze"), (
+                "freeze names layer groups of a built-in trainer's model, but this stage's"
+                " trainer is a function or command: freeze what it loads from ctx.init_from"
+                " (NESTOR_INIT_FROM) in its own code, and remove freeze")
         for side in ("source", "target"):
             dataset = getattr(self, side).dataset
             if dataset not in DATASETS:
@@ -1043,6 +1116,13 @@ class TrainStage(_StageBase):
 
     def fixed_config(self) -> dict[str, Scalar]:
         return dict(self.config)
+
+    def needs(self, workflow: Workflow) -> list[Need]:
+        """Replaying a PBT winner's schedule carries each step on from the last."""
+        if self.replay and any(isinstance(getattr(workflow.stage(ref), "search", None),
+                                          PbtSearch) for ref in self.from_):
+            return [Need("checkpoints", ("from",), "replaying a PBT schedule")]
+        return []
 
     def check(self, workflow: Workflow, here: tuple[Any, ...]) -> Iterator[Finding]:
         return self._config_findings(workflow, here, self.config)

@@ -16,7 +16,8 @@ SPEC = textwrap.dedent("""
     stages:
       - name: tune
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial", settings: {epochs: 9}}
+        trainer: {function: "orchestrator.simulate:simulated_trial", settings: {epochs: 9},
+                  checkpoints: true}
         search: {algorithm: auto, budget: 30, parallel: 4, fidelity: epochs, seed: 2}
         space:
           x: {type: float, low: 0, high: 1}

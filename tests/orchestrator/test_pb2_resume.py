@@ -15,7 +15,7 @@ SPEC = textwrap.dedent("""
     stages:
       - name: tune
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial"}
+        trainer: {function: "orchestrator.simulate:simulated_trial", checkpoints: true}
         search: {algorithm: pbt, explore: pb2, population: 4, interval: 1, intervals: 6,
                  quantile: 0.5, seed: 3}
         space:

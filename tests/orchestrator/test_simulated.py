@@ -44,7 +44,7 @@ def spec(*, data: int = 2, model: int = 1, population: int = 4, generations: int
         stages:
           - name: tune
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            trainer: {{function: "orchestrator.simulate:simulated_trial", predictions: true}}
             parallel: {{data: {data}, model: {model}}}
             search: {{algorithm: genetic, population: {population}, generations: {generations},
                       schedule: {schedule}, seed: 1}}
@@ -523,7 +523,7 @@ def pbt_spec(extra: str = "") -> str:
         stages:
           - name: tune
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            trainer: {{function: "orchestrator.simulate:simulated_trial", checkpoints: true}}
             search: {{algorithm: pbt, population: 4, interval: 1, intervals: 5,
                      quantile: 0.5, seed: 3}}
             {extra}

@@ -46,7 +46,7 @@ def test_auto_with_a_fidelity_plans_asha_over_the_trainers_epochs() -> None:
 
 
 def test_a_command_trainer_names_its_full_length_in_its_settings() -> None:
-    trainer = '{command: "python3 fit.py", settings: {steps: 81}}'
+    trainer = '{command: "python3 fit.py", settings: {steps: 81}, checkpoints: true}'
     stage = load_spec_text(spec("{algorithm: auto, budget: 40, fidelity: steps}", trainer)
                            ).stage("tune")  # fmt: skip
     assert stage.auto_choice().label().startswith("asha tpe, rungs 3-81")

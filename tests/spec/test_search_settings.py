@@ -48,7 +48,7 @@ def sweep(algorithm: str, **options: object) -> dict:
     return build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
                       settings=[], algorithm=algorithm, budget=None, metric=None, mode=None,
                       fom_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
-                      **options)
+                      checkpoints=True, **options)
 
 
 @pytest.mark.parametrize("algorithm", ALGORITHMS)

@@ -18,6 +18,7 @@ from orchestrator.engine.trials import TrialRunner
 from orchestrator.journal.journal import write_atomic
 from orchestrator.journal.safe import inside
 from orchestrator.spec import EnsembleStage, Workflow
+from orchestrator.spec.needs import what_to_do
 
 log = logging.getLogger(__name__)
 
@@ -36,12 +37,9 @@ class EnsembleTrials(PlannedTrials):
 
     def runner(self, workflow: Workflow, stage: EnsembleStage, **kwargs: Any) -> TrialRunner:
         trainer = workflow.trainer_of(stage.name)
-        if trainer.name is None:
-            raise StageError(
-                f"ensemble stage {stage.name!r} needs a built-in trainer (see `nestor trainers`):"
-                " members are combined from their predicted class probabilities, which"
-                " function and command trainers do not give"
-            )
+        if not trainer.can("predictions"):  # `nestor validate` refuses it first
+            raise StageError(f"ensemble stage {stage.name!r}: its {trainer.kind} trainer gives"
+                             f" no predictions, and {what_to_do('predictions', 'an ensemble')}")
         runner = super().runner(workflow, stage, **kwargs)
         runner.preparing = bool(self._pool)
         return runner
@@ -113,8 +111,8 @@ class EnsembleTrials(PlannedTrials):
         predictions come from ``preparing_task``, and ``prepared`` calls again."""
         from orchestrator.engine.kinds.combine import greedy_weights
 
-        pool = [t for t in self._distinct(candidates) if t.get("checkpoint")
-                and Path(t["checkpoint"]).is_file()][:GREEDY_CANDIDATES]
+        pool = [t for t in self._distinct(candidates) if _predicts(t.get("checkpoint"))
+                ][:GREEDY_CANDIDATES]
         if len(pool) <= 1 or self._val_predictions == ():
             return self._distinct(candidates)[:k]
         if self._val_predictions is None:
@@ -181,32 +179,57 @@ class EnsembleTrials(PlannedTrials):
         return summary
 
 
+def _predicts(checkpoint: str | None) -> bool:
+    """Whether a trial's checkpoint gives predictions: a built-in trainer's file, or a
+    user trainer's folder holding its predictions file."""
+    from trainers.outputs import PREDICTIONS_FILE
+
+    if not checkpoint:
+        return False
+    path = Path(checkpoint)
+    return path.is_file() or (path / PREDICTIONS_FILE).is_file()
+
+
 def val_predictions(checkpoints: list[str]) -> tuple[list[Any], Any]:
     """Each checkpoint's class probabilities on validation data, and the labels
     (for greedy member selection); runs as a Ray task, like member_predictions."""
-    from trainers.predict import Predictor
+    from trainers.predict import split_predictions
 
     probs, labels = [], None
     for checkpoint in checkpoints:
-        p, labels = Predictor(checkpoint).split("val")
+        p, own = split_predictions(checkpoint, "val")
+        labels = _same_labels(labels, own, checkpoint, "val")
         probs.append(p)
     return probs, labels
 
 
 def member_predictions(checkpoints: list[str]) -> list[tuple[Any, Any, Any, Any]]:
     """Each member's class probabilities and the labels, on validation and test data:
-    (val_p, val_labels, test_p, test_labels) per checkpoint. Runs as a Ray task (the
-    backend's ``run_task``), not in the driver: loading models and predicting takes
-    seconds that the scheduling loop must not wait."""
-    from trainers.predict import Predictor
+    (val_p, val_labels, test_p, test_labels) per checkpoint (a built-in trainer's
+    model predicts them; a function or command trainer left them in its
+    ``predictions.npz``). Runs as a Ray task (the backend's ``run_task``), not in the
+    driver: loading models and predicting takes seconds that the scheduling loop
+    must not wait."""
+    from trainers.predict import split_predictions
 
     out = []
+    labels: dict[str, Any] = {"val": None, "test": None}
     for checkpoint in checkpoints:
-        predictor = Predictor(checkpoint)
-        val_p, val_labels = predictor.split("val")
-        test_p, test_labels = predictor.split("test")
+        val_p, val_labels = split_predictions(checkpoint, "val")
+        test_p, test_labels = split_predictions(checkpoint, "test")
+        labels["val"] = _same_labels(labels["val"], val_labels, checkpoint, "val")
+        labels["test"] = _same_labels(labels["test"], test_labels, checkpoint, "test")
         out.append((val_p, val_labels, test_p, test_labels))
     return out
+
+
+def _same_labels(first: Any, labels: Any, checkpoint: str, split: str) -> Any:
+    """Members are combined row by row: each must predict the same rows, in order."""
+    if first is not None and (len(first) != len(labels) or not np.array_equal(first, labels)):
+        raise ValueError(f"{checkpoint}: its {split} labels differ from the first member's"
+                         f" ({len(labels)} rows against {len(first)}): every member must"
+                         f" predict the same {split} rows in the same order")
+    return labels
 
 
 def ensemble_file(run_dir: Path, stage: str) -> Path:
@@ -225,6 +248,8 @@ def _default(workflow: Workflow, stage: Any, key: str) -> Any:
     from trainers.catalog import resolve_options
 
     trainer = workflow.trainer_of(stage.name)
+    if trainer.name is None:  # a user trainer's own setting (`nestor validate` checks it)
+        return trainer.settings[key]
     return resolve_options(trainer.name, dict(trainer.settings), {})[key]
 
 

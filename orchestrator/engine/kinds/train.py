@@ -45,14 +45,21 @@ class TrainTrials(PlannedTrials):
         return phases
 
     def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
+        """``data: train+val`` is the request's data split (a function trainer's
+        ``ctx.data_split``, a command's ``NESTOR_DATA_SPLIT``: no flag it may not know),
+        and a built-in trainer's ``train_data`` setting; a replayed step trains up to
+        its interval's end, carrying on from the step before."""
         settings: dict[str, Any] = {}
+        extras: dict[str, Any] = {}
         if runner.stage.data != "train":
-            settings["train_data"] = runner.stage.data
+            extras["data_split"] = runner.stage.data
+            if runner.trainer_spec.name is not None:
+                settings["train_data"] = runner.stage.data
         until = self._untils.get(trial.id)
         if until is None:
-            return {"settings": settings} if settings else {}
+            return {**extras, "settings": settings} if settings else extras
         settings["epochs"] = int(until) if float(until).is_integer() else until
-        extras: dict[str, Any] = {"settings": settings}
+        extras["settings"] = settings
         if trial.parents:
             record = runner.records.get(trial.parents[0])
             if record is None or record.status != "completed" or not record.checkpoint:

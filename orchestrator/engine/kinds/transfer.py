@@ -34,7 +34,9 @@ class TransferTrials(PlannedTrials):
                objective: Any) -> list[list[PlannedTrial]]:
         config = {**best_config(sources), **stage.config}
         tuned = dict(config)
-        tuned["lr"] = float(config.get("lr", DEFAULT_LR)) * stage.lr_scale
+        # A user trainer without an lr gets none (a command would not know the flag).
+        if "lr" in config or workflow.trainer_of(stage.name).name is not None:
+            tuned["lr"] = float(config.get("lr", DEFAULT_LR)) * stage.lr_scale
         if stage.mode == "finetune":
             first = [PlannedTrial("pretrain", config, origin="source")]
             last = PlannedTrial("finetune", tuned, origin="target", parents=("pretrain",))

@@ -98,8 +98,8 @@ class KindReport:
         checkpoint = self.checkpoint(summary)
         if not checkpoint or not Path(checkpoint).is_file():
             raise NoModel(f"stage {summary.get('name')!r} has no saved model to predict"
-                          " with (function and command trainers save none; or its trials"
-                          " failed)")
+                          " with (nestor predict loads built-in trainers' models, not a"
+                          " function or command trainer's folder; or its trials failed)")
         return [Path(checkpoint)], [1.0]
 
 

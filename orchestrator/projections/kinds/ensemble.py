@@ -79,6 +79,11 @@ class EnsembleReport(KindReport):
             raise NoModel(f"stage {summary['name']!r} made no ensemble"
                           f" ({summary.get('stop_reason')})")
         members = [m for m in json.loads(path.read_text())["members"] if m["weight"] > 0]
+        if not all((run_dir / m["checkpoint"]).is_file() for m in members):
+            raise NoModel(f"stage {summary['name']!r} is an ensemble of a function or command"
+                          " trainer's models, which nestor predict cannot load (it loads"
+                          " built-in trainers'); each member's predictions are in its"
+                          " checkpoint folder's predictions.npz")
         total = sum(m["weight"] for m in members)
         return [inside(run_dir, m["checkpoint"]) for m in members], [m["weight"] / total
                                                                for m in members]
