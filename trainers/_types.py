@@ -232,7 +232,10 @@ class TrialResult:
     ``samples_per_second``, ``epoch_time``, ``lr``). ``stopped_early`` is True
     when ``should_stop()`` ended the trial. ``checkpoint`` is the path of the
     last checkpoint saved, ``resumed_from_epoch`` the epoch a restart resumed
-    after (0: started fresh).
+    after (0: started fresh). ``repeats``: the failure would happen again on a
+    rerun of the same trial (a usage error, a missing file, module or program, a
+    syntax error, no result printed), so it is not retried unless the stage's
+    ``trial.retry_on`` is ``any``; a killed or crashed rank may pass next time.
     """
 
     trial_id: str
@@ -245,6 +248,7 @@ class TrialResult:
     resumed_from_epoch: int = 0
     logs: dict[str, str] = field(default_factory=dict)
     details: str | None = None
+    repeats: bool = False
 
     @property
     def ok(self) -> bool:
@@ -262,6 +266,7 @@ class TrialResult:
             "resumed_from_epoch": self.resumed_from_epoch,
             "logs": dict(self.logs),
             "details": self.details,
+            "repeats": self.repeats,
         }
 
     @classmethod

@@ -63,6 +63,8 @@ from orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
 
+NOT_RETRIED = "not retried: a rerun would fail the same way (trial.retry_on: any retries it)"
+
 __all__ = ["Attempt", "KindTrials", "SkipTrial", "TrialRecord", "TrialRunner"]
 
 
@@ -396,7 +398,7 @@ class TrialRunner:
         record.slot_seconds += slot_seconds
         record.startup_slot_seconds += startup_slot_seconds
         logs = dict(outcome.get("logs") or {})  # a command trainer's stdout and stderr
-        if self.policy.retries_after(outcome["status"], attempt.number):
+        if self.policy.retries_after(outcome, attempt.number):
             self.journal.record(TrialAttemptFailed(
                 stage=self.stage.name, trial=trial.to_dict(), attempt=attempt.number,
                 reason=outcome["reason"], slot_seconds=slot_seconds,
@@ -413,6 +415,8 @@ class TrialRunner:
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})
         record.reason = outcome.get("reason")
+        if attempt.number <= self.policy.retries and self.policy.not_retried(outcome):
+            record.reason = f"{record.reason}; {NOT_RETRIED}"
         record.checkpoint = outcome.get("checkpoint")
         record.history = list(outcome.get("history", []))
         record.finished_at = time.time()

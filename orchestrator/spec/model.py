@@ -544,6 +544,11 @@ PROGRESS_TIMEOUT_S = 1800.0
 class TrialPolicy(Strict):
     timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
     retries: int = Field(1, ge=0, description="re-runs of a failed trial, from its checkpoint")
+    retry_on: Literal["transient", "any"] = Field(
+        "transient", description="transient: retry only failures a rerun may mend (a killed"
+        " or crashed rank, a lost node, a NaN, a timeout, a hang); any: also those that"
+        " repeat (exit status 2, 126 or 127, a command or file not found, an ImportError or"
+        " SyntaxError, no metric reported)")
     progress_timeout: float | None = Field(
         PROGRESS_TIMEOUT_S, gt=0,
         description="seconds without progress from rank 0 (a batch, a report, a line of"
