@@ -105,6 +105,33 @@ def _stage(workflow: Workflow, index: int, stage: Any) -> Iterator[Finding]:
         )
     yield from _gpu_share(workflow, here, stage, declared)
     yield from stage.check(workflow, here)
+    yield from _ensemble_predictions(workflow, here, stage)
+
+
+def trainer_predicts(trainer: Any) -> bool:
+    """Can this trainer give the class probabilities an ensemble combines? The built-in
+    trainers can; a function or command trainer has no way to yet. The one place that
+    says so: relax it here once user trainers have a predictions contract."""
+    return trainer.name is not None
+
+
+def _ensemble_predictions(workflow: Workflow, here: tuple[Any, ...],
+                          stage: Any) -> Iterator[Finding]:
+    """An ensemble whose trainer cannot predict fails only once its members are drawn,
+    after the hpo stage before it has spent its budget: refused here instead."""
+    if stage.kind != "ensemble":
+        return
+    try:
+        trainer = workflow.trainer_of(stage.name)
+    except (KeyError, IndexError, ValueError):
+        return  # a missing or cyclic from: is reported on its own
+    if trainer_predicts(trainer):
+        return
+    yield (*here, "trainer" if stage.trainer is not None else "kind"), (
+        f"ensemble stage {stage.name!r} combines its members' predicted class probabilities,"
+        f" which its {trainer.kind} trainer {short(trainer.describe())} cannot give (only"
+        " built-in trainers do: see `nestor trainers`); it would fail after the stages"
+        " before it ran. Remove the ensemble stage, or use a built-in trainer")
 
 
 def _gpu_share(workflow: Workflow, here: tuple[Any, ...], stage: Any,

@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from orchestrator.spec._derive import search_model
-from search import settings_class
+from search import one_objective_only, settings_class
 from search._auto import AutoChoice, choose_search
 from search._genetic import plan_generations
 from search.space import (
@@ -813,10 +813,7 @@ class HpoStage(_StageBase):
                 "search.sampler lq-cmaes searches floats and ints only, but space has"
                 f" categorical {', '.join(categorical)}: use sampler tpe, or fix it in"
                 " trainer.settings")
-        if len(self.objectives) > 1:
-            raise ValueError("search.sampler lq-cmaes optimizes one objective, but objective"
-                             f" lists {len(self.objectives)}: use sampler tpe or gp")
-        return self
+        return self  # several objectives: HpoStage.check, as for every such search
 
     @model_validator(mode="after")
     def _pbt_keeps_the_model_shape(self) -> HpoStage:
@@ -889,6 +886,24 @@ class HpoStage(_StageBase):
         metrics = [o.metric for o in objectives]
         if len(set(metrics)) != len(metrics):
             yield (*here, "objective"), f"names a metric twice: {metrics}"
+        yield from self._one_objective(here)
+
+    def _one_objective(self, here: tuple[Any, ...]) -> Iterator[Finding]:
+        """A search that ranks or models trials by one number (ASHA, Hyperband, PBT,
+        CMA-ES) refuses several objectives when it is made: refused here instead, at
+        the objective's line, before any stage runs."""
+        if len(self.objectives) < 2:
+            return
+        algorithm, settings = self.search.algorithm, self.search.settings()
+        why = one_objective_only(algorithm, settings)
+        if why is None:
+            return
+        named = f"sampler {settings['sampler']}" if algorithm == "bayesian" else algorithm
+        several = [a for a in ALGORITHMS if one_objective_only(a, {}) is None]
+        yield (*here, "objective"), (
+            f"search {named} optimizes exactly one objective ({why}), but objective lists"
+            f" {len(self.objectives)}: {', '.join(o.metric for o in self.objectives)}; keep"
+            f" one, or use an algorithm that takes several ({', '.join(several)})")
 
     def max_fidelity(self) -> int | None:
         """An auto search's fidelity at its full value: the trainer's setting (for a
