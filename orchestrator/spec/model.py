@@ -518,9 +518,16 @@ Search = Annotated[
 ]
 
 
+DEFAULT_METRIC = "val_accuracy"
+"""The one metric with a direction by default (max); any other needs ``mode``, in a
+spec and in `nestor sweep` alike."""
+
+
 class Objective(Strict):
-    metric: str = Field("val_accuracy", description="the metric a trial reports to optimize")
-    mode: Literal["min", "max"] = "max"
+    metric: str = Field(DEFAULT_METRIC, description="the metric a trial reports to optimize")
+    mode: Literal["min", "max"] = Field(
+        "max", description="max: higher is better; min: lower is better (required for"
+        f" any metric but {DEFAULT_METRIC})")
     threshold: float | None = Field(None, description="stop the search once a trial reaches it")
 
     @model_validator(mode="before")
@@ -529,7 +536,7 @@ class Objective(Strict):
         # max is right for the default val_accuracy, wrong for a loss: make users say.
         if (
             isinstance(data, dict)
-            and data.get("metric", "val_accuracy") != "val_accuracy"
+            and data.get("metric", DEFAULT_METRIC) != DEFAULT_METRIC
             and "mode" not in data
         ):
             raise ValueError(f"mode is required for metric {data['metric']!r}: allowed: min, max")
