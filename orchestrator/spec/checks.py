@@ -119,7 +119,7 @@ def _ensemble_predictions(workflow: Workflow, here: tuple[Any, ...],
                           stage: Any) -> Iterator[Finding]:
     """An ensemble whose trainer cannot predict fails only once its members are drawn,
     after the hpo stage before it has spent its budget: refused here instead."""
-    if stage.kind != "ensemble":
+    if not stage.combines_predictions:
         return
     try:
         trainer = workflow.trainer_of(stage.name)
@@ -128,7 +128,7 @@ def _ensemble_predictions(workflow: Workflow, here: tuple[Any, ...],
     if trainer_predicts(trainer):
         return
     yield (*here, "trainer" if stage.trainer is not None else "kind"), (
-        f"ensemble stage {stage.name!r} combines its members' predicted class probabilities,"
+        f"{stage.kind} stage {stage.name!r} combines its members' predicted class probabilities,"
         f" which its {trainer.kind} trainer {short(trainer.describe())} cannot give (only"
         " built-in trainers do: see `nestor trainers`); it would fail after the stages"
         " before it ran. Remove the ensemble stage, or use a built-in trainer")

@@ -601,6 +601,9 @@ class _StageBase(Strict):
     # Its trials come from a search, so its best trial is its product and other
     # stages (an ensemble) may draw members from it.
     searches: ClassVar[bool] = False
+    # Its product combines its trials' predicted class probabilities (an ensemble), so
+    # its trainer must give them (checks.trainer_predicts).
+    combines_predictions: ClassVar[bool] = False
 
     name: Name
     from_: list[str] = Field(default_factory=list, alias="from")
@@ -961,6 +964,8 @@ class HpoStage(_StageBase):
 
 
 class EnsembleStage(_StageBase):
+    combines_predictions: ClassVar[bool] = True
+
     kind: Literal["ensemble"]
     members: PositiveInt = Field(3, description="ensemble size")
     select: Literal["top_k", "greedy"] = Field(
