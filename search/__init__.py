@@ -99,6 +99,14 @@ def searcher_class(algorithm: str, settings: Mapping[str, Any]) -> type[Searcher
     return ALGORITHMS[algorithm]
 
 
+def one_objective_only(algorithm: str, settings: Mapping[str, Any]) -> str | None:
+    """Why ``algorithm`` with these settings takes exactly one objective (None: it takes
+    several; ``auto`` picks a search that does)."""
+    if algorithm == "auto":
+        return None
+    return searcher_class(algorithm, settings).one_objective(settings)
+
+
 def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **settings: Any) -> Searcher:
     """Build a searcher by name with the spec's settings as keyword arguments.
 
@@ -154,6 +162,7 @@ __all__ = [
     "choose_search",
     "make_searcher",
     "observations_from_state",
+    "one_objective_only",
     "schedules_from_state",
     "searcher_class",
     "settings_class",

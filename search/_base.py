@@ -415,6 +415,14 @@ class Searcher(abc.ABC):
     def multi_objective(self) -> bool:
         return len(self.objectives) > 1
 
+    @classmethod
+    def one_objective(cls, settings: Mapping[str, Any]) -> str | None:
+        """Why this search, with these settings, takes exactly one objective (what it
+        ranks or models by one number); None where it takes several. Asked before any
+        search is made (`nestor validate`), so that a spec listing two objectives is
+        refused at its line, not when the stage starts."""
+        return None
+
     @property
     def observations(self) -> list[Observation]:
         """Every told trial, in the order told (failures included)."""

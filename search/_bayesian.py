@@ -104,6 +104,12 @@ class BayesianSearch(Searcher):
 
     Settings = BayesianSettings
 
+    @classmethod
+    def one_objective(cls, settings: Mapping[str, Any]) -> str | None:
+        if settings.get("sampler") == "cmaes":
+            return "CMA-ES optimizes one; sampler tpe or gp takes several"
+        return None
+
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         s = self.Settings(**settings)
         seed, budget, sampler = s.seed, s.budget, s.sampler

@@ -55,11 +55,14 @@ def check_int(name: str, value: Any, minimum: int) -> int:
     return value
 
 
+RANKS_ON_ONE = "it ranks trials on one metric to decide which continue"
+"""Why the searches that continue trials (PBT, ASHA, Hyperband) take one objective."""
+
+
 def check_one_objective(algorithm: str, objectives: tuple[Any, ...]) -> None:
     """These searches rank trials against each other on one number."""
     if len(objectives) != 1:
         raise ValueError(
-            f"objectives must be exactly one for {algorithm} search (it ranks trials on one"
-            f" metric to decide which continue), but got {len(objectives)}:"
-            f" {', '.join(o.metric for o in objectives)}"
+            f"objectives must be exactly one for {algorithm} search ({RANKS_ON_ONE}), but"
+            f" got {len(objectives)}: {', '.join(o.metric for o in objectives)}"
         )

@@ -41,13 +41,19 @@ from __future__ import annotations
 import math
 import random
 import warnings
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from search import _optuna
 from search._base import Observation, Searcher, Trial
-from search._fidelity import budget_used, check_int, check_number, check_one_objective
+from search._fidelity import (
+    RANKS_ON_ONE,
+    budget_used,
+    check_int,
+    check_number,
+    check_one_objective,
+)
 from search._sampling import sample_config
 from search._settings import SearchSettings, setting
 from search.space import Scalar, SearchSpace
@@ -140,6 +146,10 @@ class _SuccessiveHalving(Searcher):
     """
 
     Settings: ClassVar[type] = HalvingSettings
+
+    @classmethod
+    def one_objective(cls, settings: Mapping[str, Any]) -> str | None:
+        return RANKS_ON_ONE
 
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         s = self.Settings(**settings)

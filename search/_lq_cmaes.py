@@ -53,7 +53,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from search._base import Observation, Searcher, Trial
@@ -112,6 +112,10 @@ class LQCMAESSearch(Searcher):
     algorithm = "bayesian"
 
     Settings = BayesianSettings
+
+    @classmethod
+    def one_objective(cls, settings: Mapping[str, Any]) -> str | None:
+        return "lq-CMA-ES optimizes one; sampler tpe or gp takes several"
 
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         s = self.Settings(**{"sampler": "lq-cmaes", **settings})

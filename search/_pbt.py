@@ -109,7 +109,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from search._base import Observation, Searcher, Trial, observations_from_state
-from search._fidelity import budget_used, check_one_objective, span
+from search._fidelity import RANKS_ON_ONE, budget_used, check_one_objective, span
 from search._sampling import sample_config, sample_value
 from search._settings import SearchSettings, setting
 from search.space import (
@@ -205,6 +205,10 @@ class PBTSearch(Searcher):
     algorithm = "pbt"
 
     Settings = PBTSettings
+
+    @classmethod
+    def one_objective(cls, settings: Mapping[str, Any]) -> str | None:
+        return RANKS_ON_ONE
 
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         s = self.Settings(**settings)

@@ -95,9 +95,26 @@ def _run_kind(request: TrialRequest, report: Report | None, should_stop: ShouldS
         result = TrialResult(
             trial_id=request.trial_id, status="failed", reason=reason,
             metrics={"wall_time": time.perf_counter() - started},
-            details=traceback.format_exc(),
+            details=traceback.format_exc(), repeats=error_repeats(exc),
         )
     return result, rank
+
+
+# Errors a rerun of the same trial meets again: code that does not import or parse, a
+# file that is not there. (A ValueError raised from one, as resolving a trainer
+# function's module does, counts as it.)
+REPEATING_ERRORS = (ImportError, SyntaxError, FileNotFoundError)
+
+
+def error_repeats(exc: BaseException) -> bool:
+    """Would a rerun fail with this error again (so retrying it only costs slots)?
+
+    >>> error_repeats(ModuleNotFoundError("no module named 'sklearn'"))
+    True
+    >>> error_repeats(RuntimeError("NCCL error: unhandled system error"))
+    False
+    """
+    return isinstance(exc, REPEATING_ERRORS) or isinstance(exc.__cause__, REPEATING_ERRORS)
 
 
 @contextlib.contextmanager

@@ -241,7 +241,10 @@ class TrialResult:
     when ``should_stop()`` ended the trial. ``checkpoint`` is the path of the
     last checkpoint saved (a function or command trainer's: its checkpoint
     folder, when it left a file there), ``resumed_from_epoch`` the epoch a
-    restart resumed after (0: started fresh).
+    restart resumed after (0: started fresh). ``repeats``: the failure would happen
+    again on a rerun of the same trial (a usage error, a missing file, module or
+    program, a syntax error, no result printed), so it is not retried unless the
+    stage's ``trial.retry_on`` is ``any``; a killed or crashed rank may pass next time.
     """
 
     trial_id: str
@@ -254,6 +257,7 @@ class TrialResult:
     resumed_from_epoch: int = 0
     logs: dict[str, str] = field(default_factory=dict)
     details: str | None = None
+    repeats: bool = False
 
     @property
     def ok(self) -> bool:
@@ -271,6 +275,7 @@ class TrialResult:
             "resumed_from_epoch": self.resumed_from_epoch,
             "logs": dict(self.logs),
             "details": self.details,
+            "repeats": self.repeats,
         }
 
     @classmethod

@@ -194,6 +194,29 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+# Exit statuses a rerun of the same argv gets again: a usage error (argparse, getopt and
+# Python's own "can't open file" exit 2), a program found but not executable (126), a
+# program not found (127, from a shell or env).
+REPEATING_STATUSES = {2: "a usage error", 126: "not executable", 127: "not found"}
+# The last line of a Python traceback whose error a rerun meets again.
+REPEATING_ERROR = re.compile(
+    r"^(ModuleNotFoundError|ImportError|SyntaxError|IndentationError|TabError"
+    r"|FileNotFoundError)\b")
+
+
+def exit_repeats(returncode: int, last_stderr: str) -> bool:
+    """Would the command fail the same way when run again? For an exit status that
+    says the command line or the program is wrong, or a Python script that died of an
+    import, syntax or missing-file error; a signal or any other status may pass.
+
+    >>> exit_repeats(2, "usage: fit.py [-h] --lr LR"), exit_repeats(1, "RuntimeError: CUDA")
+    (True, False)
+    >>> exit_repeats(1, "ModuleNotFoundError: No module named 'sklearn'")
+    True
+    """
+    return returncode in REPEATING_STATUSES or bool(REPEATING_ERROR.match(last_stderr))
+
+
 def _parse(value: str) -> float | str:
     """The number, or a message saying why it is not one."""
     try:
@@ -398,9 +421,9 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             cwd=request.workdir, env=env, start_new_session=True,
         )
     except FileNotFoundError:
-        return failed(f"command not found: {argv[0]!r}")
+        return failed(f"command not found: {argv[0]!r}", repeats=True)
     except PermissionError:
-        return failed(f"command is not executable: {argv[0]!r}")
+        return failed(f"command is not executable: {argv[0]!r}", repeats=True)
     except OSError as exc:
         return failed(f"command {argv[0]!r} could not start: {exc}")
 
@@ -479,7 +502,9 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             reason = f"command was killed by {signame}{tail}{where}"
         else:
             reason = f"command exited with status {returncode}{tail}{where}"
-        return failed(reason, logs=logs, details=details)
+        last = err.last_lines[-1] if err.last_lines else ""
+        return failed(reason, logs=logs, details=details,
+                      repeats=returncode > 0 and exit_repeats(returncode, last))
     if not need_result:
         return TrialResult(trial_id=request.trial_id, status="ok",
                            metrics={"wall_time": time.perf_counter() - started},
@@ -490,12 +515,12 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             return failed("stopped before the command printed a result", logs=logs,
                           details=details, stopped_early=True)
         return failed(f"command printed no line matching '{trainer.result_pattern}'{tail}{where}",
-                      logs=logs, details=details)
+                      logs=logs, details=details, repeats=True)
     value, line = found
     number = _parse(value)
     if isinstance(number, str):
         return failed(f"the result {value!r} in the line {line!r} {number}", logs=logs,
-                      details=details)
+                      details=details, repeats=number == "is not a number")
     metrics = {**device, trainer.result_metric: number,
                "wall_time": time.perf_counter() - started}
     return TrialResult(trial_id=request.trial_id, status="ok", metrics=metrics, history=history,

@@ -22,6 +22,8 @@ from orchestrator.commands.console import (
     run_status,
 )
 
+TRIALS_SHOWN = 20  # `nestor results` lists the best 20 trials a stage; the CSV every one
+
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="nestor")
@@ -211,9 +213,11 @@ class _SweepCommand(click.Command):
               help="--cmd: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
               " names and, when NESTOR_CONTINUE_FROM names one, starts from it; pbt, asha"
               " and hyperband need this.")
-@click.option("--metric", help="Metric to optimize (default: val_accuracy, or fom for --cmd).")
+@click.option("--metric", help="Metric to optimize (default: val_accuracy; fom, the number"
+              " a --cmd prints, for --cmd).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
-              help="Direction (default: max for val_accuracy, min for a command's FoM).")
+              help="Direction: max (higher is better) or min (lower is better). Required for"
+              " every metric but val_accuracy (max), as in a spec, so --cmd needs it.")
 @click.option("--fom-pattern", metavar="REGEX",
               help=r"Regex whose group 1 is a command's result (default 'FoM: (\S+)').")
 @click.option("--dp", type=click.IntRange(min=1), default=1, show_default=True,
@@ -243,7 +247,8 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     nestor sweep --trainer cnn --set dataset=mnist5k --set epochs=1 --dp 2 \\
         --param lr=float:1e-3:0.2:log --param batch_size=int:32:128:log --budget 8
         [--backend torch]
-    nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --algo bayesian --budget 20
+    nestor sweep --cmd "python3 fit.py" --mode min --param=-a=float:-1:1 --algo bayesian \\
+        --budget 20
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \\
         --population 8 --interval 1 --intervals 6 --parallel 2 [--explore pb2]
     nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \\
@@ -389,12 +394,18 @@ def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
 @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table",
               show_default=True, help="table for people; json or csv for programs.")
-def results(run_dir: Path, fmt: str) -> None:
+@click.option("--trials", "shown", type=click.IntRange(min=0), default=TRIALS_SHOWN,
+              show_default=True, metavar="N",
+              help="Trials listed per stage in the table, best first (0: all).")
+def results(run_dir: Path, fmt: str, shown: int) -> None:
     """Show the results of a finished run: what each stage produced (its validation
-    value and test accuracy, against its baseline), what it cost, every trial."""
+    value and test accuracy, against its baseline), what it cost, and its trials,
+    best first, with their status and why any failed (the CSV has every trial and
+    its reason)."""
     from orchestrator.projections.results import (
         load_results,
         render_results,
+        render_trials,
         with_products,
         write_csv,
     )
@@ -412,6 +423,7 @@ def results(run_dir: Path, fmt: str) -> None:
         write_csv(data, sys.stdout)
     else:
         render_results(console(), data)
+        render_trials(console(), data, shown)
 
 
 @cli.command()

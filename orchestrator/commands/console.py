@@ -54,6 +54,10 @@ def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
         table.add_row(stage["name"], stage["state"], str(stage["completed"]),
                       str(stage["failed"]), str(stage["running"]))
     out.print(table)
+    failed = [stage["name"] for stage in info["stages"] if stage["state"] == "failed"]
+    if failed:
+        out.print(f"every trial of {', '.join(failed)} failed; `nestor results {run_dir}`"
+                  " lists each with its reason", soft_wrap=True)
     if info["state"] == "interrupted":
         out.print(f"continue with: {interrupted_hint or f'nestor resume {run_dir}'}",
                   soft_wrap=True)

@@ -10,6 +10,8 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from orchestrator.projections.products import objective_label
+
 
 class StageProgress:
     def __init__(self, console: Console) -> None:
@@ -41,7 +43,11 @@ class StageProgress:
         done = sum(1 for r in records if r.status != "running")
         failed = sum(1 for r in records if r.status == "failed")
         best = runner.searcher.best()
-        best_text = "-" if best is None else f"{best.value:.4g}"
+        first = None if best is None else (
+            best.value[0] if isinstance(best.value, list | tuple) else best.value)
+        best_text = "-" if first is None else f"{first:.4g}"
+        objective = runner.objectives[0]
+        label = objective_label(objective.metric, objective.mode)  # "fom (min)": which way
         busy = runner.backend.busy_slots
         generation = max((r.generation for r in records), default=0)
         cost = getattr(runner.searcher, "cost_budget", None)
@@ -50,7 +56,7 @@ class StageProgress:
         self.progress.update(
             self.tasks[name],
             completed=done,
-            detail=f"gen {generation}  best {best_text}  running {len(runner.running)}"
+            detail=f"gen {generation}  best {label} {best_text}  running {len(runner.running)}"
             f"  failed {failed}  slots {busy}/{runner.backend.slots}{spent}",
         )
 

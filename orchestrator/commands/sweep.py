@@ -4,7 +4,7 @@ The flags become an ordinary workflow spec (saved as the run's spec.yaml),
 so a sweep is validated, journalled, resumed and tracked exactly like
 `nestor run`. Urika-HPO-style use is a command and its parameters:
 
-    nestor sweep --cmd "python3 fit.py" --param=-a=float:-1:1 --param n=int:1:8 \
+    nestor sweep --cmd "python3 fit.py" --mode min --param=-a=float:-1:1 --param n=int:1:8 \
                  --budget 40          # auto (the default) picks the search
     nestor sweep ... --algo genetic --population 8 --generations 4 --budget 2h
 
@@ -208,6 +208,30 @@ def _search_settings(texts: list[str], search: dict[str, Any],
     return extra
 
 
+COMMAND_METRIC = "fom"
+"""The metric a command's result line (``FoM: <number>``) is reported as."""
+
+
+def sweep_objective(metric: str | None, mode: str | None, *, command: bool) -> dict[str, str]:
+    """The sweep's objective, by the rule a spec's ``objective:`` follows: only
+    ``val_accuracy`` has a direction by default (max); any other metric, and so a
+    command's figure of merit, needs ``--mode``. A direction that differed by entry
+    point (``--cmd`` once minimised silently) turns an accuracy search upside down."""
+    from orchestrator.spec.model import DEFAULT_METRIC
+
+    name = metric or (COMMAND_METRIC if command else DEFAULT_METRIC)
+    if mode is not None:
+        return {"metric": name, "mode": mode}
+    if name == DEFAULT_METRIC:
+        return {"metric": name, "mode": "max"}
+    what = (f"the number the command prints ({name})" if command and metric is None
+            else f"--metric {name}")
+    raise ValueError(
+        f"--mode is required: is {what} better higher (--mode max, e.g. an accuracy) or"
+        f" lower (--mode min, e.g. a loss or an error)? Only {DEFAULT_METRIC} defaults"
+        " to max, as in a spec")
+
+
 def build_spec(
     *,
     trainer: str | None,
@@ -260,11 +284,9 @@ def build_spec(
         spec_trainer: dict[str, Any] = {"command": command}
         if fom_pattern:
             spec_trainer["result_pattern"] = fom_pattern
-        # Urika HPO's convention: a command prints a figure of merit to minimize.
-        objective = {"metric": metric or "fom", "mode": mode or "min"}
     else:
         spec_trainer = {"name": trainer}
-        objective = {"metric": metric or "val_accuracy", "mode": mode or "max"}
+    objective = sweep_objective(metric, mode, command=command is not None)
     if fixed:
         spec_trainer["settings"] = fixed
     if command is not None and checkpoints:

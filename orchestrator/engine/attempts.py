@@ -1,8 +1,11 @@
 """The attempt policy of a stage: when a failed trial runs again, when the stage
 backs off after gangs failed to start, and when a running attempt is killed.
 
-A trial that fails (an exception, a NaN or missing metric, a dead rank, its
-timeout) is retried up to ``trial.retries`` times. After a gang fails to start
+A trial that fails in a way a rerun may mend (a dead or killed rank, a lost node, a
+NaN, its timeout, a hang) is retried up to ``trial.retries`` times. One that would
+fail the same way again (a usage error, a missing file, module or program, a syntax
+error, no metric reported: ``outcome``'s ``repeats``) is not, unless the stage's
+``trial.retry_on`` is ``any``: a retry would only spend its slots again. After a gang fails to start
 (placement timed out, a worker lost on start-up), the stage waits before starting
 another: 1, 2, 4, ... s, at most a minute, so a cluster that cannot place gangs is
 not hammered with placement groups. An attempt is killed past ``trial.timeout``, or
@@ -62,6 +65,7 @@ class AttemptPolicy:
         self.timeout: float | None = trial.timeout
         self.progress_timeout: float | None = trial.progress_timeout
         self.retries: int = trial.retries
+        self.retry_on: str = trial.retry_on
         self.backend = backend
         # (due, order, kind, seq, attempt) for each deadline set: a look costs O(log n) per
         # deadline due, not a scan of every running attempt. Entries of attempts that
@@ -74,9 +78,16 @@ class AttemptPolicy:
 
     # -- retries ----------------------------------------------------------------------
 
-    def retries_after(self, status: str, number: int) -> bool:
-        """Does a trial whose attempt ``number`` ended ``status`` run again?"""
-        return status == "failed" and number <= self.retries
+    def retries_after(self, outcome: dict[str, Any], number: int) -> bool:
+        """Does a trial whose attempt ``number`` ended so (:func:`outcome.outcome`) run
+        again? A failure while retries last, unless it would repeat (and the stage
+        retries only what may pass)."""
+        return (outcome["status"] == "failed" and number <= self.retries
+                and not self.not_retried(outcome))
+
+    def not_retried(self, outcome: dict[str, Any]) -> bool:
+        """A failure that a rerun would meet again, which this stage does not retry."""
+        return bool(outcome.get("repeats")) and self.retry_on != "any"
 
     # -- backoff ----------------------------------------------------------------------
 

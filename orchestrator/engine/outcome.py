@@ -13,11 +13,14 @@ from orchestrator.spec.needs import Need, what_to_do
 
 
 def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, Any]:
-    """The attempt's result as {status, value, metrics, reason, history, logs, checkpoint}.
+    """The attempt's result as {status, value, metrics, reason, history, logs, checkpoint,
+    repeats}.
 
     A trial the driver killed failed for the reason it was killed; one without a
     result failed as its gang did; a result without every objective's metric, or
-    with one that is not a finite number, failed saying which."""
+    with one that is not a finite number, failed saying which. ``repeats`` (only on
+    a failure): a rerun would fail the same way, as the trainer judged its failure
+    (``TrialResult.repeats``), or the trainer reported no metric the stage needs."""
     if attempt.cancelled is not None:
         return {"status": "failed", "reason": attempt.cancelled}
     if ended.result is None:
@@ -26,12 +29,13 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
     files = {"logs": dict(result.logs), "checkpoint": result.checkpoint}
     if not result.ok:
         return {"status": "failed", "reason": result.reason or "the trainer failed",
-                "metrics": dict(result.metrics), "history": list(result.history), **files}
+                "metrics": dict(result.metrics), "history": list(result.history),
+                "repeats": result.repeats, **files}
     values = []
     for objective in objectives:
         value = result.metrics.get(objective.metric)
         if value is None:
-            return {"status": "failed", "metrics": dict(result.metrics),
+            return {"status": "failed", "metrics": dict(result.metrics), "repeats": True,
                     "reason": f"the trainer reported no {objective.metric!r}"
                     f" (it reported: {', '.join(sorted(result.metrics)) or 'nothing'})"}
         if not isinstance(value, int | float) or not math.isfinite(value):

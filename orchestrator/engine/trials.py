@@ -64,6 +64,8 @@ from orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
 
+NOT_RETRIED = "not retried: a rerun would fail the same way (trial.retry_on: any retries it)"
+
 __all__ = ["Attempt", "KindTrials", "SkipTrial", "TrialRecord", "TrialRunner"]
 
 
@@ -413,7 +415,7 @@ class TrialRunner:
         if unmet is not None:  # it would fail again: no retry, the run stops
             outcome = {**outcome, "status": "failed", "reason": unmet, "value": None}
             self.broken = f"stage {self.stage.name!r}, trial {trial.id}: {unmet}"
-        elif self.policy.retries_after(outcome["status"], attempt.number):
+        elif self.policy.retries_after(outcome, attempt.number):
             self.journal.record(TrialAttemptFailed(
                 stage=self.stage.name, trial=trial.to_dict(), attempt=attempt.number,
                 reason=outcome["reason"], slot_seconds=slot_seconds,
@@ -430,6 +432,8 @@ class TrialRunner:
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})
         record.reason = outcome.get("reason")
+        if attempt.number <= self.policy.retries and self.policy.not_retried(outcome):
+            record.reason = f"{record.reason}; {NOT_RETRIED}"
         record.checkpoint = outcome.get("checkpoint")
         record.history = list(outcome.get("history", []))
         record.finished_at = time.time()

@@ -42,3 +42,18 @@ def stage_product(stage: dict[str, Any]) -> Product:
     from orchestrator.projections.kinds import report_of
 
     return report_of(stage).product(stage)
+
+
+def objective_label(metric: str, mode: str | None) -> str:
+    """A metric with its direction beside it, ``fom (min)``: the progress bar, the
+    results tables and MLflow say which way a search went, never leave it to guess."""
+    return f"{metric} ({mode})" if mode in ("max", "min") else metric
+
+
+def metric_label(stage: dict[str, Any], metric: str) -> str:
+    """``metric`` of a stage's summary with its direction: the stage's objective's, or
+    max for an accuracy (what ensemble, train and transfer products are measured by)."""
+    objective = stage.get("objective") or {}
+    if objective.get("metric") == metric:
+        return objective_label(metric, objective.get("mode"))
+    return objective_label(metric, "max" if metric.endswith("accuracy") else None)

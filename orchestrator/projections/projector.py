@@ -56,6 +56,7 @@ from orchestrator.journal.events import (
 )
 from orchestrator.journal.journal import write_atomic
 from orchestrator.journal.text import first_line
+from orchestrator.projections.products import objective_label
 from orchestrator.projections.tracking import (
     RunWrites,
     Tracker,
@@ -371,8 +372,23 @@ class Projector:
             self._stage_runs[stage] = self.tracker.start_run(
                 stage, key=derived_key(self._run_key, stage),
                 tags={"nestor.stage": stage, "nestor.kind": kind,
-                      "nestor.run_dir": str(self.run_dir.resolve())})
+                      "nestor.run_dir": str(self.run_dir.resolve()),
+                      **self._objective_tags(stage)})
         return self._stage_runs[stage]
+
+    def _objective_tags(self, stage: str) -> dict[str, str]:
+        """What the stage's search optimizes and which way, ``nestor.objective: fom
+        (min)``, so MLflow's view of its runs' metric never leaves the direction to
+        guess (several objectives: each, comma-separated). A stage with no search of
+        its own (ensemble, train) is tagged from its summary at its end."""
+        try:
+            objectives = self.workflow.stage(stage).objectives
+        except Exception:
+            return {}
+        if not objectives:
+            return {}
+        return {"nestor.objective": ", ".join(objective_label(o.metric, o.mode)
+                                              for o in objectives)}
 
     def _trial_run(self, event: TrialStarted | TrialAttemptFailed | TrialFinished
                    | TrialInterrupted) -> str:
@@ -514,8 +530,12 @@ class Projector:
         stage = self.workflow.stage(name)
         publish_stage(self.tracker, run, summary, stage, self.run_dir)
         self.tracker.log_metrics(run, headline(summary), at=at)
+        objective = summary.get("objective") or {}
+        judged = self._objective_tags(name) or (
+            {"nestor.objective": objective_label(objective["metric"], objective.get("mode"))}
+            if objective.get("metric") else {})
         self.tracker.set_tags(run, {"nestor.n_runs": summary["n_runs"],
-                                    "nestor.stop_reason": summary["stop_reason"]})
+                                    "nestor.stop_reason": summary["stop_reason"], **judged})
         self.tracker.finish(run, "FINISHED", at=at)
 
 

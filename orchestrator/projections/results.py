@@ -37,17 +37,18 @@ def _fmt(value: Any) -> str:
 def render_results(console: Console, results: dict[str, Any]) -> None:
     """Two tables: what each stage produced (its product's validation value and test
     accuracy, against what it is compared with), then what each stage cost."""
-    from orchestrator.projections.products import stage_product
+    from orchestrator.projections.products import metric_label, stage_product
 
     made = Table(title=f"workflow {results['workflow']}: what each stage produced",
-                 title_justify="left", header_style="bold", box=None)
+                 title_justify="left", header_style="bold", box=None, pad_edge=False)
     for column in ("stage", "product", "metric", "value", "test acc.", "compared with",
                    "its test acc."):
         made.add_column(column, justify="right" if column in (
             "value", "test acc.", "its test acc.") else "left")
     for stage in results["stages"]:
         product = stage_product(stage)
-        made.add_row(stage["name"], product.what, product.metric, _fmt(product.value),
+        made.add_row(stage["name"], product.what, metric_label(stage, product.metric),
+                     _fmt(product.value),
                      _fmt(product.test), product.baseline or "-", _fmt(product.baseline_test))
     console.print(made)
     cost = Table(title="what it cost (every training run counted)", title_justify="left",
@@ -68,6 +69,40 @@ def render_results(console: Console, results: dict[str, Any]) -> None:
         console.print(f"all stages: {results['n_runs']} training runs,"
                       f" {_fmt(results['slot_seconds'])} slot-s,"
                       f" {_fmt(results.get('wall_time_s'))} s from start to results")
+
+
+def render_trials(console: Console, results: dict[str, Any], limit: int) -> None:
+    """Each stage's trials, best first, with status and failure reason (the table of the
+    stage's summary.md); ``limit`` rows a stage (0: all). Reads every trial list, so
+    apart from :func:`render_results`, whose tables read none."""
+    from types import SimpleNamespace
+
+    from orchestrator.projections.tables import Report, trials_table
+
+    for stage in results["stages"]:
+        trials = list(stage.get("trials") or [])
+        if not trials:
+            continue
+        objective = stage.get("objective") or {}
+        objectives = ([SimpleNamespace(metric=objective["metric"], mode=objective.get("mode"))]
+                      if objective.get("metric") else [])
+        report = Report(stage["name"])
+        trials_table(report, trials, objectives)
+        rows = report.rows if limit == 0 else report.rows[:limit]
+        statuses: dict[str, int] = {}
+        for trial in trials:
+            statuses[str(trial.get("status"))] = statuses.get(str(trial.get("status")), 0) + 1
+        counts = ", ".join(f"{n} {status}" for status, n in statuses.items())
+        table = Table(title=f"stage {stage['name']}: {len(trials)} trials ({counts}), best first",
+                      title_justify="left", header_style="bold", box=None)
+        for column in report.columns:
+            table.add_column(column, overflow="fold")
+        for row in rows:
+            table.add_row(*row)
+        console.print(table)
+        if len(rows) < len(report.rows):
+            console.print(f"... and {len(report.rows) - len(rows)} more (--trials 0 lists"
+                          " all; --format csv writes every trial)")
 
 
 def with_products(results: dict[str, Any]) -> dict[str, Any]:
@@ -91,9 +126,10 @@ def write_csv(results: dict[str, Any], out: IO[str]) -> None:
     writer = csv.writer(out)
     names = sorted({k for s in results["stages"] for t in s["trials"] for k in t["config"]})
     writer.writerow(["stage", "id", "status", "value", "attempts", "slot_seconds",
-                     "generation", *names])
+                     "generation", "reason", *names])
     for stage in results["stages"]:
         for trial in stage["trials"]:
             writer.writerow([stage["name"], trial["id"], trial["status"], _fmt(trial["value"]),
                              trial["attempts"], trial["slot_seconds"], trial["generation"],
+                             trial.get("reason") or "",
                              *[trial["config"].get(n, "") for n in names]])

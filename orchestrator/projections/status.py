@@ -26,8 +26,15 @@ def _alive(pid: int | None) -> bool:
     return True
 
 
+def _all_failed(finished: dict[str, int]) -> bool:
+    """A stage whose every trial failed (none completed, none pruned with a value) made
+    nothing: it failed, whatever ended it."""
+    return bool(finished) and set(finished) == {"failed"}
+
+
 def workflow_status(run_dir: Path) -> dict[str, Any]:
-    """Per stage: its state and how many trials completed, failed and are running.
+    """Per stage: its state (running, finished, failed: every trial failed, or
+    interrupted) and how many trials completed, failed and are running.
 
     Read from the journal's fold (:class:`RunState`, its stages alone), whose
     snapshot in the run directory makes a second look at a big run read only what
@@ -42,6 +49,8 @@ def workflow_status(run_dir: Path) -> dict[str, Any]:
         state = stage.state
         if state == "running" and not alive:
             state = "interrupted"
+        elif state == "finished" and _all_failed(stage.finished):
+            state = "failed"
         completed = stage.count("completed")
         stages.append({
             "name": stage.name, "state": state, "completed": completed,
@@ -49,6 +58,8 @@ def workflow_status(run_dir: Path) -> dict[str, Any]:
             "running": len(stage.running) if alive or stage.state == "running" else 0,
         })
     state = "finished" if finished else ("running" if alive else "interrupted")
+    if finished and any(stage["state"] == "failed" for stage in stages):
+        state = "failed"  # as the run's exit status said: not one result from a stage
     return {
         "run_dir": str(run_dir),
         "state": state,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from orchestrator.projections.kinds import report_of
-from orchestrator.projections.products import stage_product
+from orchestrator.projections.products import metric_label, objective_label, stage_product
 
 
 @dataclass
@@ -50,7 +50,7 @@ def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -
             report.facts.append((label, fmt(summary[key])))
     product = stage_product(summary)
     report.facts.append(("product", product.what))
-    report.facts.append((f"its {product.metric}", fmt(product.value)))
+    report.facts.append((f"its {metric_label(summary, product.metric)}", fmt(product.value)))
     report.facts.append(("its test accuracy", fmt(product.test)))
     if product.baseline:
         report.facts.append((f"{product.baseline}: test accuracy", fmt(product.baseline_test)))
@@ -71,7 +71,7 @@ def trials_table(report: Report, trials: list[dict[str, Any]], objectives: list[
         return (1, 0.0)
 
     names = sorted({k for t in trials for k in (t.get("config") or {})})
-    metric = ", ".join(o.metric for o in objectives) or "value"
+    metric = ", ".join(objective_label(o.metric, o.mode) for o in objectives) or "value"
     report.columns = ["trial", "generation", "deme", "status", metric, "attempts",
                       "slot-s", *names, "failure"]
     for trial in sorted(trials, key=key):

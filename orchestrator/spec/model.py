@@ -26,7 +26,7 @@ from pydantic import (
 )
 
 from orchestrator.spec._derive import search_model
-from search import settings_class
+from search import one_objective_only, settings_class
 from search._auto import AutoChoice, choose_search
 from search._genetic import plan_generations
 from search.space import (
@@ -543,9 +543,16 @@ Search = Annotated[
 ]
 
 
+DEFAULT_METRIC = "val_accuracy"
+"""The one metric with a direction by default (max); any other needs ``mode``, in a
+spec and in `nestor sweep` alike."""
+
+
 class Objective(Strict):
-    metric: str = Field("val_accuracy", description="the metric a trial reports to optimize")
-    mode: Literal["min", "max"] = "max"
+    metric: str = Field(DEFAULT_METRIC, description="the metric a trial reports to optimize")
+    mode: Literal["min", "max"] = Field(
+        "max", description="max: higher is better; min: lower is better (required for"
+        f" any metric but {DEFAULT_METRIC})")
     threshold: float | None = Field(None, description="stop the search once a trial reaches it")
 
     @model_validator(mode="before")
@@ -554,7 +561,7 @@ class Objective(Strict):
         # max is right for the default val_accuracy, wrong for a loss: make users say.
         if (
             isinstance(data, dict)
-            and data.get("metric", "val_accuracy") != "val_accuracy"
+            and data.get("metric", DEFAULT_METRIC) != DEFAULT_METRIC
             and "mode" not in data
         ):
             raise ValueError(f"mode is required for metric {data['metric']!r}: allowed: min, max")
@@ -569,6 +576,11 @@ PROGRESS_TIMEOUT_S = 1800.0
 class TrialPolicy(Strict):
     timeout: float | None = Field(None, gt=0, description="seconds before a trial is killed")
     retries: int = Field(1, ge=0, description="re-runs of a failed trial, from its checkpoint")
+    retry_on: Literal["transient", "any"] = Field(
+        "transient", description="transient: retry only failures a rerun may mend (a killed"
+        " or crashed rank, a lost node, a NaN, a timeout, a hang); any: also those that"
+        " repeat (exit status 2, 126 or 127, a command or file not found, an ImportError or"
+        " SyntaxError, no metric reported)")
     progress_timeout: float | None = Field(
         PROGRESS_TIMEOUT_S, gt=0,
         description="seconds without progress from rank 0 (a batch, a report, a line of"
@@ -614,6 +626,9 @@ class _StageBase(Strict):
     # Its trials come from a search, so its best trial is its product and other
     # stages (an ensemble) may draw members from it.
     searches: ClassVar[bool] = False
+    # Its product combines its trials' predicted class probabilities (an ensemble), so
+    # its trainer must give them (spec/needs.py: a user trainer declares predictions: true).
+    combines_predictions: ClassVar[bool] = False
 
     name: Name
     from_: list[str] = Field(default_factory=list, alias="from")
@@ -839,10 +854,7 @@ class HpoStage(_StageBase):
                 "search.sampler lq-cmaes searches floats and ints only, but space has"
                 f" categorical {', '.join(categorical)}: use sampler tpe, or fix it in"
                 " trainer.settings")
-        if len(self.objectives) > 1:
-            raise ValueError("search.sampler lq-cmaes optimizes one objective, but objective"
-                             f" lists {len(self.objectives)}: use sampler tpe or gp")
-        return self
+        return self  # several objectives: HpoStage.check, as for every such search
 
     @model_validator(mode="after")
     def _pbt_keeps_the_model_shape(self) -> HpoStage:
@@ -915,6 +927,24 @@ class HpoStage(_StageBase):
         metrics = [o.metric for o in objectives]
         if len(set(metrics)) != len(metrics):
             yield (*here, "objective"), f"names a metric twice: {metrics}"
+        yield from self._one_objective(here)
+
+    def _one_objective(self, here: tuple[Any, ...]) -> Iterator[Finding]:
+        """A search that ranks or models trials by one number (ASHA, Hyperband, PBT,
+        CMA-ES) refuses several objectives when it is made: refused here instead, at
+        the objective's line, before any stage runs."""
+        if len(self.objectives) < 2:
+            return
+        algorithm, settings = self.search.algorithm, self.search.settings()
+        why = one_objective_only(algorithm, settings)
+        if why is None:
+            return
+        named = f"sampler {settings['sampler']}" if algorithm == "bayesian" else algorithm
+        several = [a for a in ALGORITHMS if one_objective_only(a, {}) is None]
+        yield (*here, "objective"), (
+            f"search {named} optimizes exactly one objective ({why}), but objective lists"
+            f" {len(self.objectives)}: {', '.join(o.metric for o in self.objectives)}; keep"
+            f" one, or use an algorithm that takes several ({', '.join(several)})")
 
     def needs(self, workflow: Workflow) -> list[Need]:
         """A search that continues trials (PBT, PB2, ASHA, Hyperband, BOHB; auto where it
@@ -991,6 +1021,8 @@ class HpoStage(_StageBase):
 
 
 class EnsembleStage(_StageBase):
+    combines_predictions: ClassVar[bool] = True
+
     kind: Literal["ensemble"]
     members: PositiveInt = Field(3, description="ensemble size")
     select: Literal["top_k", "greedy"] = Field(

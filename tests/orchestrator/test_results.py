@@ -70,24 +70,24 @@ def row(output: str, stage: str) -> list[str]:
 def test_a_transfer_stage_shows_the_fine_tuned_model_against_scratch(tmp_path: Path) -> None:
     output = run_results(tmp_path, "table")
     cells = row(output, "digits-5-9")
-    assert cells == ["digits-5-9", "fine-tuned model", "val_accuracy", "0.8733", "0.8806",
+    assert cells == ["digits-5-9", "fine-tuned model", "val_accuracy (max)", "0.8733", "0.8806",
                      "from scratch, same budget", "0.7649"]
     assert "0.9701" not in output and "0.9612" not in output  # the pretraining trial
 
 
 def test_an_ensemble_stage_shows_the_ensemble_against_its_best_member(tmp_path: Path) -> None:
     cells = row(run_results(tmp_path, "table"), "members")
-    assert cells == ["members", "ensemble of 2 (greedy)", "val_accuracy", "0.9533", "0.9461",
+    assert cells == ["members", "ensemble of 2 (greedy)", "val_accuracy (max)", "0.9533", "0.9461",
                      "best member (member-0)", "0.9377"]
 
 
 def test_hpo_and_train_stages_show_their_model(tmp_path: Path) -> None:
     output = run_results(tmp_path, "table")
-    assert row(output, "tune") == ["tune", "best trial 7", "val_accuracy", "0.9655", "0.9541",
-                                   "-", "-"]
+    assert row(output, "tune") == ["tune", "best trial 7", "val_accuracy (max)", "0.9655",
+                                   "0.9541", "-", "-"]
     # Trained on train+val: its validation accuracy is no held-out figure, so none is shown.
-    assert row(output, "final") == ["final", "model trained on train+val", "val_accuracy", "-",
-                                    "0.9588", "-", "-"]
+    assert row(output, "final") == ["final", "model trained on train+val", "val_accuracy (max)",
+                                    "-", "0.9588", "-", "-"]
     assert "0.9933" not in output
 
 
@@ -117,3 +117,59 @@ def test_a_hierarchical_stage_and_a_stage_with_nothing_say_so() -> None:
     empty = stage_product({**ENSEMBLE, "ensemble": None})
     assert (empty.what, empty.test) == ("no ensemble (no member completed)", None)
     assert stage_product({**HPO, "best": None}).what == "no completed trial"
+
+
+SWEEP = {"name": "sweep", "kind": "hpo", **COST, "n_trials": 4, "n_failed": 1,
+         "objective": {"metric": "fom", "mode": "min"},
+         "best": {"id": "2", "value": 0.12, "test_value": None, "config": {"lr": 0.01}},
+         "trials": [
+             {"id": "0", "status": "completed", "value": 0.4, "config": {"lr": 0.1},
+              "attempts": 1, "slot_seconds": 2.0, "generation": 0, "deme": 0, "reason": None},
+             {"id": "1", "status": "failed", "value": None, "config": {"lr": 0.5},
+              "attempts": 2, "slot_seconds": 2.0, "generation": 0, "deme": 0,
+              "reason": "command was killed by SIGKILL"},
+             {"id": "2", "status": "completed", "value": 0.12, "config": {"lr": 0.01},
+              "attempts": 1, "slot_seconds": 2.0, "generation": 0, "deme": 0, "reason": None},
+             {"id": "3", "status": "completed", "value": 0.3, "config": {"lr": 0.03},
+              "attempts": 1, "slot_seconds": 2.0, "generation": 0, "deme": 0,
+              "reason": None}]}
+
+
+def sweep_results(tmp_path: Path, *args: str) -> str:
+    (tmp_path / "results.json").write_text(json.dumps({"workflow": "sweep", "stages": [SWEEP]}))
+    result = CliRunner().invoke(cli, ["results", str(tmp_path), *args], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+def test_the_direction_stands_beside_the_metric(tmp_path: Path) -> None:
+    """A command's figure of merit minimised: the table says min, not just fom."""
+    output = sweep_results(tmp_path)
+    assert row(output, "sweep")[:4] == ["sweep", "best trial 2", "fom (min)", "0.12"]
+
+
+def test_results_list_the_trials_best_first_with_status_and_reason(tmp_path: Path) -> None:
+    output = sweep_results(tmp_path)
+    lines = output.splitlines()
+    title = next(i for i, li in enumerate(lines) if li.startswith("stage sweep: 4 trials"))
+    assert lines[title].strip() == "stage sweep: 4 trials (3 completed, 1 failed), best first"
+    header = re.split(r"\s{2,}", lines[title + 1].strip())
+    assert header[:5] == ["trial", "generation", "deme", "status", "fom (min)"]
+    assert header[-1] == "failure"
+    rows = [re.split(r"\s{2,}", li.strip()) for li in lines[title + 2:title + 6]]
+    assert [(r[0], r[3]) for r in rows] == [("2", "completed"), ("3", "completed"),
+                                            ("0", "completed"), ("1", "failed")]
+    assert rows[3][-1] == "command was killed by SIGKILL"
+    shorter = sweep_results(tmp_path, "--trials", "2")
+    assert "... and 2 more (--trials 0 lists all" in shorter
+    assert "command was killed by SIGKILL" not in shorter
+
+
+def test_the_csv_says_why_each_trial_failed(tmp_path: Path) -> None:
+    import csv
+    import io
+
+    rows = list(csv.DictReader(io.StringIO(sweep_results(tmp_path, "--format", "csv"))))
+    assert [(r["id"], r["status"], r["reason"]) for r in rows] == [
+        ("0", "completed", ""), ("1", "failed", "command was killed by SIGKILL"),
+        ("2", "completed", ""), ("3", "completed", "")]

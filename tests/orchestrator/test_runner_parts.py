@@ -43,6 +43,7 @@ class TrialSpec:
     timeout: float | None = None
     progress_timeout: float | None = None
     retries: int = 1
+    retry_on: str = "transient"
 
 
 @dataclass
@@ -70,9 +71,20 @@ def attempt(key: str = "tune/t1#1", number: int = 1) -> Attempt:
 
 def test_a_failed_trial_runs_again_only_while_retries_last() -> None:
     policy = AttemptPolicy("tune", TrialSpec(retries=2), Clock())
-    assert policy.retries_after("failed", 1) and policy.retries_after("failed", 2)
-    assert not policy.retries_after("failed", 3)
-    assert not policy.retries_after("completed", 1) and not policy.retries_after("pruned", 1)
+    failed = {"status": "failed", "reason": "rank 1 died"}
+    assert policy.retries_after(failed, 1) and policy.retries_after(failed, 2)
+    assert not policy.retries_after(failed, 3)
+    assert not policy.retries_after({"status": "completed"}, 1)
+    assert not policy.retries_after({"status": "pruned"}, 1)
+
+
+def test_a_failure_that_would_repeat_runs_again_only_where_the_spec_asks() -> None:
+    """An argparse error, a missing file, no metric: a rerun costs its slots again and
+    fails the same way. `retry_on: any` retries it all the same."""
+    repeats = {"status": "failed", "reason": "command exited with status 2", "repeats": True}
+    assert not AttemptPolicy("tune", TrialSpec(retries=2), Clock()).retries_after(repeats, 1)
+    asked = AttemptPolicy("tune", TrialSpec(retries=2, retry_on="any"), Clock())
+    assert asked.retries_after(repeats, 1) and not asked.retries_after(repeats, 3)
 
 
 def test_gangs_that_fail_to_start_back_the_stage_off_doubling_to_a_minute() -> None:
@@ -502,10 +514,14 @@ def test_an_attempts_end_is_judged_on_every_objective() -> None:
     done = attempt()
     assert outcome(done, ended_with(val_accuracy=0.8), objectives)["status"] == "completed"
     missing = outcome(done, ended_with(loss=0.1), objectives)
-    assert missing["status"] == "failed"
+    assert missing["status"] == "failed" and missing["repeats"]  # no retry reports it
     assert missing["reason"] == "the trainer reported no 'val_accuracy' (it reported: loss)"
     nan = outcome(done, ended_with(val_accuracy=math.nan), objectives)
     assert nan["status"] == "failed" and "not a finite number" in nan["reason"]
+    assert not nan.get("repeats")  # a diverging run may not diverge again
+    judged = Ended("k", 30.0, TrialResult("tune-t1", "failed", reason="command not found",
+                                          repeats=True))
+    assert outcome(done, judged, objectives)["repeats"]  # as the trainer judged it
     stopped = Ended("k", 30.0, TrialResult("tune-t1", "ok", metrics={"val_accuracy": 0.2},
                                            stopped_early=True))
     assert outcome(done, stopped, objectives)["status"] == "pruned"

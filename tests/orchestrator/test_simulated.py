@@ -33,6 +33,7 @@ from orchestrator.backends.stopping import Interrupted
 from orchestrator.engine.workflow import RunError, StageScheduler, run_workflow
 from orchestrator.journal.journal import Journal, read_events
 from orchestrator.spec import load_spec_text
+from orchestrator.spec.model import EnsembleStage
 
 
 def spec(*, data: int = 2, model: int = 1, population: int = 4, generations: int = 3,
@@ -301,17 +302,19 @@ def test_a_train_stage_runs_on_the_best_configuration(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("stage, words", [
-    ("""
-      - name: members
-        kind: ensemble
-        from: [tune]
-    """, ["'members'", "ensemble", "hpo and train"]),
+    ({"name": "members", "kind": "ensemble", "from": ["tune"]},
+     ["'members'", "ensemble", "hpo and train"]),
 ])
-def test_stage_kinds_the_simulation_cannot_run_are_refused(tmp_path: Path, stage: str,
+def test_stage_kinds_the_simulation_cannot_run_are_refused(tmp_path: Path, stage: dict,
                                                             words: list[str]) -> None:
+    # Added past the spec's checks, which refuse an ensemble of a function trainer
+    # itself: the simulation must refuse the kind whatever the trainer.
+    workflow = spec()
+    workflow = workflow.model_copy(update={"stages": [
+        *workflow.stages, EnsembleStage.model_validate(stage)]})
     backend = SimulatedBackend(nodes=1, slots_per_node=4, trial_model=fixed_trials(1.0))
     with pytest.raises(RunError) as caught:
-        run_workflow(spec(extra=stage), backend, tmp_path / "run")
+        run_workflow(workflow, backend, tmp_path / "run")
     assert all(word in str(caught.value) for word in words), caught.value
     assert not (tmp_path / "run" / "journal.jsonl").exists()
 

@@ -77,15 +77,44 @@ def test_backend_flag_reaches_the_stage() -> None:
     assert workflow.backend_of("sweep") == "torch"
 
 
-def test_command_sweeps_minimize_a_figure_of_merit_by_default() -> None:
-    spec = sweep_spec(trainer=None, command="python3 fit.py", settings=[])
+@pytest.mark.parametrize("mode", ["min", "max"])
+def test_a_command_sweep_optimizes_its_figure_of_merit_the_way_mode_says(mode: str) -> None:
+    spec = sweep_spec(trainer=None, command="python3 fit.py", settings=[], mode=mode)
     stage = load_spec_text(spec_yaml(spec)).stage("sweep")
-    assert (stage.objectives[0].metric, stage.objectives[0].mode) == ("fom", "min")
+    assert (stage.objectives[0].metric, stage.objectives[0].mode) == ("fom", mode)
+
+
+@pytest.mark.parametrize(("overrides", "what"), [
+    ({"trainer": None, "command": "python3 fit.py", "settings": []},
+     "the number the command prints (fom)"),
+    ({"metric": "val_loss"}, "--metric val_loss"),
+    ({"trainer": None, "command": "python3 fit.py", "settings": [], "metric": "acc"},
+     "--metric acc"),
+])
+def test_no_direction_but_val_accuracys_is_guessed(overrides: dict, what: str) -> None:
+    """The rule of a spec's objective, in a sweep too: a command's figure of merit (once
+    minimised silently, an accuracy included) and any metric but val_accuracy need
+    --mode."""
+    with pytest.raises(ValueError, match="--mode is required") as caught:
+        sweep_spec(**overrides)
+    assert what in str(caught.value) and "--mode max" in str(caught.value)
+
+
+def test_the_cli_asks_a_command_sweep_for_its_direction(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [NESTOR, "sweep", "--cmd", "/bin/echo FoM: 0.5", "--param", "x=float:0:1",
+         "--budget", "2", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, check=False, timeout=60)
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert "--mode is required" in result.stderr and not (tmp_path / "run").exists()
+    help_text = " ".join(subprocess.run([NESTOR, "sweep", "--help"], capture_output=True,
+                                        text=True, check=True, timeout=60).stdout.split())
+    assert "Required for every metric but val_accuracy (max)" in help_text
 
 
 def test_conflicting_flags_are_refused() -> None:
     with pytest.raises(ValueError, match="exactly one of --trainer NAME or --cmd"):
-        sweep_spec(command="python3 fit.py")
+        sweep_spec(command="python3 fit.py", mode="min")
     message = ("--population applies to --algo genetic or pbt or bayesian, --generations applies to"
                " --algo genetic, not random")
     with pytest.raises(ValueError, match=message):
@@ -114,7 +143,7 @@ def test_algorithm_options_must_belong_to_the_algorithm() -> None:
 
 def test_auto_plans_for_the_trials_the_sweep_runs_at_once() -> None:
     auto = dict(algorithm="auto", population=None, generations=None, budget=130,
-                trainer=None, command="python3 fit.py", settings=[],
+                trainer=None, command="python3 fit.py", settings=[], mode="min",
                 params=[f"c{i}=float:-1:1" for i in range(7)])
     stage = load_spec_text(spec_yaml(sweep_spec(**auto, parallel=2))).stage("sweep")
     assert stage.search.parallel == 2
@@ -265,8 +294,8 @@ def fit_sweep(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     fit.write_text(FIT)
     env = dict(os.environ, FIT_LOG=str(tmp_path / "argv.log"))
     return subprocess.run(
-        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=-a=float:-1:1",
-         *flags, "--run-dir", str(tmp_path / "run")],
+        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--mode", "min",
+         "--param=-a=float:-1:1", *flags, "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, env=env, check=False, timeout=300,
     )
 
@@ -304,8 +333,9 @@ def test_a_sweep_whose_every_trial_fails_exits_non_zero_and_says_why(tmp_path: P
     fit = tmp_path / "broken.py"
     fit.write_text("import sys\nsys.exit('no licence for the solver')\n")
     result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--param=a=float:-1:1",
-         "--budget", "2", "--parallel", "1", "--run-dir", str(tmp_path / "run")],
+        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--mode", "min",
+         "--param=a=float:-1:1", "--budget", "2", "--parallel", "1",
+         "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, check=False, timeout=300,
     )
     assert result.returncode == 1, result.stderr
@@ -433,8 +463,9 @@ def test_a_sweep_does_not_advise_turning_the_clusters_token_off(tmp_path: Path) 
     # RAY_AUTH_MODE=disabled to opt out") tells every user how to remove what keeps
     # the cluster nestor starts private to its run.
     result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", "/bin/echo FoM: 0.5", "--param", "x=float:0:1",
-         "--budget", "4", "--parallel", "2", "--run-dir", str(tmp_path / "run")],
+        [NESTOR, "sweep", "--cmd", "/bin/echo FoM: 0.5", "--mode", "min",
+         "--param", "x=float:0:1", "--budget", "4", "--parallel", "2",
+         "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, check=False, timeout=300,
     )
     assert result.returncode == 0, result.stderr

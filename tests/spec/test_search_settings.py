@@ -46,7 +46,7 @@ def test_a_searcher_built_from_the_spec_defaults_is_the_default_searcher(algorit
 
 def sweep(algorithm: str, **options: object) -> dict:
     return build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
-                      settings=[], algorithm=algorithm, budget=None, metric=None, mode=None,
+                      settings=[], algorithm=algorithm, budget=None, metric=None, mode="min",
                       fom_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
                       checkpoints=True, **options)
 

@@ -83,7 +83,7 @@ def test_a_sweep_of_a_command_says_it_saves_checkpoints_with_a_flag():
 
     def sweep(**options: object) -> dict:
         return build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
-                          settings=[], algorithm="pbt", budget=None, metric=None, mode=None,
+                          settings=[], algorithm="pbt", budget=None, metric=None, mode="max",
                           fom_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
                           **options)
 

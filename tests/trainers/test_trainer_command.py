@@ -88,6 +88,37 @@ def test_a_missing_program_is_a_failed_trial(tmp_path):
     request = TrialRequest("cmd", TrainerRef.command(["/no/such/program", "x"]))
     result = run_trial(request)
     assert result.status == "failed" and result.reason == "command not found: '/no/such/program'"
+    assert result.repeats  # a rerun finds no program either
+
+
+ARGPARSE = ("import argparse\nparser = argparse.ArgumentParser()\n"
+            "parser.add_argument('--rate')\nparser.parse_args()\n")
+
+
+@pytest.mark.parametrize(("script", "config", "repeats"), [
+    (ARGPARSE, {"lr": 0.1}, True),  # argparse refuses --lr: exit 2
+    ("import sys\nsys.exit(126)\n", {}, True),
+    ("import sys\nsys.exit(127)\n", {}, True),
+    ("open('/no/such/digits.npz')\n", {}, True),  # a traceback's FileNotFoundError, exit 1
+    ("import not_a_package_anyone_installed\n", {}, True),
+    ("def broken(:\n", {}, True),  # SyntaxError
+    ("print('accuracy 0.9')\n", {}, True),  # no FoM line
+    ("print('FoM: high')\n", {}, True),
+    ("import sys\nsys.exit('no licence for the solver')\n", {}, False),  # exit 1: may pass
+    ("raise RuntimeError('CUDA error: out of memory')\n", {}, False),
+    ("import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n", {}, False),
+    ("print('FoM: nan')\n", {}, False),
+])
+def test_a_failure_says_whether_a_rerun_would_meet_it_again(tmp_path, script, config, repeats):
+    result = _run(tmp_path, script, config=config)
+    assert result.status == "failed"
+    assert result.repeats is repeats, result.reason
+
+
+def test_a_missing_script_exits_2_and_would_repeat(tmp_path):
+    request = TrialRequest("cmd", TrainerRef.command([PY, str(tmp_path / "no_such_fit.py")]))
+    result = run_trial(request)
+    assert "status 2" in result.reason and result.repeats
 
 
 def test_a_timeout_kills_the_command_and_its_children(tmp_path):

@@ -32,10 +32,32 @@ def user_module(tmp_path, monkeypatch):
 
         def nan(config, ctx):
             return {"val_accuracy": float("nan")}
+
+        def no_data(config, ctx):
+            with open("/no/such/digits.npz", "rb") as data:
+                return {"val_accuracy": len(data.read())}
+
+        def late_import(config, ctx):
+            import not_a_package_anyone_installed  # noqa: F401
     """))
+    (tmp_path / "nestor_user_typo.py").write_text("def train(config, ctx:\n    pass\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     yield "nestor_user_fns"
     sys.modules.pop("nestor_user_fns", None)
+    sys.modules.pop("nestor_user_typo", None)
+
+
+@pytest.mark.parametrize(("path", "repeats"), [
+    ("nestor_user_fns:no_data", True),  # FileNotFoundError
+    ("nestor_user_fns:late_import", True),  # ModuleNotFoundError
+    ("nestor_user_typo:train", True),  # SyntaxError on import
+    ("nestor_no_such_module:train", True),  # the module is not there
+    ("nestor_user_fns:crash", False),  # RuntimeError: may pass next time
+])
+def test_a_failure_says_whether_a_rerun_would_meet_it_again(user_module, path, repeats):
+    result = _run(path)
+    assert result.status == "failed"
+    assert result.repeats is repeats, result.reason
 
 
 def _run(path: str, **kwargs):
