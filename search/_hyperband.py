@@ -329,17 +329,31 @@ class ASHASearch(_SuccessiveHalving):
         top = self._ranked(results)[: len(results) // self.reduction_factor]
         return [o.trial for o in top if o.trial.id not in self._promoted]
 
-    def _next_source(self) -> Trial | None:
-        """The trial the next ask promotes (the highest rung's first), or None."""
-        return next(
-            (c[0] for r in range(len(self.rungs) - 2, -1, -1) if (c := self.promotable(r))), None
-        )
+    def _sources(self) -> list[Trial | None]:
+        """What the next ask may do, in ASHA's order: promote the best promotable
+        trial of each rung from the highest down, else (None) start a new
+        configuration at the bottom rung."""
+        found = (c[0] for r in range(len(self.rungs) - 2, -1, -1) if (c := self.promotable(r)))
+        return [*found, None]
 
-    def _next_size(self) -> float | None:
-        source = self._next_source()
+    def _source_size(self, source: Trial | None) -> float:
         if source is None:
             return float(self.rungs[0])
         return float(self.rungs[source.generation + 1] - self.rungs[source.generation])
+
+    def _next_source(self) -> Trial | None:
+        """The trial the next ask promotes (the highest rung's first), or None for a
+        new configuration. Under a cost budget, the first in that order that still
+        fits: a promotion too costly for what is left gives way to a cheaper one or
+        to a new bottom-rung trial, so the search stops with less than one
+        bottom-rung trial's worth unspent rather than a whole promotion's."""
+        sources = self._sources()
+        if self._spend is None:
+            return sources[0]
+        return next((s for s in sources if self._fits(self._source_size(s))), None)
+
+    def _next_size(self) -> float | None:
+        return self._source_size(self._next_source())
 
     def _ask(self, n: int) -> list[Trial]:
         trials = []
@@ -425,33 +439,67 @@ class HyperbandSearch(_SuccessiveHalving):
     def _ask(self, n: int) -> list[Trial]:
         trials: list[Trial] = []
         while len(trials) < n:
+            if self._spend is not None:
+                bracket, shape, _ = self._choice()
+                if bracket is None:
+                    if self._opened >= self.iterations * len(self.brackets):
+                        break
+                    bracket = self._open_bracket(shape)
+                trial = self._from(bracket)
+                assert trial is not None  # _choice offers only brackets that give one
+                trials.append(trial)
+                continue
             trial = next((t for b in self._open if (t := self._from(b)) is not None), None)
             if trial is None:
                 if self._opened >= self.iterations * len(self.brackets):
                     break
-                self._open_bracket()
+                self._open_bracket(self._opened % len(self.brackets))
                 continue
             trials.append(trial)
         return trials
 
-    def _next_size(self) -> float | None:
-        """What the bracket that gives the next trial would ask it to train (see _from)."""
-        for bracket in self._open:
-            if bracket.over:
-                continue
-            if bracket.stage == 0 and bracket.asked < bracket.sizes[0]:
-                return float(self.rungs[bracket.first_rung])
-            if bracket.queue:
-                rung = bracket.queue[0].generation
-                return float(self.rungs[rung + 1] - self.rungs[rung])
-        shape = self.brackets[self._opened % len(self.brackets)]
-        return float(self.rungs[len(self.rungs) - len(shape)])
+    def _bracket_size(self, bracket: _Bracket) -> float | None:
+        """What the bracket's next trial would train (see _from); None while it waits."""
+        if bracket.over:
+            return None
+        if bracket.stage == 0 and bracket.asked < bracket.sizes[0]:
+            return float(self.rungs[bracket.first_rung])
+        if bracket.queue:
+            rung = bracket.queue[0].generation
+            return float(self.rungs[rung + 1] - self.rungs[rung])
+        return None
 
-    def _open_bracket(self) -> None:
-        shape = self.brackets[self._opened % len(self.brackets)]
-        first_rung = len(self.rungs) - len(shape)
-        self._open.append(_Bracket(self._opened, first_rung, list(shape)))
+    def _choice(self) -> tuple[_Bracket | None, int, float]:
+        """Where the next trial comes from: (an open bracket, -1, its size), or
+        (None, shape, size) for a new bracket of ``self.brackets[shape]``.
+
+        In Hyperband's order, the first open bracket that gives a trial, else the
+        next bracket of the cycle. Under a cost budget, the first of those that
+        still fits; when none does, a new bracket of the most aggressive shape
+        (its first trials train the bottom rung, the cheapest there is), so the
+        search stops with less than one bottom-rung trial's worth unspent rather
+        than a whole promotion's or a conservative bracket's first trial."""
+        options: list[tuple[_Bracket | None, int, float]] = [
+            (b, -1, size) for b in self._open if (size := self._bracket_size(b)) is not None
+        ]
+        shape = self._opened % len(self.brackets)
+        first_rung = len(self.rungs) - len(self.brackets[shape])
+        options.append((None, shape, float(self.rungs[first_rung])))
+        if self._spend is None:
+            return options[0]
+        cheapest = (None, 0, float(self.rungs[0]))
+        return next((o for o in [*options, cheapest] if self._fits(o[2])), cheapest)
+
+    def _next_size(self) -> float | None:
+        """What the next trial would train (see _choice)."""
+        return self._choice()[2]
+
+    def _open_bracket(self, shape: int) -> _Bracket:
+        first_rung = len(self.rungs) - len(self.brackets[shape])
+        bracket = _Bracket(self._opened, first_rung, list(self.brackets[shape]))
+        self._open.append(bracket)
         self._opened += 1
+        return bracket
 
     def _from(self, bracket: _Bracket) -> Trial | None:
         """The bracket's next trial, or None while it waits (or is over)."""
