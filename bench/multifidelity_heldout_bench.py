@@ -194,8 +194,11 @@ def ranks(values: dict[str, float]) -> dict[str, float]:
             for k, value in values.items()}
 
 
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv: list[str] | None = None, problems: tuple[Problem, ...] = PROBLEMS,
+         out: str = "multifidelity_heldout", doc: str | None = None) -> None:
+    """Run every search on ``problems`` and write ``out``.json (the dev suite,
+    ``bench/multifidelity_dev_bench.py``, runs its own problems through this)."""
+    parser = argparse.ArgumentParser(description=(doc or __doc__ or "").splitlines()[0])
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--only", nargs="*", help="searches to run (default: all)")
     args = parser.parse_args(argv)
@@ -205,7 +208,7 @@ def main(argv: list[str] | None = None) -> None:
     regret_by: dict[str, dict[str, list[float]]] = {n: {} for n in names}
     extra: dict[str, dict[str, list[float]]] = {n: {"spent": [], "ask_ms": []} for n in names}
     auto_picks: set[str] = set()
-    for problem in PROBLEMS:
+    for problem in problems:
         reference = best_floor(problem)
         for seed in range(args.seeds):
             results = {n: run(n, problem, seed, reference) for n in names}
@@ -231,7 +234,7 @@ def main(argv: list[str] | None = None) -> None:
             "ask_ms_per_trial": round(statistics.median(extra[n]["ask_ms"]), 2),
         })  # fmt: skip
     rows.sort(key=lambda r: r["mean_rank"]["100%"])
-    print(f"\nmean rank over {len(PROBLEMS)} problems x {args.seeds} seeds"
+    print(f"\nmean rank over {len(problems)} problems x {args.seeds} seeds"
           f" (1 = best of {len(names)}); budget {BUDGET} epochs, {SLOTS} slots")
     print("| search | rank 25% | rank 50% | rank 100% | epochs spent | ask ms/trial |")
     print("|---|---|---|---|---|---|")
@@ -240,9 +243,9 @@ def main(argv: list[str] | None = None) -> None:
         print(f"| {r['search']} | {m['25%']} | {m['50%']} | {m['100%']} |"
               f" {r['median_epochs_spent']:.0f} | {r['ask_ms_per_trial']} |")
     result = {"machine": machine.finish(start), "seeds": args.seeds, "slots": SLOTS,
-              "budget_epochs": BUDGET, "problems": [p.name for p in PROBLEMS],
+              "budget_epochs": BUDGET, "problems": [p.name for p in problems],
               "auto_picked": sorted(auto_picks), "rows": rows}
-    print(f"written: {machine.write_result('multifidelity_heldout', result)}")
+    print(f"written: {machine.write_result(out, result)}")
 
 
 if __name__ == "__main__":

@@ -49,6 +49,7 @@ QUICK: list[tuple[str, str]] = [
     ("many-at-once", "bench/many_at_once_bench.py --seeds 2 --jobs 2 --mf-max-width 16"
                      " --ngopt-max-width 16 --optuna-tpe-max-width 64 --cbo-max-width 0"),
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py --seeds 2"),
+    ("multifidelity-dev", "bench/multifidelity_dev_bench.py --seeds 1"),
     ("search-fidelity", "bench/search_fidelity_bench.py --quick --seeds 1"),
     ("backends", "bench/backend_bench.py --repeats 2 --epochs 2"),
 ]
@@ -62,9 +63,10 @@ QUICK: list[tuple[str, str]] = [
 # auto-heldout 35 (63 s of CPU with NGOpt, in 2 processes), many-at-once 40 (72 s of CPU
 # with NGOpt, --jobs 2; the competitors and the multi-fidelity problems kept to the
 # widths of that run: the bench's defaults since run them to 1,024, 23 minutes here),
-# multifidelity-heldout 65 (63 s of CPU, one process),
+# multifidelity-heldout 65 (63 s of CPU, one process), multifidelity-dev 35 (the same
+# searches on its 4 problems, one seed: an estimate from the held-out step's, not run),
 # search-fidelity 300 (6 searches x 80 slot-s on 2 slots: 240 s, and start-ups), backends
-# 65 (3 repeats of 3 epochs: 125 s at load 1-2). About 19 minutes in all; CPU times
+# 65 (3 repeats of 3 epochs: 125 s at load 1-2). About 20 minutes in all; CPU times
 # measured at load 20-38; bench-quick.json says what a run took.
 
 FULL: list[tuple[str, str]] = [
@@ -87,6 +89,7 @@ FULL: list[tuple[str, str]] = [
     ("auto-heldout", "bench/auto_heldout_bench.py --seeds 5 --competitors tpe,gp,cmaes,ngopt"),
     ("many-at-once", "bench/many_at_once_bench.py"),
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py"),
+    ("multifidelity-dev", "bench/multifidelity_dev_bench.py"),
     ("search-fidelity", "bench/search_fidelity_bench.py"),
     ("backends", "bench/backend_bench.py"),
 ]

@@ -550,7 +550,7 @@ def _hyperband(budget: int, max_fidelity: int) -> AutoChoice | None:
         f"trials can train in stretches of up to {max_fidelity} and continue from their"
         f" checkpoints: asynchronous successive halving on rungs {rung_list} stops most"
         " configurations early and continues the best as soon as they rank in a rung's"
-        " top third, TPE proposing new ones from the highest rung with d + 3 results; on"
+        " top third, TPE proposing new ones from the highest rung with 10 results; on"
         " held-out multi-fidelity problems (fidelity 1-100, 30 full trainings, 4 at once)"
         " it ranked best of the searches that use the fidelity, ahead of BOHB-style"
         " Hyperband (on these rungs or 1-100), plain Hyperband and the whole-iteration"

@@ -98,15 +98,16 @@ def test_a_cost_budgeted_search_restores_exactly(algorithm: str, settings: dict)
 
 def test_a_slot_seconds_budget_predicts_a_continued_trial_from_its_span() -> None:
     """Before a promotion is asked, its cost is its epochs times the slot-seconds per
-    epoch seen so far: a budget that cannot pay for it stops the search."""
+    epoch seen so far: a budget that cannot pay for it asks a cheaper trial instead."""
     asha = make_searcher("asha", MIXED, MIN, seed=1, budget={"slot_seconds": 9},
                          max_budget=9)  # fmt: skip
     spend(asha, "slot_seconds", parallel=1)
     # Three 1-epoch trials (2 s each), then the best's promotion to 3 epochs would
-    # cost 2 epochs x 2 s: over the 3 s left, so it is not asked.
-    assert [t.budget for t in asha.trials.values()] == [1, 1, 1]
-    assert asha.cost_spent == 6
-    assert "next trial would need about 4 slot-seconds" in asha.stop_reason
+    # cost 2 epochs x 2 s: over the 3 s left, so a fourth 1-epoch trial is asked
+    # instead, and then not even that fits the 1 s left.
+    assert [t.budget for t in asha.trials.values()] == [1, 1, 1, 1]
+    assert asha.cost_spent == 8
+    assert "next trial would need about 2 slot-seconds" in asha.stop_reason
 
 
 @pytest.mark.parametrize(
@@ -150,3 +151,29 @@ def test_a_cost_budget_needs_the_first_cost_told() -> None:
     assert searcher.pending == [trial]  # refused before anything was recorded
     searcher.tell(trial.id, 1.0, cost=5.0)
     assert searcher.cost_spent == 5.0
+
+
+HALVING = [("asha", {"max_budget": 9}), ("asha", {"max_budget": 9, "sampler": "tpe"}),
+           ("hyperband", {"max_budget": 9}), ("hyperband", {"max_budget": 9, "sampler": "tpe"}),
+           ("asha", {"min_budget": 1, "max_budget": 100}),
+           ("hyperband", {"min_budget": 1, "max_budget": 100})]  # fmt: skip
+
+
+@pytest.mark.parametrize(("algorithm", "settings"), HALVING,
+                         ids=[f"{a}-{'-'.join(map(str, s.values()))}" for a, s in HALVING])
+@pytest.mark.parametrize(("budget", "unit"), [({"epochs": 200}, "epochs"),
+                                              ({"epochs": 457}, "epochs"),
+                                              ({"slot_seconds": 377}, "slot_seconds")])
+@pytest.mark.parametrize("parallel", [1, 4])
+def test_successive_halving_leaves_less_than_a_bottom_rung_trial_unspent(
+    algorithm: str, settings: dict, budget: dict, unit: str, parallel: int
+) -> None:
+    """A promotion (or a conservative bracket's first trial) that no longer fits gives
+    way to cheaper trials down to a new bottom-rung one: what is left at the end
+    is less than one bottom-rung trial, not less than the costliest trial."""
+    searcher = make_searcher(algorithm, MIXED, MIN, seed=11, budget=budget, **settings)
+    limit = parse_budget(budget)[1].limit  # type: ignore[union-attr]
+    total = spend(searcher, unit, parallel=parallel)
+    assert searcher.done() and "is spent" in searcher.stop_reason
+    bottom = searcher.rungs[0] * (PER_EPOCH if unit == "slot_seconds" else 1.0)
+    assert limit - bottom < total <= limit + 1e-9, (total, limit, bottom)

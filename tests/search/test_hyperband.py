@@ -270,6 +270,26 @@ def test_bohb_fits_the_highest_rung_as_soon_as_it_has_d_plus_3_results() -> None
     assert searcher.model_rung() == 1
 
 
+def test_asha_tpe_moves_its_model_up_a_rung_only_at_10_results() -> None:
+    """ASHA has no random third to guard a thin model (issue 41): its TPE stays on the
+    rung below while a higher rung has fewer than 10 results (Optuna's own minimum),
+    where 1ca821a's d + 3 (5 here) moved it up at the 5th."""
+    searcher = ASHASearch(PLANE, MIN, max_budget=27, sampler="tpe", seed=3)
+    assert searcher.startup_trials == 10
+    running: list = []
+    thin = 0  # asks made while rung 1 held 5 to 9 results
+    while sum(o.values is not None for o in searcher._results[1]) < 10:
+        running += searcher.ask(4 - len(running))
+        trial = running.pop(0)
+        searcher.tell(trial.id, (trial.config["x"] - 0.3) ** 2 + trial.config["y"])
+        on_rung_1 = sum(o.values is not None for o in searcher._results[1])
+        if on_rung_1 < 10:
+            assert searcher.model_rung() in (None, 0)
+            thin += on_rung_1 >= 5
+    assert thin > 0
+    assert searcher.model_rung() == 1
+
+
 def test_bohb_draws_a_third_of_new_configurations_at_random() -> None:
     """The paper's rho = 1/3 keeps a misleading low-fidelity model from narrowing the
     search; ASHA-TPE keeps proposing from its model every time."""
