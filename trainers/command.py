@@ -189,6 +189,11 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     proc.wait()
 
 
+# A result as a program prints it: ASCII digits, a point, an exponent. Python's float()
+# reads more ("1_000", digits of other scripts, "inf"), which no program means as a result.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _parse(value: str) -> float | str:
     """The number, or a message saying why it is not one."""
     try:
@@ -197,6 +202,8 @@ def _parse(value: str) -> float | str:
         return "is not a number"
     if not math.isfinite(number):
         return "is not finite"
+    if _NUMBER.fullmatch(value) is None:
+        return "is not a plain number (digits, a point, an exponent: no '_' or other digits)"
     return number
 
 

@@ -6,7 +6,10 @@ need them, so `nestor --help` and `nestor validate` answer at once.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +24,8 @@ from orchestrator.commands.console import (
     print_errors,
     run_status,
 )
+
+PRIVATE_UMASK = 0o077  # run-directory files 0600, folders 0700
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -271,9 +276,10 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
         print_errors(err, exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
     run_dir = run_dir or new_run_dir(Path("runs"), "sweep")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "sweep.yaml").write_text(text)
-    _run(run_dir / "sweep.yaml", run_dir, False, None, address)
+    with private_files():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "sweep.yaml").write_text(text)
+        _run(run_dir / "sweep.yaml", run_dir, False, None, address)
 
 
 @cli.command()
@@ -288,10 +294,27 @@ def resume(run_dir: Path, slots: int | None, address: str | None) -> None:
     _run(None, run_dir, True, slots, address)
 
 
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """What a driver makes is its user's alone: every file 0600 and folder 0700 (a
+    umask of 077), the run directory's and its trials' (the ranks inherit it), since
+    a run directory holds the spec's environment values, checkpoints and logs, and
+    lives in project spaces other users can read. Restored afterwards."""
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
          address: str | None) -> None:
-    import os
+    with private_files():
+        _run_privately(spec, run_dir, resume, slots, address)
 
+
+def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
+                   address: str | None) -> None:
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
     from orchestrator.backends import ClusterError
     from orchestrator.backends.ray.visibility import RunDirNotShared
@@ -300,6 +323,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     from orchestrator.commands.progress import StageProgress, wait_for_mlflow
     from orchestrator.commands.run import run_spec
     from orchestrator.engine.workflow import RunError
+    from orchestrator.journal.journal import DamagedRun
     from orchestrator.projections.results import render_results
     from orchestrator.spec import SpecError
 
@@ -327,7 +351,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     except SpecError as exc:
         print_errors(console(stderr=True), exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
-    except (RunError, ClusterError, RunDirNotShared) as exc:
+    except (RunError, ClusterError, RunDirNotShared, DamagedRun) as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except OSError as exc:
@@ -393,6 +417,7 @@ def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
 def results(run_dir: Path, fmt: str) -> None:
     """Show the results of a finished run: what each stage produced (its validation
     value and test accuracy, against its baseline), what it cost, every trial."""
+    from orchestrator.journal.journal import DamagedRun
     from orchestrator.projections.results import (
         load_results,
         render_results,
@@ -402,8 +427,8 @@ def results(run_dir: Path, fmt: str) -> None:
 
     try:
         data = load_results(run_dir, lazy=fmt == "table")  # the tables: trials when read
-    except FileNotFoundError as exc:
-        console(stderr=True).print(f"[bold red]error[/]: {exc}")
+    except (FileNotFoundError, DamagedRun) as exc:
+        print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     if fmt == "json":
         import json
@@ -575,7 +600,7 @@ def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
         for warning in report["warnings"]:  # stdout stays JSON; the warning is still loud
             click.echo(click.style(f"WARNING: {warning}", fg="red", bold=True), err=True)
     else:
-        render(report, console())
+        render(report, console(markup=True))  # its every outside string escaped
     if strict and report["warnings"]:
         sys.exit(1)
 

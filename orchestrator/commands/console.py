@@ -14,35 +14,51 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
 EXIT_NO_RESULT = 1  # the run ended, but a stage has not one completed trial
 EXIT_SPEC_ERROR = 2
 EXIT_DISK_FULL = 75  # EX_TEMPFAIL: try again (nestor resume) once there is space
 
 
-def console(stderr: bool = False) -> Console:
-    """A rich console; 120 columns when not a terminal, so logs keep tables whole."""
+def console(stderr: bool = False, markup: bool = False) -> Console:
+    """A rich console; 120 columns when not a terminal, so logs keep tables whole.
+
+    Text is printed as it is: names, paths and values come from users (a spec's
+    name, a run directory, a categorical value), and read as rich markup a ``[red]``
+    in them would vanish and a ``[/x]`` would crash the command after its work was
+    done. Styling is given as ``rich.text.Text`` (``print_errors``), or by a command
+    whose every user string is escaped asking for ``markup=True``."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 120
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False,
+                   markup=markup, emoji=False)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text of plain strings and (string, style) pairs, printed literally."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
 
 
 def print_errors(err: Console, problems: Sequence[object]) -> None:
     for problem in problems:
-        err.print(f"[bold red]error[/]: {problem}", soft_wrap=True)
+        err.print(styled(("error", "bold red"), f": {problem}"), soft_wrap=True)
 
 
 def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     from rich.table import Table
 
+    from orchestrator.journal.journal import DamagedRun
     from orchestrator.projections.status import workflow_status
 
     try:
         info = workflow_status(run_dir)
-    except FileNotFoundError as exc:
-        console(stderr=True).print(f"[bold red]error[/]: {exc}")
+    except (FileNotFoundError, DamagedRun) as exc:
+        print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     out = console()
     driver = f", driver pid {info['driver_pid']}" if info["driver_pid"] else ""

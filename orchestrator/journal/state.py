@@ -82,6 +82,7 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
+from orchestrator.journal.journal import LineCheck, damaged_line
 
 SNAPSHOT = "journal.fold.json"
 STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
@@ -232,21 +233,33 @@ class RunState:
         before = self.events
         if not Path(path).exists():
             return 0
+        check = LineCheck(path)
         with Path(path).open("rb") as handle:
             handle.seek(self.offset)
             for line in handle:
                 if not line.endswith(b"\n") or (until is not None
                                                  and self.offset + len(line) > until):
                     break  # torn, still being written, or past ``until``
-                self.offset += len(line)
                 if not line.strip():
+                    self.offset += len(line)
                     continue
-                kind = _kind(line)
+                number = self.events + 1  # blank lines aside, which nestor never writes
+                size = len(line)
+                try:
+                    line = check(line, number)
+                    kind = _kind(line)
+                    if kind in SKIPPED:
+                        stamp = _time(line)
+                    else:
+                        event = read(json.loads(_head(line, kind)))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise damaged_line(path, number, "is not a journal event") from None
+                self.offset += size
                 if kind in SKIPPED:
                     self.events += 1
-                    self._stamp(_time(line))
+                    self._stamp(stamp)
                     continue
-                self.apply(read(json.loads(_head(line, kind))))
+                self.apply(event)
         return self.events - before
 
     def timeline(self) -> Iterator[tuple[str, Any]]:
