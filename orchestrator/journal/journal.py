@@ -127,11 +127,10 @@ def read_events(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
         return []
     lines, _ = _complete_lines(data)
     events = []
-    check = LineCheck(path)
     for number, line in enumerate(lines, start=1):
         if not line.strip():
             continue
-        events.append(event_of(line, path, number, check))
+        events.append(event_of(line, path, number))
     return events
 
 
@@ -149,7 +148,6 @@ def iter_events(path: str | os.PathLike[str], kinds: frozenset[str] | None = Non
     # A line parsed has its checksum checked; one skipped unparsed does not (a resume
     # checks every line first: ``verify``), which keeps a filtered read as fast.
     wanted = None if kinds is None else frozenset(kind.encode() for kind in kinds)
-    check = LineCheck(path)
     with Path(path).open("rb") as handle:
         for number, line in enumerate(handle, start=1):
             if line[-1:] != b"\n" or line.isspace():
@@ -160,7 +158,7 @@ def iter_events(path: str | os.PathLike[str], kinds: frozenset[str] | None = Non
                 found = kind_of_line(line)
                 if found is not None and found[0] not in wanted:
                     continue
-            event = event_of(line, path, number, check)
+            event = event_of(line, path, number)
             if kinds is None or event["event"] in kinds:
                 yield event
 
@@ -208,39 +206,23 @@ def checked(line: bytes) -> bytes | bool | None:
     return line[:at] + b"}"
 
 
-class LineCheck:
-    """Checks a journal's lines in order: each one's checksum, and that none lacks one
-    after one that had it (a checksum's own bytes damaged)."""
-
-    __slots__ = ("path", "summed")
-
-    def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = path
-        self.summed = False  # a line before had a checksum
-
-    def __call__(self, line: bytes, number: int | str) -> bytes:
-        """The line to parse (without its checksum); JournalError if it is damaged."""
-        body = checked(line)
-        if body is None:
-            raise damaged_line(self.path, number, "does not match its checksum")
-        if body is False:
-            if self.summed:
-                raise damaged_line(self.path, number, "has lost its checksum")
-            return line
-        self.summed = True
-        return body  # type: ignore[return-value]
-
-
-def _as_is(line: bytes, number: int | str) -> bytes:
-    """A line already checked: parsed as it is."""
-    return line
+def unsummed(line: bytes, path: str | os.PathLike[str], number: int | str) -> bytes:
+    """Line ``number`` of the journal at ``path`` without its checksum, to parse (one
+    from before checksums: as it is); JournalError if it does not match its checksum.
+    (A byte changed in the ``"crc"`` key itself leaves the line as an old one: its
+    content is whole, and its JSON is checked when it is parsed.)"""
+    body = checked(line)
+    if body is None:
+        raise damaged_line(path, number, "does not match its checksum")
+    return line if body is False else body  # type: ignore[return-value]
 
 
 def event_of(line: bytes, path: str | os.PathLike[str], number: int | str,
-             check: Callable[[bytes, int | str], bytes] | None = None) -> dict[str, Any]:
+             summed: bool = True) -> dict[str, Any]:
     """Line ``number`` of the journal at ``path``, parsed (JournalError: not an event,
-    or not as it was written)."""
-    line = (check or LineCheck(path))(line, number)
+    or not as it was written); ``summed=False``: its checksum was checked already."""
+    if summed:
+        line = unsummed(line, path, number)
     try:
         event = json.loads(line)
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -254,7 +236,6 @@ def verify(path: str | os.PathLike[str]) -> int:
     """Read every complete line of the journal at ``path`` as an event (its checksum,
     where it has one, instead of its JSON); returns how many. JournalError names the
     first damaged line."""
-    check = LineCheck(path)
     count = 0
     if not Path(path).exists():
         return 0
@@ -262,8 +243,8 @@ def verify(path: str | os.PathLike[str]) -> int:
         for number, line in enumerate(handle, start=1):
             if line[-1:] != b"\n" or line.isspace():
                 continue
-            if check(line, number) is line:  # no checksum: parse it to know it is whole
-                event_of(line, path, number, _as_is)
+            if unsummed(line, path, number) is line:  # no checksum: is it whole JSON?
+                event_of(line, path, number, summed=False)
             count += 1
     return count
 

@@ -82,7 +82,7 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from orchestrator.journal.journal import LineCheck, damaged_line
+from orchestrator.journal.journal import damaged_line, unsummed
 
 SNAPSHOT = "journal.fold.json"
 STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
@@ -233,7 +233,6 @@ class RunState:
         before = self.events
         if not Path(path).exists():
             return 0
-        check = LineCheck(path)
         with Path(path).open("rb") as handle:
             handle.seek(self.offset)
             for line in handle:
@@ -246,7 +245,7 @@ class RunState:
                 number = self.events + 1  # blank lines aside, which nestor never writes
                 size = len(line)
                 try:
-                    line = check(line, number)
+                    line = unsummed(line, path, number)
                     kind = _kind(line)
                     if kind in SKIPPED:
                         stamp = _time(line)
