@@ -200,10 +200,8 @@ def checked(line: bytes) -> bytes | bool | None:
         crc = int(line[at + 8:at + 16], 16)
     except ValueError:
         return None
-    view = memoryview(line)
-    if zlib.crc32(b"}", zlib.crc32(view[:at])) != crc:
-        return None
-    return line[:at] + b"}"
+    body = line[:at] + b"}"
+    return body if zlib.crc32(body) == crc else None
 
 
 def unsummed(line: bytes, path: str | os.PathLike[str], number: int | str) -> bytes:
