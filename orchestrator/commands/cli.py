@@ -6,10 +6,7 @@ need them, so `nestor --help` and `nestor validate` answer at once.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,10 +19,9 @@ from orchestrator.commands.console import (
     EXIT_SPEC_ERROR,
     console,
     print_errors,
+    private_files,
     run_status,
 )
-
-PRIVATE_UMASK = 0o077  # run-directory files 0600, folders 0700
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
@@ -294,19 +290,6 @@ def resume(run_dir: Path, slots: int | None, address: str | None) -> None:
     _run(None, run_dir, True, slots, address)
 
 
-@contextlib.contextmanager
-def private_files() -> Iterator[None]:
-    """What a driver makes is its user's alone: every file 0600 and folder 0700 (a
-    umask of 077), the run directory's and its trials' (the ranks inherit it), since
-    a run directory holds the spec's environment values, checkpoints and logs, and
-    lives in project spaces other users can read. Restored afterwards."""
-    previous = os.umask(PRIVATE_UMASK)
-    try:
-        yield
-    finally:
-        os.umask(previous)
-
-
 def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
          address: str | None) -> None:
     with private_files():
@@ -315,6 +298,8 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
 
 def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
                    address: str | None) -> None:
+    import os
+
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
     from orchestrator.backends import ClusterError
     from orchestrator.backends.ray.visibility import RunDirNotShared

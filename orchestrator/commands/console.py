@@ -7,8 +7,10 @@ registers them: the imports run one way.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -19,6 +21,21 @@ if TYPE_CHECKING:
 EXIT_NO_RESULT = 1  # the run ended, but a stage has not one completed trial
 EXIT_SPEC_ERROR = 2
 EXIT_DISK_FULL = 75  # EX_TEMPFAIL: try again (nestor resume) once there is space
+PRIVATE_UMASK = 0o077  # run-directory files 0600, folders 0700
+
+
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """What a command makes is its user's alone: every file 0600 and folder 0700 (a
+    umask of 077): the run directory and what its driver and trials write there (the
+    ranks inherit it), since a run directory holds the spec's environment values,
+    checkpoints and logs, and lives in project spaces other users can read.
+    Restored afterwards."""
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
 
 
 def console(stderr: bool = False, markup: bool = False) -> Console:
