@@ -14,7 +14,7 @@ Each line ends with its checksum, a last field ``"crc"``: the CRC-32 of the line
 as it would read without that field (``{...}``), so a byte changed on disk (a
 flipped bit, an edit) is found by the reader, who stops with the file and line
 rather than act on it. Lines written before checksums have none and are read as
-they are; a line without one after a line with one is damaged.
+they are (a journal may hold both: a run resumed by another version).
 """
 
 from __future__ import annotations
