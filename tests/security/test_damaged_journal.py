@@ -72,6 +72,18 @@ def test_a_flipped_byte_in_any_line_is_found_by_every_reader(tmp_path: Path) -> 
             read()
 
 
+@pytest.mark.parametrize("trials", [False, True])
+def test_a_byte_changed_before_a_snapshots_offset_is_found(tmp_path: Path, trials: bool) -> None:
+    """`nestor status` folds from its snapshot: only the lines after its offset are
+    read again, and its old check saw only the last 4 KiB before it."""
+    path = journal_of(tmp_path / "journal.jsonl", trials=200)
+    assert RunState.of(tmp_path, trials=trials).stages["s"].count("completed") == 200
+    assert path.stat().st_size > 10 * 4096  # the snapshot covers it all
+    flip(path, 3, b"1.123456", b"1.123457")
+    with pytest.raises(JournalError, match="line 3 does not match its checksum"):
+        RunState.of(tmp_path, trials=trials)
+
+
 def test_a_journal_from_before_checksums_still_reads(tmp_path: Path) -> None:
     path = journal_of(tmp_path / "journal.jsonl")
     old = [json.loads(line) for line in path.read_text().splitlines()]
@@ -211,5 +223,6 @@ def test_flipped_bytes_are_found_by_status(finished_run, tmp_path) -> None:
     at = next(i for i, line in enumerate(lines) if b'"event":"trial_finished"' in line)
     value = json.loads(lines[at])["value"]
     lines[at] = lines[at].replace(json.dumps(value).encode(), json.dumps(value + 1).encode(), 1)
+    assert nestor("status", run).returncode == 0  # its snapshot now covers every line
     (run / "journal.jsonl").write_bytes(b"".join(lines))
     one_clear_error(nestor("status", run), f"journal.jsonl: line {at + 1} does not match")
