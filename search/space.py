@@ -11,11 +11,37 @@ True
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Scalar = bool | int | float | str
+
+
+INT_LIMIT = 2**53  # integers a float holds exactly: samplers compute in floats
+
+
+def name_problem(name: Any) -> str | None:
+    """Why ``name`` cannot name a parameter (None: it can). A command trainer gets a
+    parameter as one argument ``--NAME=VALUE``: an ``=`` in the name moves the split,
+    a NUL cannot be passed at all, and a newline or other control character breaks
+    the lines of logs and tables."""
+    if not isinstance(name, str) or not name:
+        return "must be a non-empty string"
+    if "=" in name:
+        return "must not hold '=' (a command gets --NAME=VALUE)"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
+        return "must not hold a NUL, newline or other control character"
+    return None
+
+
+def value_problem(value: Any) -> str | None:
+    """Why ``value`` cannot be a parameter's value (None: it can): a NUL cannot be
+    passed in a command's argument."""
+    if isinstance(value, str) and "\x00" in value:
+        return f"must not hold a NUL character, but {value!r} does"
+    return None
 
 
 def _is_int(value: Any) -> bool:
@@ -45,6 +71,10 @@ class FloatParam:
                 f"low must be less than high, but got low={self.low}, high={self.high}"
                 " (use type: constant for a fixed value)"
             )
+        if not math.isfinite(self.high - self.low):  # samplers scale by the width
+            raise ValueError(
+                f"high - low must be a finite number, but low={self.low}, high={self.high}"
+                f" are {self.high - self.low} apart (at most {sys.float_info.max:.4g})")
         if self.log and self.low <= 0:
             raise ValueError(f"low must be greater than 0 when log is true, but got {self.low}")
 
@@ -66,6 +96,9 @@ class IntParam:
             value = getattr(self, bound)
             if not _is_int(value):
                 raise ValueError(f"{bound} must be an integer, but got {value!r}")
+            if abs(value) > INT_LIMIT:
+                raise ValueError(f"{bound} must be between -2**53 and 2**53 (integers the"
+                                 f" searchers' floats hold exactly), but got {value}")
         if not self.low < self.high:
             raise ValueError(
                 f"low must be less than high, but got low={self.low}, high={self.high}"
@@ -96,6 +129,9 @@ class CategoricalParam:
                 raise ValueError(
                     f"values must be numbers, strings or booleans, but got {value!r}"
                 )
+            problem = value_problem(value)
+            if problem:
+                raise ValueError(f"values {problem}")
             # 1 == True in Python; keep them distinct choices by comparing types too.
             if any(type(value) is type(other) and value == other for other in seen):
                 raise ValueError(f"values must be distinct, but {value!r} is listed twice")
@@ -115,6 +151,9 @@ class ConstantParam:
     def __post_init__(self) -> None:
         if not isinstance(self.value, Scalar):
             raise ValueError(f"value must be a number, string or boolean, but got {self.value!r}")
+        problem = value_problem(self.value)
+        if problem:
+            raise ValueError(f"value {problem}")
 
     def contains(self, value: Any) -> bool:
         return type(value) is type(self.value) and value == self.value
@@ -137,6 +176,10 @@ class SearchSpace:
         if not isinstance(self.params, tuple):
             object.__setattr__(self, "params", tuple(self.params))
         names = [p.name for p in self.params]
+        for name in names:
+            problem = name_problem(name)
+            if problem:
+                raise ValueError(f"a parameter's name {problem}, but got {name!r}")
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"parameter names must be unique, but got {duplicates} twice")

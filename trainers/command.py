@@ -217,6 +217,11 @@ def exit_repeats(returncode: int, last_stderr: str) -> bool:
     return returncode in REPEATING_STATUSES or bool(REPEATING_ERROR.match(last_stderr))
 
 
+# A result as a program prints it: ASCII digits, a point, an exponent. Python's float()
+# reads more ("1_000", digits of other scripts, "inf"), which no program means as a result.
+_NUMBER = re.compile(r"[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+
+
 def _parse(value: str) -> float | str:
     """The number, or a message saying why it is not one."""
     try:
@@ -225,6 +230,8 @@ def _parse(value: str) -> float | str:
         return "is not a number"
     if not math.isfinite(number):
         return "is not finite"
+    if _NUMBER.fullmatch(value) is None:
+        return "is not a plain number (digits, a point, an exponent: no '_' or other digits)"
     return number
 
 

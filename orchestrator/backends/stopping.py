@@ -83,6 +83,33 @@ def reinstall_handlers() -> None:
         install_handlers()
 
 
+@contextlib.contextmanager
+def starting() -> Iterator[None]:
+    """Around a backend's start. ``ray.init`` puts in a SIGTERM handler of its own
+    that ends the process at once with status 15 and no word (``sys.exit(15)``); a
+    stop asked for while the backend starts is the stop it is later: Interrupted,
+    which the command reports with what is kept and exits 128 + the signal. Our
+    handlers are taken back whatever happens."""
+    try:
+        yield
+    except SystemExit as exc:
+        reason = _signal_name(exc.code)
+        if reason is None:
+            raise
+        request_stop(reason)
+        raise Interrupted(reason) from None
+    finally:
+        reinstall_handlers()
+
+
+def _signal_name(code: object) -> str | None:
+    """The stop signal a handler's ``sys.exit(signum)`` stands for (None: not one)."""
+    stops = (signal.SIGTERM, signal.SIGINT, signal.SIGUSR1)
+    if isinstance(code, int) and not isinstance(code, bool) and code in stops:
+        return signal.Signals(code).name
+    return None
+
+
 def exit_code(reason: str) -> int:
     """128 + the signal's number, as a shell reports a process ended by it."""
     try:

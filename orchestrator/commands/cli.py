@@ -19,6 +19,7 @@ from orchestrator.commands.console import (
     EXIT_SPEC_ERROR,
     console,
     print_errors,
+    private_files,
     run_status,
 )
 
@@ -300,6 +301,12 @@ def resume(run_dir: Path, slots: int | None, address: str | None) -> None:
 
 def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
          address: str | None, spec_text: str | None = None) -> None:
+    with private_files():
+        _run_privately(spec, run_dir, resume, slots, address, spec_text)
+
+
+def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
+                   address: str | None, spec_text: str | None) -> None:
     import os
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
@@ -312,7 +319,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     from orchestrator.commands.summary import sized_lines
     from orchestrator.engine.workflow import RunError
     from orchestrator.journal.events import SearchSized, parse
-    from orchestrator.journal.journal import JournalError
+    from orchestrator.journal.journal import DamagedRun
     from orchestrator.projections.results import render_results
     from orchestrator.spec import SpecError
 
@@ -348,7 +355,7 @@ def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | Non
     except SpecError as exc:
         print_errors(console(stderr=True), exc.problems)
         sys.exit(EXIT_SPEC_ERROR)
-    except (RunError, ClusterError, RunDirNotShared, JournalError) as exc:
+    except (RunError, ClusterError, RunDirNotShared, DamagedRun) as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except OSError as exc:
@@ -402,6 +409,7 @@ def results(run_dir: Path, fmt: str, shown: int) -> None:
     value and test accuracy, against its baseline), what it cost, and its trials,
     best first, with their status and why any failed (the CSV has every trial and
     its reason)."""
+    from orchestrator.journal.journal import DamagedRun
     from orchestrator.projections.results import (
         load_results,
         render_results,
@@ -412,8 +420,8 @@ def results(run_dir: Path, fmt: str, shown: int) -> None:
 
     try:
         data = load_results(run_dir, lazy=fmt == "table")  # the tables: trials when read
-    except FileNotFoundError as exc:
-        console(stderr=True).print(f"[bold red]error[/]: {exc}")
+    except (FileNotFoundError, DamagedRun) as exc:
+        print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     if fmt == "json":
         import json
@@ -586,7 +594,7 @@ def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
         for warning in report["warnings"]:  # stdout stays JSON; the warning is still loud
             click.echo(click.style(f"WARNING: {warning}", fg="red", bold=True), err=True)
     else:
-        render(report, console())
+        render(report, console(markup=True))  # its every outside string escaped
     if strict and report["warnings"]:
         sys.exit(1)
 

@@ -7,42 +7,75 @@ registers them: the imports run one way.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from rich.console import Console
+    from rich.text import Text
 
 EXIT_NO_RESULT = 1  # the run ended, but a stage has not one completed trial
 EXIT_SPEC_ERROR = 2
 EXIT_DISK_FULL = 75  # EX_TEMPFAIL: try again (nestor resume) once there is space
+PRIVATE_UMASK = 0o077  # run-directory files 0600, folders 0700
 
 
-def console(stderr: bool = False) -> Console:
-    """A rich console; 120 columns when not a terminal, so logs keep tables whole."""
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """What a command makes is its user's alone: every file 0600 and folder 0700 (a
+    umask of 077): the run directory and what its driver and trials write there (the
+    ranks inherit it), since a run directory holds the spec's environment values,
+    checkpoints and logs, and lives in project spaces other users can read.
+    Restored afterwards."""
+    previous = os.umask(PRIVATE_UMASK)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
+def console(stderr: bool = False, markup: bool = False) -> Console:
+    """A rich console; 120 columns when not a terminal, so logs keep tables whole.
+
+    Text is printed as it is: names, paths and values come from users (a spec's
+    name, a run directory, a categorical value), and read as rich markup a ``[red]``
+    in them would vanish and a ``[/x]`` would crash the command after its work was
+    done. Styling is given as ``rich.text.Text`` (``print_errors``), or by a command
+    whose every user string is escaped asking for ``markup=True``."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
     width = None if stream.isatty() else 120
-    return Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    return Console(file=stream, width=width, highlight=False, soft_wrap=False,
+                   markup=markup, emoji=False)
+
+
+def styled(*parts: str | tuple[str, str]) -> Text:
+    """Text of plain strings and (string, style) pairs, printed literally."""
+    from rich.text import Text
+
+    return Text.assemble(*parts)
 
 
 def print_errors(err: Console, problems: Sequence[object]) -> None:
     for problem in problems:
-        err.print(f"[bold red]error[/]: {problem}", soft_wrap=True)
+        err.print(styled(("error", "bold red"), f": {problem}"), soft_wrap=True)
 
 
 def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     from rich.table import Table
 
+    from orchestrator.journal.journal import DamagedRun
     from orchestrator.projections.status import workflow_status
 
     try:
         info = workflow_status(run_dir)
-    except FileNotFoundError as exc:
-        console(stderr=True).print(f"[bold red]error[/]: {exc}")
+    except (FileNotFoundError, DamagedRun) as exc:
+        print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     out = console()
     driver = f", driver pid {info['driver_pid']}" if info["driver_pid"] else ""

@@ -9,6 +9,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.text import Text
 
 from orchestrator.projections.products import objective_label
 
@@ -16,10 +17,11 @@ from orchestrator.projections.products import objective_label
 class StageProgress:
     def __init__(self, console: Console) -> None:
         self.progress = Progress(
-            TextColumn("[bold]{task.fields[stage]}"),
+            # Stage names are the user's: shown as they are, never read as markup.
+            TextColumn("{task.fields[stage]}", style="bold", markup=False),
             BarColumn(),
             MofNCompleteColumn(),
-            TextColumn("{task.fields[detail]}"),
+            TextColumn("{task.fields[detail]}", markup=False),
             TimeElapsedColumn(),
             console=console,
         )
@@ -82,10 +84,10 @@ class MlflowWait:
         now = time.monotonic()
         if self.console.is_terminal:
             if self._status is None:
-                self._status = self.console.status(line + line_hint)
+                self._status = self.console.status(Text(line + line_hint))
                 self._status.start()
             else:
-                self._status.update(line)
+                self._status.update(Text(line))
         elif self._last is None or now - self._last >= self.EVERY_S:
             self.console.print(line + line_hint, soft_wrap=True)
             self._last = now

@@ -11,8 +11,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from orchestrator.backends import stopping
 from orchestrator.backends.factory import make_backend
 from orchestrator.engine import workflow as engine
+from orchestrator.engine.adoption import check_journal_covers
 from orchestrator.projections.projector import Projector
 
 
@@ -43,12 +45,17 @@ def run_spec(
     run_dir, workflow, lock = engine.prepare_run_dir(spec_path, run_dir, resume,
                                                      spec_text=spec_text)
     with lock:
+        if resume:  # a damaged journal, or one that lost trials whose results are on disk
+            check_journal_covers(run_dir, run_dir / engine.JOURNAL_FILE)
         # MLflow, off the loop; started first, so that its store opens while Ray starts.
         projector = Projector(run_dir, workflow, warm=True)
         try:
-            backend = make_backend(workflow, run_dir, slots=slots, address=address)
-        except BaseException:
+            with stopping.starting():  # a SIGTERM while Ray starts: Interrupted, not exit 15
+                backend = make_backend(workflow, run_dir, slots=slots, address=address)
+        except BaseException as exc:
             projector.close(timeout_s=5)
+            if isinstance(exc, stopping.Interrupted):
+                exc.run_dir = run_dir
             raise
 
         def appended(record: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from orchestrator.journal.events import SearchSized
 from orchestrator.spec import Workflow, concurrent_trials, default_slots
@@ -21,9 +22,8 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
         total, origin = default_slots(), "this machine's CPUs; a Ray cluster may have more"
     tracking = workflow.tracking
     store = tracking.uri or "MLflow store inside the run directory"
-    console.print(
-        f"[green]ok[/] {file}: workflow [bold]{workflow.name}[/], {len(workflow.stages)} stage(s)"
-    )
+    console.print(Text.assemble(("ok", "green"), f" {file}: workflow ", (workflow.name, "bold"),
+                                f", {len(workflow.stages)} stage(s)"))
     console.print(f"  slots: {total} ({origin})")
     console.print(f"  tracking: {store}, experiment {tracking.experiment or workflow.name!r}")
     table = Table(box=None, pad_edge=False, header_style="bold")
@@ -50,7 +50,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             f"{parallel.ranks} ({parallel.data}x{parallel.model})"
             + ("" if workflow.backend_of(name) == "horovod" or parallel.ranks == 1
                else f" {workflow.backend_of(name)}"),
-            str(at_once) if at_once else "[red]0: too few slots[/]",
+            str(at_once) if at_once else Text("0: too few slots", style="red"),
         )
     console.print(table)
     for name in workflow.order():

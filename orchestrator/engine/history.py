@@ -28,7 +28,7 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from orchestrator.journal.journal import JournalError, event_of, iter_events, kind_of_line
+from orchestrator.journal.journal import damaged_line, event_of, iter_events, kind_of_line
 
 __all__ = ["JournalSoFar", "Summaries", "paused_gc", "sparse_gc"]
 
@@ -96,12 +96,13 @@ class Summaries(MutableMapping[str, dict[str, Any]]):
             with path.open("rb") as handle:
                 handle.seek(offset)
                 line = handle.readline()
+            where = f"at byte {offset}"
             try:
-                event = parse(json.loads(line))
-            except (ValueError, KeyError) as exc:
-                raise JournalError(f"{path}@{offset}: not stage {stage!r}'s end ({exc})") from None
+                event = parse(event_of(line, path, where))
+            except (ValueError, KeyError, TypeError):
+                event = None
             if not isinstance(event, StageFinished) or event.stage != stage:
-                raise JournalError(f"{path}@{offset}: not stage {stage!r}'s end: {line[:80]!r}")
+                raise damaged_line(path, where, f"is not stage {stage!r}'s end")
             self._loaded[stage] = event.summary
             del self._lines[stage]
         return self._loaded[stage]
@@ -198,7 +199,7 @@ class JournalSoFar:
             return line[at:line.find(b",", at) + 1] in names
 
         for record in iter_events(path, skip=finished_stage if names else None):
-            so_far.add(parse(record))
+            so_far.add(_parsed(record, path))
         return so_far
 
     def ended(self, stage: str, offset: int, path: Path) -> None:
@@ -243,6 +244,16 @@ class JournalSoFar:
         return [e for e in mine if isinstance(e, classes)]
 
 
+def _parsed(record: dict[str, Any], path: Path) -> Event:
+    """A journal line's record as its typed event; JournalError (naming its seq) where
+    its kind or fields are not an event's."""
+    try:
+        return parse(record)
+    except (ValueError, TypeError, KeyError):
+        raise damaged_line(path, f"with seq {record.get('seq')!r}",
+                           f"({record.get('event')!r}) is not a journal event") from None
+
+
 _ENDS = kinds_of(WorkflowStarted, StageFinished)
 
 
@@ -274,4 +285,4 @@ def _starts_and_ends(path: Path) -> Iterator[Event | tuple[str, int]]:
                     continue
             record = event_of(line, path, number)
             if record["event"] in _ENDS:
-                yield parse(record)
+                yield _parsed(record, path)

@@ -9,6 +9,12 @@ driver acts on it. One writer (the driver) appends; anything may read.
 
 A kill can tear the last line. Readers skip a torn tail, and a writer that
 reopens the file cuts it off first, so every line stays one JSON object.
+
+Each line ends with its checksum, a last field ``"crc"``: the CRC-32 of the line
+as it would read without that field (``{...}``), so a byte changed on disk (a
+flipped bit, an edit) is found by the reader, who stops with the file and line
+rather than act on it. Lines written before checksums have none and are read as
+they are (a journal may hold both: a run resumed by another version).
 """
 
 from __future__ import annotations
@@ -20,6 +26,7 @@ import os
 import shutil
 import threading
 import time
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,8 +35,24 @@ if TYPE_CHECKING:
     from orchestrator.journal.events import Event
 
 
-class JournalError(RuntimeError):
+class DamagedRun(RuntimeError):
+    """A file of the run directory (its journal, an attempt's result) does not read as
+    nestor wrote it; the message names the file and what to do."""
+
+
+class JournalError(DamagedRun):
     """The journal cannot be read as a sequence of events (not just a torn tail)."""
+
+
+def damaged_line(path: str | os.PathLike[str], number: int | str, what: str) -> JournalError:
+    """The error for a journal line that is not as it was written: where, what, what to do."""
+    cut = (f"keep only the lines before it (head -n {number - 1} journal.jsonl > kept.jsonl"
+           " && mv kept.jsonl journal.jsonl)" if isinstance(number, int)
+           else "keep only the lines before it")
+    return JournalError(
+        f"{path}: line {number} {what}: the journal is damaged. Restore it from a copy if"
+        f" you have one; else {cut} and resume, which first checks it against the"
+        " results in attempts/")
 
 
 class DiskFull(OSError):
@@ -122,6 +145,8 @@ def iter_events(path: str | os.PathLike[str], kinds: frozenset[str] | None = Non
         return
     # Per line, as little as may be: a million-line journal runs this loop a million
     # times (the kind compared as bytes; a blank line found without copying it).
+    # A line parsed has its checksum checked; one skipped unparsed does not (a resume
+    # checks every line first: ``verify``), which keeps a filtered read as fast.
     wanted = None if kinds is None else frozenset(kind.encode() for kind in kinds)
     with Path(path).open("rb") as handle:
         for number, line in enumerate(handle, start=1):
@@ -153,15 +178,73 @@ def kind_of_line(line: bytes) -> tuple[bytes, int] | None:
     return line[start:end], end
 
 
-def event_of(line: bytes, path: str | os.PathLike[str], number: int) -> dict[str, Any]:
-    """Line ``number`` of the journal at ``path``, parsed (JournalError: not an event)."""
+_CRC_MARK = b',"crc":"'  # a line's last field: its checksum, 8 hex digits
+_CRC_TAIL = len(_CRC_MARK) + 8 + 2  # ,"crc":"0123abcd"}
+
+
+def with_crc(body: bytes) -> bytes:
+    """A journal line (its JSON object ``body``, one line) with its checksum as its last
+    field, and its newline: what :meth:`Journal.append` writes."""
+    return b'%s,"crc":"%08x"}\n' % (body[:-1], zlib.crc32(body))
+
+
+def checked(line: bytes) -> bytes | bool | None:
+    """A line's JSON without its checksum, when its checksum matches; False when it
+    has none (a line from before checksums: read as it is); None when the checksum
+    does not match (the line changed since it was written)."""
+    end = len(line) - (line[-1:] == b"\n")
+    at = end - _CRC_TAIL
+    if at < 0 or line[at:at + 8] != _CRC_MARK or line[end - 2:end] != b'"}':
+        return False
+    try:
+        crc = int(line[at + 8:at + 16], 16)
+    except ValueError:
+        return None
+    body = line[:at] + b"}"
+    return body if zlib.crc32(body) == crc else None
+
+
+def unsummed(line: bytes, path: str | os.PathLike[str], number: int | str) -> bytes:
+    """Line ``number`` of the journal at ``path`` without its checksum, to parse (one
+    from before checksums: as it is); JournalError if it does not match its checksum.
+    (A byte changed in the ``"crc"`` key itself leaves the line as an old one: its
+    content is whole, and its JSON is checked when it is parsed.)"""
+    body = checked(line)
+    if body is None:
+        raise damaged_line(path, number, "does not match its checksum")
+    return line if body is False else body  # type: ignore[return-value]
+
+
+def event_of(line: bytes, path: str | os.PathLike[str], number: int | str,
+             summed: bool = True) -> dict[str, Any]:
+    """Line ``number`` of the journal at ``path``, parsed (JournalError: not an event,
+    or not as it was written); ``summed=False``: its checksum was checked already."""
+    if summed:
+        line = unsummed(line, path, number)
     try:
         event = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise JournalError(f"{path}:{number}: not a JSON event ({exc.msg})") from None
-    if not isinstance(event, dict) or "event" not in event:
-        raise JournalError(f"{path}:{number}: not a journal event: {line[:80]!r}")
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise damaged_line(path, number, "is not a JSON event") from None
+    if not isinstance(event, dict) or not isinstance(event.get("event"), str):
+        raise damaged_line(path, number, "is not a journal event")
     return event
+
+
+def verify(path: str | os.PathLike[str]) -> int:
+    """Read every complete line of the journal at ``path`` as an event (its checksum,
+    where it has one, instead of its JSON); returns how many. JournalError names the
+    first damaged line."""
+    count = 0
+    if not Path(path).exists():
+        return 0
+    with Path(path).open("rb") as handle:
+        for number, line in enumerate(handle, start=1):
+            if line[-1:] != b"\n" or line.isspace():
+                continue
+            if unsummed(line, path, number) is line:  # no checksum: is it whole JSON?
+                event_of(line, path, number, summed=False)
+            count += 1
+    return count
 
 
 def write_atomic(path: Path, data: str) -> None:
@@ -265,8 +348,7 @@ class Journal:
         with self._cond:
             self._raise_failed()
             record = {"seq": self._seq, **record}
-            line = _ENCODE(record)
-            payload = (line + "\n").encode("utf-8")
+            payload = with_crc(_ENCODE(record).encode("utf-8"))
             start = self._size
             written = 0
             try:

@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from orchestrator.journal.journal import JournalError
 from orchestrator.journal.state import RunState, snapshot_path
 
 log = logging.getLogger(__name__)
@@ -116,7 +117,7 @@ class FoldKeeper:
 
     def _fold_before(self, size: int) -> None:
         base = RunState(trials=False)
-        with contextlib.suppress(OSError, ValueError):
+        with contextlib.suppress(OSError, ValueError, JournalError):  # no snapshot then
             base = RunState.of(self.run_dir, self._journal, trials=False, save=False,
                                until=size)
         if base.offset != size:  # unreadable, or not whole: no snapshot from this driver

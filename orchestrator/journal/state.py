@@ -56,6 +56,7 @@ import dataclasses
 import hashlib
 import json
 import os
+import zlib
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -82,10 +83,11 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
+from orchestrator.journal.journal import damaged_line, unsummed
 
 SNAPSHOT = "journal.fold.json"
 STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
-VERSION = 1  # of the snapshot's layout: another version is folded afresh
+VERSION = 2  # of the snapshot's layout: another version is folded afresh
 CHECK_BYTES = 4096  # the journal's bytes before the offset that a snapshot must match
 SKIPPED = kinds_of(SearchLogged)  # lines the fold reads only the stamp of
 # The last field of a kind, not kept and so not parsed: the line is cut before it.
@@ -177,6 +179,11 @@ class RunState:
         self.stages: dict[str, StageState] = {}
         self.events = 0  # lines folded (skipped kinds included)
         self.offset = 0  # journal bytes folded
+        # The CRC-32 of the journal's bytes before ``_summed_to`` (``offset``, once
+        # :meth:`sum_to_offset`): a snapshot holds it, so a byte changed anywhere before
+        # its offset is found by a later reader, not only in the last lines it checks.
+        self.crc = 0
+        self._summed_to = 0
         self.first_time: float | None = None
         self.last_time: float | None = None
         self._open: dict[tuple[str, str, int], Attempt] = {}  # started, not ended
@@ -238,15 +245,29 @@ class RunState:
                 if not line.endswith(b"\n") or (until is not None
                                                  and self.offset + len(line) > until):
                     break  # torn, still being written, or past ``until``
-                self.offset += len(line)
+                if self._summed_to == self.offset:
+                    self.crc = zlib.crc32(line, self.crc)
+                    self._summed_to += len(line)
                 if not line.strip():
+                    self.offset += len(line)
                     continue
-                kind = _kind(line)
+                number = self.events + 1  # blank lines aside, which nestor never writes
+                size = len(line)
+                try:
+                    line = unsummed(line, path, number)
+                    kind = _kind(line)
+                    if kind in SKIPPED:
+                        stamp = _time(line)
+                    else:
+                        event = read(json.loads(_head(line, kind)))
+                except (ValueError, KeyError, TypeError, AttributeError):
+                    raise damaged_line(path, number, "is not a journal event") from None
+                self.offset += size
                 if kind in SKIPPED:
                     self.events += 1
-                    self._stamp(_time(line))
+                    self._stamp(stamp)
                     continue
-                self.apply(read(json.loads(_head(line, kind))))
+                self.apply(event)
         return self.events - before
 
     def timeline(self) -> Iterator[tuple[str, Any]]:
@@ -360,10 +381,20 @@ class RunState:
                 state.save(snapshot, path)
         return state
 
+    def sum_to_offset(self, journal: Path) -> None:
+        """Bring :attr:`crc` up to :attr:`offset`, reading the bytes folded from records
+        (:meth:`apply_record`: a driver's own events) rather than from the file."""
+        if self._summed_to < self.offset:
+            self.crc = _crc(journal, self._summed_to, self.offset, self.crc)
+            self._summed_to = self.offset
+
     def save(self, snapshot: Path, journal: Path) -> None:
-        """Write the state with the journal offset it covers (atomically)."""
+        """Write the state with the journal offset it covers, and the CRC-32 of the
+        journal's bytes before it (atomically)."""
+        self.sum_to_offset(journal)
         data = {"version": VERSION, "trials": self.trials, "offset": self.offset,
-                "check": _check(journal, self.offset), "state": self._encode()}
+                "check": _check(journal, self.offset), "crc": self.crc,
+                "state": self._encode()}
         tmp = snapshot.with_name(f"{snapshot.name}.{os.getpid()}.tmp")  # two readers at once
         try:
             tmp.write_text(json.dumps(data, separators=(",", ":")))
@@ -380,9 +411,16 @@ class RunState:
             data = json.loads(snapshot.read_bytes())
             if data.get("version") != VERSION or data.get("trials") != trials:
                 return None
-            if _check(journal, int(data["offset"])) != data["check"]:
+            offset = int(data["offset"])
+            if _check(journal, offset) != data["check"]:
                 return None
-            return cls._decode(data["state"], int(data["offset"]), trials)
+            # Every byte before the offset as it was folded (a whole read of them, at
+            # CRC-32's speed, not a fold): else a byte changed there goes unseen.
+            if _crc(journal, 0, offset) != data["crc"]:
+                return None
+            state = cls._decode(data["state"], offset, trials)
+            state.crc, state._summed_to = int(data["crc"]), offset
+            return state
         except (OSError, ValueError, KeyError, TypeError):
             return None
 
@@ -488,6 +526,23 @@ def _time(line: bytes) -> float | None:
         return float(line[start:line.find(b",", start)])
     except ValueError:
         return None
+
+
+def _crc(journal: Path, start: int, end: int, crc: int = 0) -> int | None:
+    """The CRC-32 of the journal's bytes from ``start`` to ``end``, continuing ``crc``
+    (None: the journal is shorter)."""
+    try:
+        with journal.open("rb") as handle:
+            handle.seek(start)
+            while start < end:
+                data = handle.read(min(end - start, 1 << 20))
+                if not data:
+                    return None
+                crc = zlib.crc32(data, crc)
+                start += len(data)
+    except OSError:
+        return None
+    return crc
 
 
 def _check(journal: Path, offset: int) -> str | None:

@@ -45,6 +45,7 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
     makes the function that runs each row on a simulated cluster: its times are
     printed beside the predicted ones, with how much faster auto's pick is than each."""
     from rich.table import Table
+    from rich.text import Text
 
     name = pick_stage(workflow, stage)
     inputs = stage_inputs(workflow, name, slots)
@@ -53,14 +54,15 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
     if found is None and (measure or do_profile):
         shapes = default_shapes(min(slots, cores), inputs.size.max_model_parallel())
         found = profile(inputs.trainer, inputs.options, shapes=shapes, places=places,
-                        echo=lambda line: console.print(f"[dim]{line}[/]"),
+                        echo=lambda line: console.print(Text(line, style="dim")),
                         backend=inputs.backend)
     model = stage_model(inputs, found)
     limits, goal = inputs.limits, inputs.goal
     cap = limits.global_batch_max or "none"
-    console.print(f"stage [bold]{name}[/]: {inputs.trainer}, {goal.runs} runs of {goal.epochs}"
-                  f" epoch(s), per-rank batch {limits.per_rank_batch}, global batch cap {cap},"
-                  f" {slots} slots", soft_wrap=True)
+    console.print(Text.assemble(
+        "stage ", (name, "bold"), f": {inputs.trainer}, {goal.runs} runs of {goal.epochs}"
+        f" epoch(s), per-rank batch {limits.per_rank_batch}, global batch cap {cap},"
+        f" {slots} slots"), soft_wrap=True)
     comm, compute = model.comm, model.compute
     if found is None:
         console.print("cost model: the unmeasured prior (no profile of this trainer and"
@@ -106,8 +108,8 @@ def render(console: Console, workflow: Workflow, *, stage: str | None, slots: in
             if (shape, at_once) not in measured:
                 from ._measure import measure_wave
 
-                console.print(f"[dim]measuring {at_once} x {shape} for {goal.epochs}"
-                              f" epoch(s)[/]")
+                console.print(Text(f"measuring {at_once} x {shape} for {goal.epochs}"
+                                   " epoch(s)", style="dim"))
                 measured[(shape, at_once)] = measure_wave(
                     inputs.trainer, inputs.options, shape.dp, shape.mp, at_once,
                     backend=inputs.backend).run_s

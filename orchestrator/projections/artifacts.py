@@ -20,6 +20,7 @@ import logging
 from pathlib import Path
 from typing import Any
 
+from orchestrator.journal.journal import DamagedRun
 from orchestrator.journal.state import RunState
 from orchestrator.projections.kinds import report_of
 from orchestrator.projections.tracking import Tracker
@@ -80,7 +81,7 @@ def _journal_state(run_dir: Path, summary: dict[str, Any]) -> RunState:
     An unreadable journal draws the plots of an empty one."""
     try:
         return RunState.of(run_dir, JOURNAL_FILE, save=False)
-    except (ValueError, TypeError, KeyError) as exc:
+    except (ValueError, TypeError, KeyError, DamagedRun) as exc:
         log.warning("stage %s: journal unreadable for plots (%s)", summary.get("name"), exc)
         return RunState()
 

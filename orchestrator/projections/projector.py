@@ -30,7 +30,6 @@ runs left RUNNING by a killed driver.
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import threading
 import time
@@ -54,7 +53,7 @@ from orchestrator.journal.events import (
     WorkflowStarted,
     parse,
 )
-from orchestrator.journal.journal import write_atomic
+from orchestrator.journal.journal import JournalError, event_of, write_atomic
 from orchestrator.journal.text import first_line
 from orchestrator.projections.products import objective_label
 from orchestrator.projections.tracking import (
@@ -320,12 +319,21 @@ class Projector:
             return [], False
         end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
         more = more and end > 0
-        events = [_typed(json.loads(line), self.seen + n)
+        events = [self._typed_line(line, self.seen + n)
                   for n, line in enumerate(line for line in data[:end].splitlines()
                                            if line.strip())]
         self._offset += end
         self.seen += len(events)
         return events, more
+
+    def _typed_line(self, line: bytes, at: int) -> tuple[int, Event | None]:
+        """Journal line ``at`` (from 0) as (its seq, its typed event); a damaged line is
+        counted but not shown (the driver, ``nestor status`` and ``resume`` stop on it)."""
+        try:
+            return _typed(event_of(line, self.journal_path, at + 1), at)
+        except JournalError as exc:
+            log.warning("%s; MLflow does not show it", exc)
+            return at, None
 
     def _count_on_disk(self) -> int:
         """The journal's complete lines (asked from the driver's thread, every 50 ms

@@ -9,7 +9,9 @@ from typing import IO, Any
 from rich.console import Console
 from rich.table import Table
 
+from orchestrator.journal.journal import DamagedRun
 from orchestrator.journal.results_file import read_results
+from orchestrator.journal.text import first_line
 
 
 def load_results(run_dir: Path, lazy: bool = False) -> dict[str, Any]:
@@ -17,11 +19,20 @@ def load_results(run_dir: Path, lazy: bool = False) -> dict[str, Any]:
     (``orchestrator.journal.results_file``: the tables of a million-event run read a
     few KiB of its 200 MiB), not for writing the results out again."""
     path = run_dir / "results.json"
-    if not path.exists():
-        raise FileNotFoundError(
-            f"{run_dir} has no results.json yet (unfinished run? try `nestor resume {run_dir}`)"
-        )
-    return read_results(path, lazy=lazy)
+    if not path.exists():  # not finished (interrupted, or running): what its journal says
+        from orchestrator.projections.unfinished import unfinished_results
+
+        results = unfinished_results(run_dir)
+        if results is None:
+            raise FileNotFoundError(f"{run_dir} has neither results.json nor a journal of a"
+                                    " run: not a nestor run directory, or its run never started")
+        return results
+    try:
+        return read_results(path, lazy=lazy)
+    except (ValueError, KeyError, TypeError) as exc:
+        raise DamagedRun(f"{path} does not read as results ({first_line(exc)[:120]}): it is"
+                         " damaged. Move it aside: `nestor results` then shows the run from its"
+                         " journal") from None
 
 
 def _fmt(value: Any) -> str:
@@ -39,6 +50,11 @@ def render_results(console: Console, results: dict[str, Any]) -> None:
     accuracy, against what it is compared with), then what each stage cost."""
     from orchestrator.projections.products import metric_label, stage_product
 
+    if results.get("unfinished"):
+        why = f"interrupted ({results['interrupted']})" if results.get("interrupted") \
+            else "not finished (running, or stopped)"
+        console.print(f"{why}: results so far, read from its journal; `nestor resume"
+                      f" {results.get('run_dir')}` finishes the run", soft_wrap=True)
     made = Table(title=f"workflow {results['workflow']}: what each stage produced",
                  title_justify="left", header_style="bold", box=None, pad_edge=False)
     for column in ("stage", "product", "metric", "value", "test acc.", "compared with",

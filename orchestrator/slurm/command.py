@@ -100,7 +100,7 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
     before the time limit, the driver stops cleanly and journals what it
     finished; `--resume RUNDIR` continues without re-running finished trials.
     """
-    from orchestrator.commands.console import console
+    from orchestrator.commands.console import console, private_files
     from orchestrator.slurm import (
         SlurmError,
         SubmitError,
@@ -132,7 +132,8 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
         click.echo("# EOF (dry run: nothing submitted)")
         return
     try:
-        job_id = submit_job(opts)
+        with private_files():  # the run directory, its job script and Slurm's logs
+            job_id = submit_job(opts)
     except SlurmError as exc:
         _fail([exc])
     out.print(f"submitted job {job_id}", soft_wrap=True)

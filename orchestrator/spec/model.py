@@ -36,6 +36,7 @@ from search.space import (
     IntParam,
     Param,
     SearchSpace,
+    name_problem,
 )
 from trainers import TrainerRef
 from trainers.catalog import DATASETS, TRAINERS
@@ -764,6 +765,17 @@ class HpoStage(_StageBase):
             elif isinstance(item, Scalar):
                 expanded[key] = {"type": "constant", "value": item}
         return expanded
+
+    @field_validator("space", mode="after")
+    @classmethod
+    def _names_pass_as_arguments(cls, value: dict[str, Any]) -> dict[str, Any]:
+        """Each parameter's name reaches a trial as ``--NAME=VALUE`` or a keyword."""
+        for name in value:
+            problem = name_problem(name)
+            if problem:
+                raise ValueError(f"space names a parameter {name!r}, but a parameter's"
+                                 f" name {problem}")
+        return value
 
     @field_validator("objective", mode="before")
     @classmethod

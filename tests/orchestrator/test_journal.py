@@ -48,7 +48,7 @@ def test_a_torn_tail_is_skipped_and_cut_on_reopen(tmp_path: Path) -> None:
 def test_garbage_in_the_middle_is_an_error_not_silence(tmp_path: Path) -> None:
     path = tmp_path / "journal.jsonl"
     path.write_text('{"seq": 0, "event": "a"}\nnot json\n{"seq": 2, "event": "c"}\n')
-    with pytest.raises(JournalError, match=r"journal.jsonl:2: not a JSON event"):
+    with pytest.raises(JournalError, match=r"journal.jsonl: line 2 is not a JSON event"):
         read_events(path)
 
 
