@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps demo test test-fast lint bench soak bench-quick bench-gpu
+.PHONY: setup system-deps demo test test-fast lint mutation-check bench soak bench-quick bench-gpu
 
 setup:
 	@scripts/setup.sh
@@ -25,10 +25,19 @@ lint: setup
 # The whole set-up, then every test. The sub-make keeps the order (system
 # packages before .venv, whose Horovod build needs cmake and g++) under -j too.
 # Under CI (the CI variable set, as CI services do) a skipped test fails the run
-# (tests/skip_policy.py).
+# (tests/skip_policy.py). Then the mutation check (below): about a minute here at load
+# 8-10 on 2 cores (67 s), so it runs with every `make test`.
 test: system-deps
 	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
+	$(PY) scripts/mutation_check.py
+
+# Break the code behind the main guarantees (journal fsync and gate, adoption, resume's
+# tell, the projector's batches, budget accounting) a line at a time, in a copy of the
+# tree, and fail if the tests that stand for a guarantee let a breakage through
+# (scripts/mutation_check.py; `--list` says what each breaks).
+mutation-check: setup
+	$(PY) scripts/mutation_check.py
 
 # Everything but the tests marked slow; for a quick loop while editing.
 test-fast: setup

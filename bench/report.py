@@ -19,14 +19,17 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import json
 import math
 import re
 import statistics
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from bench.machine import RESULTS, ROOT
+from bench.steps import measured_paths
 
 FIGURES = "figures"
 
@@ -148,6 +151,64 @@ def source(m: Any) -> str:
     run = f", run `{m['run']}`" if m.get("run") else ""
     return (f"`{m['command']}`, {_commit(m)}{run}, {m['cores']} cores ({m['cpu']}), GPU"
             f" {m['gpu']}, 1-min load {load}")
+
+
+# -- a headline as new as the code it measures ---------------------------------------------
+
+REPO = ROOT  # the git checkout whose history says what changed since a result's commit
+
+
+def _git(*args: str) -> str | None:
+    """``git ARGS`` in REPO: its output, or None where it fails (no such commit, no git)."""
+    done = subprocess.run(["git", *args], cwd=REPO, capture_output=True, text=True,
+                          check=False)
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+@functools.cache
+def _stale_since(repo: Path, commit: str, paths: tuple[str, ...]) -> str | None:
+    """Why results made at ``commit`` no longer measure the code at HEAD (None: they
+    do): ``paths`` changed in commits ``commit`` does not contain. Said by what stays
+    true as later commits land (the paths changed, the first such commit), so the
+    label, once rendered, does not go out of date with every commit after it."""
+    last = _git("log", "-1", "--format=%H", "HEAD", "--", *paths)
+    if not last:
+        return None  # no history of those paths here (not a git checkout)
+    if _git("cat-file", "-e", f"{commit}^{{commit}}") is None:
+        return f"measured at `{commit[:10]}`, a commit not in this repository's history"
+    if _git("merge-base", "--is-ancestor", last, commit) is not None:
+        return None  # the last change to what it measures is in the measured commit
+    since = (_git("log", "--reverse", "--format=%H", f"{commit}..HEAD", "--", *paths)
+             or "").split()
+    changed = [p for p in paths if _git("log", "-1", "--format=%H", f"{commit}..HEAD", "--", p)]
+    first = f" (the first change in `{since[0][:10]}`)" if since else ""
+    return (f"measured at `{commit[:10]}`; since then the code it measures changed: "
+            + ", ".join(f"`{p}`" for p in changed) + first)
+
+
+def stale_label(m: Any) -> str | None:
+    """The line that labels a headline figure stale (None: it is as new as the code
+    it measures, or its command is no step's, or it records no commit)."""
+    if not has_provenance(m):
+        return None
+    paths = measured_paths(m["command"])
+    if not paths:
+        return None
+    why = _stale_since(REPO, m["commit"], paths)
+    return None if why is None else f"  - **Stale**: {why}; rerun `make bench-quick`."
+
+
+def stale_problems(results: Path, report_text: str) -> list[str]:
+    """Headline figures made before the last change to the code they measure that
+    ``report_text`` (REPORT.md) does not label stale: what ``--check`` fails on."""
+    problems = []
+    for result, lines in _headline_of(load(results)):
+        label = stale_label(_provenance(result))
+        if label is not None and label not in report_text:
+            figure = lines[0].removeprefix("- ")[:60].rstrip() + "..."
+            problems.append(f"{figure} ({_provenance(result)['command']}):"
+                            f" {label.split('**: ')[1]}")
+    return problems
 
 
 def machine_line(m: dict[str, Any] | str | None) -> str:
@@ -319,19 +380,32 @@ def overhead_section(o: dict[str, Any]) -> list[str]:
                            if loaded else []))
     counts = ", ".join(f"{n:,}" for n in ov["counts"])
     capped = [n for n in ov["counts"] if n > ov["tune_new_actor_cap"]]
-    cap = (f" Tune's default (a new actor per trial, about a second each here) ran at most"
+    default = next((by for label, by in ov["runs"].items()
+                    if label.startswith("ray tune, default")), {})
+    each = (f", {default[max(default, key=int)]['steady_ms_per_trial'] / 1000:.1f} s each in"
+            " its steady state here" if default else "")
+    cap = (f" Tune's default (a new actor per trial{each}) ran at most"
            f" {ov['tune_new_actor_cap']:,} trials: {', '.join(f'{n:,}' for n in capped)}"
            " would take hours." if capped else "")
+    nestor = (f"nestor's are command trials, a process each (`{ov['nestor_command']}`)"
+              if ov.get("nestor_command") else "nestor's trials are not recorded")
+    method = (f" The results file records its method: \"{ov['method']}\"." if ov.get("method")
+              else " The results file does not record its method.")
     return ["## Orchestration overhead", "", where, "",
-            f"Trivial trials (return x²), {ov['concurrent']} at a time on 2 slots, at"
-            f" {counts} trials; one fresh process per system and count, each timed the same"
-            " way: the clock starts before Ray does (after the imports) and every trial"
-            " returns the time it ended. *Start-up*: clock start to the first trial's end"
-            " (Ray, the framework, the first gang or actor). *Steady*: time between the"
-            " first and the last trial's end, per trial after the first. *Wind-down*: last"
-            " trial's end to the call's return, Ray's shutdown included. *Total*: all of it"
-            f" per trial. Tune with `reuse_actors=True` is the nearer match to nestor's warm"
-            f" gangs.{cap} The Optuna row is an ask/tell loop in one process, no scheduling.",
+            f"Trivial trials, {ov['concurrent']} at a time on 2 slots, at {counts} trials:"
+            f" {nestor}; Tune's a function trainable returning x² and the time it ended. Each"
+            " system and count runs in a fresh process, timed from its command's start to"
+            " its exit (imports, Ray's start and shutdown and, for nestor, every event in"
+            " MLflow included); each trial's end is the one the system recorded (nestor's"
+            " journal, Tune's results). *Start-up*: the command's start to the first trial's"
+            " end (imports, Ray, the framework, the first gang or actor). *Steady*: time"
+            " between the first and the last trial's end, per trial after the first."
+            " *Wind-down*: last trial's end to the command's exit, Ray's shutdown included."
+            " *Total*: all of it per trial. The systems run one after the other, once each"
+            " per count: load during one system's turn is not the other's (see the load"
+            " column). Tune with `reuse_actors=True` is the nearer match to nestor's warm"
+            f" gangs.{cap} The Optuna row is an ask/tell loop in one process, no scheduling,"
+            f" timed alone.{method}",
             *([" *Load*: the 1-minute load average as the run ended (2 cores; other work"
                " shared the machine)."] if loaded else []),
             "", *_table(["system", "trials", "start-up s", "steady ms/trial", "wind-down s",
@@ -339,27 +413,43 @@ def overhead_section(o: dict[str, Any]) -> list[str]:
             *_against_tune(ov["runs"])]
 
 
+def _tune_default_total(default: dict[str, Any], n: int) -> tuple[float, str]:
+    """Tune's default's end-to-end seconds at ``n`` trials, and how they were had: its
+    own run at ``n`` where it ran that many, else from the phases of its largest run
+    (start-up + steady per trial x (n - 1) + wind-down: a new actor per trial makes its
+    steady state a fixed cost per trial), said so beside the ratio."""
+    if str(n) in default:
+        return default[str(n)]["total_s"], ""
+    ran = max(default, key=int)
+    r = default[ran]
+    total = r["startup_s"] + r["steady_ms_per_trial"] / 1000 * (n - 1) + r["wind_down_s"]
+    return total, (f" (Tune's default ran {int(ran):,} trials; at {n:,} its start-up, steady"
+                   f" state and wind-down there give {total:.0f} s)")
+
+
 def _against_tune(runs: dict[str, dict[str, Any]]) -> list[str]:
-    """nestor's end-to-end time per trial against Tune's, at each count this run has:
-    the ratios issue 25's goals are stated in (below Tune ``reuse_actors``; at most
-    1/100 of Tune's default per trial), read from the table above, not kept apart."""
+    """nestor's end-to-end time against Tune's at each count this run has, both sides
+    at the same number of trials: the ratios issue 25's goals are stated in (below Tune
+    ``reuse_actors``; at most 1/100 of Tune's default per trial), read from the table
+    above, not kept apart."""
     def row(prefix: str) -> dict[str, Any]:
         return next((by for label, by in runs.items() if label.startswith(prefix)), {})
 
     nestor, reuse, default = row("nestor"), row("ray tune, reuse"), row("ray tune, default")
     if not nestor or not default:
         return []
-    tune = next(iter(default.values()))
     lines = []
     for n, r in nestor.items():
         vs_reuse = (f"{r['total_s']:.1f} s against Tune `reuse_actors` "
                     f"{reuse[n]['total_s']:.1f} s" if n in reuse else "no Tune reuse row")
+        tune_total, how = _tune_default_total(default, int(n))
+        steady = default[max(default, key=int)]["steady_ms_per_trial"]
         lines.append(f"- {int(n):,} trials: {vs_reuse}; per trial 1/"
-                     f"{tune['total_ms_per_trial'] / r['total_ms_per_trial']:.0f} of Tune's"
-                     f" default end to end (1/"
-                     f"{tune['steady_ms_per_trial'] / r['total_ms_per_trial']:.0f} of its"
-                     " steady state)")
-    return ["", "nestor end to end against Tune, from the rows above:", "", *lines, ""]
+                     f"{tune_total / r['total_s']:.0f} of Tune's default end to end at"
+                     f" {int(n):,} trials{how}; steady state 1/"
+                     f"{steady / r['steady_ms_per_trial']:.0f} of Tune's default's")
+    return ["", "nestor end to end against Tune, from the rows above, each ratio at one"
+            " number of trials on both sides:", "", *lines, ""]
 
 
 def projection_section(o: dict[str, Any]) -> list[str]:
@@ -536,6 +626,9 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
             missing += [line.split(":")[0].lstrip("- ") for line in lines]
             continue
         out += [f"{line}. *From* {source(m)}" for line in lines]
+        label = stale_label(m)
+        if label is not None:
+            out.append(label)
     if len(out) == 4 and not missing:
         out.append("None: no results file is committed (`make bench-quick` writes them).")
     if missing:
@@ -1692,7 +1785,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "REPORT.md")
     p.add_argument("--check", action="store_true",
-                   help="render to a scratch directory and exit 1 if --out differs")
+                   help="render to a scratch directory and exit 1 if --out differs, or if"
+                        " it leaves a headline figure older than the code it measures"
+                        " (bench/steps.py's MEASURES) without its stale label")
     p.add_argument("--same-run", action="store_true",
                    help="also exit 1 unless every headline figure comes from one run of"
                         " bench/steps.py at one clean commit on one machine")
@@ -1710,13 +1805,21 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def check(results: Path, report: Path) -> int:
-    """0 when ``report`` is exactly what ``results`` render, else 1 with a diff."""
+    """0 when ``report`` is exactly what ``results`` render and labels every headline
+    figure made before the last change to the code it measures stale, else 1 with a
+    diff or the figures."""
     import difflib
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
         expected = render_text(results, Path(scratch))
     actual = report.read_text() if report.is_file() else ""
+    stale = stale_problems(results, actual)
+    if stale:
+        print("\n".join([f"{report}: headline figures older than the code they measure,"
+                         " not labelled stale (run `python -m bench.report`, or rerun them"
+                         " with `make bench-quick`):", *stale]))
+        return 1
     if actual == expected:
         print(f"{report} is what {results} render")
         return 0

@@ -96,6 +96,55 @@ FULL: list[tuple[str, str]] = [
 
 STEPS = {"quick": QUICK, "full": FULL}
 
+# The code each step measures, by step name (a quick and a full step of one name measure
+# the same): a results file made at a commit older than the last change to these paths
+# is stale, and `python -m bench.report --check` fails unless REPORT.md labels its
+# headline figure so (bench.report.stale_label). nestor's own code only: a change to a
+# bench script or its problems changes what is asked, and its results say their command.
+SYSTEM = ("orchestrator/", "search/", "trainers/")  # a whole run: engine, searches, ranks
+MEASURES: dict[str, tuple[str, ...]] = {
+    "tables": SYSTEM,
+    "simulate": ("orchestrator/", "search/"),  # the real scheduler on a simulated cluster
+    "simulate-4096": ("orchestrator/", "search/"),
+    "gang-start": ("orchestrator/backends/", "trainers/"),
+    "orchestration": SYSTEM,
+    "e2e-planning": SYSTEM,
+    "planning": ("orchestrator/planning/", "trainers/"),
+    "simulate-planning": ("orchestrator/", "search/"),
+    "multifidelity": ("search/",),
+    "auto-sine": ("search/",),
+    "auto-heldout": ("search/",),
+    "many-at-once": ("search/",),
+    "multifidelity-heldout": ("search/",),
+    "search-fidelity": SYSTEM,
+    "backends": ("orchestrator/backends/", "trainers/"),
+    "search": ("search/",),
+    "auto-suite-2": ("search/",),
+    "auto-suite-8": ("search/",),
+    "trainers": ("trainers/",),
+    "journal": ("orchestrator/journal/",),
+}
+
+
+def _program(command: str) -> str | None:
+    """The script or module a step's arguments (or a result's ``python ...``) run."""
+    words = shlex.split(command)
+    if words and words[0] in ("python", "python3"):
+        words = words[1:]
+    if words[:1] == ["-m"]:
+        return words[1] if len(words) > 1 else None
+    return words[0] if words else None
+
+
+def measured_paths(command: str) -> tuple[str, ...] | None:
+    """The paths the step that ran ``command`` (a results file's ``python ...``)
+    measures; None for a command no step runs (a bench run by hand)."""
+    program = _program(command)
+    for name, args in (*QUICK, *FULL):
+        if program is not None and _program(args) == program:
+            return MEASURES[name]
+    return None
+
 
 def _children_cpu_s() -> float:
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)

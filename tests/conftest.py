@@ -10,8 +10,9 @@ from typing import Any
 
 import pytest
 
-# pytester: tests of the test set-up itself; skip_policy: under CI a skip fails the run.
-pytest_plugins = ("pytester", "skip_policy")
+# pytester: tests of the test set-up itself; skip_policy: under CI a skip fails the run;
+# timeouts: a test marked slow gets the longer slow_timeout (pytest-timeout's per test).
+pytest_plugins = ("pytester", "skip_policy", "timeouts")
 
 
 @pytest.fixture(scope="session")

@@ -37,9 +37,6 @@ def test_nestor_and_tune_both_pay_ray_start_up_in_start_up_not_per_trial(
         raw = json.loads((tmp_path / f"timed-{system}-6.json").read_text())
         ends = sorted(raw["ends"])
         assert len(ends) == 6 and raw["t0"] < ends[0] and ends[-1] <= raw["returned"], raw
-        # Starting Ray takes seconds here (measured 3.7 to 6.1 s, README's table): the
-        # first end comes after it, while a trivial trial takes milliseconds.
-        assert ends[0] - raw["t0"] > 2.0, (system, raw)
         assert row["startup_s"] == ends[0] - raw["t0"]
         # The steady figure is the time between ends, none of it Ray's start-up: the
         # five trials after the first took less than that start-up did.

@@ -348,3 +348,91 @@ def test_the_engine_check_renders_apart_from_the_many_at_once_runs(tmp_path: Pat
     text = report.render(tmp_path, tmp_path / "REPORT.md").read_text()
     assert "| 16 | 2 | 1 of 2 | 2 of 2 | 0.0% | 0.5 [0.5–0.5] | genetic async 16 |" in text
     assert "### many_at_once_engine.json" not in text
+
+
+# -- a headline as new as the code it measures -----------------------------------------------
+
+
+def _git(repo: Path, *args: str) -> str:
+    return subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                          cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+
+def _commit(repo: Path, path: str, text: str) -> str:
+    (repo / path).parent.mkdir(parents=True, exist_ok=True)
+    (repo / path).write_text(text)
+    _git(repo, "add", path)
+    _git(repo, "commit", "-q", "-m", f"change {path}")
+    return _git(repo, "rev-parse", "HEAD")
+
+
+def test_check_fails_on_a_figure_older_than_the_code_it_measures_until_labelled(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A headline figure made at a commit before the last change to what its step
+    measures (bench/steps.py's MEASURES: search/ for the multi-fidelity bench) fails
+    --check until REPORT.md labels it stale; the label stays true as commits land."""
+    from bench import steps
+
+    assert set(steps.MEASURES) == {name for name, _ in (*steps.QUICK, *steps.FULL)}
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    _git(repo, "init", "-q")
+    measured = _commit(repo, "search/algo.py", "v1\n")
+    monkeypatch.setattr(report, "REPO", repo)
+    report._stale_since.cache_clear()
+    results = tmp_path / "results"
+    monkeypatch.setattr(machine, "RESULTS", results)
+    monkeypatch.setattr(sys, "argv", [str(ROOT / "bench" / "multifidelity_bench.py"),
+                                      "--seeds", "2"])
+    machine.write_result("multifidelity", MULTI)
+    data = json.loads((results / "multifidelity.json").read_text())
+    data["machine"]["commit"] = measured
+    (results / "multifidelity.json").write_text(json.dumps(data))
+    out = tmp_path / "REPORT.md"
+    report.render(results, out)
+    assert "Stale" not in out.read_text() and report.check(results, out) == 0
+
+    _commit(repo, "README.md", "not measured\n")  # a change to nothing it measures
+    report._stale_since.cache_clear()
+    assert report.check(results, out) == 0
+    changed = _commit(repo, "search/algo.py", "v2\n")
+    report._stale_since.cache_clear()
+    problems = report.stale_problems(results, out.read_text())
+    assert len(problems) == 1 and problems[0].startswith("multi-fidelity searches"), problems
+    assert report.check(results, out) == 1  # made before the change, not labelled
+    report.render(results, out)
+    label = (f"  - **Stale**: measured at `{measured[:10]}`; since then the code it measures"
+             f" changed: `search/` (the first change in `{changed[:10]}`); rerun"
+             " `make bench-quick`.")
+    assert label in out.read_text().split("\n")
+    assert report.check(results, out) == 0
+    _commit(repo, "search/algo.py", "v3\n")  # later changes: the label is still what renders
+    report._stale_since.cache_clear()
+    assert report.check(results, out) == 0
+    report._stale_since.cache_clear()
+
+
+def test_nestor_is_compared_with_tunes_default_at_the_same_number_of_trials() -> None:
+    """Tune's default ran 10 trials, nestor 250: the ratio is taken at 250 on both
+    sides (Tune's from the phases it measured), not Tune's 10 against nestor's 250."""
+    runs = {
+        "nestor (warm gangs, journal, MLflow)": {"250": {
+            "startup_s": 12.4, "steady_ms_per_trial": 30.875, "wind_down_s": 1.9,
+            "total_s": 22.0, "total_ms_per_trial": 88.0}},
+        "ray tune, reuse_actors=True": {"250": {
+            "startup_s": 15.5, "steady_ms_per_trial": 25.2, "wind_down_s": 3.3,
+            "total_s": 25.1, "total_ms_per_trial": 100.3}},
+        "ray tune, default (new actor per trial)": {"10": {
+            "startup_s": 18.1, "steady_ms_per_trial": 1632.5, "wind_down_s": 2.4,
+            "total_s": 35.2, "total_ms_per_trial": 3517.3}},
+    }
+    (line,) = [x for x in report._against_tune(runs) if x.startswith("- ")]
+    # 18.1 + 1.6325 x 249 + 2.4 = 427 s at 250 trials, over nestor's 22.0 s: 1/19 (not the
+    # 1/40 of Tune's 10-trial total per trial over nestor's 250-trial one).
+    assert "per trial 1/19 of Tune's default end to end at 250 trials" in line, line
+    assert "Tune's default ran 10 trials; at 250" in line and "427 s" in line
+    runs["ray tune, default (new actor per trial)"]["250"] = {
+        "startup_s": 18.0, "steady_ms_per_trial": 1600.0, "wind_down_s": 2.0,
+        "total_s": 440.0, "total_ms_per_trial": 1760.0}
+    (line,) = [x for x in report._against_tune(runs) if x.startswith("- ")]
+    assert "1/20 of Tune's default end to end at 250 trials;" in line, line  # its own run

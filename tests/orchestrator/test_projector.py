@@ -17,14 +17,17 @@ import pytest
 from orchestrator.journal.events import (
     SearchSized,
     StageStarted,
+    ThresholdReached,
     TrialAttemptFailed,
     TrialFinished,
+    TrialInterrupted,
     TrialStarted,
     WorkflowStarted,
 )
 from orchestrator.journal.journal import Journal
 from orchestrator.projections.projector import CURSOR_FILE, Projector
 from orchestrator.spec import load_spec
+from tests.orchestrator.journal_in_mlflow import assert_mlflow_shows_every_event, journal_events
 
 
 def workflow(tmp_path: Path):
@@ -139,11 +142,81 @@ def test_events_appended_while_it_runs_are_projected_as_they_come(tmp_path: Path
     check(projector)
 
 
+def varied_journal(journal: Journal) -> None:
+    """Every kind of trial event, trials interleaved (a trial's events far apart, so
+    that batches cut through them): completed with a history and a NaN, retried after
+    a failed attempt, failed, pruned, interrupted; a gang or none; Horovod or torch."""
+    journal.record(WorkflowStarted(workflow="projected", slots=2, pid=1, run_key="k"))
+    journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
+    for number in range(40):
+        journal.record(TrialStarted(stage="tune", trial=trial(number), attempt=1,
+                                    gang=number % 3 or None, shape=f"{1 + number % 2}x1",
+                                    comm="torch" if number % 4 == 0 else "horovod"))
+        if number < 3:
+            continue  # the first ones end after all the others started
+        ending = number - 3
+        made, outcome = trial(ending), ending % 5
+        if outcome == 1:
+            journal.record(TrialAttemptFailed(stage="tune", trial=made, attempt=1,
+                                              reason=f"rank 1 of {ending} died",
+                                              slot_seconds=1.0))
+            journal.record(TrialStarted(stage="tune", trial=made, attempt=2, gang=7,
+                                        shape="1x1"))
+        if outcome == 4:
+            journal.record(TrialInterrupted(stage="tune", trial=made, attempt=1,
+                                            reason="the allocation ended"))
+            continue
+        status = {2: "failed", 3: "pruned"}.get(outcome, "completed")
+        journal.record(TrialFinished(
+            stage="tune", trial=made, attempt=2 if outcome == 1 else 1, status=status,
+            value=None if status == "failed" else ending / 10,
+            metrics={} if status == "failed" else {"result": ending / 10, "wall_time": 1.5,
+                                                   "odd": float("nan")},
+            reason=f"trial {ending} failed" if status == "failed" else None,
+            slot_seconds=1.0,
+            history=[{"step": float(s), "result": ending + s / 10} for s in range(outcome)]))
+    journal.record(ThresholdReached(stage="tune", trial="5"))
+
+
+@pytest.mark.parametrize("batch", [6, 1, 64])
+def test_mlflow_shows_every_event_of_every_batch(tmp_path: Path, monkeypatch,
+                                                 batch: int) -> None:
+    # Batches of 6 (cut through trials), of 1 (each event its own) and the default's
+    # size: MLflow must show each event's params, metrics step by step, tags and end,
+    # the first and last of each batch included.
+    from orchestrator.projections import projector as module
+
+    monkeypatch.setattr(module, "BATCH_EVENTS_BULK", batch)
+    monkeypatch.setattr(module, "BATCH_EVENTS", batch)
+    wf = workflow(tmp_path)
+    with Journal(tmp_path / "journal.jsonl", fsync=False) as journal:
+        varied_journal(journal)
+    projector = project(tmp_path, wf)
+    events = journal_events(tmp_path)
+    assert len(events) > 64 + 1  # more than one default batch
+    shown = assert_mlflow_shows_every_event(projector.tracker.client,
+                                            projector.tracker.experiment_id, events)
+    assert shown == 41  # the stage and its 40 trials
+
+
+def test_mlflow_shows_every_event_appended_while_it_projects(tmp_path: Path) -> None:
+    # Batches as the events come (whatever was on disk at each wake).
+    wf = workflow(tmp_path)
+    projector = Projector(tmp_path, wf)
+    with Journal(tmp_path / "journal.jsonl", on_append=projector.wake) as journal:
+        varied_journal(journal)
+        assert projector.flush(timeout_s=60), f"{projector.behind} events not projected"
+    projector.close()
+    assert_mlflow_shows_every_event(projector.tracker.client, projector.tracker.experiment_id,
+                                    journal_events(tmp_path))
+
+
 @pytest.mark.slow
 def test_a_finished_run_leaves_mlflow_showing_every_event(tmp_path: Path) -> None:
     # Many quick trials put the projection well behind the loop; the driver waits for
     # it at the end. (A race in how far behind it was read 0 for a moment once, and
-    # the driver left 2,131 of 4,004 events to a resume.)
+    # the driver left 2,131 of 4,004 events to a resume.) MLflow itself is read back:
+    # every trial's run with its params, metrics, tags and end, as the journal says.
     (tmp_path / "triv.py").write_text("def trivial(config, ctx):\n"
                                       "    return {'score': config['x'] ** 2}\n")
     spec = tmp_path / "many.yaml"
@@ -165,8 +238,16 @@ def test_a_finished_run_leaves_mlflow_showing_every_event(tmp_path: Path) -> Non
                          env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert ran.returncode == 0, ran.stderr
     assert "not in MLflow" not in ran.stderr
-    events = (run_dir / "journal.jsonl").read_text().count("\n")
-    assert (run_dir / CURSOR_FILE).read_text() == str(events)
+    events = journal_events(run_dir)
+    assert (run_dir / CURSOR_FILE).read_text() == str(len(events))
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("many")
+    assert experiment is not None
+    shown = assert_mlflow_shows_every_event(client, experiment.experiment_id, events)
+    assert shown == 401  # the stage and its 400 trials
+    assert sum(e["event"] == "stage_finished" for e in events) == 1
 
 
 class _Quick:

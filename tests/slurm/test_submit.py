@@ -65,7 +65,13 @@ def completed(run_dir: Path) -> dict[str, dict]:
 
 def test_a_submitted_workflow_runs_on_two_nodes_and_lands_in_the_run_dir(
         tmp_path: Path, local_slurm: dict[str, str]) -> None:
-    nodes = min(node_count(local_slurm), 2)
+    # Two Slurm nodes, each its own slurmd (the fixture starts them); a local Slurm of
+    # one node that was already running cannot show what this test stands for.
+    nodes = node_count(local_slurm)
+    if nodes < 2:
+        pytest.fail(f"the local Slurm already running has {nodes} node; this test needs"
+                    " two: stop it (slurm/local-slurm.sh stop) and the tests start theirs")
+    nodes = 2
     canary = tmp_path / "canary"
     tag = AWKWARD.format(canary=canary)
     spec = write_spec(tmp_path, budget=8, slots=2 * nodes, tag=tag)
@@ -90,8 +96,8 @@ def test_a_submitted_workflow_runs_on_two_nodes_and_lands_in_the_run_dir(
     assert len(children) == 8 and all(r.data.params["tag"] == tag for r in children)
     ran = invocations(log)
     assert len(ran) == 8 and {r["tag"] for r in ran} == {tag}  # literally, no shell
-    if nodes == 2:  # trials really ran on both Slurm nodes' Ray workers
-        assert {r["node"] for r in ran} == {"nestor1", "nestor2"}
+    # Trials really ran on both Slurm nodes' Ray workers.
+    assert {r["node"] for r in ran} == {"nestor1", "nestor2"}, ran
     assert not canary.exists()
     status = nestor("status", job, env=env)
     assert "COMPLETED" in status.stdout and "finished" in status.stdout, status.stderr

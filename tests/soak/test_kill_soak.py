@@ -42,11 +42,13 @@ from nestor_harness import (
     wait_for_no_tagged,
 )
 
-pytestmark = pytest.mark.slow
-
 TRIALS = int(os.environ.get("NESTOR_SOAK_TRIALS", "40"))
 DRIVER_KILLS = int(os.environ.get("NESTOR_SOAK_DRIVER_KILLS", "1"))
 RANK_KILL_S = float(os.environ.get("NESTOR_SOAK_RANK_KILL_S", "15"))
+
+# Its own time limit (tests/timeouts.py): each of its drivers may take the hour it
+# is given below, and `make soak` runs 200 trials over 4 of them.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600 * (DRIVER_KILLS + 1) + 600)]
 
 TRAINER = """
 import os, time
