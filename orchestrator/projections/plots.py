@@ -147,7 +147,8 @@ def plot_best_so_far(curves: dict[str, list[tuple[int, float]]], total_runs: dic
     ax.set_ylabel(f"best {metric} so far ({mode})")
     ax.set_title(f"best {metric} against runs, per search")
     ax.grid(alpha=0.3)
-    ax.legend(loc="best", fontsize="small")
+    if any(curves.values()):  # no curve, no legend (matplotlib warns on stderr otherwise)
+        ax.legend(loc="best", fontsize="small")
     return _save(fig, path)
 
 
