@@ -55,6 +55,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from orchestrator.journal.inside import inside_or_warn
+
 if TYPE_CHECKING:
     from orchestrator.projections.sql_store import SqlRunWriter
 
@@ -703,11 +705,14 @@ class Tracker:
 
     def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
         """Copy the file ``path`` into the run's artifacts (under ``folder``); into the
-        run directory's ``mlartifacts/`` for its own store (``artifact_location``)."""
-        if not Path(path).is_file():
+        run directory's ``mlartifacts/`` for its own store (``artifact_location``).
+        Only a file inside the run directory, links resolved: what is copied here is
+        served by ``nestor ui``, and the paths come from the journal (``inside``)."""
+        place = inside_or_warn(self.run_dir, os.path.abspath(path), "artifact")
+        if place is None or not place.is_file():
             return
         if not self.own_store:
-            self.client.log_artifact(run_id, str(Path(path).resolve()), folder)
+            self.client.log_artifact(run_id, str(place), folder)
             return
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
@@ -715,7 +720,7 @@ class Tracker:
         if uri is None:
             uri = self._artifact_uris[run_id] = self.client.get_run(run_id).info.artifact_uri
         repository = get_artifact_repository(artifact_location(self.run_dir, uri))
-        repository.log_artifact(str(Path(path).resolve()), folder)
+        repository.log_artifact(str(place), folder)
 
     def finish(self, run_id: str, status: str, at: float | None = None) -> None:
         """End a run: FINISHED, FAILED or KILLED (MLflow's terminal states)."""
