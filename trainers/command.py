@@ -64,6 +64,7 @@ from trainers._launch import (
 )
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.gpu import gpu_granted, gpu_metrics
+from trainers.warden import Warden
 
 LOG_LIMIT = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024
@@ -396,6 +397,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         return failed(f"command is not executable: {argv[0]!r}")
     except OSError as exc:
         return failed(f"command {argv[0]!r} could not start: {exc}")
+    warden = Warden(proc.pid)  # the group dies with this rank, whatever kills it
 
     def on_result(text: str) -> None:  # in a reader thread
         number = _parse(text)
@@ -451,6 +453,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             if pipe is not None:
                 pipe.close()
     returncode = proc.wait()
+    warden.release()  # the group is gone: its number may be another's from now on
     flush_reports()
     logs = {name: str(s.log_path) for name, s in streams.items() if s.log_path is not None}
     out, err = streams["stdout"], streams["stderr"]

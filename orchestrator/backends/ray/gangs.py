@@ -46,6 +46,7 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -150,6 +151,29 @@ def horovod_broke(result: Any) -> bool:
     return getattr(result, "status", None) == "failed" and any(w in text for w in HOROVOD_BROKE)
 
 
+def how_it_died(exc: BaseException) -> str:
+    """Why a rank's actor is gone, in words a person can act on: Ray's first line
+    ("The actor died unexpectedly ...") says nothing of the cause, and the cause it
+    names further down is a guess list. A worker whose connection ended without an
+    exit of its own was killed by a signal (SIGKILL: the kernel's OOM killer, a
+    person, a batch system) or crashed; Ray's memory monitor says when it killed."""
+    text = str(exc)
+    where = ""
+    pid = re.search(r"\bpid: (\d+)", text)
+    ip = re.search(r"\bip: (\S+)", text)
+    if pid:
+        where = f" (pid {pid.group(1)}" + (f" on {ip.group(1)})" if ip else ")")
+    if re.search(r"memory monitor|OUT_OF_MEMORY|running low on memory", text):
+        return f"its Ray worker{where} was killed by Ray's memory monitor: the node ran low" \
+               " on memory"
+    if "connection error" in text or "SYSTEM_ERROR" in text or "unexpectedly exits" in text:
+        return (f"its Ray worker{where} was killed by a signal (SIGKILL: the kernel's OOM"
+                " killer, see dmesg on that node, or a person or the batch system) or crashed")
+    if "INTENDED" in text or "ray.kill" in text:
+        return f"its Ray worker{where} was stopped on purpose (ray.kill or a shutdown)"
+    return first_line(exc)
+
+
 class GangFailure(RuntimeError):
     """A rank of the gang died or stopped answering; the gang is unusable."""
 
@@ -213,7 +237,7 @@ class Gang:
             raise GangTimeout(f"gang {self.id} ran past its {timeout_s:g} s deadline") from None
         except RayActorError as exc:
             self.broken = True
-            raise GangFailure(f"a rank of gang {self.id} died: {first_line(exc)}") from None
+            raise GangFailure(f"a rank of gang {self.id} died: {how_it_died(exc)}") from None
         except RayError as exc:  # anything else Ray could not deliver: the gang is suspect
             self.broken = True
             raise GangFailure(f"a rank of gang {self.id} failed: {first_line(exc)}") from None
