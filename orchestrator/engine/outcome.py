@@ -3,11 +3,40 @@ value(s) on the stage's objectives, or why it failed."""
 
 from __future__ import annotations
 
+import errno
 import math
+import os
+from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Ended
 from orchestrator.engine.attempts import Attempt
+from orchestrator.journal.journal import DiskFull
+from orchestrator.journal.text import first_line
+
+# How a full disk or quota reads in a reason (Python's OSError, SQLite, a command's output).
+DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT),
+                   "[Errno 28]", "[Errno 122]", "database or disk is full")
+
+
+class TrialDiskFull(DiskFull):
+    """A trial failed for want of disk space or quota: the driver stops as on its own
+    full disk (exit 75), the trial unjournalled as finished, so `nestor resume` runs
+    it again once there is space."""
+
+    def __init__(self, run_dir: Path, trial: str, reason: str) -> None:
+        self.trial, self.reason = trial, first_line(RuntimeError(reason))[:300]
+        super().__init__(Path(run_dir) / "journal.jsonl", 0)
+
+    def message(self) -> str:
+        return (f"trial {self.trial} ran out of disk space ({self.reason}); the disk"
+                f" holding {self.path.parent} has {self.free} bytes free")
+
+
+def disk_full(reason: str | None) -> bool:
+    """Whether a failure was the machine's (a full disk or quota), not the trial's: such
+    a trial is not journalled as failed but run again once there is space."""
+    return bool(reason) and any(words in reason for words in DISK_FULL_WORDS)
 
 
 def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, Any]:

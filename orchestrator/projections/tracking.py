@@ -506,6 +506,21 @@ class RunWrites:
     end: tuple[str, float] | None = None  # MLflow's terminal status, when
 
 
+class _NoDbTracebacks(logging.Filter):
+    """MLflow logs each SQL transaction that fails for the database's sake (locked,
+    disk full) with its traceback, then raises it; the projector retries the write
+    and says so in one line. On a full disk that was thousands of traceback lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and str(record.msg).startswith("SQLAlchemy database error"))
+
+
+def _quiet_db_errors() -> None:
+    logger = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _NoDbTracebacks) for f in logger.filters):
+        logger.addFilter(_NoDbTracebacks())
+
+
 class Tracker:
     """Creates and fills MLflow runs for a workflow's stages and trials; every call
     may be repeated (see the module's docstring) and raises when MLflow fails."""
@@ -520,6 +535,7 @@ class Tracker:
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         from mlflow.tracking import MlflowClient
 
+        _quiet_db_errors()
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.uri = uri or default_tracking_uri(self.run_dir)
