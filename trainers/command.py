@@ -64,6 +64,7 @@ from trainers._launch import (
 )
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.gpu import gpu_granted, gpu_metrics
+from trainers.history import BoundedHistory
 from trainers.warden import Warden
 
 LOG_LIMIT = 8 * 1024 * 1024
@@ -378,7 +379,8 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
     ranks = request.data_parallel * request.model_parallel
     env.update(own_device_env(os.environ, ranks))
     device = command_device(os.environ, ranks)
-    history: list[dict[str, float]] = []
+    history = BoundedHistory()  # a million result lines cost MAX_HISTORY rows
+    unreported: list[dict[str, float]] = []  # kept rows the pruner has not heard of
     lock = threading.Lock()
 
     def failed(reason: str, **extra: Any) -> TrialResult:
@@ -403,16 +405,15 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         number = _parse(text)
         if isinstance(number, float):
             with lock:
-                history.append({"step": float(len(history) + 1), trainer.result_metric: number})
-
-    reported = 0
+                row = {"step": float(history.seen + 1), trainer.result_metric: number}
+                if history.append(row) and report is not None:
+                    unreported.append(row)
 
     def flush_reports() -> None:
         # report() is called from this (the caller's) thread only, in order.
-        nonlocal reported
         with lock:
-            new = history[reported:]
-            reported = len(history)
+            new = unreported[:]
+            unreported.clear()
         if report is not None:
             for row in new:
                 report({trainer.result_metric: row[trainer.result_metric]}, int(row["step"]))

@@ -13,7 +13,9 @@ from orchestrator.backends import Ended
 from orchestrator.engine.attempts import Attempt
 from orchestrator.journal.journal import DiskFull
 from orchestrator.journal.text import first_line
+from trainers.history import bounded
 
+MAX_REASON = 2000  # characters of a failure's reason kept (a command's last line may be 64 KiB)
 # How a full disk or quota reads in a reason (Python's OSError, SQLite, a command's output).
 DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT),
                    "[Errno 28]", "[Errno 122]", "database or disk is full")
@@ -48,12 +50,12 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
     if attempt.cancelled is not None:
         return {"status": "failed", "reason": attempt.cancelled}
     if ended.result is None:
-        return {"status": "failed", "reason": ended.failure or "the gang failed"}
+        return {"status": "failed", "reason": _short(ended.failure or "the gang failed")}
     result = ended.result
     files = {"logs": dict(result.logs), "checkpoint": result.checkpoint}
     if not result.ok:
-        return {"status": "failed", "reason": result.reason or "the trainer failed",
-                "metrics": dict(result.metrics), "history": list(result.history), **files}
+        return {"status": "failed", "reason": _short(result.reason or "the trainer failed"),
+                "metrics": dict(result.metrics), "history": bounded(result.history), **files}
     values = []
     for objective in objectives:
         value = result.metrics.get(objective.metric)
@@ -71,9 +73,14 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
         "status": "pruned" if result.stopped_early else "completed",
         "value": values[0] if len(values) == 1 else values,
         "metrics": dict(result.metrics),
-        "history": list(result.history),
+        "history": bounded(result.history),
         **files,
     }
+
+
+def _short(reason: str) -> str:
+    """A reason as the journal keeps it: at most ``MAX_REASON`` characters."""
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
 
 
 def slot_time(attempt: Attempt, ended: Ended) -> tuple[float, float]:
