@@ -49,9 +49,12 @@ import os
 import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from orchestrator.backends.ray.listening import establish_rendezvous, private_dir
 
 # Shape and place() live beside the Backend interface; still importable from here.
 from orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
@@ -704,7 +707,7 @@ class GroupedRanks:
         for rank, (host, node) in enumerate(zip(hostnames, self.node_ids, strict=True)):
             coordinator.register(host, node, rank)
         per_rank = coordinator.finalize_registration()  # local and cross ranks by node
-        shared = coordinator.establish_rendezvous()
+        shared = establish_rendezvous(coordinator, self.node_ids)  # bound where it says
         self._rendezvous = coordinator.rendezvous
         one_per_host = list(dict(zip(hostnames, self.workers, strict=True)).values())
         shared.update(nics_to_env_var(detect_nics(
@@ -717,18 +720,30 @@ class GroupedRanks:
         made by the ranks, in their first trial (trainers.comm)."""
         import ray
 
-        from trainers.comm import LOCAL_RANK_ENV, LOCAL_SIZE_ENV, PORT_ENV, RANK_ENV, SIZE_ENV
+        from trainers.comm import (
+            LOCAL_RANK_ENV,
+            LOCAL_SIZE_ENV,
+            PORT_ENV,
+            RANK_ENV,
+            SIZE_ENV,
+            STORE_ENV,
+        )
         from trainers.rank_actor import RankActor
 
         hostnames = self._spawn(RankActor)
-        port = ray.get(self.workers[0].free_port.remote(), timeout=self.rendezvous_timeout_s)
+        if len(set(self.node_ids)) == 1:  # one node: a file store, no port open to the world
+            store = private_dir("nestor-store") / f"gang-{uuid.uuid4().hex}"
+            shared = {STORE_ENV: str(store)}
+        else:
+            port = ray.get(self.workers[0].free_port.remote(), timeout=self.rendezvous_timeout_s)
+            shared = {PORT_ENV: str(port)}
         per_rank = []
         for rank, node in enumerate(self.node_ids):
             peers = [r for r, n in enumerate(self.node_ids) if n == node]
             per_rank.append({RANK_ENV: str(rank), SIZE_ENV: str(self.shape.ranks),
                              LOCAL_RANK_ENV: str(peers.index(rank)),
                              LOCAL_SIZE_ENV: str(len(peers))})
-        return per_rank, {PORT_ENV: str(port)}, hostnames
+        return per_rank, shared, hostnames
 
     def layout_env(self, hostnames: Sequence[str]) -> dict[str, str]:
         """Where the gang's ranks are, for a command trainer's launcher in rank 0
