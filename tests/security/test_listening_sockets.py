@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import threading
 import time
@@ -157,3 +158,8 @@ def test_a_local_run_listens_on_the_loopback_only(tmp_path: Path) -> None:
     rendezvous = [(a, p) for (a, p), (pid, _) in seen.items()
                   if pid == driver.pid and a not in ALL_ADDRESSES]
     assert rendezvous and all(a == "127.0.0.1" for a, _ in rendezvous), rendezvous
+    # Ray's sessions in a folder only its user enters, its token file only its user reads.
+    sessions = Path(tempfile.gettempdir()) / f"nestor-ray-{os.getuid()}"
+    assert sessions.is_dir() and sessions.stat().st_mode & 0o777 == 0o700
+    token = Path.home() / ".ray" / "auth_token"
+    assert not token.exists() or token.stat().st_mode & 0o077 == 0

@@ -87,8 +87,9 @@ def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
             log_to_driver=False,
             configure_logging=False,
             # Its sessions (sockets, logs) in a folder its user alone can enter, not
-            # Ray's shared /tmp/ray, whose session folders are 0777 (listening.py).
-            _temp_dir=str(private_dir("nestor-ray")),
+            # Ray's shared /tmp/ray, whose session folders are 0777 (listening.py). Ray
+            # makes its temp folder 0777 itself: it gets one inside the private one.
+            _temp_dir=str(private_dir("nestor-ray") / "ray"),
         )
         private_token()
     elif not ray.is_initialized():
