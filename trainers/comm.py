@@ -25,6 +25,7 @@ import atexit
 import contextlib
 import datetime
 import os
+from pathlib import Path
 from typing import Any
 
 BACKENDS = ("horovod", "torch")
@@ -36,6 +37,9 @@ BACKEND_ENV = "NESTOR_GANG_COMM"
 RANK_ENV, SIZE_ENV = "NESTOR_GANG_RANK", "NESTOR_GANG_SIZE"
 LOCAL_RANK_ENV, LOCAL_SIZE_ENV = "NESTOR_GANG_LOCAL_RANK", "NESTOR_GANG_LOCAL_SIZE"
 ADDR_ENV, PORT_ENV = "NESTOR_GANG_ADDR", "NESTOR_GANG_PORT"  # rank 0's node, its free port
+# A gang on one node meets through a file store in a private folder instead: torch's
+# TCPStore listens on every address of rank 0's node and takes no bind address.
+STORE_ENV = "NESTOR_GANG_STORE"
 # How long a torch collective waits for a peer before it fails (Horovod's
 # counterpart is HOROVOD_STALL_SHUTDOWN_TIME_SECONDS, set by the gang too).
 TIMEOUT_ENV = "NESTOR_COLLECTIVE_TIMEOUT_S"
@@ -329,7 +333,13 @@ def init_torch_distributed() -> None:
         backend = "cpu:gloo,cuda:nccl"
         torch.cuda.set_device(int(_env(LOCAL_RANK_ENV, "LOCAL_RANK", default=0))
                               % torch.cuda.device_count())
-    if os.environ.get(PORT_ENV):  # a nestor gang: its rank, size and rank 0's free port
+    if os.environ.get(STORE_ENV):  # a nestor gang on one node: a file only its user reaches
+        store = Path(os.environ[STORE_ENV])
+        store.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        dist.init_process_group(backend, init_method=store.as_uri(),
+                                rank=int(os.environ[RANK_ENV]),
+                                world_size=torch_launched_size(), timeout=timeout)
+    elif os.environ.get(PORT_ENV):  # a nestor gang: its rank, size and rank 0's free port
         dist.init_process_group(
             backend, init_method=f"tcp://{os.environ.get(ADDR_ENV) or '127.0.0.1'}"
                                  f":{os.environ[PORT_ENV]}",

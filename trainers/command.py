@@ -68,7 +68,9 @@ from trainers._launch import (
 )
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.gpu import gpu_granted, gpu_metrics
+from trainers.history import BoundedHistory
 from trainers.outputs import left_checkpoint, prepare_folder
+from trainers.warden import Warden
 
 LOG_LIMIT = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024
@@ -413,7 +415,8 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
     ranks = request.data_parallel * request.model_parallel
     env.update(own_device_env(os.environ, ranks))
     device = command_device(os.environ, ranks)
-    history: list[dict[str, float]] = []
+    history = BoundedHistory()  # a million result lines cost MAX_HISTORY rows
+    unreported: list[dict[str, float]] = []  # kept rows the pruner has not heard of
     lock = threading.Lock()
 
     def failed(reason: str, **extra: Any) -> TrialResult:
@@ -433,21 +436,21 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         return failed(f"command is not executable: {argv[0]!r}", repeats=True)
     except OSError as exc:
         return failed(f"command {argv[0]!r} could not start: {exc}")
+    warden = Warden(proc.pid)  # the group dies with this rank, whatever kills it
 
     def on_result(text: str) -> None:  # in a reader thread
         number = _parse(text)
         if isinstance(number, float):
             with lock:
-                history.append({"step": float(len(history) + 1), trainer.result_metric: number})
-
-    reported = 0
+                row = {"step": float(history.seen + 1), trainer.result_metric: number}
+                if history.append(row) and report is not None:
+                    unreported.append(row)
 
     def flush_reports() -> None:
         # report() is called from this (the caller's) thread only, in order.
-        nonlocal reported
         with lock:
-            new = history[reported:]
-            reported = len(history)
+            new = unreported[:]
+            unreported.clear()
         if report is not None:
             for row in new:
                 report({trainer.result_metric: row[trainer.result_metric]}, int(row["step"]))
@@ -488,6 +491,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             if pipe is not None:
                 pipe.close()
     returncode = proc.wait()
+    warden.release()  # the group is gone: its number may be another's from now on
     flush_reports()
     logs = {name: str(s.log_path) for name, s in streams.items() if s.log_path is not None}
     out, err = streams["stdout"], streams["stderr"]

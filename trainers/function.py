@@ -39,6 +39,7 @@ from typing import Any
 
 from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from trainers.gpu import device_metrics, select_device
+from trainers.history import BoundedHistory
 from trainers.outputs import left_checkpoint, prepare_folder
 from trainers.parallel import Parallel, broadcast_flag
 
@@ -83,7 +84,8 @@ class TrialContext:
     _report: Report | None = None
     _should_stop: ShouldStop | None = None
     _heartbeat: Heartbeat | None = None
-    history: list[dict[str, float]] = field(default_factory=list)
+    # every report's metrics, thinned beyond MAX_HISTORY rows (trainers.history)
+    history: list[dict[str, float]] = field(default_factory=BoundedHistory)
     _stopped: bool = False
     # the checkpoint of the trial this one carries on from (PBT, promotions): load it
     # when checkpoint_dir holds none of this trial's own yet
@@ -159,9 +161,9 @@ class TrialContext:
         """Record per-epoch metrics; rank 0 passes them on to the orchestrator."""
         clean = {str(k): float(v) for k, v in metrics.items()}
         self.heartbeat()
-        self.history.append({"step": float(step), **clean})
-        if self.par.is_root and self._report is not None:
-            self._report(clean, int(step))
+        kept = self.history.append({"step": float(step), **clean})
+        if kept is not False and self.par.is_root and self._report is not None:
+            self._report(clean, int(step))  # the rows kept: the pruner's memory is bounded too
 
     def heartbeat(self) -> None:
         """Tell the orchestrator this trial is making progress (``report`` does too).
@@ -178,7 +180,8 @@ class TrialContext:
         the same point (e.g. at the end of each epoch).
         """
         wants = bool(self._should_stop()) if (self.par.is_root and self._should_stop) else False
-        stop = broadcast_flag(wants, self.par, f"ctx.should_stop.{len(self.history)}")
+        reports = getattr(self.history, "seen", len(self.history))  # the same on every rank
+        stop = broadcast_flag(wants, self.par, f"ctx.should_stop.{reports}")
         self._stopped = self._stopped or stop
         return stop
 

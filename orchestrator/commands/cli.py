@@ -464,20 +464,31 @@ def status(target: str) -> None:
 @click.option("--port", type=click.IntRange(min=1, max=65535), default=5000, show_default=True)
 @click.option("--host", default="127.0.0.1", show_default=True,
               help="Interface to listen on; 0.0.0.0 lets other machines in.")
-def ui(run_dir: Path | None, tracking_uri: str | None, port: int, host: str) -> None:
+@click.option("--allow-writes", is_flag=True,
+              help="Let the UI change the store (delete or edit runs, upload artifacts);"
+              " it serves reads only otherwise.")
+@click.option("--no-token", is_flag=True,
+              help="Ask no token: anyone who can connect sees the runs (on a login node,"
+              " every user of it).")
+def ui(run_dir: Path | None, tracking_uri: str | None, port: int, host: str,
+       allow_writes: bool, no_token: bool) -> None:
     """Open a run's results in the MLflow UI: one experiment per workflow, a run
     per stage with its trials nested under it, plots and tables as artifacts.
 
     Serves RUN_DIR's MLflow store (or --tracking-uri) until Ctrl-C and prints
-    the URL to open. Only this machine can connect unless --host says otherwise.
+    the URL to open, which carries a token drawn for this session: other users
+    of the machine get nothing without it. Only this machine can connect unless
+    --host says otherwise; the UI only reads unless --allow-writes.
     """
-    from orchestrator.commands.ui import UiError, resolve_store, serve
+    from orchestrator.commands.ui import Access, UiError, resolve_store, serve
 
     try:
         if run_dir is not None and tracking_uri is None:
             write_mlflow_behind(run_dir)
         store = resolve_store(run_dir, tracking_uri)
-        sys.exit(serve(store, host, port, echo=lambda line: console().print(line, soft_wrap=True)))
+        access = Access.new(token=not no_token, writes=allow_writes)
+        sys.exit(serve(store, host, port, echo=lambda line: console().print(line, soft_wrap=True),
+                       access=access))
     except UiError as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)

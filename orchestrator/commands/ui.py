@@ -4,8 +4,10 @@ A run directory keeps its MLflow store (``mlflow.db``) and artifacts
 (``mlartifacts/``) inside it, so pointing MLflow's server at them is all a
 UI needs; this module finds them, checks what would otherwise fail late and
 obscurely (no store, a port in use), starts ``mlflow server`` bound to the
-loopback interface unless told otherwise, and prints the URL once the server
-answers.
+loopback interface unless told otherwise, behind a gate that asks for a token
+drawn per session and lets reads alone through (``orchestrator.projections.ui_gate``;
+``--no-token`` and ``--allow-writes`` lift them), and prints the URL, with the
+token, once the server answers.
 
     nestor ui runs/quickstart-20261101-120000          # http://127.0.0.1:5000
     nestor ui --tracking-uri sqlite:///elsewhere/mlflow.db --port 5001
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import errno
 import os
+import secrets
 import signal
 import socket
 import subprocess
@@ -29,6 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.projections.tracking import ARTIFACTS_DIR, STORE_FILE
+from orchestrator.projections.ui_gate import (
+    COOKIE_ENV,
+    ENTRY_POINT,
+    TOKEN_ENV,
+    TOKEN_PARAM,
+    WRITES_ENV,
+)
 
 READY_TIMEOUT_S = 120.0
 
@@ -133,15 +143,54 @@ def url_of(host: str, port: int) -> str:
 
 def server_argv(store: Store, host: str, port: int) -> list[str]:
     """``mlflow server`` on the store: one worker (this is one person's view of one
-    workflow), and anything logged through it stored in the run's mlartifacts/."""
+    workflow), anything logged through it stored in the run's mlartifacts/, and
+    MLflow's app behind nestor's gate (``orchestrator.projections.ui_gate``: a token,
+    reads only), which its environment configures (``gate_env``)."""
     argv = [sys.executable, "-m", "mlflow", "server",
             "--backend-store-uri", store.backend_uri,
-            "--host", host, "--port", str(port), "--workers", "1"]
+            "--host", host, "--port", str(port), "--workers", "1",
+            "--app-name", ENTRY_POINT]
     if store.artifacts is not None:
         argv += ["--artifacts-destination", store.artifacts.as_uri()]
     if host not in ("127.0.0.1", "localhost", "::1"):
         argv += ["--allowed-hosts", "*"]  # the user chose to expose it; let it answer by name
     return argv
+
+
+@dataclass(frozen=True)
+class Access:
+    """Who may use the UI and how: the session's token (None: anyone who can connect)
+    and whether writes are let through."""
+
+    token: str | None
+    writes: bool = False
+
+    @staticmethod
+    def new(*, token: bool = True, writes: bool = False) -> Access:
+        return Access(secrets.token_urlsafe(24) if token else None, writes)
+
+    def link(self, url: str, fragment: str = "") -> str:
+        """``url``'s page, with the token the first request trades for a cookie."""
+        query = f"?{TOKEN_PARAM}={self.token}" if self.token else ""
+        return f"{url}/{query}{fragment}"
+
+
+def check_gate() -> None:
+    """The gate is found by MLflow through this package's ``mlflow.app`` entry point:
+    a venv installed before it existed cannot serve a gated UI."""
+    from importlib.metadata import entry_points
+
+    if not entry_points(group="mlflow.app", name=ENTRY_POINT):
+        raise UiError(f"this environment lacks nestor's {ENTRY_POINT!r} MLflow app (an"
+                      " install older than nestor's UI gate): run scripts/setup.sh again")
+
+
+def gate_env(access: Access, port: int) -> dict[str, str]:
+    """The server's environment for the gate (its own user's alone to read)."""
+    env = {WRITES_ENV: "1" if access.writes else "0", COOKIE_ENV: f"nestor_ui_{port}"}
+    if access.token:
+        env[TOKEN_ENV] = access.token
+    return env
 
 
 def wait_ready(url: str, process: subprocess.Popen[Any], timeout_s: float) -> None:
@@ -161,28 +210,37 @@ def wait_ready(url: str, process: subprocess.Popen[Any], timeout_s: float) -> No
     raise UiError(f"mlflow server did not answer at {url} within {timeout_s:.0f} s")
 
 
-def experiment_links(url: str) -> list[tuple[str, str]]:
+def experiment_links(url: str, access: Access | None = None) -> list[tuple[str, str]]:
     """Each experiment with runs, linked straight to its runs table: MLflow's UI
     opens on its GenAI views otherwise, where a workflow's runs do not show."""
     import json
 
+    access = access or Access(None)
     query = urllib.parse.urlencode({"max_results": 100, "order_by": "creation_time DESC"})
+    request = urllib.request.Request(f"{url}/api/2.0/mlflow/experiments/search?{query}")
+    if access.token:
+        request.add_header("Authorization", f"Bearer {access.token}")
     try:
-        with urllib.request.urlopen(f"{url}/api/2.0/mlflow/experiments/search?{query}",
-                                    timeout=10) as reply:
+        with urllib.request.urlopen(request, timeout=10) as reply:
             experiments = json.load(reply).get("experiments", [])
     except (urllib.error.URLError, OSError, ValueError):
         return []
-    return [(e["name"], f"{url}/#/experiments/{e['experiment_id']}/runs"
-             "?workflowType=machine_learning")
+    return [(e["name"], access.link(url, f"#/experiments/{e['experiment_id']}/runs"
+                                    "?workflowType=machine_learning"))
             for e in experiments if e.get("name") != "Default"]
 
 
-def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> int:
+def serve(store: Store, host: str, port: int, echo: Callable[[str], None],
+          access: Access | None = None) -> int:
     """Run the UI until Ctrl-C or SIGTERM; returns the exit status."""
+    access = access or Access.new()
     check_port_free(host, port)
+    check_gate()
     env = dict(os.environ)
     env.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
+    for name in (TOKEN_ENV, WRITES_ENV, COOKIE_ENV):
+        env.pop(name, None)  # this session's, never an inherited one
+    env |= gate_env(access, port)
     # Its own process group: stopping it stops its uvicorn workers and job runner too.
     process = subprocess.Popen(server_argv(store, host, port), env=env, start_new_session=True)
     # Ctrl-C and SIGTERM both end the wait below, whatever handler an earlier step
@@ -196,8 +254,11 @@ def serve(store: Store, host: str, port: int, echo: Callable[[str], None]) -> in
     url = url_of(host, port)
     try:
         wait_ready(url, process, READY_TIMEOUT_S)
-        echo(f"MLflow UI for {store.label}: {url}  (Ctrl-C stops it)")
-        for name, link in experiment_links(url):
+        mode = "read and write" if access.writes else "read-only"
+        echo(f"MLflow UI for {store.label}: {access.link(url)}  ({mode}; Ctrl-C stops it)")
+        if access.token:
+            echo("  the link carries this session's token: whoever has it can see the runs")
+        for name, link in experiment_links(url, access):
             echo(f"  experiment {name}: {link}")
         return process.wait()
     except KeyboardInterrupt:

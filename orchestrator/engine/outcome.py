@@ -3,13 +3,43 @@ value(s) on the stage's objectives, or why it failed."""
 
 from __future__ import annotations
 
+import errno
 import math
+import os
 from pathlib import Path
 from typing import Any
 
 from orchestrator.backends import Ended
 from orchestrator.engine.attempts import Attempt
+from orchestrator.journal.journal import DiskFull
+from orchestrator.journal.text import first_line
 from orchestrator.spec.needs import Need, what_to_do
+from trainers.history import bounded
+
+MAX_REASON = 2000  # characters of a failure's reason kept (a command's last line may be 64 KiB)
+# How a full disk or quota reads in a reason (Python's OSError, SQLite, a command's output).
+DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT),
+                   "[Errno 28]", "[Errno 122]", "database or disk is full")
+
+
+class TrialDiskFull(DiskFull):
+    """A trial failed for want of disk space or quota: the driver stops as on its own
+    full disk (exit 75), the trial unjournalled as finished, so `nestor resume` runs
+    it again once there is space."""
+
+    def __init__(self, run_dir: Path, trial: str, reason: str) -> None:
+        self.trial, self.reason = trial, first_line(RuntimeError(reason))[:300]
+        super().__init__(Path(run_dir) / "journal.jsonl", 0)
+
+    def message(self) -> str:
+        return (f"trial {self.trial} ran out of disk space ({self.reason}); the disk"
+                f" holding {self.path.parent} has {self.free} bytes free")
+
+
+def disk_full(reason: str | None) -> bool:
+    """Whether a failure was the machine's (a full disk or quota), not the trial's: such
+    a trial is not journalled as failed but run again once there is space."""
+    return bool(reason) and any(words in reason for words in DISK_FULL_WORDS)
 
 
 def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, Any]:
@@ -24,12 +54,12 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
     if attempt.cancelled is not None:
         return {"status": "failed", "reason": attempt.cancelled}
     if ended.result is None:
-        return {"status": "failed", "reason": ended.failure or "the gang failed"}
+        return {"status": "failed", "reason": _short(ended.failure or "the gang failed")}
     result = ended.result
     files = {"logs": dict(result.logs), "checkpoint": result.checkpoint}
     if not result.ok:
-        return {"status": "failed", "reason": result.reason or "the trainer failed",
-                "metrics": dict(result.metrics), "history": list(result.history),
+        return {"status": "failed", "reason": _short(result.reason or "the trainer failed"),
+                "metrics": dict(result.metrics), "history": bounded(result.history),
                 "repeats": result.repeats, **files}
     values = []
     for objective in objectives:
@@ -48,7 +78,7 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
         "status": "pruned" if result.stopped_early else "completed",
         "value": values[0] if len(values) == 1 else values,
         "metrics": dict(result.metrics),
-        "history": list(result.history),
+        "history": bounded(result.history),
         **files,
     }
 
@@ -75,6 +105,11 @@ def unmet_need(done: dict[str, Any], needs: list[Need], trainer: str) -> str | N
         return (f"the {trainer} says it gives {need.capability} but left {left};"
                 f" {what_to_do(need.capability, need.why, declare=False)}")
     return None
+
+
+def _short(reason: str) -> str:
+    """A reason as the journal keeps it: at most ``MAX_REASON`` characters."""
+    return reason if len(reason) <= MAX_REASON else reason[:MAX_REASON - 3] + "..."
 
 
 def slot_time(attempt: Attempt, ended: Ended) -> tuple[float, float]:

@@ -42,8 +42,8 @@ from orchestrator.engine.adoption import ResultFiles, attempts_heard
 from orchestrator.engine.attempts import Attempt, AttemptPolicy
 from orchestrator.engine.checkpoints import CheckpointKeeper
 from orchestrator.engine.history import JournalSoFar, paused_gc
+from orchestrator.engine.outcome import TrialDiskFull, disk_full, slot_time, unmet_need
 from orchestrator.engine.outcome import outcome as attempt_outcome
-from orchestrator.engine.outcome import slot_time, unmet_need
 from orchestrator.engine.records import TrialRecord, TrialRecords
 from orchestrator.engine.search_log import SearchLog
 from orchestrator.engine.shaping import StageShape
@@ -247,6 +247,8 @@ class TrialRunner:
         wall = float(result.metrics.get("wall_time") or 0.0)
         attempt = Attempt(trial, number, key, launched=now - wall, started=now - wall)
         event = Ended(key, now, result)
+        if not result.ok and disk_full(result.reason):  # failed for want of space: again
+            return False
         log.info("trial %s: adopting the result of attempt %d, which landed while the"
                  " driver was down", trial.id, number)
         if (trial.id, number) not in begun:  # killed before it journalled the start
@@ -405,6 +407,9 @@ class TrialRunner:
     def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any],
                         ended: Ended, adopted: bool = False) -> None:
         trial = attempt.trial
+        if outcome["status"] == "failed" and disk_full(outcome.get("reason")):
+            # The machine's fault, not the trial's: stop, and run it again on resume.
+            raise TrialDiskFull(self.run_dir, f"{self.stage.name}/{trial.id}", outcome["reason"])
         record = self.records[trial.id]
         slot_seconds, startup_slot_seconds = slot_time(attempt, ended)
         record.slot_seconds += slot_seconds

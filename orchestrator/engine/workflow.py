@@ -109,7 +109,7 @@ def prepare_run_dir(spec_path: Path | None, run_dir: Path | None, resume: bool, 
 # What nestor itself leaves in a run directory before its journal exists (a run whose
 # start failed, a Slurm job's output, the MLflow store the projector opened first).
 _OWN_NAMES = (LOCK_FILE, "mlflow.db", "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm",
-              "mlflow.db.json", "mlartifacts", "mlflow-projected", "logs")
+              "mlflow.db.json", "mlflow.db.lock", "mlartifacts", "mlflow-projected", "logs")
 _OWN_PREFIXES = (".nestor-visible-", "slurm-")
 
 

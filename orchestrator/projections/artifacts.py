@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from orchestrator.journal.journal import DamagedRun
+from orchestrator.journal.safe import inside_or_warn
 from orchestrator.journal.state import RunState
 from orchestrator.projections.kinds import report_of
 from orchestrator.projections.tracking import Tracker
@@ -115,7 +116,9 @@ def _best_checkpoint(tracker: Tracker, run_id: str, summary: dict[str, Any],
     fine-tuned model, a train stage's model), logged as ``best_checkpoint``."""
     if not where:
         return
-    checkpoint = Path(where) if Path(where).is_absolute() else run_dir / where
+    checkpoint = inside_or_warn(run_dir, str(where), f"stage {summary.get('name')}'s checkpoint")
+    if checkpoint is None:
+        return
     if checkpoint.is_file():
         tracker.log_artifact(run_id, checkpoint, "best_checkpoint")
     elif checkpoint.is_dir():

@@ -54,6 +54,7 @@ from orchestrator.journal.events import (
     parse,
 )
 from orchestrator.journal.journal import JournalError, event_of, write_atomic
+from orchestrator.journal.safe import inside_or_warn
 from orchestrator.journal.text import first_line
 from orchestrator.projections.products import objective_label
 from orchestrator.projections.tracking import (
@@ -524,11 +525,16 @@ class Projector:
             with contextlib.suppress(FileNotFoundError):
                 self.tracker.log_artifact(run, path, folder)
 
-    @staticmethod
-    def _log_files(event: TrialAttemptFailed | TrialFinished) -> list[tuple[Path, str | None]]:
-        """A command trainer's output files of the event's attempt, and their folder."""
-        folder = f"logs/attempt-{event.attempt}"
-        return [(Path(path), folder) for path in (event.logs or {}).values()]
+    def _log_files(self, event: TrialAttemptFailed | TrialFinished
+                   ) -> list[tuple[Path, str | None]]:
+        """A command trainer's output files of the event's attempt, and their folder:
+        only those inside the run directory (the journal is data; ``inside``)."""
+        attempt = event.attempt if type(event.attempt) is int else 0  # a folder name: a number
+        folder = f"logs/attempt-{attempt}"
+        logs = event.logs if isinstance(event.logs, dict) else {}
+        files = (inside_or_warn(self.run_dir, str(path), f"trial {event.trial.get('id')}'s log")
+                 for path in logs.values())
+        return [(path, folder) for path in files if path is not None]
 
     def _stage_finished(self, event: StageFinished, at: float) -> None:
         from orchestrator.projections.artifacts import publish_stage

@@ -50,10 +50,12 @@ import threading
 import time
 import uuid
 import weakref
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
+
+from orchestrator.journal.safe import inside_or_warn
 
 if TYPE_CHECKING:
     from orchestrator.projections.sql_store import SqlRunWriter
@@ -199,9 +201,53 @@ def make_store(db: Path) -> None:
     version (``schema_template``) and each new store is a copy of it. A driver killed
     in the middle of a migration (its first seconds) would leave a store MLflow
     cannot open again ("duplicate column name"): the template and each store are
-    built in a file of their own and renamed into place, whole."""
+    built in a file of their own and renamed into place, whole.
+
+    Under a lock on a file beside it (``store_lock``): several drivers that first use
+    one new shared store (``tracking.uri: sqlite:///...``) at once would otherwise
+    each build it, MLflow's migrations racing in one file ("table _alembic_tmp_...
+    already exists") or one driver's store renamed over another's runs."""
     if db.exists():
         return
+    with store_lock(db):
+        if not db.exists():  # another driver made it while this one waited
+            _make_store(db)
+
+
+@contextlib.contextmanager
+def store_lock(db: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on ``<db>.lock`` (made if missing; released when the
+    process dies) for making the store ``db``. Where the filesystem refuses
+    locks (Lustre without ``flock``), nothing is held: a shared SQLite store there
+    is unsafe anyway (module docstring)."""
+    import fcntl
+
+    path = db.with_name(db.name + ".lock")
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+    except PermissionError:  # another user's store: a lock read-only is a lock
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:
+            log.warning("cannot lock %s (%s): making the store %s without a lock", path,
+                        exc.strerror, db)
+        yield
+    finally:
+        os.close(fd)  # the lock goes with it
+
+
+def sqlite_file(uri: str) -> Path | None:
+    """The file of a ``sqlite:///`` store URI (``sqlite:////abs.db``, ``sqlite:///rel.db``);
+    None for any other store (a server, a database, an in-memory SQLite)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    name = uri[len("sqlite:///"):].split("?")[0]
+    return Path(name) if name and name != ":memory:" else None
+
+
+def _make_store(db: Path) -> None:
     template = schema_template()
     tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
@@ -460,6 +506,21 @@ class RunWrites:
     end: tuple[str, float] | None = None  # MLflow's terminal status, when
 
 
+class _NoDbTracebacks(logging.Filter):
+    """MLflow logs each SQL transaction that fails for the database's sake (locked,
+    disk full) with its traceback, then raises it; the projector retries the write
+    and says so in one line. On a full disk that was thousands of traceback lines."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (record.exc_info and str(record.msg).startswith("SQLAlchemy database error"))
+
+
+def _quiet_db_errors() -> None:
+    logger = logging.getLogger("mlflow.store.db.utils")
+    if not any(isinstance(f, _NoDbTracebacks) for f in logger.filters):
+        logger.addFilter(_NoDbTracebacks())
+
+
 class Tracker:
     """Creates and fills MLflow runs for a workflow's stages and trials; every call
     may be repeated (see the module's docstring) and raises when MLflow fails."""
@@ -474,6 +535,7 @@ class Tracker:
         os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         from mlflow.tracking import MlflowClient
 
+        _quiet_db_errors()
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.uri = uri or default_tracking_uri(self.run_dir)
@@ -483,8 +545,11 @@ class Tracker:
             self.local = LocalStore.open(self.run_dir)
         db = self.local.live if self.local else self.run_dir / STORE_FILE
         self.experiment = experiment
+        shared = None if self.own_store else sqlite_file(self.uri)
         if self.own_store:
             make_store(db)
+        elif shared is not None and shared.parent.is_dir():  # built whole, under a lock
+            make_store(shared)
         self._stage_runs: set[str] = set()  # runs without a parent: their end is a sync point
         self._engine = None
         if self.own_store:
@@ -515,10 +580,26 @@ class Tracker:
                 artifacts = None
                 if self.own_store:  # artifacts beside the store, wherever it is moved
                     artifacts = ARTIFACTS_ROOT
-                self._experiment_id = self.client.create_experiment(
-                    self.experiment, artifact_location=artifacts)
-                self._made_experiment = True
+                try:
+                    self._experiment_id = self.client.create_experiment(
+                        self.experiment, artifact_location=artifacts)
+                    self._made_experiment = True
+                except Exception as exc:  # a shared store: another run made it meanwhile
+                    found = self._raced_experiment(exc)
+                    if found is None:
+                        raise
+                    self._experiment_id = found
         return self._experiment_id
+
+    def _raced_experiment(self, exc: Exception) -> str | None:
+        """The experiment another run created between this one's look and its create
+        (MLflow refuses the second create: RESOURCE_ALREADY_EXISTS), or None."""
+        from mlflow.exceptions import MlflowException
+
+        if not isinstance(exc, MlflowException) or exc.error_code != "RESOURCE_ALREADY_EXISTS":
+            return None
+        existing = self.client.get_experiment_by_name(self.experiment)
+        return None if existing is None else existing.experiment_id
 
     def resolve(self, run_key: str | None = None) -> None:
         """Learn the runs this store holds already, in one paged read: after it, a
@@ -703,11 +784,14 @@ class Tracker:
 
     def log_artifact(self, run_id: str, path: Path, folder: str | None = None) -> None:
         """Copy the file ``path`` into the run's artifacts (under ``folder``); into the
-        run directory's ``mlartifacts/`` for its own store (``artifact_location``)."""
-        if not Path(path).is_file():
+        run directory's ``mlartifacts/`` for its own store (``artifact_location``).
+        Only a file inside the run directory, links resolved: what is copied here is
+        served by ``nestor ui``, and the paths come from the journal (``inside``)."""
+        place = inside_or_warn(self.run_dir, os.path.abspath(path), "artifact")
+        if place is None or not place.is_file():
             return
         if not self.own_store:
-            self.client.log_artifact(run_id, str(Path(path).resolve()), folder)
+            self.client.log_artifact(run_id, str(place), folder)
             return
         from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
@@ -715,7 +799,7 @@ class Tracker:
         if uri is None:
             uri = self._artifact_uris[run_id] = self.client.get_run(run_id).info.artifact_uri
         repository = get_artifact_repository(artifact_location(self.run_dir, uri))
-        repository.log_artifact(str(Path(path).resolve()), folder)
+        repository.log_artifact(str(place), folder)
 
     def finish(self, run_id: str, status: str, at: float | None = None) -> None:
         """End a run: FINISHED, FAILED or KILLED (MLflow's terminal states)."""

@@ -38,8 +38,11 @@ def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
 
 @pytest.fixture
 def tracked(store: Any, tmp_path: Path) -> tuple[Any, Path]:
-    """The shared tracker and a fresh run directory."""
-    return store, tmp_path
+    """The shared tracker and a fresh run directory, inside the tracker's: files from
+    elsewhere are not logged (a journal's paths stay inside the run directory)."""
+    run_dir = store.run_dir / "runs" / tmp_path.name
+    run_dir.mkdir(parents=True)
+    return store, run_dir
 
 
 def write_journal(run_dir: Path, events: list[dict[str, Any]]) -> None:

@@ -41,7 +41,7 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
     first = tmp_path / "scratch" / "run"
     tracker = Tracker(first, "demo")
     stage = tracker.start_run("tune")
-    note = tmp_path / "note.txt"
+    note = first / "note.txt"  # a run directory's own file (the only kind it logs)
     note.write_text("before")
     tracker.log_artifact(stage, note)
     tracker.finish(stage, "FINISHED")
@@ -50,6 +50,7 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
     moved.parent.mkdir()
     first.rename(moved)
 
+    note = moved / "note.txt"
     note.write_text("after")
     # What `nestor resume` does, in a process of its own as resume is (MLflow
     # caches a run's artifact location per process).

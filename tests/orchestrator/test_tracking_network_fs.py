@@ -101,8 +101,8 @@ def test_on_nfs_the_store_lives_on_local_disk_and_is_copied_at_stage_ends(
     assert json.loads((nfs_run_dir / "mlflow.db.json").read_text())["cursor"] == 7
     assert not [p.name for p in nfs_run_dir.iterdir() if p.name.endswith(".tmp")]
     artifacts = nfs_run_dir / "mlartifacts"  # artifacts stay in the run directory
-    (tmp_path / "table.md").write_text("# tune\n")
-    tracker.log_artifact(stage, tmp_path / "table.md")
+    (nfs_run_dir / "table.md").write_text("# tune\n")
+    tracker.log_artifact(stage, nfs_run_dir / "table.md")
     assert (artifacts / stage / "artifacts" / "table.md").is_file()
 
 

@@ -87,8 +87,9 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def ui_server(finished_run: Path) -> Iterator[tuple[str, list[str]]]:
-    """`nestor ui RUN --port P`; yields the URL it printed and all its lines so far."""
+def ui_server(finished_run: Path) -> Iterator[tuple[str, list[str], str]]:
+    """`nestor ui RUN --port P`; yields its address, all its lines so far and the link it
+    printed (which carries the session's token: a browser opens it first)."""
     port = free_port()
     process = subprocess.Popen([NESTOR, "ui", str(finished_run), "--port", str(port)],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
@@ -108,7 +109,7 @@ def ui_server(finished_run: Path) -> Iterator[tuple[str, list[str]]]:
         assert url is not None, "nestor ui printed no URL:\n" + "".join(lines)
         while time.monotonic() < deadline and not any("experiment " in x for x in lines):
             time.sleep(0.2)  # the experiment links follow the URL line
-        yield url, lines
+        yield url.split("/?")[0], lines, url
     finally:
         server = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True,
                                 text=True, check=False).stdout.split()
@@ -180,10 +181,10 @@ def screenshot(driver: Any, name: str) -> Path:
 
 
 def test_nestor_ui_prints_the_url_and_a_link_per_experiment(ui_server) -> None:
-    url, lines = ui_server
-    assert url.startswith("http://127.0.0.1:")
+    url, lines, link = ui_server
+    assert url.startswith("http://127.0.0.1:") and link.startswith(f"{url}/?nestor_token=")
     links = [line for line in lines if "experiment uitest:" in line]
-    assert links and f"{url}/#/experiments/" in links[0]
+    assert links and f"{link}#/experiments/" in links[0]
     assert "workflowType=machine_learning" in links[0]
 
 
@@ -193,14 +194,14 @@ def test_the_stage_runs_and_their_trials_are_listed_with_a_metric(ui_server, bro
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    url, _ = ui_server
+    _, _, link = ui_server
     wait = WebDriverWait(browser, WAIT_S)
 
     def clickable(xpath: str) -> Any:
         return wait.until(ec.element_to_be_clickable((By.XPATH, xpath)))
 
     try:
-        browser.get(url)
+        browser.get(link)  # the printed link: its token becomes the browser's cookie
         # A person picks MLflow's classic-ML views, then the experiment on the home page.
         clickable("//*[normalize-space(text())='Model training']").click()
         clickable("//a[normalize-space(.)='uitest' and contains(@href, '#/experiments/')]"
@@ -290,13 +291,14 @@ def test_a_stage_run_shows_its_plots_and_summary_table(ui_server, browser,
     from selenium.webdriver.support import expected_conditions as ec
     from selenium.webdriver.support.ui import WebDriverWait
 
-    url, _ = ui_server
+    url, _, link = ui_server
     wait = WebDriverWait(browser, WAIT_S)
     client = MlflowClient(tracking_uri=f"sqlite:///{finished_run / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("uitest")
     (stage,) = client.search_runs([experiment.experiment_id], "tags.`nestor.stage` = 'coarse'"
                                   " and tags.`nestor.kind` = 'hpo'")
     try:
+        browser.get(link)  # the printed link: its token becomes the browser's cookie
         browser.get(f"{url}/#/experiments/{experiment.experiment_id}/runs/"
                     f"{stage.info.run_id}/artifacts")
         for name in ("summary.html", "summary.md"):

@@ -38,6 +38,7 @@ from orchestrator.backends.ray.gangs import (
     GangStartError,
     Shape,
     horovod_broke,
+    how_it_died,
 )
 from orchestrator.journal.text import first_line
 
@@ -223,7 +224,7 @@ class RayBackend(Backend):
                 try:
                     results[rank] = ray.get(ref)
                 except RayError as exc:
-                    died = died or f"rank {rank} of gang {gang.id} died: {first_line(exc)}"
+                    died = died or f"rank {rank} of gang {gang.id} died: {how_it_died(exc)}"
                     gang.broken = True
                     continue
                 if not results[rank].ok and failed is None:

@@ -24,6 +24,7 @@ from orchestrator.backends.ray.gangs import (
     gpu_packing,
     slot_resource,
 )
+from orchestrator.backends.ray.listening import private_dir, private_token
 from orchestrator.backends.ray.probe import build_problems, node_builds
 
 RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
@@ -85,7 +86,12 @@ def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
             include_dashboard=False,
             log_to_driver=False,
             configure_logging=False,
+            # Its sessions (sockets, logs) in a folder its user alone can enter, not
+            # Ray's shared /tmp/ray, whose session folders are 0777 (listening.py). Ray
+            # makes its temp folder 0777 itself: it gets one inside the private one.
+            _temp_dir=str(private_dir("nestor-ray") / "ray"),
         )
+        private_token()
     elif not ray.is_initialized():
         ray.init(address=address, log_to_driver=False, configure_logging=False,
                  runtime_env=joining_runtime_env())

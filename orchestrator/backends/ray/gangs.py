@@ -46,11 +46,15 @@ import contextlib
 import itertools
 import logging
 import os
+import re
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from orchestrator.backends.ray.listening import establish_rendezvous, private_dir
 
 # Shape and place() live beside the Backend interface; still importable from here.
 from orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
@@ -150,6 +154,29 @@ def horovod_broke(result: Any) -> bool:
     return getattr(result, "status", None) == "failed" and any(w in text for w in HOROVOD_BROKE)
 
 
+def how_it_died(exc: BaseException) -> str:
+    """Why a rank's actor is gone, in words a person can act on: Ray's first line
+    ("The actor died unexpectedly ...") says nothing of the cause, and the cause it
+    names further down is a guess list. A worker whose connection ended without an
+    exit of its own was killed by a signal (SIGKILL: the kernel's OOM killer, a
+    person, a batch system) or crashed; Ray's memory monitor says when it killed."""
+    text = str(exc)
+    where = ""
+    pid = re.search(r"\bpid: (\d+)", text)
+    ip = re.search(r"\bip: (\S+)", text)
+    if pid:
+        where = f" (pid {pid.group(1)}" + (f" on {ip.group(1)})" if ip else ")")
+    if re.search(r"memory monitor|OUT_OF_MEMORY|running low on memory", text):
+        return f"its Ray worker{where} was killed by Ray's memory monitor: the node ran low" \
+               " on memory"
+    if "connection error" in text or "SYSTEM_ERROR" in text or "unexpectedly exits" in text:
+        return (f"its Ray worker{where} was killed by a signal (SIGKILL: the kernel's OOM"
+                " killer, see dmesg on that node, or a person or the batch system) or crashed")
+    if "INTENDED" in text or "ray.kill" in text:
+        return f"its Ray worker{where} was stopped on purpose (ray.kill or a shutdown)"
+    return first_line(exc)
+
+
 class GangFailure(RuntimeError):
     """A rank of the gang died or stopped answering; the gang is unusable."""
 
@@ -213,7 +240,7 @@ class Gang:
             raise GangTimeout(f"gang {self.id} ran past its {timeout_s:g} s deadline") from None
         except RayActorError as exc:
             self.broken = True
-            raise GangFailure(f"a rank of gang {self.id} died: {first_line(exc)}") from None
+            raise GangFailure(f"a rank of gang {self.id} died: {how_it_died(exc)}") from None
         except RayError as exc:  # anything else Ray could not deliver: the gang is suspect
             self.broken = True
             raise GangFailure(f"a rank of gang {self.id} failed: {first_line(exc)}") from None
@@ -680,7 +707,7 @@ class GroupedRanks:
         for rank, (host, node) in enumerate(zip(hostnames, self.node_ids, strict=True)):
             coordinator.register(host, node, rank)
         per_rank = coordinator.finalize_registration()  # local and cross ranks by node
-        shared = coordinator.establish_rendezvous()
+        shared = establish_rendezvous(coordinator, self.node_ids)  # bound where it says
         self._rendezvous = coordinator.rendezvous
         one_per_host = list(dict(zip(hostnames, self.workers, strict=True)).values())
         shared.update(nics_to_env_var(detect_nics(
@@ -693,18 +720,30 @@ class GroupedRanks:
         made by the ranks, in their first trial (trainers.comm)."""
         import ray
 
-        from trainers.comm import LOCAL_RANK_ENV, LOCAL_SIZE_ENV, PORT_ENV, RANK_ENV, SIZE_ENV
+        from trainers.comm import (
+            LOCAL_RANK_ENV,
+            LOCAL_SIZE_ENV,
+            PORT_ENV,
+            RANK_ENV,
+            SIZE_ENV,
+            STORE_ENV,
+        )
         from trainers.rank_actor import RankActor
 
         hostnames = self._spawn(RankActor)
-        port = ray.get(self.workers[0].free_port.remote(), timeout=self.rendezvous_timeout_s)
+        if len(set(self.node_ids)) == 1:  # one node: a file store, no port open to the world
+            store = private_dir("nestor-store") / f"gang-{uuid.uuid4().hex}"
+            shared = {STORE_ENV: str(store)}
+        else:
+            port = ray.get(self.workers[0].free_port.remote(), timeout=self.rendezvous_timeout_s)
+            shared = {PORT_ENV: str(port)}
         per_rank = []
         for rank, node in enumerate(self.node_ids):
             peers = [r for r, n in enumerate(self.node_ids) if n == node]
             per_rank.append({RANK_ENV: str(rank), SIZE_ENV: str(self.shape.ranks),
                              LOCAL_RANK_ENV: str(peers.index(rank)),
                              LOCAL_SIZE_ENV: str(len(peers))})
-        return per_rank, {PORT_ENV: str(port)}, hostnames
+        return per_rank, shared, hostnames
 
     def layout_env(self, hostnames: Sequence[str]) -> dict[str, str]:
         """Where the gang's ranks are, for a command trainer's launcher in rank 0
