@@ -480,12 +480,25 @@ def ui(run_dir: Path | None, tracking_uri: str | None, port: int, host: str,
     of the machine get nothing without it. Only this machine can connect unless
     --host says otherwise; the UI only reads unless --allow-writes.
     """
-    from orchestrator.commands.ui import Access, UiError, resolve_store, serve
+    from orchestrator.commands.ui import (
+        Access,
+        UiError,
+        private_copy,
+        resolve_store,
+        serve,
+        writable,
+    )
 
     try:
-        if run_dir is not None and tracking_uri is None:
+        read_only = run_dir is not None and tracking_uri is None and not writable(run_dir)
+        if run_dir is not None and tracking_uri is None and not read_only:
             write_mlflow_behind(run_dir)
         store = resolve_store(run_dir, tracking_uri)
+        if read_only and store.own_db is not None:
+            console(stderr=True).print(
+                f"{run_dir} cannot be written: showing a private copy of its MLflow store"
+                " as it is (what its journal holds beyond it is not shown)", soft_wrap=True)
+            store = private_copy(store)
         access = Access.new(token=not no_token, writes=allow_writes)
         sys.exit(serve(store, host, port, echo=lambda line: console().print(line, soft_wrap=True),
                        access=access))

@@ -85,6 +85,26 @@ def resolve_store(run_dir: Path | None, tracking_uri: str | None) -> Store:
     )
 
 
+def writable(run_dir: Path) -> bool:
+    """Whether this user can write in ``run_dir`` (False on a read-only mount too)."""
+    return os.access(run_dir, os.W_OK)
+
+
+def private_copy(store: Store) -> Store:
+    """``store`` served from a copy in a private temporary folder: a run directory that
+    cannot be written (a read-only mount, a colleague's run) still opens, where SQLite
+    and MLflow's start-up, which write beside the store, failed with a traceback."""
+    import shutil
+    import tempfile
+
+    assert store.own_db is not None
+    folder = Path(tempfile.mkdtemp(prefix="nestor-ui-"))  # 0700, this user's own
+    copy = folder / STORE_FILE
+    shutil.copyfile(store.own_db, copy)
+    return Store(f"sqlite:///{copy}", store.artifacts, f"{store.label} (a copy: it cannot"
+                 " be written)", copy)
+
+
 def _spec_tracking_uri(run_dir: Path) -> str | None:
     """A spec that logged to a store outside the run directory names it."""
     import yaml

@@ -34,6 +34,11 @@ class RunDirLocked(RuntimeError):
     """Another live driver holds the run directory; the message names it."""
 
 
+class RunDirReadOnly(RunDirLocked):
+    """The run directory cannot be written (a read-only mount, another user's files):
+    no driver can go on with it there; readers still can."""
+
+
 class RunLock:
     """The exclusive lock on one run directory, held by this process."""
 
@@ -92,6 +97,11 @@ def hold(run_dir: str | os.PathLike[str]) -> RunLock:
             if exc.errno == errno.ELOOP:
                 raise RunDirLocked(f"{path} is a symbolic link; a run directory's lock file"
                                    " must be a plain file: remove the link") from None
+            if exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+                raise RunDirReadOnly(
+                    f"{run_dir} cannot be written ({exc.strerror}): nestor status and nestor"
+                    " results read it as it is; to go on with the run, copy the directory"
+                    " somewhere you can write and resume the copy") from None
             raise
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
