@@ -116,6 +116,7 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "auto-heldout": ("search/",),
     "many-at-once": ("search/",),
     "multifidelity-heldout": ("search/",),
+    "multifidelity-dev": ("search/",),
     "search-fidelity": SYSTEM,
     "backends": ("orchestrator/backends/", "trainers/"),
     "search": ("search/",),
