@@ -94,9 +94,9 @@ def test_sensible_names_values_and_bounds_still_validate(tmp_path: Path) -> None
 
 def test_a_sweep_param_with_an_empty_name_is_refused(tmp_path: Path) -> None:
     done = subprocess.run([NESTOR, "sweep", "--cmd", "true", "--param", "=float:0:1",
-                           "--run-dir", str(tmp_path / "run")],
+                           "--mode", "min", "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, check=False, timeout=120)
-    refused(done, "error")
+    refused(done, "--param must look like NAME=")
     assert not (tmp_path / "run").exists()  # refused before anything was made
 
 
