@@ -557,13 +557,14 @@ def predict(run_dir: Path, stage: str | None, input_path: Path, output: Path | N
     """
     import csv
 
+    from orchestrator.journal.journal import DamagedRun
     from orchestrator.predict import PredictError, load_predictor, read_inputs
 
     try:
         model = load_predictor(run_dir, stage)
         images = read_inputs(input_path)
         probs = model.predict_proba(images)
-    except (PredictError, ValueError) as exc:
+    except (PredictError, ValueError, DamagedRun) as exc:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     handle = output.open("w", newline="") if output else sys.stdout

@@ -214,3 +214,21 @@ def test_a_fuzzed_journal_never_touches_outside(tmp_path: Path) -> None:
         assert (target / "thesis.tex").read_text() == "three years of work"
         after = sorted(p.name for p in tmp_path.iterdir())
         assert after == before, "something was created or deleted beside the run"
+
+
+def test_predict_never_loads_a_model_outside_the_run(tmp_path: Path) -> None:
+    """results.json is data too: a best checkpoint pointing outside the run directory
+    (a file the attacker planted, which torch would unpickle) is refused, not loaded."""
+    from orchestrator.predict import load_predictor
+
+    planted = tmp_path / "planted.pt"
+    planted.write_bytes(b"not a model")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    trial = {"id": "0", "status": "completed", "value": 0.9, "config": {},
+             "checkpoint": str(planted)}
+    stage = {"name": "tune", "kind": "hpo", "best": trial, "trials": [trial],
+             "objective": {"metric": "val_accuracy", "mode": "max"}}
+    (run_dir / "results.json").write_text(json.dumps({"stages": [stage]}))
+    with pytest.raises(UnsafeRunData, match="outside"):
+        load_predictor(run_dir, "tune")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from orchestrator.engine.kinds import KINDS
+from orchestrator.journal.safe import inside
 
 if TYPE_CHECKING:
     from orchestrator.journal.state import RunState
@@ -100,7 +101,7 @@ class KindReport:
             raise NoModel(f"stage {summary.get('name')!r} has no saved model to predict"
                           " with (nestor predict loads built-in trainers' models, not a"
                           " function or command trainer's folder; or its trials failed)")
-        return [Path(checkpoint)], [1.0]
+        return [inside(run_dir, checkpoint)], [1.0]  # results.json is data: not a way out
 
 
 def kind_report(name: str) -> KindReport:
