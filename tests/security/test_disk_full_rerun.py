@@ -22,6 +22,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.tmpfs import tmpfs
+
 pytestmark = pytest.mark.slow
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
@@ -73,16 +75,8 @@ BUDGET = 10
 @pytest.fixture
 def small_disk(tmp_path: Path) -> Iterator[Path]:
     """An 8 MiB tmpfs: ENOSPC as a real full disk gives it."""
-    mount = tmp_path / "disk"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=8m", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "disk", "8m") as mount:
         yield mount
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def journal(run_dir: Path) -> list[dict]:

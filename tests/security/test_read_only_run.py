@@ -24,6 +24,7 @@ from orchestrator.backends import SimulatedBackend, fixed_trials
 from orchestrator.engine.workflow import run_workflow
 from orchestrator.projections.projector import Projector
 from orchestrator.spec import load_spec_text
+from tests.tmpfs import tmpfs
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 SPEC = textwrap.dedent("""
@@ -49,18 +50,10 @@ def read_only_run(tmp_path: Path) -> Iterator[Path]:
     (made / "spec.yaml").write_text(SPEC)
     Projector(made, workflow).close()
     assert (made / "mlflow.db").is_file()
-    mount = tmp_path / "mount"
-    mount.mkdir()
-    done = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64m", "tmpfs", str(mount)],
-                          capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        pytest.skip(f"cannot mount a tmpfs here (needs root): {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "mount", "64m") as mount:
         shutil.copytree(made, mount / "run")
         subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
         yield mount / "run"
-    finally:
-        subprocess.run(["umount", "-l", str(mount)], check=False)
 
 
 def nestor(*args: str) -> subprocess.CompletedProcess[str]:
