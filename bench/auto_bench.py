@@ -49,8 +49,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine
 from bench.search_bench import run
-from search import Objective, make_searcher
-from search.space import FloatParam, SearchSpace
+from nestor.search import Objective, make_searcher
+from nestor.search.space import FloatParam, SearchSpace
 
 # name -> (algorithm, settings); budget, seed (and parallel for auto) are added per run.
 ALGORITHMS: dict[str, tuple[str, dict[str, Any]]] = {

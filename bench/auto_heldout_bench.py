@@ -45,8 +45,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine, stats
 from bench.problems import rotation
-from search import Objective, make_searcher
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search import Objective, make_searcher
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 
 @dataclass(frozen=True)

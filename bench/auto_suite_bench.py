@@ -28,8 +28,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.search_bench import run
-from search import make_searcher
-from search.space import FloatParam, IntParam, SearchSpace
+from nestor.search import make_searcher
+from nestor.search.space import FloatParam, IntParam, SearchSpace
 
 SHIFT = (0.37, -1.21, 2.05, -0.66, 1.48)
 

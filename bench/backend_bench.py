@@ -3,7 +3,7 @@
     .venv/bin/python bench/backend_bench.py              # 3 interleaved repeats
     .venv/bin/python bench/backend_bench.py --repeats 5 --epochs 3
 
-The same real trials (the built-in CNN on mnist5k, ``python -m trainers``) run
+The same real trials (the built-in CNN on mnist5k, ``python -m nestor.trainers``) run
 under ``horovodrun --gloo`` and under ``torchrun`` (``--backend torch``: DDP
 over Gloo), at dp = 2 (weak scaling, a fixed batch per rank) and at mp = 2 (a
 wide model's fully connected layers split in two). The backends alternate,

@@ -186,8 +186,8 @@ def main(argv: list[str] | None = None) -> int:
     seeds = args.seeds or (3 if args.quick else 5)
     lr = (0.005, 0.2)
 
-    from orchestrator.planning import model_size
-    from trainers.catalog import resolve_options
+    from nestor.orchestrator.planning import model_size
+    from nestor.trainers.catalog import resolve_options
 
     options = resolve_options("cnn", {"dataset": args.dataset, "epochs": args.epochs},
                               {"batch_size": args.batch})

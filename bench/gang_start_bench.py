@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def one_at_a_time(gangs: int) -> float:
-    from orchestrator.backends.ray.gangs import GangPool, Shape
+    from nestor.orchestrator.backends.ray.gangs import GangPool, Shape
 
     pool = GangPool(gangs)
     began = time.perf_counter()
@@ -37,9 +37,9 @@ def one_at_a_time(gangs: int) -> float:
 
 def concurrently(gangs: int) -> tuple[float, float]:
     """Seconds until every gang is up, and the longest the loop was held by a launch."""
-    from orchestrator.backends import Launch, RayBackend, Started
-    from orchestrator.backends.ray.gangs import GangPool, Shape
-    from trainers import TrainerRef, TrialRequest
+    from nestor.orchestrator.backends import Launch, RayBackend, Started
+    from nestor.orchestrator.backends.ray.gangs import GangPool, Shape
+    from nestor.trainers import TrainerRef, TrialRequest
 
     backend = RayBackend(GangPool(gangs))
     request = TrialRequest("bench", TrainerRef.python("bench.gang_start_bench:noop"))

@@ -30,7 +30,7 @@ PAD = "x" * 300
 
 
 def _timed(path: Path, write: Any, events: int) -> dict[str, Any]:
-    from orchestrator.journal.journal import Journal
+    from nestor.orchestrator.journal.journal import Journal
 
     acked = 0
 

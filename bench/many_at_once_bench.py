@@ -70,8 +70,8 @@ from bench import machine
 from bench.nevergrad_numpy2 import patch_nevergrad_for_numpy2
 from bench.problems import rotation
 from bench.stats import spread
-from search import Objective, make_searcher
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search import Objective, make_searcher
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 ROUNDS = 6
 
@@ -357,7 +357,7 @@ class _OptunaTPE(_Full):
     def __init__(self, problem: Problem, seed: int, width: int, budget: int) -> None:
         import optuna
 
-        from search import _optuna
+        from nestor.search import _optuna
 
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)

@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench import machine
 from bench import many_at_once_bench as wide
 from bench.simulate import attempt_rows, usage
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 HOUR = 3600.0
 
@@ -67,7 +67,7 @@ def spec_text(problem: wide.Problem, seed: int, width: int) -> str:
         stages:
           - name: tune
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"{settings}}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial"{settings}}}
             parallel: {{data: 1, model: 1}}
             search: {{algorithm: auto, budget: {wide.ROUNDS * width}, seed: {seed}{fidelity}}}
             objective: {{metric: loss, mode: min}}
@@ -77,9 +77,9 @@ def spec_text(problem: wide.Problem, seed: int, width: int) -> str:
 
 def run_engine(problem: wide.Problem, seed: int, width: int, workdir: Path) -> dict[str, Any]:
     """One sweep of ``auto`` on the real scheduler and the simulated backend."""
-    from orchestrator.backends import Draw, SimulatedBackend
-    from orchestrator.engine.workflow import run_workflow
-    from orchestrator.spec import load_spec_text
+    from nestor.orchestrator.backends import Draw, SimulatedBackend
+    from nestor.orchestrator.engine.workflow import run_workflow
+    from nestor.orchestrator.spec import load_spec_text
 
     full = float(problem.fidelity or 1)
 

@@ -62,12 +62,12 @@ with open(sys.argv[1] + "/journal.jsonl", "rb") as journal:
 began = time.perf_counter()
 from pathlib import Path
 from bench import simulate
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.engine.history import JournalSoFar
-from orchestrator.journal.journal import Journal
-from orchestrator.journal.kept import FoldKeeper
-from orchestrator.spec import load_spec_text
-from orchestrator.engine.workflow import StageScheduler
+from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+from nestor.orchestrator.engine.history import JournalSoFar
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.journal.kept import FoldKeeper
+from nestor.orchestrator.spec import load_spec_text
+from nestor.orchestrator.engine.workflow import StageScheduler
 
 run_dir, name, schedule, nodes = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
 workload = simulate.scaled(next(w for w in simulate.workloads(False) if w.name == name), nodes)
@@ -97,8 +97,8 @@ with Journal(run_dir / "journal.jsonl", on_written=keeper.written) as journal:
 PLOTS = """
 import sys, time
 from pathlib import Path
-from orchestrator.journal.state import RunState
-from orchestrator.projections.plots import best_so_far, slot_intervals
+from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.projections.plots import best_so_far, slot_intervals
 
 began = time.perf_counter()
 state = RunState.of(Path(sys.argv[1]), save=False)

@@ -34,9 +34,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine, stats
-from search import Objective, Searcher, make_searcher
-from search._fidelity import span
-from search.space import FloatParam, SearchSpace
+from nestor.search import Objective, Searcher, make_searcher
+from nestor.search._fidelity import span
+from nestor.search.space import FloatParam, SearchSpace
 
 SPACE = SearchSpace(tuple(FloatParam(f"x{i}", -5.0, 5.0) for i in range(3)))
 MAX_EPOCHS = 27

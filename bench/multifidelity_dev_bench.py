@@ -54,8 +54,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.multifidelity_heldout_bench import UNTRAINED, Problem, main
-from search._sampling import sample_config
-from search.space import FloatParam, SearchSpace
+from nestor.search._sampling import sample_config
+from nestor.search.space import FloatParam, SearchSpace
 
 
 def _unit(dims: int) -> SearchSpace:

@@ -44,8 +44,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench import machine
 from bench.stats import spread
-from search import Objective, Searcher, make_searcher
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search import Objective, Searcher, make_searcher
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MAX_EPOCHS = 100
 FULL_TRAININGS = 30
@@ -125,7 +125,7 @@ SEARCHES: dict[str, tuple[str, dict[str, Any]]] = {
 def best_floor(problem: Problem) -> float:
     """The lowest floor found by 20,000 random configurations and a local polish: the
     reference regret is measured from (the same for every search)."""
-    from search._sampling import sample_config
+    from nestor.search._sampling import sample_config
 
     rng = random.Random(0)
     return min(problem.floor(sample_config(problem.space, rng)) for _ in range(20_000))

@@ -86,7 +86,7 @@ def machine() -> str:
 
 
 def run_nestor(spec_text: str, workdir: Path, name: str) -> dict:
-    from orchestrator.commands.run import run_spec
+    from nestor.orchestrator.commands.run import run_spec
 
     spec = workdir / f"{name}.yaml"
     spec.write_text(spec_text)
@@ -249,13 +249,13 @@ PROJECTION_SPEC = """
 
 def trivial_journal(run_dir: Path, runs: int) -> None:
     """A journal of ``runs`` trivial trials, each started and finished (2 events)."""
-    from orchestrator.journal.events import (
+    from nestor.orchestrator.journal.events import (
         StageStarted,
         TrialFinished,
         TrialStarted,
         WorkflowStarted,
     )
-    from orchestrator.journal.journal import Journal
+    from nestor.orchestrator.journal.journal import Journal
 
     with Journal(run_dir / "journal.jsonl", fsync=False) as journal:
         journal.record(WorkflowStarted(workflow="projection", slots=2, pid=1, run_key="k"))
@@ -277,14 +277,14 @@ def projected(run_dir: Path, events: int,
     directory's own store); (wall s, process CPU s, events done) every 0.05 s: a
     batch into the run directory's store takes about 0.2 s, so coarser samples make
     a window's rate a matter of where the samples fall."""
-    from orchestrator.projections.projector import Projector
-    from orchestrator.spec import load_spec_text
+    from nestor.orchestrator.projections.projector import Projector
+    from nestor.orchestrator.spec import load_spec_text
 
     text = textwrap.dedent(PROJECTION_SPEC)
     if uri:
         text += f"tracking: {{uri: '{uri}'}}\n"
     workflow = load_spec_text(text, "<projection>")
-    from orchestrator.projections.tracking import Tracker
+    from nestor.orchestrator.projections.tracking import Tracker
 
     Tracker(run_dir, workflow.name, uri).close()  # the store's schema: made before timing
     began, cpu = time.perf_counter(), time.process_time()
@@ -380,7 +380,7 @@ def simulated_stream(workdir: Path) -> list[dict[str, Any]]:
     """The journal of the 2,048-slot mixed workload (async), times on its virtual clock."""
     import argparse as _argparse
 
-    import orchestrator.journal.journal as journal_module
+    import nestor.orchestrator.journal.journal as journal_module
     from bench import simulate
 
     class VirtualTime:
@@ -396,7 +396,7 @@ def simulated_stream(workdir: Path) -> list[dict[str, Any]]:
             return self.clock()
 
     shim = VirtualTime()
-    from orchestrator import backends
+    from nestor.orchestrator import backends
 
     original = backends.SimulatedBackend.__init__
 
@@ -422,9 +422,9 @@ def projection_lag(workdir: Path, speedup: float, window_s: float) -> dict[str, 
     times faster than they came, for ``window_s`` seconds."""
     import threading
 
-    from orchestrator.journal.journal import Journal
-    from orchestrator.projections.projector import Projector
-    from orchestrator.spec import load_spec_text
+    from nestor.orchestrator.journal.journal import Journal
+    from nestor.orchestrator.projections.projector import Projector
+    from nestor.orchestrator.spec import load_spec_text
 
     stream = simulated_stream(workdir)
     start = stream[0]["time"]

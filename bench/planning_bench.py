@@ -7,7 +7,7 @@
    few real training steps at 1x1, 2x1 and 1x2 on real Horovod ranks, one
    core per rank; fit the cost model.
 2. Measure: every shape that fits this machine, as real trials (``python -m
-   trainers``, ``--epochs`` epochs, the first left out as warm-up), and two
+   nestor.trainers``, ``--epochs`` epochs, the first left out as warm-up), and two
    1x1 trials side by side (what HPO runs on 2 slots). Best of ``--repeats``
    interleaved runs: a shared machine's other load only slows a run down.
 3. Print each shape's measured epoch time beside two predictions: the model
@@ -29,14 +29,14 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench import machine
-from orchestrator.planning import calibrate, model_size, profile
-from orchestrator.planning._measure import measure_wave
+from nestor.orchestrator.planning import calibrate, model_size, profile
+from nestor.orchestrator.planning._measure import measure_wave
 
 CASES = ((1, 1, 1), (2, 1, 1), (1, 2, 1), (1, 1, 2))  # dp, mp, trials at once
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trainers.catalog import resolve_options
+    from nestor.trainers.catalog import resolve_options
 
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--trainer", default="cnn")

@@ -1322,7 +1322,7 @@ BACKENDS_TITLE = "## Horovod against torch.distributed, the same trials"
 def backends_section(b: dict[str, Any]) -> list[str]:
     """bench/backend_bench.py: the two trial backends on the same real trials, paired."""
     lines = [BACKENDS_TITLE, "", machine_line(b["machine"]), "",
-             f"The built-in CNN on mnist5k through `python -m trainers`, under `horovodrun"
+             f"The built-in CNN on mnist5k through `python -m nestor.trainers`, under `horovodrun"
              f" --gloo` and under `torchrun` (`--backend torch`: DDP over Gloo), alternating,"
              f" {b['repeats']} repeat(s) of {b['epochs']} epochs (the first not counted):"
              f" dp 2 at batch {b['batch_per_rank']} per rank, and mp 2 with fully connected"

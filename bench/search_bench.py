@@ -30,8 +30,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from search import Searcher, make_searcher
-from search.problems import PROBLEMS
+from nestor.search import Searcher, make_searcher
+from nestor.search.problems import PROBLEMS
 
 BUDGETS = (50, 100, 200)
 

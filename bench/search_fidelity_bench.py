@@ -272,7 +272,7 @@ class SlotBudget:
         return spent + sum((now - started) * ranks for started, ranks in running)
 
     def _watch(self) -> None:
-        from orchestrator.backends.stopping import request_stop
+        from nestor.orchestrator.backends.stopping import request_stop
 
         while not self._done.wait(self.tick):
             if self.spent() >= self.budget:
@@ -301,8 +301,8 @@ def warm_worker() -> None:
     """
     import torch  # noqa: F401
 
-    import trainers.builtin  # noqa: F401
-    from trainers.data import _raw
+    import nestor.trainers.builtin  # noqa: F401
+    from nestor.trainers.data import _raw
 
     _raw("mnist5k", None)  # cached per process (lru_cache)
     with contextlib.suppress(ImportError):  # a trial says what is missing, not the hook
@@ -312,10 +312,10 @@ def warm_worker() -> None:
 def run_search(workdir: Path, profile: Profile, name: str, seed: int) -> dict[str, Any]:
     """One search, one seed: a real workflow on the Ray this process started,
     stopped when its slot-seconds are spent; its figures read from its journal."""
-    from orchestrator.backends import stopping
-    from orchestrator.commands.run import run_spec
-    from orchestrator.engine.workflow import JOURNAL_FILE
-    from orchestrator.journal.journal import read_events
+    from nestor.orchestrator.backends import stopping
+    from nestor.orchestrator.commands.run import run_spec
+    from nestor.orchestrator.engine.workflow import JOURNAL_FILE
+    from nestor.orchestrator.journal.journal import read_events
 
     spec = spec_for(profile, name, seed)
     path = workdir / f"{spec['name']}.yaml"

@@ -130,7 +130,7 @@ def spec_text(workload: Workload, schedule: str, generations: int,
         stages.append(textwrap.dedent(f"""
           - name: {stage.name}
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial"}}
             parallel: {{data: {stage.data}, model: {stage.model}}}
             search: {{algorithm: genetic, population: {stage.population},
                       generations: {generations}, schedule: {schedule},
@@ -267,10 +267,10 @@ def run_one(workload: Workload, schedule: str, mode: str, args: argparse.Namespa
     """One workload on one schedule: the whole planned ``sweep`` to its last trial,
     or an ``allocation`` of ``--allocation-h`` hours that a larger sweep fills
     until the time limit stops the driver."""
-    from orchestrator.backends import SimulatedBackend, lognormal_trials
-    from orchestrator.backends.stopping import Interrupted
-    from orchestrator.engine.workflow import run_workflow
-    from orchestrator.spec import load_spec_text
+    from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+    from nestor.orchestrator.backends.stopping import Interrupted
+    from nestor.orchestrator.engine.workflow import run_workflow
+    from nestor.orchestrator.spec import load_spec_text
 
     class TimedBackend(SimulatedBackend):
         """Notes when (in real time) the driver asked for each launch."""

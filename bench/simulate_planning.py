@@ -75,7 +75,7 @@ class RowSpec:
 
 def row_specs() -> list[RowSpec]:
     """``nestor plan``'s rows, and the seed's kind of HPO+DP+MP shape forced."""
-    from orchestrator.planning._table import ROWS
+    from nestor.orchestrator.planning._table import ROWS
 
     rows = [RowSpec(label, concurrent, allowed) for label, concurrent, allowed in ROWS]
     rows.append(RowSpec("HPO+DP+MP (dp, mp >= 2)", True, lambda s: s.dp > 1 and s.mp > 1))
@@ -84,8 +84,8 @@ def row_specs() -> list[RowSpec]:
 
 def load_model(path: Path, epochs: int) -> tuple[Any, dict[str, Any]]:
     """The cost model calibrated to a recorded profile, and the record."""
-    from orchestrator.planning import Profile, calibrate, model_size
-    from trainers.catalog import resolve_options
+    from nestor.orchestrator.planning import Profile, calibrate, model_size
+    from nestor.trainers.catalog import resolve_options
 
     record = json.loads(Path(path).read_text())
     profile = Profile.from_record(record)
@@ -97,7 +97,7 @@ def load_model(path: Path, epochs: int) -> tuple[Any, dict[str, Any]]:
 def choose_rows(model: Any, *, nodes: int, slots_per_node: int, runs: int, population: int,
                 epochs: int) -> list[dict[str, Any]]:
     """Each row's shape, trials at once, slots it runs on, and the closed-form prediction."""
-    from orchestrator.planning import Goal, Limits, evaluate
+    from nestor.orchestrator.planning import Goal, Limits, evaluate
 
     slots = nodes * slots_per_node
     out = []
@@ -130,7 +130,7 @@ def spec_text(label: str, shape: Any, *, concurrent: bool, population: int, gene
         stages:
           - name: tune
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial"}}
             parallel: {{data: {shape.dp}, model: {shape.mp}}}
             search: {search}
             space:
@@ -150,10 +150,10 @@ def simulate_row(model: Any, row: dict[str, Any], *, nodes: int, slots_per_node:
                  population: int, generations: int, epochs: int, sigma: float,
                  workdir: Path) -> dict[str, Any]:
     """Run one row's workflow on the simulated cluster; what its slots did."""
-    from orchestrator.backends import SimulatedBackend
-    from orchestrator.engine.workflow import run_workflow
-    from orchestrator.planning import GANG_START_S, cost_model_trials
-    from orchestrator.spec import load_spec_text
+    from nestor.orchestrator.backends import SimulatedBackend
+    from nestor.orchestrator.engine.workflow import run_workflow
+    from nestor.orchestrator.planning import GANG_START_S, cost_model_trials
+    from nestor.orchestrator.spec import load_spec_text
 
     c = row["candidate"]
     shape = c.shape

@@ -181,7 +181,7 @@ def search_block(algorithm: str, profile: Profile, seed: int) -> str:
 def run_stage(workdir: Path, name: str, *, search: str, profile: Profile, slots: int,
               threshold: float | None, dp: int = 1, mp: int = 1) -> dict[str, Any]:
     """One nestor workflow with one HPO stage; returns the stage's summary and wall time."""
-    from orchestrator.commands.run import run_spec
+    from nestor.orchestrator.commands.run import run_spec
 
     settings = {**profile.settings, "epochs": profile.epochs}
     constants = "".join(f"      {name}: {{type: constant, value: {value}}}\n"

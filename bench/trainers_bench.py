@@ -3,7 +3,7 @@
     .venv/bin/python bench/trainers_bench.py                 # the defaults below
     .venv/bin/python bench/trainers_bench.py --epochs 3 --dp 1,2,4 --oversubscribe
 
-Every measurement is a real trial: ``python -m trainers`` under ``horovodrun
+Every measurement is a real trial: ``python -m nestor.trainers`` under ``horovodrun
 --gloo`` (a plain process at one rank) on the real mnist5k digits. Data
 parallelism is measured as weak scaling, the way Horovod is used: a fixed
 batch per rank (``batch_per_rank``), so the global batch grows with dp.

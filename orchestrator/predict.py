@@ -2,7 +2,7 @@
 members, or the one model of any other stage (the best trial of an hpo
 stage, a train stage's run, a transfer stage's fine-tuned model).
 
-    from orchestrator.predict import load_predictor
+    from nestor.orchestrator.predict import load_predictor
     model = load_predictor("runs/mnist-combined-...", stage="members")
     labels = model.predict(images)          # raw pixels, (N, 28, 28) or (N, 784)
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.projections.kinds import NoModel, report_of
+from nestor.orchestrator.projections.kinds import NoModel, report_of
 
 
 class PredictError(Exception):
@@ -32,7 +32,7 @@ class StagePredictor:
     weights: np.ndarray
 
     def __post_init__(self) -> None:
-        from trainers.predict import Predictor
+        from nestor.trainers.predict import Predictor
 
         self.members = [Predictor(path) for path in self.checkpoints]
         classes = self.members[0].options.get("classes")

@@ -26,7 +26,7 @@ def simulated_trial(config: Mapping[str, Any], ctx: Any) -> dict[str, float]:
     with this message instead of training nothing.
     """
     raise RuntimeError(
-        "orchestrator.simulate:simulated_trial stands in for a trainer in simulated"
+        "nestor.orchestrator.simulate:simulated_trial stands in for a trainer in simulated"
         " workflows (run_workflow on a SimulatedBackend); give a real trainer to run"
         " this spec on a cluster"
     )

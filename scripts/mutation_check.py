@@ -102,7 +102,10 @@ def copy_tree(target: Path) -> None:
                             cwd=ROOT, capture_output=True, check=True).stdout
     for name in sorted({n for n in listed.decode().split("\0") if n}):
         source = ROOT / name
-        if source.is_file() and not source.is_symlink():
+        if source.is_symlink():  # nestor/orchestrator -> ../orchestrator: the copy's own
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            (target / name).symlink_to(os.readlink(source))
+        elif source.is_file():
             (target / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(source, target / name)
 
@@ -131,8 +134,8 @@ def pytest(copy: Path, args: tuple[str, ...]) -> tuple[int, float, str]:
 
 def imports_from(copy: Path) -> str:
     env = dict(os.environ, PYTHONPATH=str(copy))
-    return subprocess.run([sys.executable, "-c", "import orchestrator, search;"
-                           " print(orchestrator.__file__); print(search.__file__)"],
+    return subprocess.run([sys.executable, "-c", "import nestor.orchestrator, nestor.search;"
+                           " print(nestor.orchestrator.__file__); print(nestor.search.__file__)"],
                           cwd=copy, env=env, capture_output=True, text=True, check=True).stdout
 
 

@@ -4,8 +4,8 @@ Pure decision logic: no Ray, Horovod, MLflow or torch import here, so the
 orchestrator can drive it from anywhere and tests run in milliseconds.
 Optuna is imported only when a Bayesian search is built.
 
->>> from search import Objective, make_searcher
->>> from search.space import FloatParam, SearchSpace
+>>> from nestor.search import Objective, make_searcher
+>>> from nestor.search.space import FloatParam, SearchSpace
 >>> space = SearchSpace([FloatParam("x", -1.0, 1.0)])
 >>> searcher = make_searcher("random", space, [Objective("loss", "min")], seed=0, budget=4)
 >>> while not searcher.done():
@@ -21,8 +21,8 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
-from search._auto import AutoChoice, AutoSettings, choose_search
-from search._base import (
+from nestor.search._auto import AutoChoice, AutoSettings, choose_search
+from nestor.search._base import (
     Failure,
     Objective,
     Observation,
@@ -31,15 +31,15 @@ from search._base import (
     as_objectives,
     observations_from_state,
 )
-from search._bayesian import BayesianSearch
-from search._genetic import GeneticSearch
-from search._grid import GridSearch
-from search._hyperband import ASHASearch, HyperbandSearch
-from search._lq_cmaes import LQCMAESSearch
-from search._pbt import PBTSearch, ScheduleStep, schedules_from_state
-from search._random import RandomSearch
-from search._settings import SearchSettings, declared
-from search.space import SearchSpace
+from nestor.search._bayesian import BayesianSearch
+from nestor.search._genetic import GeneticSearch
+from nestor.search._grid import GridSearch
+from nestor.search._hyperband import ASHASearch, HyperbandSearch
+from nestor.search._lq_cmaes import LQCMAESSearch
+from nestor.search._pbt import PBTSearch, ScheduleStep, schedules_from_state
+from nestor.search._random import RandomSearch
+from nestor.search._settings import SearchSettings, declared
+from nestor.search.space import SearchSpace
 
 ALGORITHMS: dict[str, type[Searcher]] = {
     "genetic": GeneticSearch,

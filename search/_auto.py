@@ -4,7 +4,7 @@ A pure function of what the spec says, so ``nestor validate`` can print the
 choice before anything runs, and a resumed driver makes the same choice again
 (the state it restores is then the chosen searcher's own):
 
->>> from search.space import FloatParam, SearchSpace
+>>> from nestor.search.space import FloatParam, SearchSpace
 >>> space = SearchSpace(tuple(FloatParam(f"c{i}", -1.0, 1.0) for i in range(7)))
 >>> choose_search(space, [("fom", "min")], budget=130, parallel=2).label()
 'bayesian lq-cmaes'
@@ -261,10 +261,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from search._base import as_objectives
-from search._budget import CostBudget, parse_budget
-from search._settings import SearchSettings, budget_setting, setting
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search._base import as_objectives
+from nestor.search._budget import CostBudget, parse_budget
+from nestor.search._settings import SearchSettings, budget_setting, setting
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MANY_AT_ONCE = 16  # from here on, parallelism decides (rule 3)
 FULL_TRAININGS_AT_ONCE = 16  # from here, numbers only: no fidelity, lq-CMA-ES async (rule W)
@@ -517,7 +517,7 @@ def fidelity_rungs(max_fidelity: int) -> tuple[int, int, int] | None:
     >>> fidelity_rungs(27), fidelity_rungs(100), fidelity_rungs(12), fidelity_rungs(3)
     ((1, 3, 4), (11, 3, 3), (1, 3, 3), None)
     """
-    from search._hyperband import rung_budgets
+    from nestor.search._hyperband import rung_budgets
 
     for eta in (3, 2):
         low = max(1, math.floor(max_fidelity / eta**RUNGS_BELOW_TOP + 0.5))
@@ -534,7 +534,7 @@ def _hyperband(budget: int, max_fidelity: int) -> AutoChoice | None:
     fidelity, if it splits into at least 3 rungs, under a budget in epochs (the
     budget's full trainings times the full length) spent to the last trial that
     fits: no whole bracket or iteration to round down to."""
-    from search._hyperband import rung_budgets
+    from nestor.search._hyperband import rung_budgets
 
     split = fidelity_rungs(max_fidelity)
     if split is None:

@@ -35,9 +35,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from search._budget import UNLIMITED_TRIALS, CostBudget, Spend, parse_budget
-from search._settings import SearchSettings
-from search.space import Scalar, SearchSpace
+from nestor.search._budget import UNLIMITED_TRIALS, CostBudget, Spend, parse_budget
+from nestor.search._settings import SearchSettings
+from nestor.search.space import Scalar, SearchSpace
 
 STATE_FORMAT = 1
 

@@ -36,11 +36,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from search import _optuna
-from search._base import Observation, Searcher, Trial
-from search._optuna import quiet as _quiet
-from search._settings import SearchSettings, budget_setting, setting
-from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+from nestor.search import _optuna
+from nestor.search._base import Observation, Searcher, Trial
+from nestor.search._optuna import quiet as _quiet
+from nestor.search._settings import SearchSettings, budget_setting, setting
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
 SAMPLERS = ("tpe", "gp", "cmaes")  # and "lq-cmaes": search/_lq_cmaes.py, through make_searcher
 _CMA_START = "nestor:cma_x0"  # the trial note that records where CMA-ES started

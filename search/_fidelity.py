@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from search._base import Trial
+from nestor.search._base import Trial
 
 
 def span(trial: Trial, trials: Mapping[str, Trial]) -> tuple[float, float]:

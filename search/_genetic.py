@@ -36,10 +36,10 @@ from typing import Any, Literal
 
 from deap import base, tools
 
-from search._base import Observation, Searcher, Trial, pareto_front
-from search._sampling import sample_config
-from search._settings import SearchSettings, setting
-from search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
+from nestor.search._base import Observation, Searcher, Trial, pareto_front
+from nestor.search._sampling import sample_config
+from nestor.search._settings import SearchSettings, setting
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
 
 _current_rng: ContextVar[Any] = ContextVar("nestor_deap_rng", default=random)
 

@@ -7,9 +7,9 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from search._base import Observation, Searcher, Trial
-from search._settings import SearchSettings, setting
-from search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
+from nestor.search._base import Observation, Searcher, Trial
+from nestor.search._settings import SearchSettings, setting
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
 
 _MAX_SHUFFLED = 1_000_000
 

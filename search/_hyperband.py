@@ -58,18 +58,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from search import _optuna
-from search._base import Observation, Searcher, Trial
-from search._fidelity import (
+from nestor.search import _optuna
+from nestor.search._base import Observation, Searcher, Trial
+from nestor.search._fidelity import (
     RANKS_ON_ONE,
     budget_used,
     check_int,
     check_number,
     check_one_objective,
 )
-from search._sampling import sample_config
-from search._settings import SearchSettings, setting
-from search.space import Scalar, SearchSpace
+from nestor.search._sampling import sample_config
+from nestor.search._settings import SearchSettings, setting
+from nestor.search.space import Scalar, SearchSpace
 
 
 def rung_budgets(min_budget: float, max_budget: float, reduction_factor: int) -> list[float]:
@@ -334,7 +334,7 @@ class ASHASearch(_SuccessiveHalving):
     it is the trial count of one Hyperband bracket from the bottom rung
     (40 for rungs 1, 3, 9, 27).
 
-    >>> from search.space import FloatParam, SearchSpace
+    >>> from nestor.search.space import FloatParam, SearchSpace
     >>> asha = ASHASearch(SearchSpace([FloatParam("x", 0.0, 1.0)]), [("loss", "min")])
     >>> [t.budget for t in asha.ask(3)], asha.planned
     ([1, 1, 1], 40)

@@ -56,9 +56,16 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
-from search._base import Observation, Searcher, Trial
-from search._bayesian import BayesianSettings
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace, from_unit, to_unit
+from nestor.search._base import Observation, Searcher, Trial
+from nestor.search._bayesian import BayesianSettings
+from nestor.search.space import (
+    CategoricalParam,
+    FloatParam,
+    IntParam,
+    SearchSpace,
+    from_unit,
+    to_unit,
+)
 
 SIGMA0 = 0.3  # initial step, in units of each parameter's (scaled) range
 RESTART_POPULATION_FACTOR = 2  # IPOP

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
 
 def import_optuna(what: str) -> Any:

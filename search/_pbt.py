@@ -92,7 +92,7 @@ takes the recorded numbers from the journal instead of refitting the GP
 (everything else is recomputed and checked), so a resumed PB2 continues
 exactly, and fast.
 
->>> from search.space import FloatParam, SearchSpace
+>>> from nestor.search.space import FloatParam, SearchSpace
 >>> space = SearchSpace([FloatParam("lr", 1e-4, 1e-1, log=True)])
 >>> pbt = PBTSearch(space, [("loss", "min")], population=4, intervals=2)
 >>> [(t.member, t.budget, t.continue_from) for t in pbt.ask(4)][:2]
@@ -108,11 +108,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from search._base import Observation, Searcher, Trial, observations_from_state
-from search._fidelity import RANKS_ON_ONE, budget_used, check_one_objective, span
-from search._sampling import sample_config, sample_value
-from search._settings import SearchSettings, setting
-from search.space import (
+from nestor.search._base import Observation, Searcher, Trial, observations_from_state
+from nestor.search._fidelity import RANKS_ON_ONE, budget_used, check_one_objective, span
+from nestor.search._sampling import sample_config, sample_value
+from nestor.search._settings import SearchSettings, setting
+from nestor.search.space import (
     CategoricalParam,
     FloatParam,
     IntParam,
@@ -454,7 +454,7 @@ class PBTSearch(Searcher):
         """The explored config of a PB2 exploit or retry (see the module docstring)."""
         import numpy as np
 
-        from search import _pb2
+        from nestor.search import _pb2
 
         assert step.base is not None
         trial_id = str(self.n_asked)  # the id the trial about to be made gets

@@ -6,10 +6,10 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
-from search._base import Observation, Searcher, Trial
-from search._sampling import sample_config
-from search._settings import SearchSettings, budget_setting
-from search.space import SearchSpace
+from nestor.search._base import Observation, Searcher, Trial
+from nestor.search._sampling import sample_config
+from nestor.search._settings import SearchSettings, budget_setting
+from nestor.search.space import SearchSpace
 
 
 @dataclass(frozen=True)
@@ -24,7 +24,7 @@ class RandomSearch(Searcher):
     quarter of the budget; they are re-run, as the old results may come from
     other data), then draws at random.
 
-    >>> from search.space import FloatParam, SearchSpace
+    >>> from nestor.search.space import FloatParam, SearchSpace
     >>> s = RandomSearch(SearchSpace([FloatParam("x", 0.0, 1.0)]), [("loss", "min")], budget=3)
     >>> len(s.ask(5))
     3

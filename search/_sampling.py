@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 import random
 
-from search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
 
 
 def sample_value(param: Param, rng: random.Random) -> Scalar:

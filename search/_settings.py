@@ -35,7 +35,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from search._budget import parse_budget
+from nestor.search._budget import parse_budget
 
 BOUNDS = ("ge", "gt", "le", "lt")
 

@@ -14,8 +14,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from search._base import Objective
-from search.space import FloatParam, SearchSpace
+from nestor.search._base import Objective
+from nestor.search.space import FloatParam, SearchSpace
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,7 @@ def nestor_with_fault() -> Callable[..., subprocess.CompletedProcess]:
     one, instead of hoping a timed signal lands there."""
 
     def run(fault: str, *args: str, **options: Any) -> subprocess.CompletedProcess:
-        script = (f"{fault}\nimport sys\nfrom orchestrator.commands import cli\n"
+        script = (f"{fault}\nimport sys\nfrom nestor.orchestrator.commands import cli\n"
                   "sys.argv = ['nestor', *sys.argv[1:]]\ncli.main()\n")
         return subprocess.run([sys.executable, "-c", script, *args], capture_output=True,
                               text=True, check=False, **options)

@@ -2,13 +2,13 @@
 
 The public surface, for the orchestrator and for people::
 
-    from trainers import TrainerRef, TrialRequest, run_trial
+    from nestor.trainers import TrainerRef, TrialRequest, run_trial
     request = TrialRequest("t1", TrainerRef.builtin("cnn"),
                            settings={"dataset": "mnist5k", "epochs": 2},
                            config={"lr": 0.05}, data_parallel=2)
     result = run_trial(request)          # in every rank of a 2-rank Horovod gang
 
-or from a shell: ``horovodrun -np 2 python -m trainers --trainer cnn --dp 2``.
+or from a shell: ``horovodrun -np 2 python -m nestor.trainers --trainer cnn --dp 2``.
 Importing this package does not import torch or Horovod (``nestor --help``
 stays instant); `run_trial` imports them when a trial needs them.
 """
@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from trainers._types import (
+from nestor.trainers._types import (
     DEFAULT_FLAG_PREFIX,
     DEFAULT_RESULT_PATTERN,
     TrainerRef,
@@ -26,8 +26,8 @@ from trainers._types import (
 )
 
 if TYPE_CHECKING:
-    from trainers._run import run_trial
-    from trainers.function import TrialContext
+    from nestor.trainers._run import run_trial
+    from nestor.trainers.function import TrialContext
 
 __all__ = [
     "DEFAULT_FLAG_PREFIX",
@@ -42,11 +42,11 @@ __all__ = [
 
 def __getattr__(name: str) -> Any:
     if name == "run_trial":
-        from trainers._run import run_trial
+        from nestor.trainers._run import run_trial
 
         return run_trial
     if name == "TrialContext":
-        from trainers.function import TrialContext
+        from nestor.trainers.function import TrialContext
 
         return TrialContext
-    raise AttributeError(f"module 'trainers' has no attribute {name!r}")
+    raise AttributeError(f"module 'nestor.trainers' has no attribute {name!r}")

@@ -1,14 +1,14 @@
 """Run one trial from a shell, for people and tests.
 
-    python -m trainers --trainer cnn --set dataset=mnist5k --set epochs=2 --param lr=0.05
-    horovodrun -np 2 -H localhost:2 --gloo python -m trainers --trainer cnn --data-parallel 2
-    horovodrun -np 4 -H localhost:4 --gloo python -m trainers --trainer mlp \
+    python -m nestor.trainers --trainer cnn --set dataset=mnist5k --set epochs=2 --param lr=0.05
+    horovodrun -np 2 -H localhost:2 --gloo python -m nestor.trainers --trainer cnn --data-parallel 2
+    horovodrun -np 4 -H localhost:4 --gloo python -m nestor.trainers --trainer mlp \
         --data-parallel 2 --model-parallel 2
-    torchrun --standalone --nproc_per_node 2 -m trainers --backend torch --trainer cnn \
+    torchrun --standalone --nproc_per_node 2 -m nestor.trainers --backend torch --trainer cnn \
         --data-parallel 2
-    python -m trainers --command "python3 fit.py" --param lr=0.1
-    python -m trainers --command "torchrun --nproc_per_node {np} fit.py" --data-parallel 2
-    python -m trainers --function mypkg.fit:train --param lr=0.1
+    python -m nestor.trainers --command "python3 fit.py" --param lr=0.1
+    python -m nestor.trainers --command "torchrun --nproc_per_node {np} fit.py" --data-parallel 2
+    python -m nestor.trainers --function mypkg.fit:train --param lr=0.1
 
 Values are read as JSON where they parse (``2``, ``0.05``, ``true``,
 ``[0,1]``), else as strings. Rank 0 prints one line per epoch and, at the
@@ -23,7 +23,7 @@ import json
 import sys
 from typing import Any
 
-from trainers._types import TrainerRef, TrialRequest
+from nestor.trainers._types import TrainerRef, TrialRequest
 
 
 def _value(text: str) -> Any:
@@ -44,7 +44,8 @@ def _pairs(items: list[str], flag: str) -> dict[str, Any]:
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="python -m trainers", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m nestor.trainers",
+                                description=__doc__.split("\n")[0])
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--trainer", help="a built-in trainer (mlp, cnn)")
     which.add_argument("--function", help="a Python trainer, package.module:function")
@@ -100,12 +101,12 @@ def main(argv: list[str] | None = None) -> int:
             shown = " ".join(f"{k}={v:.4g}" for k, v in metrics.items() if k != "epoch")
             print(f"[{request.trial_id}] step {step}: {shown}", flush=True)
 
-    from trainers._run import command_rank, run_trial
+    from nestor.trainers._run import command_rank, run_trial
 
     result = run_trial(request, report=report)
     rank = command_rank() if trainer.kind == "command" else 0  # only rank 0 ran it
     if trainer.kind != "command":
-        from trainers.parallel import process_rank
+        from nestor.trainers.parallel import process_rank
 
         rank = process_rank(args.backend)
     if rank == 0:
@@ -120,6 +121,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from trainers.parallel import exit_process
+    from nestor.trainers.parallel import exit_process
 
     exit_process(main())

@@ -152,7 +152,7 @@ class Layout:
     first node's address, and a port free there.
 
     Read in rank 0 from the environment its gang set (:func:`Layout.here`);
-    outside a gang (a direct ``run_trial``, ``python -m trainers``) every rank
+    outside a gang (a direct ``run_trial``, ``python -m nestor.trainers``) every rank
     is on this host."""
 
     hosts: tuple[tuple[str, int], ...]

@@ -8,7 +8,7 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 
-from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 
 
 def run_trial(request: TrialRequest, *, report: Report | None = None,
@@ -50,7 +50,7 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     with trial_env(request.env):
         result, rank = _run_kind(request, report, should_stop, heartbeat, started)
     if request.result_path and rank == 0:
-        from trainers.durable import write_json_durably
+        from nestor.trainers.durable import write_json_durably
 
         try:
             write_json_durably(request.result_path, result.to_dict())
@@ -68,23 +68,23 @@ def _run_kind(request: TrialRequest, report: Report | None, should_stop: ShouldS
     rank = 0
     try:
         if request.trainer.kind == "command":
-            from trainers.command import run_command_rank
+            from nestor.trainers.command import run_command_rank
 
             rank = command_rank()
             # A launcher runs in rank 0 (once per node where it names {node_rank}); the
             # ranks it starts use the slots the others hold.
             result = run_command_rank(request, rank, report, should_stop, heartbeat)
         else:
-            from trainers.parallel import setup
+            from nestor.trainers.parallel import setup
 
             par = setup(request.data_parallel, request.model_parallel, request.backend)
             rank = par.rank
             if request.trainer.kind == "builtin":
-                from trainers.builtin import run_builtin
+                from nestor.trainers.builtin import run_builtin
 
                 result = run_builtin(request, par, report, should_stop, heartbeat)
             else:
-                from trainers.function import run_function
+                from nestor.trainers.function import run_function
 
                 result = run_function(request, par, report, should_stop, heartbeat)
     except Exception as exc:
@@ -137,6 +137,6 @@ def command_rank() -> int:
     """This process's rank in its gang (0 outside one): the gang's ranks carry it
     from their start (``HOROVOD_RANK``; ``NESTOR_GANG_RANK`` in a torch gang), before
     any backend is initialised."""
-    from trainers.comm import RANK_ENV
+    from nestor.trainers.comm import RANK_ENV
 
     return int(os.environ.get("HOROVOD_RANK") or os.environ.get(RANK_ENV) or 0)

@@ -27,12 +27,12 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainers import checkpoint as ckpt
-from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
-from trainers.catalog import resolve_options
-from trainers.data import epoch_batches, shard_slice, splits_of, steps_per_epoch
-from trainers.feed import Feed
-from trainers.gpu import (
+from nestor.trainers import checkpoint as ckpt
+from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers.catalog import resolve_options
+from nestor.trainers.data import epoch_batches, shard_slice, splits_of, steps_per_epoch
+from nestor.trainers.feed import Feed
+from nestor.trainers.gpu import (
     autocast,
     device_metrics,
     gpu_share,
@@ -40,8 +40,8 @@ from trainers.gpu import (
     resolve_precision,
     select_device,
 )
-from trainers.models import build_model, freeze_groups, make_arch
-from trainers.parallel import Parallel, allreduce_sum, broadcast_flag
+from nestor.trainers.models import build_model, freeze_groups, make_arch
+from nestor.trainers.parallel import Parallel, allreduce_sum, broadcast_flag
 
 EVAL_CHUNK = 1000
 

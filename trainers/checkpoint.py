@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from trainers.durable import replace_durably
+from nestor.trainers.durable import replace_durably
 
 FORMAT = "nestor.trainers/1"
 _NAME = re.compile(r"^epoch-(\d{5,})\.pt$")
@@ -96,7 +96,7 @@ def load_checkpoint(path: str | os.PathLike[str]) -> dict[str, Any]:
 
 def full_state_dict(model: Any, par: Any) -> dict[str, Any]:
     """The model's unsplit state dict on every rank (collective in each mp group)."""
-    from trainers.models import sharded_layers
+    from nestor.trainers.models import sharded_layers
 
     owners = sharded_layers(model)
     full = {}
@@ -109,7 +109,7 @@ def full_state_dict(model: Any, par: Any) -> dict[str, Any]:
 
 
 def _shard(model: Any, name: str, tensor: Any) -> Any:
-    from trainers.models import sharded_layers
+    from nestor.trainers.models import sharded_layers
 
     owner = sharded_layers(model).get(name)
     return owner.shard(tensor) if owner is not None else tensor
@@ -148,7 +148,7 @@ def load_weights(model: Any, source: str | os.PathLike[str] | Mapping[str, Any],
         model = build_model(arch)
         load_weights(model, "runs/x/trial-7", groups=["features"], freeze=["features"])
     """
-    from trainers.models import freeze_groups, layer_groups
+    from nestor.trainers.models import freeze_groups, layer_groups
 
     payload = source if isinstance(source, Mapping) else load_checkpoint(source)
     state = payload.get("model", payload)
@@ -181,7 +181,7 @@ def load_weights(model: Any, source: str | os.PathLike[str] | Mapping[str, Any],
 
 def full_optimizer_state(optimizer: Any, names: list[str], model: Any, par: Any) -> dict[str, Any]:
     """The optimizer's state keyed by parameter name, split state gathered (collective)."""
-    from trainers.models import sharded_layers
+    from nestor.trainers.models import sharded_layers
 
     owners = sharded_layers(model)
     state_dict = optimizer.state_dict()
@@ -208,7 +208,7 @@ def full_optimizer_state(optimizer: Any, names: list[str], model: Any, par: Any)
 def load_optimizer_state(optimizer: Any, saved: Mapping[str, Any], names: list[str],
                          model: Any) -> None:
     """Load name-keyed optimizer state into an optimizer over ``names`` (split or not)."""
-    from trainers.models import sharded_layers
+    from nestor.trainers.models import sharded_layers
 
     owners = sharded_layers(model)
     params = [p for group in optimizer.param_groups for p in group["params"]]

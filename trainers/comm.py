@@ -185,7 +185,7 @@ class TorchComm(Comm):
 
     Initialised once per process, from the gang's ``NESTOR_GANG_*`` variables, or
     from torchrun's (``RANK``, ``WORLD_SIZE``, ``MASTER_ADDR``...) when a
-    user launches ``python -m trainers`` under torchrun.
+    user launches ``python -m nestor.trainers`` under torchrun.
     """
 
     backend = "torch"

@@ -56,7 +56,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from trainers._launch import (
+from nestor.trainers._launch import (
     PLACEHOLDERS,
     Layout,
     Node,
@@ -66,11 +66,11 @@ from trainers._launch import (
     per_node,
     share_port,
 )
-from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
-from trainers.gpu import gpu_granted, gpu_metrics
-from trainers.history import BoundedHistory
-from trainers.outputs import left_checkpoint, prepare_folder
-from trainers.warden import Warden
+from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers.gpu import gpu_granted, gpu_metrics
+from nestor.trainers.history import BoundedHistory
+from nestor.trainers.outputs import left_checkpoint, prepare_folder
+from nestor.trainers.warden import Warden
 
 LOG_LIMIT = 8 * 1024 * 1024
 MAX_LINE = 64 * 1024

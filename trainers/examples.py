@@ -20,7 +20,7 @@ def softmax_digits(config: dict[str, Any], ctx: Any) -> dict[str, float]:
     import torch
     import torch.nn.functional as F
 
-    from trainers.data import epoch_batches, load_splits
+    from nestor.trainers.data import epoch_batches, load_splits
 
     lr = float(config.get("lr", 0.1))
     epochs = int(config.get("epochs", 3))

@@ -37,11 +37,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
-from trainers.gpu import device_metrics, select_device
-from trainers.history import BoundedHistory
-from trainers.outputs import left_checkpoint, prepare_folder
-from trainers.parallel import Parallel, broadcast_flag
+from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers.gpu import device_metrics, select_device
+from nestor.trainers.history import BoundedHistory
+from nestor.trainers.outputs import left_checkpoint, prepare_folder
+from nestor.trainers.parallel import Parallel, broadcast_flag
 
 
 def resolve_function(path: str) -> Callable[..., Any]:

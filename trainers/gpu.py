@@ -5,7 +5,7 @@ Horovod built without NCCL would otherwise train every trial on the CPU, slowly
 and in silence, while the GPUs it holds sit idle. So a rank whose gang was
 granted GPUs (``NESTOR_GPU_GRANTED``, set by orchestrator.backends.ray.gangs) and cannot use
 one fails its trial, naming the check that failed and `nestor doctor`. A rank
-outside a gang (``python -m trainers``) takes a usable GPU if there is one, else
+outside a gang (``python -m nestor.trainers``) takes a usable GPU if there is one, else
 the CPU, as before.
 
 Every Python trainer nestor starts (built-in and function trainers) gets its

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from trainers.parallel import Parallel, enter_split, gather_features, split_sizes
+from nestor.trainers.parallel import Parallel, enter_split, gather_features, split_sizes
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,

@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainers.comm import Comm, HorovodComm, TorchComm, backend_from_env, torch_launched_size
+from nestor.trainers.comm import Comm, HorovodComm, TorchComm, backend_from_env, torch_launched_size
 
 _LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 _comms: dict[str, Comm] = {}

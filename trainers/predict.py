@@ -30,7 +30,7 @@ _SPLIT_KEYS = ("dataset", "data_dir", "split_seed", "val_fraction", "test_fracti
 
 @lru_cache(maxsize=8)
 def _cached_splits(key: tuple[tuple[str, Any], ...]) -> Any:
-    from trainers.data import splits_of
+    from nestor.trainers.data import splits_of
 
     return splits_of({k: list(v) if isinstance(v, tuple) else v for k, v in key})
 
@@ -41,7 +41,7 @@ def split_predictions(checkpoint: str | os.PathLike[str], split: str) -> tuple[A
     function or command trainer's from the ``predictions.npz`` it left in its
     checkpoint folder (trainers.outputs)."""
     if os.path.isdir(checkpoint):
-        from trainers.outputs import read_predictions
+        from nestor.trainers.outputs import read_predictions
 
         return read_predictions(checkpoint, split)
     return Predictor(checkpoint).split(split)
@@ -53,8 +53,8 @@ class Predictor:
     def __init__(self, checkpoint: str | os.PathLike[str]) -> None:
         import torch
 
-        from trainers.checkpoint import load_checkpoint, load_weights
-        from trainers.models import build_model
+        from nestor.trainers.checkpoint import load_checkpoint, load_weights
+        from nestor.trainers.models import build_model
 
         torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
         payload = load_checkpoint(checkpoint)

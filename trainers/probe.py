@@ -114,11 +114,11 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any] | None:
     import torch
     import torch.nn.functional as F
 
-    from trainers.builtin import device_for, make_optimizer
-    from trainers.catalog import resolve_options
-    from trainers.data import splits_of
-    from trainers.models import build_model, make_arch, sharded_layers
-    from trainers.parallel import setup
+    from nestor.trainers.builtin import device_for, make_optimizer
+    from nestor.trainers.catalog import resolve_options
+    from nestor.trainers.data import splits_of
+    from nestor.trainers.models import build_model, make_arch, sharded_layers
+    from nestor.trainers.parallel import setup
 
     trainer = job["trainer"]
     dp, mp = int(job["dp"]), int(job["mp"])
@@ -217,7 +217,7 @@ def run_probe(job: dict[str, Any]) -> dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     if len(args) != 2:
-        print("usage: python -m trainers.probe JOB.json OUT.json", file=sys.stderr)
+        print("usage: python -m nestor.trainers.probe JOB.json OUT.json", file=sys.stderr)
         return 2
     job = json.loads(Path(args[0]).read_text())
     result = run_probe(job)
@@ -229,6 +229,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from trainers.parallel import exit_process
+    from nestor.trainers.parallel import exit_process
 
     exit_process(main())

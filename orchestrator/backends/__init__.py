@@ -1,6 +1,6 @@
 """Backends the scheduler runs attempts on: a real Ray cluster, or a simulated one."""
 
-from orchestrator.backends._base import (
+from nestor.orchestrator.backends._base import (
     Backend,
     ClusterError,
     Ended,
@@ -9,8 +9,8 @@ from orchestrator.backends._base import (
     Started,
     TaskDone,
 )
-from orchestrator.backends.ray.backend import RayBackend
-from orchestrator.backends.simulated.backend import (
+from nestor.orchestrator.backends.ray.backend import RayBackend
+from nestor.orchestrator.backends.simulated.backend import (
     Draw,
     SimulatedBackend,
     SimulationError,

@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.backends.shape import Shape
+from nestor.orchestrator.backends.shape import Shape
 
 
 class ClusterError(Exception):

@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends._base import Backend
+from nestor.orchestrator.backends._base import Backend
 
 
 def make_backend(workflow: Any, run_dir: Path, *, slots: int | None = None,
@@ -32,9 +32,9 @@ def make_backend(workflow: Any, run_dir: Path, *, slots: int | None = None,
     CPUs) or joined at ``address``. ``workflow`` is the loaded spec (read for its
     resources and its stages' backends)."""
     if simulated is not None:
-        from orchestrator.backends.simulated.backend import SimulatedBackend
+        from nestor.orchestrator.backends.simulated.backend import SimulatedBackend
 
         return SimulatedBackend(**simulated)
-    from orchestrator.backends.ray.cluster import start_backend
+    from nestor.orchestrator.backends.ray.cluster import start_backend
 
     return start_backend(workflow, Path(run_dir), slots=slots, address=address)

@@ -12,8 +12,8 @@ from typing import Any
 
 import click
 
-from orchestrator import __version__
-from orchestrator.commands.console import (
+from nestor.orchestrator import __version__
+from nestor.orchestrator.commands.console import (
     EXIT_DISK_FULL,
     EXIT_NO_RESULT,
     EXIT_SPEC_ERROR,
@@ -60,8 +60,8 @@ def validate(files: tuple[Path, ...], slots: int | None, quiet: bool) -> None:
     problem is reported with file, line, field and what is allowed; the exit
     status is 2 if any spec is invalid.
     """
-    from orchestrator.commands.summary import render_plan
-    from orchestrator.spec import SpecError, load_spec, spec_files
+    from nestor.orchestrator.commands.summary import render_plan
+    from nestor.orchestrator.spec import SpecError, load_spec, spec_files
 
     out = console()
     err = console(stderr=True)
@@ -107,14 +107,14 @@ def plan(spec: Path, slots: int | None, stage: str | None, do_profile: bool, mea
     cluster of the slots, and how much faster auto's pick is than each row; with
     --measure, measured ones beside them.
     """
-    from orchestrator.planning import NoFeasibleShape, ProfileError
-    from orchestrator.planning._report import render
-    from orchestrator.spec import SpecError, default_slots, load_spec
+    from nestor.orchestrator.planning import NoFeasibleShape, ProfileError
+    from nestor.orchestrator.planning._report import render
+    from nestor.orchestrator.spec import SpecError, default_slots, load_spec
 
     err = console(stderr=True)
     simulator = None
     if simulate:
-        from orchestrator.commands.plan_simulation import row_simulator as simulator
+        from nestor.orchestrator.commands.plan_simulation import row_simulator as simulator
     try:
         workflow = load_spec(spec)
         render(console(), workflow, stage=stage,
@@ -167,7 +167,7 @@ class _SweepCommand(click.Command):
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         if not self._derived:
-            from orchestrator.commands.sweep import search_options
+            from nestor.orchestrator.commands.sweep import search_options
 
             at = next(i for i, p in enumerate(self.params) if p.name == "search_settings")
             self.params[at:at] = search_options()
@@ -259,10 +259,10 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     ignored. The flags become a spec, saved in the run directory as spec.yaml, so the
     sweep can be resumed and rerun like any workflow.
     """
-    from orchestrator.commands.sweep import build_spec, spec_yaml
-    from orchestrator.engine.workflow import new_run_dir
-    from orchestrator.spec import SpecError, load_spec_text
-    from search._budget import parse_budget_text
+    from nestor.orchestrator.commands.sweep import build_spec, spec_yaml
+    from nestor.orchestrator.engine.workflow import new_run_dir
+    from nestor.orchestrator.spec import SpecError, load_spec_text
+    from nestor.search._budget import parse_budget_text
 
     err = console(stderr=True)
     try:
@@ -310,18 +310,18 @@ def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots:
     import os
 
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
-    from orchestrator.backends import ClusterError
-    from orchestrator.backends.ray.visibility import RunDirNotShared
-    from orchestrator.backends.stopping import Interrupted, exit_code, install_handlers
-    from orchestrator.backends.stopping import clear as clear_stop
-    from orchestrator.commands.progress import StageProgress, wait_for_mlflow
-    from orchestrator.commands.run import run_spec
-    from orchestrator.commands.summary import sized_lines
-    from orchestrator.engine.workflow import RunError
-    from orchestrator.journal.events import SearchSized, parse
-    from orchestrator.journal.journal import DamagedRun
-    from orchestrator.projections.results import render_results
-    from orchestrator.spec import SpecError
+    from nestor.orchestrator.backends import ClusterError
+    from nestor.orchestrator.backends.ray.visibility import RunDirNotShared
+    from nestor.orchestrator.backends.stopping import Interrupted, exit_code, install_handlers
+    from nestor.orchestrator.backends.stopping import clear as clear_stop
+    from nestor.orchestrator.commands.progress import StageProgress, wait_for_mlflow
+    from nestor.orchestrator.commands.run import run_spec
+    from nestor.orchestrator.commands.summary import sized_lines
+    from nestor.orchestrator.engine.workflow import RunError
+    from nestor.orchestrator.journal.events import SearchSized, parse
+    from nestor.orchestrator.journal.journal import DamagedRun
+    from nestor.orchestrator.projections.results import render_results
+    from nestor.orchestrator.spec import SpecError
 
     out = console()
     err = console(stderr=True)
@@ -359,7 +359,7 @@ def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots:
         print_errors(console(stderr=True), [exc])
         sys.exit(EXIT_SPEC_ERROR)
     except OSError as exc:
-        from orchestrator.journal.journal import disk_full_message
+        from nestor.orchestrator.journal.journal import disk_full_message
 
         message = disk_full_message(exc, run_dir)
         if message is None:
@@ -409,8 +409,8 @@ def results(run_dir: Path, fmt: str, shown: int) -> None:
     value and test accuracy, against its baseline), what it cost, and its trials,
     best first, with their status and why any failed (the CSV has every trial and
     its reason)."""
-    from orchestrator.journal.journal import DamagedRun
-    from orchestrator.projections.results import (
+    from nestor.orchestrator.journal.journal import DamagedRun
+    from nestor.orchestrator.projections.results import (
         load_results,
         render_results,
         render_trials,
@@ -443,10 +443,10 @@ def status(target: str) -> None:
     finished with `nestor resume RUNDIR`. Given a Slurm job id (from `nestor
     submit`), shows the job's Slurm state first, then its run's progress.
     """
-    from orchestrator.slurm import is_job_id
+    from nestor.orchestrator.slurm import is_job_id
 
     if is_job_id(target) and not Path(target).is_dir():
-        from orchestrator.slurm.command import job_status
+        from nestor.orchestrator.slurm.command import job_status
 
         job_status(target)
         return
@@ -480,7 +480,7 @@ def ui(run_dir: Path | None, tracking_uri: str | None, port: int, host: str,
     of the machine get nothing without it. Only this machine can connect unless
     --host says otherwise; the UI only reads unless --allow-writes.
     """
-    from orchestrator.commands.ui import (
+    from nestor.orchestrator.commands.ui import (
         Access,
         UiError,
         private_copy,
@@ -512,11 +512,11 @@ def write_mlflow_behind(run_dir: Path) -> None:
     stopped while it waited for MLflow), showing the wait, before the UI shows it."""
     import signal
 
-    from orchestrator.backends.stopping import clear, install_handlers
-    from orchestrator.commands.progress import wait_for_mlflow
-    from orchestrator.engine.workflow import JOURNAL_FILE, SPEC_FILE
-    from orchestrator.projections.projector import Projector
-    from orchestrator.spec import SpecError, load_spec
+    from nestor.orchestrator.backends.stopping import clear, install_handlers
+    from nestor.orchestrator.commands.progress import wait_for_mlflow
+    from nestor.orchestrator.engine.workflow import JOURNAL_FILE, SPEC_FILE
+    from nestor.orchestrator.projections.projector import Projector
+    from nestor.orchestrator.spec import SpecError, load_spec
 
     if not (run_dir / JOURNAL_FILE).is_file() or not (run_dir / SPEC_FILE).is_file():
         return
@@ -557,8 +557,8 @@ def predict(run_dir: Path, stage: str | None, input_path: Path, output: Path | N
     """
     import csv
 
-    from orchestrator.journal.journal import DamagedRun
-    from orchestrator.predict import PredictError, load_predictor, read_inputs
+    from nestor.orchestrator.journal.journal import DamagedRun
+    from nestor.orchestrator.predict import PredictError, load_predictor, read_inputs
 
     try:
         model = load_predictor(run_dir, stage)
@@ -586,7 +586,7 @@ def trainers() -> None:
     function (`trainer: {function: "pkg.module:train"}`) or a command
     (`trainer: {command: "python3 fit.py"}`).
     """
-    from orchestrator.commands.summary import render_catalog
+    from nestor.orchestrator.commands.summary import render_catalog
 
     render_catalog(console())
 
@@ -609,7 +609,7 @@ def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
 
     Warns in red when a GPU is here but torch or Horovod cannot use it.
     """
-    from orchestrator.commands.doctor import gather, render
+    from nestor.orchestrator.commands.doctor import gather, render
 
     report = gather(address, ray=not no_ray, run_dir=run_dir)
     if fmt == "json":
@@ -625,7 +625,7 @@ def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
 
 
 def _slurm_commands() -> None:
-    from orchestrator.slurm.command import submit
+    from nestor.orchestrator.slurm.command import submit
 
     cli.add_command(submit)
 

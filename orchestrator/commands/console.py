@@ -69,8 +69,8 @@ def print_errors(err: Console, problems: Sequence[object]) -> None:
 def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     from rich.table import Table
 
-    from orchestrator.journal.journal import DamagedRun
-    from orchestrator.projections.status import workflow_status
+    from nestor.orchestrator.journal.journal import DamagedRun
+    from nestor.orchestrator.projections.status import workflow_status
 
     try:
         info = workflow_status(run_dir)

@@ -35,7 +35,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends.ray import probe
+from nestor.orchestrator.backends.ray import probe
 
 RESETUP = "rerun set-up on this node (NESTOR_FORCE_SETUP=1 make setup)"
 
@@ -178,7 +178,7 @@ def rank_env() -> dict[str, str]:
     gang (orchestrator.backends.ray.gangs.ranks_env): the site's NCCL_*, GLOO_SOCKET_IFNAME,
     UCX_* and FI_* from this environment, and the stall timeouts. A stage's
     ``trial.env`` adds its own per trial."""
-    from orchestrator.backends.ray.gangs import ranks_env
+    from nestor.orchestrator.backends.ray.gangs import ranks_env
 
     return dict(sorted(ranks_env().items()))
 

@@ -68,7 +68,7 @@ def row_spec(shape: Any, runs: int, generation: int | None) -> str:
         stages:
           - name: row
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial"}}
             parallel: {{data: {shape.dp}, model: {shape.mp}}}
             search: {search}
             space: {{lr: {{type: float, low: 1.0e-3, high: 0.5, log: true}}}}
@@ -81,10 +81,10 @@ def simulate_row(model: Any, candidate: Any, *, runs: int, generation: int | Non
                  slots_per_node: int = SLOTS_PER_NODE, workdir: Path) -> SimulatedRow:
     """Run ``runs`` trials at ``candidate``'s shape on ``slots`` simulated slots, or
     (``slots`` None: runs one after another) on just the nodes its one trial takes."""
-    from orchestrator.backends import SimulatedBackend
-    from orchestrator.engine.workflow import run_workflow
-    from orchestrator.planning import GANG_START_S, cost_model_trials
-    from orchestrator.spec import load_spec_text
+    from nestor.orchestrator.backends import SimulatedBackend
+    from nestor.orchestrator.engine.workflow import run_workflow
+    from nestor.orchestrator.planning import GANG_START_S, cost_model_trials
+    from nestor.orchestrator.spec import load_spec_text
 
     shape = candidate.shape
     if slots is None:
@@ -98,7 +98,7 @@ def simulate_row(model: Any, candidate: Any, *, runs: int, generation: int | Non
                                busy=candidate.at_once * shape.ranks)
     backend = SimulatedBackend(nodes, per_node, trials, seed=1, startup_s=GANG_START_S)
     workflow = load_spec_text(row_spec(shape, runs, generation))
-    quiet = logging.getLogger("orchestrator")
+    quiet = logging.getLogger("nestor.orchestrator")
     level = quiet.level
     quiet.setLevel(logging.ERROR)
     try:

@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
-from orchestrator.projections.products import objective_label
+from nestor.orchestrator.projections.products import objective_label
 
 
 class StageProgress:
@@ -110,7 +110,7 @@ class MlflowWait:
 def wait_for_mlflow(projector: Any, console: Console) -> int:
     """Close ``projector`` (``orchestrator.projections.projector.Projector``), showing the wait;
     a Ctrl-C (or any stop request) ends the wait at once. Returns the events left."""
-    from orchestrator.backends.stopping import stop_requested
+    from nestor.orchestrator.backends.stopping import stop_requested
 
     shown = MlflowWait(console)
     left = projector.close(report=shown.report, stop=lambda: stop_requested() is not None)

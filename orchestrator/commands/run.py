@@ -11,11 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends import stopping
-from orchestrator.backends.factory import make_backend
-from orchestrator.engine import workflow as engine
-from orchestrator.engine.adoption import check_journal_covers
-from orchestrator.projections.projector import Projector
+from nestor.orchestrator.backends import stopping
+from nestor.orchestrator.backends.factory import make_backend
+from nestor.orchestrator.engine import workflow as engine
+from nestor.orchestrator.engine.adoption import check_journal_covers
+from nestor.orchestrator.projections.projector import Projector
 
 
 def run_spec(

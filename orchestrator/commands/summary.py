@@ -8,9 +8,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from orchestrator.journal.events import SearchSized
-from orchestrator.spec import Workflow, concurrent_trials, default_slots
-from orchestrator.spec.width import SearchWidth, search_width
+from nestor.orchestrator.journal.events import SearchSized
+from nestor.orchestrator.spec import Workflow, concurrent_trials, default_slots
+from nestor.orchestrator.spec.width import SearchWidth, search_width
 
 
 def render_plan(console: Console, file: str, workflow: Workflow, slots: int | None) -> None:
@@ -55,7 +55,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
     console.print(table)
     for name in workflow.order():
         if workflow.declared_parallel(name).is_auto or workflow.batch_of(name) is not None:
-            from orchestrator.planning import plan_stage
+            from nestor.orchestrator.planning import plan_stage
 
             plan = plan_stage(workflow, name, total)
             console.print(f"  plan for {name}: {plan.why()}", soft_wrap=True)
@@ -68,7 +68,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
 
 
 def render_catalog(console: Console) -> None:
-    from trainers.catalog import DATASETS, TRAINERS
+    from nestor.trainers.catalog import DATASETS, TRAINERS
 
     datasets = Table(title="datasets", box=None, header_style="bold", title_justify="left")
     datasets.add_column("name")

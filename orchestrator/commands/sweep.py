@@ -65,7 +65,7 @@ class SearchFlag:
 def search_flags() -> list[SearchFlag]:
     """One flag per search field, in the order the searches declare them. Owners
     are listed with the searches that give the field a value by default first."""
-    from orchestrator.spec.model import SEARCH_MODELS
+    from nestor.orchestrator.spec.model import SEARCH_MODELS
 
     by_field: dict[str, list[tuple[str, FieldInfo]]] = {}
     for algorithm, model in SEARCH_MODELS.items():
@@ -217,7 +217,7 @@ def sweep_objective(metric: str | None, mode: str | None, *, command: bool) -> d
     ``val_accuracy`` has a direction by default (max); any other metric, and so a
     command's figure of merit, needs ``--mode``. A direction that differed by entry
     point (``--cmd`` once minimised silently) turns an accuracy search upside down."""
-    from orchestrator.spec.model import DEFAULT_METRIC
+    from nestor.orchestrator.spec.model import DEFAULT_METRIC
 
     name = metric or (COMMAND_METRIC if command else DEFAULT_METRIC)
     if mode is not None:

@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.projections.tracking import ARTIFACTS_DIR, STORE_FILE
-from orchestrator.projections.ui_gate import (
+from nestor.orchestrator.projections.tracking import ARTIFACTS_DIR, STORE_FILE
+from nestor.orchestrator.projections.ui_gate import (
     COOKIE_ENV,
     ENTRY_POINT,
     TOKEN_ENV,

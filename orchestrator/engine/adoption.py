@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.events import (
+from nestor.orchestrator.journal.events import (
     Event,
     PlanState,
     SearchLogged,
@@ -31,9 +31,9 @@ from orchestrator.journal.events import (
     TrialStarted,
     kinds_of,
 )
-from orchestrator.journal.journal import DamagedRun, iter_events, kind_of_line, verify
-from orchestrator.journal.safe import check_id, inside
-from orchestrator.journal.text import first_line
+from nestor.orchestrator.journal.journal import DamagedRun, iter_events, kind_of_line, verify
+from nestor.orchestrator.journal.safe import check_id, inside
+from nestor.orchestrator.journal.text import first_line
 
 
 class ResultFiles:
@@ -81,7 +81,7 @@ class ResultFiles:
 def read_result(path: Path) -> Any:
     """The ``trainers.TrialResult`` an attempt wrote to ``path``; DamagedRun where the
     file does not read as one (it is written whole, so it was damaged since)."""
-    from trainers import TrialResult
+    from nestor.trainers import TrialResult
 
     try:
         data = json.loads(path.read_bytes())

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.backends import Backend, Ended
-from orchestrator.backends._base import BEAT_EVERY_S
-from orchestrator.backends.shape import Shape
+from nestor.orchestrator.backends import Backend, Ended
+from nestor.orchestrator.backends._base import BEAT_EVERY_S
+from nestor.orchestrator.backends.shape import Shape
 
 log = logging.getLogger(__name__)
 

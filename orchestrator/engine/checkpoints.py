@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.events import CheckpointRemoved
-from orchestrator.journal.journal import Journal
-from orchestrator.journal.safe import check_id, inside
+from nestor.orchestrator.journal.events import CheckpointRemoved
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.journal.safe import check_id, inside
 
 
 class CheckpointKeeper:

@@ -19,7 +19,7 @@ from collections.abc import Iterable, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.events import (
+from nestor.orchestrator.journal.events import (
     KINDS,
     Event,
     StageFinished,
@@ -28,7 +28,7 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from orchestrator.journal.journal import damaged_line, event_of, iter_events, kind_of_line
+from nestor.orchestrator.journal.journal import damaged_line, event_of, iter_events, kind_of_line
 
 __all__ = ["JournalSoFar", "Summaries", "paused_gc", "sparse_gc"]
 

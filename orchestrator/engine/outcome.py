@@ -9,12 +9,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends import Ended
-from orchestrator.engine.attempts import Attempt
-from orchestrator.journal.journal import DiskFull
-from orchestrator.journal.text import first_line
-from orchestrator.spec.needs import Need, what_to_do
-from trainers.history import bounded
+from nestor.orchestrator.backends import Ended
+from nestor.orchestrator.engine.attempts import Attempt
+from nestor.orchestrator.journal.journal import DiskFull
+from nestor.orchestrator.journal.text import first_line
+from nestor.orchestrator.spec.needs import Need, what_to_do
+from nestor.trainers.history import bounded
 
 MAX_REASON = 2000  # characters of a failure's reason kept (a command's last line may be 64 KiB)
 # How a full disk or quota reads in a reason (Python's OSError, SQLite, a command's output).
@@ -89,7 +89,7 @@ def unmet_need(done: dict[str, Any], needs: list[Need], trainer: str) -> str | N
     file in its checkpoint folder) or predictions (no predictions file there) that
     the spec said it gives. A continuing search would otherwise carry on from
     nothing: PBT would quietly become random search."""
-    from trainers.outputs import PREDICTIONS_FILE
+    from nestor.trainers.outputs import PREDICTIONS_FILE
 
     if done["status"] != "completed":
         return None

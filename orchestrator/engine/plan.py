@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from search import Failure, Objective, Trial
+from nestor.search import Failure, Objective, Trial
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.journal.events import Event, TrialAttemptFailed, TrialFinished, TrialStarted
+from nestor.orchestrator.journal.events import (
+    Event,
+    TrialAttemptFailed,
+    TrialFinished,
+    TrialStarted,
+)
 
 
 @dataclass

@@ -21,8 +21,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.events import Event, PlanState, SearchLogged
-from orchestrator.journal.journal import Journal, write_atomic
+from nestor.orchestrator.journal.events import Event, PlanState, SearchLogged
+from nestor.orchestrator.journal.journal import Journal, write_atomic
 
 log = logging.getLogger(__name__)
 

@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator.journal.events import Event, SearchLogged, SearchSized
-from orchestrator.spec import concurrent_trials
-from orchestrator.spec.width import SearchWidth, search_width, sized_by_width
+from nestor.orchestrator.journal.events import Event, SearchLogged, SearchSized
+from nestor.orchestrator.spec import concurrent_trials
+from nestor.orchestrator.spec.width import SearchWidth, search_width, sized_by_width
 
 BEFORE_WIDTHS = "what nestor planned for before it read the slots"
 

@@ -9,10 +9,10 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from orchestrator.backends import Backend
-from orchestrator.backends.shape import Shape
-from orchestrator.journal.events import Event, StagePlanned, StageReplanned
-from orchestrator.journal.journal import Journal
+from nestor.orchestrator.backends import Backend
+from nestor.orchestrator.backends.shape import Shape
+from nestor.orchestrator.journal.events import Event, StagePlanned, StageReplanned
+from nestor.orchestrator.journal.journal import Journal
 
 log = logging.getLogger(__name__)
 
@@ -40,11 +40,11 @@ class StageShape:
         # A command trainer's gang is as wide as declared too: its rank 0 runs the
         # command, which starts its own ranks on the slots the others hold.
         if declared.is_auto:
-            from orchestrator.planning import StagePlanner
+            from nestor.orchestrator.planning import StagePlanner
 
             self.planner = StagePlanner(workflow, stage.name, backend.slots)
             if planned and planned[-1].profile:
-                from orchestrator.planning import Profile
+                from nestor.orchestrator.planning import Profile
 
                 self.planner.use_profile(Profile.from_record(planned[-1].profile))
             self.choose()
@@ -87,7 +87,7 @@ class StageShape:
         may get wider. ``busy_ranks`` are the running trials' ranks, of any shape."""
         if self.planner is None:
             return
-        from orchestrator.planning import Shape as PlanShape
+        from nestor.orchestrator.planning import Shape as PlanShape
 
         current = PlanShape(self.shape.data, self.shape.model)
         # Running trials may be of an earlier shape: count the slots they hold.
@@ -123,7 +123,7 @@ class StageShape:
             log.warning("stage %s: profiling its trainer failed (%s); planning from the"
                         " unmeasured prior", self.stage.name, done.error)
             return
-        from orchestrator.planning import Profile
+        from nestor.orchestrator.planning import Profile
 
         self.planner.use_profile(Profile.from_record(done.value))
         self.choose()

@@ -35,19 +35,19 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends import Backend, Ended, Event, Launch, Started
-from orchestrator.backends._base import EarlyStopping
-from orchestrator.backends.shape import Shape
-from orchestrator.engine.adoption import ResultFiles, attempts_heard
-from orchestrator.engine.attempts import Attempt, AttemptPolicy
-from orchestrator.engine.checkpoints import CheckpointKeeper
-from orchestrator.engine.history import JournalSoFar, paused_gc
-from orchestrator.engine.outcome import TrialDiskFull, disk_full, slot_time, unmet_need
-from orchestrator.engine.outcome import outcome as attempt_outcome
-from orchestrator.engine.records import TrialRecord, TrialRecords
-from orchestrator.engine.search_log import SearchLog
-from orchestrator.engine.shaping import StageShape
-from orchestrator.journal.events import (
+from nestor.orchestrator.backends import Backend, Ended, Event, Launch, Started
+from nestor.orchestrator.backends._base import EarlyStopping
+from nestor.orchestrator.backends.shape import Shape
+from nestor.orchestrator.engine.adoption import ResultFiles, attempts_heard
+from nestor.orchestrator.engine.attempts import Attempt, AttemptPolicy
+from nestor.orchestrator.engine.checkpoints import CheckpointKeeper
+from nestor.orchestrator.engine.history import JournalSoFar, paused_gc
+from nestor.orchestrator.engine.outcome import TrialDiskFull, disk_full, slot_time, unmet_need
+from nestor.orchestrator.engine.outcome import outcome as attempt_outcome
+from nestor.orchestrator.engine.records import TrialRecord, TrialRecords
+from nestor.orchestrator.engine.search_log import SearchLog
+from nestor.orchestrator.engine.shaping import StageShape
+from nestor.orchestrator.journal.events import (
     CheckpointRemoved,
     StagePlanned,
     StageStarted,
@@ -57,10 +57,10 @@ from orchestrator.journal.events import (
     TrialInterrupted,
     TrialStarted,
 )
-from orchestrator.journal.events import Event as JournalEvent
-from orchestrator.journal.journal import Journal
-from orchestrator.journal.safe import check_id
-from orchestrator.spec import Workflow
+from nestor.orchestrator.journal.events import Event as JournalEvent
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.journal.safe import check_id
+from nestor.orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
 
@@ -146,7 +146,7 @@ class TrialRunner:
     ) -> None:
         """``part``: what the stage's kind adds (nothing by default); ``events``: the
         journal so far (a resumed stage's plan is in it)."""
-        from trainers import TrainerRef
+        from nestor.trainers import TrainerRef
 
         self.workflow = workflow
         self.stage = stage
@@ -357,7 +357,7 @@ class TrialRunner:
         return self.part.request_extras(self, trial)
 
     def _start(self, trial: Any, number: int) -> None:
-        from trainers import TrialRequest
+        from nestor.trainers import TrialRequest
 
         record = self.records.of(trial.to_dict())
         record.attempts = number
@@ -451,7 +451,7 @@ class TrialRunner:
         self._tell(trial, record)
 
     def _tell(self, trial: Any, record: TrialRecord) -> None:
-        from search import Failure
+        from nestor.search import Failure
 
         # Only a search under a cost budget is told costs (a train stage's Plan is not).
         cost = self._cost(trial, record)
@@ -480,7 +480,7 @@ class TrialRunner:
         fidelity = getattr(self.stage.search, "fidelity", None) or "epochs"
         length = self.settings.get(fidelity)
         if length is None and self.trainer_spec.name:
-            from trainers.catalog import TRAINERS
+            from nestor.trainers.catalog import TRAINERS
 
             known = TRAINERS.get(self.trainer_spec.name)
             if known is not None and fidelity in known.settings:
@@ -523,7 +523,7 @@ class TrialRunner:
         follow its data-parallel width (``batch:``, ``lr_rule``), which a re-plan changes."""
         if self.shaping.planned_shape is None or record.shape is None or not self.trainer_spec.name:
             return {}
-        from orchestrator.planning import trial_batch
+        from nestor.orchestrator.planning import trial_batch
 
         dp = int(record.shape.split("x")[0])
         try:

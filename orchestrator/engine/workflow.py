@@ -17,15 +17,15 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from orchestrator.backends import Backend, TaskDone
-from orchestrator.backends.stopping import (
+from nestor.orchestrator.backends import Backend, TaskDone
+from nestor.orchestrator.backends.stopping import (
     Interrupted,
     on_stop_request,
     reinstall_handlers,
     stop_requested,
 )
-from orchestrator.engine.history import JournalSoFar, Summaries, sparse_gc
-from orchestrator.journal.events import (
+from nestor.orchestrator.engine.history import JournalSoFar, Summaries, sparse_gc
+from nestor.orchestrator.journal.events import (
     StageFinished,
     StageStarted,
     WorkflowFinished,
@@ -33,11 +33,11 @@ from orchestrator.journal.events import (
     WorkflowResumed,
     WorkflowStarted,
 )
-from orchestrator.journal.journal import Journal
-from orchestrator.journal.kept import FoldKeeper
-from orchestrator.journal.lock import LOCK_FILE, RunDirLocked, RunLock, hold
-from orchestrator.journal.results_file import write_results
-from orchestrator.spec import Workflow, load_spec, load_spec_text
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.journal.kept import FoldKeeper
+from nestor.orchestrator.journal.lock import LOCK_FILE, RunDirLocked, RunLock, hold
+from nestor.orchestrator.journal.results_file import write_results
+from nestor.orchestrator.spec import Workflow, load_spec, load_spec_text
 
 log = logging.getLogger(__name__)
 CLUSTER_POLL_S = 1.0  # how often a driver waiting on a shared cluster looks again
@@ -162,7 +162,7 @@ def take_lock(run_dir: Path) -> RunLock:
 
 def check_simulatable(workflow: Workflow) -> None:
     """Refuse, naming the stage, what a simulated backend cannot stand in for."""
-    from orchestrator.engine.kinds import KINDS, stage_kind
+    from nestor.orchestrator.engine.kinds import KINDS, stage_kind
 
     simulated = [name for name in KINDS if stage_kind(name).simulated]
     for stage in workflow.stages:
@@ -404,7 +404,10 @@ class StageScheduler:
     def _start_ready_stages(self) -> None:
         if all(s.name in self.active or s.name in self.summaries for s in self.workflow.stages):
             return  # every stage started: no topological order to work out per event
-        from orchestrator.engine.kinds import StageError, stage_kind  # once all started, never
+        from nestor.orchestrator.engine.kinds import (  # once all started, never
+            StageError,
+            stage_kind,
+        )
         for name in self.workflow.order():
             if name in self.summaries or name in self.active:
                 continue

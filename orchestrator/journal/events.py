@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from orchestrator.journal.safe import check_id
+from nestor.orchestrator.journal.safe import check_id
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from orchestrator.journal.events import Event
+    from nestor.orchestrator.journal.events import Event
 
 
 class DamagedRun(RuntimeError):
@@ -251,7 +251,7 @@ def write_atomic(path: Path, data: str) -> None:
     """Replace ``path`` with ``data`` all at once: a reader (or a resume after a
     kill) sees the old content or the new, never a mix (trainers.durable, which
     the ranks use for checkpoints and results). A full disk is DiskFull."""
-    from trainers.durable import replace_durably
+    from nestor.trainers.durable import replace_durably
 
     payload = data.encode()
     try:

@@ -34,8 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.journal import JournalError
-from orchestrator.journal.state import RunState, snapshot_path
+from nestor.orchestrator.journal.journal import JournalError
+from nestor.orchestrator.journal.state import RunState, snapshot_path
 
 log = logging.getLogger(__name__)
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.journal import write_atomic
+from nestor.orchestrator.journal.journal import write_atomic
 
 INDEX_SUFFIX = ".index.json"
 VERSION = 1

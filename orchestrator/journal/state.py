@@ -62,7 +62,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.events import (
+from nestor.orchestrator.journal.events import (
     KINDS,
     CheckpointRemoved,
     Event,
@@ -83,7 +83,7 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from orchestrator.journal.journal import damaged_line, unsummed
+from nestor.orchestrator.journal.journal import damaged_line, unsummed
 
 SNAPSHOT = "journal.fold.json"
 STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials

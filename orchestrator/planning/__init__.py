@@ -10,7 +10,7 @@ The pieces, one job each (none imports torch or Ray at import time):
 - `_stage`: a spec stage's inputs to the planner; `_table`: `nestor plan`'s table;
 - `_simulated`: simulated trials that last what the cost model predicts.
 
->>> from orchestrator.planning import Goal, Limits, choose   # doctest: +SKIP
+>>> from nestor.orchestrator.planning import Goal, Limits, choose   # doctest: +SKIP
 >>> choose(model, Limits(slots=8, per_rank_batch=64, global_batch_max=256),
 ...        Goal(runs=40, epochs=2)).shape                    # doctest: +SKIP
 Shape(dp=1, mp=1)

@@ -1,7 +1,7 @@
 """Real training runs to hold predictions against: `nestor plan --measure` and the bench.
 
 ``at_once`` trials of one shape run side by side, each a real Horovod job of
-the built-in trainer (``python -m trainers``, one thread per rank: a slot is
+the built-in trainer (``python -m nestor.trainers``, one thread per rank: a slot is
 a core), and each reports its epochs' training time. A wave's time is its
 slowest trial's; process start-up and data loading are left out, as a warm
 gang does not pay them per trial, and so is evaluation, which the cost model

@@ -99,7 +99,7 @@ def probe_shape(trainer: str, settings: Mapping[str, Any], config: Mapping[str, 
             "dp": dp, "mp": mp, "batches": list(batches), "steps": steps, "warmup": warmup,
             "backend": backend,
         }))
-        argv = launcher_argv(dp * mp, ["-m", "trainers.probe", str(job_path), str(out_path)],
+        argv = launcher_argv(dp * mp, ["-m", "nestor.trainers.probe", str(job_path), str(out_path)],
                              backend)
         code, out = run_argv(argv, env=rank_env(), timeout=timeout)
         if code != 0 or not out_path.is_file():

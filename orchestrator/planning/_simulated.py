@@ -24,7 +24,7 @@ from ._cost import CostModel
 from ._planner import Shape
 
 if TYPE_CHECKING:
-    from orchestrator.backends import Draw
+    from nestor.orchestrator.backends import Draw
 
 
 def predicted_run_s(model: CostModel, shape: Shape, per_rank_batch: int, epochs: int,
@@ -54,7 +54,7 @@ def cost_model_trials(model: CostModel, shape: Shape, per_rank_batch: int, epoch
     cache: dict[tuple[int, int], float] = {}
 
     def draw(config: Mapping[str, Any], rng: random.Random) -> Draw:
-        from orchestrator.backends import Draw
+        from nestor.orchestrator.backends import Draw
 
         e = int(config.get("epochs", epochs))
         b = int(config.get("batch_size", per_rank_batch))

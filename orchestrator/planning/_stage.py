@@ -61,7 +61,7 @@ class StagePlanInputs:
 
 def reference_options(workflow: Workflow, name: str) -> tuple[str, dict[str, Any]]:
     """The built-in trainer's resolved options for the stage's largest trial."""
-    from trainers.catalog import resolve_options
+    from nestor.trainers.catalog import resolve_options
 
     stage = workflow.stage(name)
     trainer = workflow.trainer_of(name)
@@ -158,7 +158,7 @@ def trial_batch(trainer: str, settings: Mapping[str, Any], config: Mapping[str, 
     >>> trial_batch("cnn", trial_settings("sqrt"), {"batch_size": 32, "lr": 0.1}, 4)
     (128, 0.2)
     """
-    from trainers.catalog import resolve_options
+    from nestor.trainers.catalog import resolve_options
 
     options = resolve_options(trainer, settings, config)
     per_rank = bool(options.get("batch_per_rank"))

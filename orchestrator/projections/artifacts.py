@@ -20,11 +20,11 @@ import logging
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.journal import DamagedRun
-from orchestrator.journal.safe import inside_or_warn
-from orchestrator.journal.state import RunState
-from orchestrator.projections.kinds import report_of
-from orchestrator.projections.tracking import Tracker
+from nestor.orchestrator.journal.journal import DamagedRun
+from nestor.orchestrator.journal.safe import inside_or_warn
+from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.projections.kinds import report_of
+from nestor.orchestrator.projections.tracking import Tracker
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,7 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
     name = str(summary.get("name") or getattr(stage, "name", "stage"))
     objectives = list(getattr(stage, "objectives", None) or [])
     if not objectives and summary.get("objective"):  # planned stages judge by their source's
-        from search import Objective
+        from nestor.search import Objective
 
         objectives = [Objective(summary["objective"]["metric"], summary["objective"]["mode"])]
     report = report_of(summary)
@@ -88,7 +88,7 @@ def _journal_state(run_dir: Path, summary: dict[str, Any]) -> RunState:
 
 
 def _slot_use(state: RunState, name: str, path: Path) -> Path | None:
-    from orchestrator.projections.plots import plot_slot_use, slot_intervals
+    from nestor.orchestrator.projections.plots import plot_slot_use, slot_intervals
 
     intervals, slots = slot_intervals(state)  # every stage's: they share the slots
     if not any(i.stage == name for i in intervals):
@@ -98,7 +98,7 @@ def _slot_use(state: RunState, name: str, path: Path) -> Path | None:
 
 def _tables(tracker: Tracker, run_id: str, summary: dict[str, Any], objectives: list[Any],
             folder: Path) -> list[Path]:
-    from orchestrator.projections.tables import stage_report, to_html, to_markdown
+    from nestor.orchestrator.projections.tables import stage_report, to_html, to_markdown
 
     report = stage_report(summary, objectives)
     folder.mkdir(parents=True, exist_ok=True)

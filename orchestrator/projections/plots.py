@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.state import Attempt, RunState, fold
+from nestor.orchestrator.journal.state import Attempt, RunState, fold
 
 STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
                  "interrupted": "tab:gray", "running": "tab:blue"}

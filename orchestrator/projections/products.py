@@ -39,7 +39,7 @@ class Product:
 
 def stage_product(stage: dict[str, Any]) -> Product:
     """The product of a stage's summary, as its kind's report names it."""
-    from orchestrator.projections.kinds import report_of
+    from nestor.orchestrator.projections.kinds import report_of
 
     return report_of(stage).product(stage)
 

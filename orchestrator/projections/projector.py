@@ -37,7 +37,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.events import (
+from nestor.orchestrator.journal.events import (
     Event,
     SearchSized,
     StageFinished,
@@ -53,11 +53,11 @@ from orchestrator.journal.events import (
     WorkflowStarted,
     parse,
 )
-from orchestrator.journal.journal import JournalError, event_of, write_atomic
-from orchestrator.journal.safe import inside_or_warn
-from orchestrator.journal.text import first_line
-from orchestrator.projections.products import objective_label
-from orchestrator.projections.tracking import (
+from nestor.orchestrator.journal.journal import JournalError, event_of, write_atomic
+from nestor.orchestrator.journal.safe import inside_or_warn
+from nestor.orchestrator.journal.text import first_line
+from nestor.orchestrator.projections.products import objective_label
+from nestor.orchestrator.projections.tracking import (
     RunWrites,
     Tracker,
     copy_cursor,
@@ -537,7 +537,7 @@ class Projector:
         return [(path, folder) for path in files if path is not None]
 
     def _stage_finished(self, event: StageFinished, at: float) -> None:
-        from orchestrator.projections.artifacts import publish_stage
+        from nestor.orchestrator.projections.artifacts import publish_stage
 
         name, summary = event.stage, event.summary
         run = self._stage_run(name)

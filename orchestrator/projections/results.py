@@ -9,9 +9,9 @@ from typing import IO, Any
 from rich.console import Console
 from rich.table import Table
 
-from orchestrator.journal.journal import DamagedRun
-from orchestrator.journal.results_file import read_results
-from orchestrator.journal.text import first_line
+from nestor.orchestrator.journal.journal import DamagedRun
+from nestor.orchestrator.journal.results_file import read_results
+from nestor.orchestrator.journal.text import first_line
 
 
 def load_results(run_dir: Path, lazy: bool = False) -> dict[str, Any]:
@@ -20,7 +20,7 @@ def load_results(run_dir: Path, lazy: bool = False) -> dict[str, Any]:
     few KiB of its 200 MiB), not for writing the results out again."""
     path = run_dir / "results.json"
     if not path.exists():  # not finished (interrupted, or running): what its journal says
-        from orchestrator.projections.unfinished import unfinished_results
+        from nestor.orchestrator.projections.unfinished import unfinished_results
 
         results = unfinished_results(run_dir)
         if results is None:
@@ -48,7 +48,7 @@ def _fmt(value: Any) -> str:
 def render_results(console: Console, results: dict[str, Any]) -> None:
     """Two tables: what each stage produced (its product's validation value and test
     accuracy, against what it is compared with), then what each stage cost."""
-    from orchestrator.projections.products import metric_label, stage_product
+    from nestor.orchestrator.projections.products import metric_label, stage_product
 
     if results.get("unfinished"):
         why = f"interrupted ({results['interrupted']})" if results.get("interrupted") \
@@ -93,7 +93,7 @@ def render_trials(console: Console, results: dict[str, Any], limit: int) -> None
     apart from :func:`render_results`, whose tables read none."""
     from types import SimpleNamespace
 
-    from orchestrator.projections.tables import Report, trials_table
+    from nestor.orchestrator.projections.tables import Report, trials_table
 
     for stage in results["stages"]:
         trials = list(stage.get("trials") or [])
@@ -125,7 +125,7 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
     """results.json with each stage's ``product`` added (for --format json)."""
     from dataclasses import asdict
 
-    from orchestrator.projections.products import stage_product
+    from nestor.orchestrator.projections.products import stage_product
 
     return {**results, "stages": [{**stage, "product": asdict(stage_product(stage))}
                                   for stage in results["stages"]]}
@@ -133,7 +133,7 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
 
 def stage_lines(stage: dict[str, Any]) -> list[str]:
     """What a person wants to know of a finished stage, as its kind's report says it."""
-    from orchestrator.projections.kinds import report_of
+    from nestor.orchestrator.projections.kinds import report_of
 
     return report_of(stage).lines(stage)
 

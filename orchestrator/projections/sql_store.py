@@ -147,7 +147,7 @@ class _Rows:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
         from mlflow.utils.uri import append_to_uri_path
 
-        from orchestrator.projections.tracking import KEY_TAG, _param_value
+        from nestor.orchestrator.projections.tracking import KEY_TAG, _param_value
 
         run_id = ordered_run_id()
         begun = writes.start_time
@@ -194,7 +194,7 @@ class _Rows:
         from mlflow.exceptions import MlflowException
         from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST
 
-        from orchestrator.projections.tracking import _metrics, _param_value
+        from nestor.orchestrator.projections.tracking import _metrics, _param_value
 
         run = self.runs.get(run_id)
         if run is None:  # as log_batch on a run that is gone: refused

@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.state import RunState
+from nestor.orchestrator.journal.state import RunState
 
 
 def _alive(pid: int | None) -> bool:

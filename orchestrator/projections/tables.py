@@ -12,8 +12,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.projections.kinds import report_of
-from orchestrator.projections.products import metric_label, objective_label, stage_product
+from nestor.orchestrator.projections.kinds import report_of
+from nestor.orchestrator.projections.products import metric_label, objective_label, stage_product
 
 
 @dataclass

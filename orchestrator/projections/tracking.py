@@ -55,10 +55,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.journal.safe import inside_or_warn
+from nestor.orchestrator.journal.safe import inside_or_warn
 
 if TYPE_CHECKING:
-    from orchestrator.projections.sql_store import SqlRunWriter
+    from nestor.orchestrator.projections.sql_store import SqlRunWriter
 
 log = logging.getLogger(__name__)
 
@@ -356,7 +356,7 @@ def _snapshot(live: Path, target: Path) -> None:
 
 def _read_cursor(run_dir: Path) -> int | None:
     """How far the projector got (its cursor file), None if it keeps none here."""
-    from orchestrator.projections.projector import CURSOR_FILE
+    from nestor.orchestrator.projections.projector import CURSOR_FILE
 
     try:
         return int((run_dir / CURSOR_FILE).read_text().strip() or 0)
@@ -420,7 +420,7 @@ class LocalStore:
 
     def sync(self) -> None:
         """Copy the live store into the run directory, with the cursor it matches."""
-        from orchestrator.journal.journal import write_atomic
+        from nestor.orchestrator.journal.journal import write_atomic
 
         with self._lock:
             if not self.live.is_file():
@@ -558,7 +558,7 @@ class Tracker:
         self.client = MlflowClient(tracking_uri=self.uri)
         self._sql: SqlRunWriter | None = None  # the own store: many runs a transaction
         if self.own_store:
-            from orchestrator.projections.sql_store import SqlRunWriter
+            from nestor.orchestrator.projections.sql_store import SqlRunWriter
 
             self._sql = SqlRunWriter(self.uri)
         self._experiment_id: str | None = None

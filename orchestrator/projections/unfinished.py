@@ -13,7 +13,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.events import (
+from nestor.orchestrator.journal.events import (
     StageFinished,
     StageStarted,
     TrialAttemptFailed,
@@ -24,7 +24,7 @@ from orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from orchestrator.journal.journal import damaged_line, iter_events
+from nestor.orchestrator.journal.journal import damaged_line, iter_events
 
 JOURNAL_FILE = "journal.jsonl"
 SPEC_FILE = "spec.yaml"
@@ -132,7 +132,7 @@ def _summary(stage: dict[str, Any], objective: tuple[str, str] | None, last: flo
 def _objectives(run_dir: Path) -> dict[str, tuple[str, str]]:
     """Each searching stage's first objective (metric, mode), from the run's spec; none
     where the spec does not load (its best trials are then the highest values)."""
-    from orchestrator.spec import SpecError, load_spec
+    from nestor.orchestrator.spec import SpecError, load_spec
 
     with contextlib.suppress(SpecError, OSError, ValueError):
         workflow = load_spec(run_dir / SPEC_FILE, imports=False)

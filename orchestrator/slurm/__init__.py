@@ -7,9 +7,9 @@ and ``node`` runs inside the job (per-node Ray start, wait, clean-up).
 
 from __future__ import annotations
 
-from orchestrator.slurm.jobs import JobInfo, SlurmError, is_job_id, job_info, submit
-from orchestrator.slurm.options import SubmitError, SubmitOptions, time_seconds
-from orchestrator.slurm.script import render_script, sbatch_argv
+from nestor.orchestrator.slurm.jobs import JobInfo, SlurmError, is_job_id, job_info, submit
+from nestor.orchestrator.slurm.options import SubmitError, SubmitOptions, time_seconds
+from nestor.orchestrator.slurm.script import render_script, sbatch_argv
 
 __all__ = [
     "JobInfo",

@@ -18,7 +18,7 @@ EXIT_ERROR = 2
 
 
 def _fail(problems: list[object]) -> None:
-    from orchestrator.commands.console import console, print_errors
+    from nestor.orchestrator.commands.console import console, print_errors
 
     print_errors(console(stderr=True), problems)
     sys.exit(EXIT_ERROR)
@@ -26,7 +26,7 @@ def _fail(problems: list[object]) -> None:
 
 def _check_run(spec: Path | None, resume: Path | None, run_dir: Path | None) -> tuple[Path, str]:
     """The run directory (absolute) and the workflow's name; exits on a bad spec."""
-    from orchestrator.spec import SpecError, load_spec
+    from nestor.orchestrator.spec import SpecError, load_spec
 
     if (spec is None) == (resume is None):
         _fail(["give exactly one of SPEC (a new run) or --resume RUNDIR (continue a run)"])
@@ -100,15 +100,15 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
     before the time limit, the driver stops cleanly and journals what it
     finished; `--resume RUNDIR` continues without re-running finished trials.
     """
-    from orchestrator.commands.console import console, private_files
-    from orchestrator.slurm import (
+    from nestor.orchestrator.commands.console import console, private_files
+    from nestor.orchestrator.slurm import (
         SlurmError,
         SubmitError,
         SubmitOptions,
         render_script,
         sbatch_argv,
     )
-    from orchestrator.slurm import submit as submit_job
+    from nestor.orchestrator.slurm import submit as submit_job
 
     run_dir, name = _check_run(spec, resume, run_dir)
     bin_dir = Path(sys.executable).parent
@@ -143,8 +143,8 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
 
 def job_status(job_id: str) -> None:
     """Print Slurm's view of the job, then the run directory's progress."""
-    from orchestrator.commands.console import console
-    from orchestrator.slurm import SlurmError, job_info
+    from nestor.orchestrator.commands.console import console
+    from nestor.orchestrator.slurm import SlurmError, job_info
 
     try:
         info = job_info(job_id)
@@ -158,6 +158,6 @@ def job_status(job_id: str) -> None:
         console().print(f"{info.run_dir}: no journal yet (the workflow has not started)",
                         soft_wrap=True)
     else:
-        from orchestrator.commands.console import run_status
+        from nestor.orchestrator.commands.console import run_status
 
         run_status(info.run_dir, interrupted_hint=f"nestor submit --resume {info.run_dir}")

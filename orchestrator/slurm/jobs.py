@@ -15,8 +15,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from orchestrator.slurm.options import SubmitOptions
-from orchestrator.slurm.script import render_script, sbatch_argv
+from nestor.orchestrator.slurm.options import SubmitOptions
+from nestor.orchestrator.slurm.script import render_script, sbatch_argv
 
 _JOB_ID = re.compile(r"^\d+(_\d+)?$")
 _COMMENT = "nestor run_dir="

@@ -180,7 +180,7 @@ def start(role: str, job_id: str, address: str, job_tmp: Path, grace_s: float) -
 
 def wait(address: str, nodes: int, timeout_s: float) -> int:
     """Wait from Python: `ray status` without the job's token would hang."""
-    from orchestrator.backends.ray.probe import wait_for_nodes
+    from nestor.orchestrator.backends.ray.probe import wait_for_nodes
 
     deadline = time.monotonic() + timeout_s
     while not _reachable(address):
@@ -201,7 +201,7 @@ def wait(address: str, nodes: int, timeout_s: float) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m orchestrator.slurm.node")
+    parser = argparse.ArgumentParser(prog="python -m nestor.orchestrator.slurm.node")
     sub = parser.add_subparsers(dest="command", required=True)
     plan = sub.add_parser("plan")
     plan.add_argument("--job-id", type=int, required=True)

@@ -17,8 +17,8 @@ import sys
 from pathlib import Path
 from string import Template
 
-import orchestrator
-from orchestrator.slurm.options import SubmitError, SubmitOptions
+from nestor import orchestrator
+from nestor.orchestrator.slurm.options import SubmitError, SubmitOptions
 
 TEMPLATE_NAME = "nestor.sbatch.tmpl"
 # A checkout keeps the template in slurm/; a wheel installs the same file under

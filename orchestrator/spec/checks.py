@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from trainers._launch import PLACEHOLDERS, unknown_placeholders
-from trainers.catalog import TRAINERS
+from nestor.trainers._launch import PLACEHOLDERS, unknown_placeholders
+from nestor.trainers.catalog import TRAINERS
 
 from .errors import allowed, did_you_mean, option_mismatch, short
 from .leaks import check_splits
@@ -160,7 +160,7 @@ def _planned(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[
                 )
     if trainer.name not in TRAINERS:
         return  # reported by _trainer
-    from orchestrator.planning import NoFeasibleShape, plan_stage
+    from nestor.orchestrator.planning import NoFeasibleShape, plan_stage
 
     from . import default_slots
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ValidationError
 from ._yaml import LocatedDict, LocatedList, Mark
 
 if TYPE_CHECKING:
-    from trainers.catalog import Option
+    from nestor.trainers.catalog import Option
 
 Loc = tuple[Any, ...]
 

@@ -14,7 +14,7 @@ So a spec is refused (each finding points at the field to fix) when
   hyperparameters), or a transfer stage pretrains on rows that are its target's
   test rows (source and target on one dataset, split differently).
 
->>> from orchestrator.spec import load_spec_text
+>>> from nestor.orchestrator.spec import load_spec_text
 >>> load_spec_text('''
 ... name: leak
 ... stages:
@@ -32,7 +32,7 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from trainers.catalog import SPLIT_SETTINGS, TRAINERS
+from nestor.trainers.catalog import SPLIT_SETTINGS, TRAINERS
 
 from .model import Finding, Workflow
 

@@ -25,11 +25,11 @@ from pydantic import (
     model_validator,
 )
 
-from orchestrator.spec._derive import search_model
-from search import one_objective_only, settings_class
-from search._auto import AutoChoice, choose_search
-from search._genetic import plan_generations
-from search.space import (
+from nestor.orchestrator.spec._derive import search_model
+from nestor.search import one_objective_only, settings_class
+from nestor.search._auto import AutoChoice, choose_search
+from nestor.search._genetic import plan_generations
+from nestor.search.space import (
     CategoricalParam,
     ConstantParam,
     FloatParam,
@@ -38,8 +38,8 @@ from search.space import (
     SearchSpace,
     name_problem,
 )
-from trainers import TrainerRef
-from trainers.catalog import DATASETS, TRAINERS
+from nestor.trainers import TrainerRef
+from nestor.trainers.catalog import DATASETS, TRAINERS
 
 from .errors import allowed, did_you_mean, option_mismatch, short
 from .needs import Need
@@ -335,7 +335,7 @@ PARAM_TYPES = ("float", "int", "categorical", "constant")
 
 def _check_budget(value: Any) -> Any:
     """A budget as trials or as one cost (``search._budget``), in the search's own words."""
-    from search._budget import parse_budget, parse_budget_text
+    from nestor.search._budget import parse_budget, parse_budget_text
 
     if isinstance(value, str):
         value = parse_budget_text(value)
@@ -497,7 +497,7 @@ class _ContinuingSearch(_SearchBase):
         return self.model_dump(exclude={"algorithm", "fidelity"})
 
     def planned_trials(self, space: SearchSpace) -> int:
-        from search import make_searcher
+        from nestor.search import make_searcher
 
         return make_searcher(self.algorithm, space, [("objective", "max")],
                              **self.settings()).planned
@@ -506,7 +506,7 @@ class _ContinuingSearch(_SearchBase):
 class _HalvingSearch(_ContinuingSearch):
     @model_validator(mode="after")
     def _rungs(self) -> Any:
-        from search._hyperband import rung_budgets
+        from nestor.search._hyperband import rung_budgets
 
         s: Any = self
         rung_budgets(s.min_budget, s.max_budget, s.reduction_factor)
@@ -1223,7 +1223,7 @@ class Workflow(Strict):
                 source = self.stage(ref)
                 search = getattr(source, "search", None)
                 if isinstance(search, PbtSearch):
-                    from search import make_searcher
+                    from nestor.search import make_searcher
 
                     return int(make_searcher("pbt", source.search_space(),  # type: ignore[union-attr]
                                              [("objective", "max")],
@@ -1257,8 +1257,8 @@ class Workflow(Strict):
         declared = self.declared_parallel(name)
         if not declared.is_auto:
             return declared
-        from orchestrator.planning import plan_stage
-        from orchestrator.spec import default_slots
+        from nestor.orchestrator.planning import plan_stage
+        from nestor.orchestrator.spec import default_slots
 
         plan = plan_stage(self, name, slots or self.resources.slots or default_slots())
         return Parallel(data=plan.shape.dp, model=plan.shape.mp)

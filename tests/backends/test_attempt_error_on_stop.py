@@ -16,10 +16,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from orchestrator.backends import stopping
-from orchestrator.backends._base import Ended, Launch
-from orchestrator.backends.ray.backend import RayBackend
-from orchestrator.backends.ray.gangs import Shape
+from nestor.orchestrator.backends import stopping
+from nestor.orchestrator.backends._base import Ended, Launch
+from nestor.orchestrator.backends.ray.backend import RayBackend
+from nestor.orchestrator.backends.ray.gangs import Shape
 
 
 class _Gang:
@@ -40,7 +40,7 @@ class _Gang:
 def _attempt(caplog: pytest.LogCaptureFixture) -> Ended:
     pool = SimpleNamespace(slots=2, lock=threading.Lock(), forget=lambda gang: None)
     backend = RayBackend(pool)  # type: ignore[arg-type]
-    with caplog.at_level(logging.INFO, logger="orchestrator.backends.ray.backend"):
+    with caplog.at_level(logging.INFO, logger="nestor.orchestrator.backends.ray.backend"):
         backend._attempt(Launch("tune/1#1", Shape(1), request=None), _Gang(), [])
     events = [backend._events.get_nowait() for _ in range(backend._events.qsize())]
     return next(e for e in events if isinstance(e, Ended))

@@ -10,7 +10,7 @@ import pytest
 
 from bench import auto_heldout_bench as h
 from bench import stats
-from search.space import FloatParam, IntParam
+from nestor.search.space import FloatParam, IntParam
 
 
 def draw(space, rng: random.Random) -> dict:

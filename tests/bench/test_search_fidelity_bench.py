@@ -15,8 +15,8 @@ import yaml
 
 from bench import report, stats
 from bench import search_fidelity_bench as bench
-from orchestrator.backends import stopping
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import stopping
+from nestor.orchestrator.spec import load_spec_text
 
 
 def started(trial: str, t: float, attempt: int = 1, shape: str = "1x1") -> dict[str, Any]:

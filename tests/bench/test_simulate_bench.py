@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from bench import simulate
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.spec import load_spec_text
 
 # (launched, started, ended, ranks, outcome)
 ROWS = [

@@ -22,81 +22,81 @@ README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
 
 
 def _grace() -> float:
-    from orchestrator.backends.ray.backend import FAILURE_GRACE_S
+    from nestor.orchestrator.backends.ray.backend import FAILURE_GRACE_S
 
     return FAILURE_GRACE_S
 
 
 def _backoff_max() -> float:
-    from orchestrator.engine.attempts import BACKOFF_FIRST_S, BACKOFF_MAX_S
+    from nestor.orchestrator.engine.attempts import BACKOFF_FIRST_S, BACKOFF_MAX_S
 
     assert BACKOFF_FIRST_S == 1.0  # "1, 2, 4 … s"
     return BACKOFF_MAX_S
 
 
 def _snapshot_every() -> int:
-    from orchestrator.engine.search_log import SNAPSHOT_EVERY
+    from nestor.orchestrator.engine.search_log import SNAPSHOT_EVERY
 
     return SNAPSHOT_EVERY
 
 
 def _hysteresis_percent() -> float:
-    from orchestrator.planning._planner import HYSTERESIS
+    from nestor.orchestrator.planning._planner import HYSTERESIS
 
     return round(HYSTERESIS * 100, 6)
 
 
 def _gang_start() -> float:
-    from orchestrator.planning._planner import GANG_START_S
+    from nestor.orchestrator.planning._planner import GANG_START_S
 
     return GANG_START_S
 
 
 def _placement_timeout() -> float:
-    import orchestrator.backends.ray.gangs as gangs
+    import nestor.orchestrator.backends.ray.gangs as gangs
 
     source = Path(gangs.__file__).read_text()  # the default, whatever the environment says
     return float(re.search(r'"NESTOR_PLACEMENT_TIMEOUT_S", "(\d+)"', source).group(1))
 
 
 def _ray_probe() -> float:
-    from orchestrator.backends.ray.probe import RAY_PROBE_TIMEOUT_S
+    from nestor.orchestrator.backends.ray.probe import RAY_PROBE_TIMEOUT_S
 
     return RAY_PROBE_TIMEOUT_S
 
 
 def _settle() -> float:
-    from orchestrator.backends.ray.visibility import SETTLE_S
+    from nestor.orchestrator.backends.ray.visibility import SETTLE_S
 
     return SETTLE_S
 
 
 def _answer() -> float:
-    from orchestrator.backends.ray.visibility import ANSWER_TIMEOUT_S
+    from nestor.orchestrator.backends.ray.visibility import ANSWER_TIMEOUT_S
 
     return ANSWER_TIMEOUT_S
 
 
 def _store_copy() -> float:
-    from orchestrator.projections.tracking import SYNC_INTERVAL_S
+    from nestor.orchestrator.projections.tracking import SYNC_INTERVAL_S
 
     return SYNC_INTERVAL_S
 
 
 def _spec_mib() -> float:
-    from orchestrator.spec._yaml import MAX_FILE_BYTES
+    from nestor.orchestrator.spec._yaml import MAX_FILE_BYTES
 
     return MAX_FILE_BYTES / 2**20
 
 
 def _pb2_weight() -> float:
-    from search._pb2 import KAPPA
+    from nestor.search._pb2 import KAPPA
 
     return KAPPA
 
 
 def _progress_timeout_min() -> float:
-    from orchestrator.spec.model import TrialPolicy
+    from nestor.orchestrator.spec.model import TrialPolicy
 
     return TrialPolicy().progress_timeout / 60
 
@@ -131,8 +131,8 @@ def test_the_readme_states_the_codes_setting(what: str, pattern: str,
 def test_auto_picks_lq_cmaes_where_the_readme_says() -> None:
     """README: `algorithm: auto` picks lq-cmaes "for 2 to 30 numbers at up to 4 trials at
     once"; just outside either bound it picks something else."""
-    from search import choose_search
-    from search.space import FloatParam, SearchSpace
+    from nestor.search import choose_search
+    from nestor.search.space import FloatParam, SearchSpace
 
     assert re.search(r"picks it for\s+2 to 30 numbers at up to 4 trials at once", README)
 
@@ -145,7 +145,7 @@ def test_auto_picks_lq_cmaes_where_the_readme_says() -> None:
 
 
 def test_pbt_perturbs_by_the_readmes_factors() -> None:
-    from search._pbt import PBTSettings
+    from nestor.search._pbt import PBTSettings
 
     assert "perturbs (×0.8, ×1.2)" in README
     assert tuple(PBTSettings().perturbation_factors) == (0.8, 1.2)

@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from orchestrator.projections.artifacts import publish_stage
-from orchestrator.projections.tables import stage_report, to_html, to_markdown
-from search import Objective
+from nestor.orchestrator.projections.artifacts import publish_stage
+from nestor.orchestrator.projections.tables import stage_report, to_html, to_markdown
+from nestor.search import Objective
 from tests.orchestrator.test_plots import ENSEMBLE, TRANSFER, finished, started
 
 
@@ -28,7 +28,7 @@ class Stage:
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
     """One MLflow store for the module: creating one costs seconds."""
-    from orchestrator.projections.tracking import Tracker
+    from nestor.orchestrator.projections.tracking import Tracker
 
     tracker = Tracker(tmp_path_factory.mktemp("store"), "artifacts-test")
     yield tracker

@@ -7,16 +7,16 @@ from pathlib import Path
 
 from test_simulated import finished
 
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.spec import load_spec_text
 
 SPEC = textwrap.dedent("""
     name: autofid
     stages:
       - name: tune
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial", settings: {epochs: 9},
+        trainer: {function: "nestor.orchestrator.simulate:simulated_trial", settings: {epochs: 9},
                   checkpoints: true}
         search: {algorithm: auto, budget: 30, parallel: 4, fidelity: epochs, seed: 2}
         space:

@@ -13,15 +13,15 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.backends import SimulatedBackend, fixed_trials
-from orchestrator.backends.stopping import Interrupted
-from orchestrator.commands.cli import cli
-from orchestrator.commands.summary import sized_lines
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.journal.events import SearchSized, parse
-from orchestrator.journal.journal import read_events
-from orchestrator.spec import load_spec_text
-from search import choose_search
+from nestor.orchestrator.backends import SimulatedBackend, fixed_trials
+from nestor.orchestrator.backends.stopping import Interrupted
+from nestor.orchestrator.commands.cli import cli
+from nestor.orchestrator.commands.summary import sized_lines
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.journal.events import SearchSized, parse
+from nestor.orchestrator.journal.journal import read_events
+from nestor.orchestrator.spec import load_spec_text
+from nestor.search import choose_search
 
 SEVEN = "\n".join(f"      c{i}: {{type: float, low: -1, high: 1}}" for i in range(7))
 
@@ -36,7 +36,7 @@ def auto_spec(budget: int, *, data: int = 1, parallel: int | None = None,
         stages:
           - name: tune
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial"}}
             parallel: {{data: {data}, model: 1}}
             search: {{algorithm: auto, budget: {budget}, seed: 1{given}}}
             objective: {{metric: loss, mode: min}}
@@ -162,7 +162,7 @@ def test_a_search_begun_before_widths_were_journalled_keeps_planning_for_one(
 def test_a_planned_shape_sets_the_width(tmp_path: Path) -> None:
     """``parallel: auto``: the width is the slots over the ranks of the planner's shape."""
     text = auto_spec(40).replace(
-        'trainer: {function: "orchestrator.simulate:simulated_trial"}',
+        'trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}',
         "trainer: {name: cnn, settings: {dataset: digits, epochs: 300}}").replace(
         "parallel: {data: 1, model: 1}", "parallel: auto\n    batch: {global_max: 512}")
     text = text.replace("metric: loss, mode: min", "metric: val_accuracy, mode: max")

@@ -10,10 +10,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, fixed_trials
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.journal.journal import read_events
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, fixed_trials
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.journal.journal import read_events
+from nestor.orchestrator.spec import load_spec_text
 
 BUDGET = 1500.0
 SPEC = textwrap.dedent(f"""
@@ -21,7 +21,7 @@ SPEC = textwrap.dedent(f"""
     stages:
       - name: tune
         kind: hpo
-        trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+        trainer: {{function: "nestor.orchestrator.simulate:simulated_trial"}}
         search: {{algorithm: random, budget: {{slot_seconds: {BUDGET:g}}}, seed: 1}}
         space:
           x: {{type: float, low: 0, high: 1}}

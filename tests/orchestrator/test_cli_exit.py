@@ -16,7 +16,7 @@ def test_the_heap_is_frozen_before_python_tears_it_down() -> None:
 
         # Registered before the command: run after every handler the command registers.
         atexit.register(lambda: print(f"frozen {gc.get_freeze_count()}", flush=True))
-        from orchestrator.commands.cli import main
+        from nestor.orchestrator.commands.cli import main
 
         sys.argv = ["nestor", "--help"]
         main()

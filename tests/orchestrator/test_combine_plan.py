@@ -5,9 +5,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from orchestrator.engine.kinds.combine import accuracy, blend, combine_weights, greedy_weights
-from orchestrator.engine.plan import Plan, PlannedTrial
-from search import Failure, Objective
+from nestor.orchestrator.engine.kinds.combine import (
+    accuracy,
+    blend,
+    combine_weights,
+    greedy_weights,
+)
+from nestor.orchestrator.engine.plan import Plan, PlannedTrial
+from nestor.search import Failure, Objective
 
 
 def noisy_members(seed: int, n: int = 5, samples: int = 300, classes: int = 4):

@@ -23,8 +23,8 @@ import pytest
 import ray.cloudpickle
 from rank_helpers import HOROVOD_SUM, TORCH_SUM, command_sweep_spec, ray_cluster
 
-from orchestrator.backends.ray.gangs import GangPool, Shape
-from trainers import TrainerRef, TrialRequest, run_trial
+from nestor.orchestrator.backends.ray.gangs import GangPool, Shape
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
 pytestmark = pytest.mark.slow
 

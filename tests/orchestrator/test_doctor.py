@@ -36,7 +36,8 @@ CPU_ONLY = shutil.which("nvidia-smi") is None
 
 def doctor(*args: str, env: dict[str, str] | None = None,
            timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "orchestrator.commands.cli", "doctor", *args],
+    return subprocess.run([sys.executable, "-m", "nestor.orchestrator.commands.cli", "doctor",
+                           *args],
                           capture_output=True, text=True, env=env or dict(os.environ),
                           timeout=timeout, check=False)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.backends import ClusterError, SimulatedBackend, fixed_trials
-from orchestrator.backends.ray.pruning import RayEarlyStopping
-from orchestrator.spec.model import EarlyStopping
+from nestor.orchestrator.backends import ClusterError, SimulatedBackend, fixed_trials
+from nestor.orchestrator.backends.ray.pruning import RayEarlyStopping
+from nestor.orchestrator.spec.model import EarlyStopping
 
 
 def test_a_backend_without_a_judge_refuses_early_stopping_and_needs_none_without_it():

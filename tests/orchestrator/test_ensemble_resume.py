@@ -16,12 +16,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from orchestrator.backends import SimulatedBackend, fixed_trials
-from orchestrator.engine.history import JournalSoFar
-from orchestrator.engine.kinds.ensemble import KIND
-from orchestrator.journal.events import PlanState, TrialStarted, parse
-from orchestrator.journal.journal import Journal, read_events
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, fixed_trials
+from nestor.orchestrator.engine.history import JournalSoFar
+from nestor.orchestrator.engine.kinds.ensemble import KIND
+from nestor.orchestrator.journal.events import PlanState, TrialStarted, parse
+from nestor.orchestrator.journal.journal import Journal, read_events
+from nestor.orchestrator.spec import load_spec_text
 from tests.orchestrator.test_stage_tasks import greedy_ensemble_spec
 from tests.orchestrator.test_stages import stage
 from tests.orchestrator.test_workflow import events, nestor
@@ -127,8 +127,8 @@ def test_a_greedy_ensemble_stopped_while_preparing_resumes_into_its_plan(
 # first member's end is durable in the journal: the kill lands there, not by timing.
 KILL_AFTER_A_MEMBER = """
 import os, signal
-from orchestrator.journal import journal as _journal
-from orchestrator.journal.events import TrialFinished
+from nestor.orchestrator.journal import journal as _journal
+from nestor.orchestrator.journal.events import TrialFinished
 _record = _journal.Journal.record
 def record(self, event):
     out = _record(self, event)
@@ -145,7 +145,7 @@ def test_a_driver_killed_mid_ensemble_resumes_without_rerunning_its_members(
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC)
     run_dir = tmp_path / "run"
-    script = (f"{KILL_AFTER_A_MEMBER}\nimport sys\nfrom orchestrator.commands import cli\n"
+    script = (f"{KILL_AFTER_A_MEMBER}\nimport sys\nfrom nestor.orchestrator.commands import cli\n"
               "sys.argv = ['nestor', *sys.argv[1:]]\ncli.main()\n")
     driver = subprocess.Popen([sys.executable, "-c", script, "run", str(spec), "--run-dir",
                                str(run_dir)], stdout=subprocess.DEVNULL,

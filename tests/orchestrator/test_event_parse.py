@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.journal import events as ev
-from orchestrator.journal.journal import Journal, read_events
+from nestor.orchestrator.journal import events as ev
+from nestor.orchestrator.journal.journal import Journal, read_events
 
 
 def test_every_written_kind_reads_back_as_its_class(tmp_path):

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends.ray.gangs import (
+from nestor.orchestrator.backends.ray.gangs import (
     GangPool,
     GroupTooBig,
     Shape,

@@ -10,7 +10,7 @@ import time
 import pytest
 import ray.cloudpickle
 
-from orchestrator.backends.ray.gangs import GangFailure, GangPool, GangTimeout, Shape
+from nestor.orchestrator.backends.ray.gangs import GangFailure, GangPool, GangTimeout, Shape
 
 pytestmark = pytest.mark.slow
 
@@ -130,7 +130,7 @@ def test_a_gang_ray_cannot_place_is_an_error_that_leaves_nothing_behind(
     own error, keeps no gang, and removes the placement group it was waiting for."""
     import ray
 
-    from orchestrator.backends.ray.gangs import GangStartError
+    from nestor.orchestrator.backends.ray.gangs import GangStartError
 
     @ray.remote(num_cpus=1)
     class OtherDriversTrial:
@@ -159,7 +159,7 @@ def test_a_gang_ray_cannot_place_is_an_error_that_leaves_nothing_behind(
 def test_a_gang_bigger_than_the_whole_cluster_fails_at_once(ray_local: object) -> None:
     """Three ranks on a 2-CPU Ray can never be placed: said at once, not after the
     placement timeout, and nothing is left behind."""
-    from orchestrator.backends.ray.gangs import GangStartError
+    from nestor.orchestrator.backends.ray.gangs import GangStartError
 
     with GangPool(slots=3, oversubscribe=True, placement_timeout_s=60) as pool:
         began = time.monotonic()

@@ -15,7 +15,7 @@ import grimp
 
 def _subpackage(module: str) -> str:
     parts = module.split(".")
-    return ".".join(parts[:2])
+    return ".".join(parts[:3])  # nestor.orchestrator.<subpackage>
 
 
 def _circles(graph: grimp.ImportGraph, modules: list[str]) -> list[list[str]]:
@@ -64,7 +64,7 @@ def _circles(graph: grimp.ImportGraph, modules: list[str]) -> list[list[str]]:
 
 
 def test_no_import_circle_crosses_two_subpackages() -> None:
-    graph = grimp.build_graph("orchestrator")
-    modules = sorted(m for m in graph.modules if m.startswith("orchestrator."))
+    graph = grimp.build_graph("nestor")
+    modules = sorted(m for m in graph.modules if m.startswith("nestor.orchestrator."))
     crossing = [c for c in _circles(graph, modules) if len({_subpackage(m) for m in c}) > 1]
     assert not crossing, f"import circles across subpackages: {crossing}"

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.journal.journal import Journal, JournalError, iter_events, read_events
+from nestor.orchestrator.journal.journal import Journal, JournalError, iter_events, read_events
 
 
 def test_events_round_trip_in_order(tmp_path: Path) -> None:
@@ -54,7 +54,7 @@ def test_garbage_in_the_middle_is_an_error_not_silence(tmp_path: Path) -> None:
 
 WRITER = """
 import sys
-from orchestrator.journal.journal import Journal
+from nestor.orchestrator.journal.journal import Journal
 journal = Journal(sys.argv[1])
 i = 0
 while True:
@@ -146,7 +146,7 @@ def test_a_gate_opens_only_once_the_events_before_it_are_durable(
 
 GROUP_WRITER = """
 import sys
-from orchestrator.journal.journal import Journal
+from nestor.orchestrator.journal.journal import Journal
 
 def ack(record):
     print(record["seq"], journal.fsyncs, flush=True)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.engine.history import JournalSoFar
-from orchestrator.journal.events import (
+from nestor.orchestrator.engine.history import JournalSoFar
+from nestor.orchestrator.journal.events import (
     StageFinished,
     StageStarted,
     TrialFinished,
@@ -13,7 +13,7 @@ from orchestrator.journal.events import (
     WorkflowResumed,
     WorkflowStarted,
 )
-from orchestrator.journal.journal import Journal
+from nestor.orchestrator.journal.journal import Journal
 
 TRIAL = {"id": "0", "config": {"lr": 0.1}}
 
@@ -46,7 +46,7 @@ def test_a_resumed_driver_reads_the_start_the_summaries_and_each_unfinished_stag
 
 
 def test_records_handed_over_keep_the_finished_stages_events(tmp_path):
-    from orchestrator.journal.journal import read_events
+    from nestor.orchestrator.journal.journal import read_events
 
     write(tmp_path / "journal.jsonl")
     so_far = JournalSoFar.of(read_events(tmp_path / "journal.jsonl"))
@@ -61,7 +61,7 @@ def test_the_lines_of_a_finished_stage_are_not_even_parsed(tmp_path, monkeypatch
     """Most of a long run's journal is its finished stages' trials: resume skips them
     unparsed, by the stage name at each line's start; a config key named "stage"
     further on in another stage's line does not fool it."""
-    from orchestrator.engine import history
+    from nestor.orchestrator.engine import history
 
     write(tmp_path / "journal.jsonl")
     with Journal(tmp_path / "journal.jsonl", fsync=False) as journal:
@@ -82,11 +82,11 @@ def test_resume_reads_and_restores_with_the_collector_paused(tmp_path, monkeypat
 
     import pytest
 
-    from orchestrator.backends import SimulatedBackend, lognormal_trials
-    from orchestrator.backends.stopping import Interrupted
-    from orchestrator.engine import history
-    from orchestrator.engine.search_log import SearchLog
-    from orchestrator.engine.workflow import run_workflow
+    from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+    from nestor.orchestrator.backends.stopping import Interrupted
+    from nestor.orchestrator.engine import history
+    from nestor.orchestrator.engine.search_log import SearchLog
+    from nestor.orchestrator.engine.workflow import run_workflow
     from tests.orchestrator.test_run_state import two_stages
 
     run = tmp_path / "run"
@@ -119,7 +119,7 @@ def test_what_the_read_made_is_frozen_so_the_collectors_next_pass_skips_it(
     (a fresh run's) freezes nothing."""
     import gc
 
-    from orchestrator.engine import history
+    from nestor.orchestrator.engine import history
 
     gc.unfreeze()
     JournalSoFar.read(tmp_path / "none.jsonl")
@@ -150,8 +150,8 @@ def test_a_finished_stages_summary_is_parsed_only_when_looked_up(tmp_path, monke
     of the journal gets, also after the journal has grown."""
     import json
 
-    from orchestrator.engine import history
-    from orchestrator.journal.journal import read_events
+    from nestor.orchestrator.engine import history
+    from nestor.orchestrator.journal.journal import read_events
 
     path = tmp_path / "journal.jsonl"
     write(path)
@@ -183,9 +183,9 @@ def test_the_scheduler_loop_runs_the_collector_sparsely(tmp_path):
     the thresholds are as they were once the run is over."""
     import gc
 
-    from orchestrator.backends import SimulatedBackend, lognormal_trials
-    from orchestrator.engine.history import SPARSE_GC_THRESHOLD
-    from orchestrator.engine.workflow import run_workflow
+    from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+    from nestor.orchestrator.engine.history import SPARSE_GC_THRESHOLD
+    from nestor.orchestrator.engine.workflow import run_workflow
     from tests.orchestrator.test_run_state import two_stages
 
     class Watched(SimulatedBackend):

@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.backends.stopping import Interrupted
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.journal import kept
-from orchestrator.journal.state import STAGES_SNAPSHOT, RunState
-from orchestrator.projections.status import workflow_status
+from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+from nestor.orchestrator.backends.stopping import Interrupted
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.journal import kept
+from nestor.orchestrator.journal.state import STAGES_SNAPSHOT, RunState
+from nestor.orchestrator.projections.status import workflow_status
 from tests.orchestrator.test_run_state import two_stages
 
 

@@ -22,17 +22,17 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.journal.journal import read_events
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.journal.journal import read_events
+from nestor.orchestrator.spec import load_spec_text
 
 SPEC = textwrap.dedent("""
     name: killed
     stages:
       - name: tune
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial"}
+        trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}
         search: {algorithm: genetic, population: 4, generations: 3, seed: 1}
         space:
           x: {type: float, low: 0, high: 1}
@@ -47,10 +47,10 @@ KILLED_AT_TELL = 6
 DRIVER = """
 import os, signal, sys
 from pathlib import Path
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.engine import trials
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+from nestor.orchestrator.engine import trials
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.spec import load_spec_text
 
 where, number, run_dir, spec = sys.argv[1], int(sys.argv[2]), Path(sys.argv[3]), sys.argv[4]
 real, calls = trials.TrialRunner._tell, []
@@ -119,7 +119,7 @@ def test_a_result_that_landed_while_the_driver_was_down_is_adopted_on_resume(
     # rank 0 wrote its result where the attempt was told to (attempts/STAGE/TRIAL/N.json).
     # The resumed driver takes that result over: journalled as adopted, told once,
     # never launched again. (On real Ray: test_workflow's adoption test, slow.)
-    from trainers import TrialResult
+    from nestor.trainers import TrialResult
 
     run_dir = tmp_path / "run"
     driver = subprocess.run([sys.executable, "-c", DRIVER, "before the tell",

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine.kinds import KINDS, StageKind, stage_kind
-from orchestrator.journal.state import RunState
-from orchestrator.projections.kinds import KindReport, kind_report, report_of
-from orchestrator.projections.products import Product
-from orchestrator.projections.tables import stage_report, to_markdown
-from orchestrator.spec.model import STAGE_KINDS, Stage
+from nestor.orchestrator.engine.kinds import KINDS, StageKind, stage_kind
+from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.projections.kinds import KindReport, kind_report, report_of
+from nestor.orchestrator.projections.products import Product
+from nestor.orchestrator.projections.tables import stage_report, to_markdown
+from nestor.orchestrator.spec.model import STAGE_KINDS, Stage
 
 ROOT = Path(__file__).parents[2]
 # A comparison of something with a stage kind's name: `kind == "hpo"`,
@@ -42,14 +42,14 @@ VALIDATE = """
 import json
 import sys
 from pathlib import Path
-from orchestrator.planning._report import pick_stage
-from orchestrator.spec import load_spec
+from nestor.orchestrator.planning._report import pick_stage
+from nestor.orchestrator.spec import load_spec
 for path in sorted(Path("configs").glob("*.yaml")) + sorted(Path("tests/spec/bad").glob("*.yaml")):
     try:
         pick_stage(load_spec(path, imports=False), None)
     except Exception:
         pass  # a bad spec: refused, as it should be, by the spec's own checks
-print(json.dumps(sorted(m for m in sys.modules if m.startswith("orchestrator."))))
+print(json.dumps(sorted(m for m in sys.modules if m.startswith("nestor.orchestrator."))))
 """
 
 
@@ -61,7 +61,8 @@ def test_the_spec_checks_each_kind_of_stage_without_the_engine() -> None:
                             text=True, check=False, timeout=300)
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
-    assert "orchestrator.spec.checks" in loaded and "orchestrator.planning._report" in loaded
+    assert "nestor.orchestrator.spec.checks" in loaded
+    assert "nestor.orchestrator.planning._report" in loaded
     above = [m for m in loaded if m.split(".")[1] in ("engine", "projections", "commands")]
     assert not above, above
 

@@ -9,11 +9,16 @@ from pathlib import Path
 
 from rich.console import Console
 
-from orchestrator.commands.progress import wait_for_mlflow
-from orchestrator.journal.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
-from orchestrator.journal.journal import Journal
-from orchestrator.projections.projector import Projector
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.commands.progress import wait_for_mlflow
+from nestor.orchestrator.journal.events import (
+    StageStarted,
+    TrialFinished,
+    TrialStarted,
+    WorkflowStarted,
+)
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.projections.projector import Projector
+from nestor.orchestrator.spec import load_spec_text
 
 SPEC = """
 name: waited

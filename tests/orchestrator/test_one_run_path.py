@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import Draw, RayBackend, SimulatedBackend
-from orchestrator.backends.factory import make_backend
-from orchestrator.commands.run import run_spec
-from orchestrator.engine import workflow as engine
-from orchestrator.journal.events import (
+from nestor.orchestrator.backends import Draw, RayBackend, SimulatedBackend
+from nestor.orchestrator.backends.factory import make_backend
+from nestor.orchestrator.commands.run import run_spec
+from nestor.orchestrator.engine import workflow as engine
+from nestor.orchestrator.journal.events import (
     StageFinished,
     StageStarted,
     TrialAttemptFailed,
@@ -25,8 +25,8 @@ from orchestrator.journal.events import (
     WorkflowStarted,
     parse,
 )
-from orchestrator.journal.journal import read_events
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.journal.journal import read_events
+from nestor.orchestrator.spec import load_spec_text
 from tests.orchestrator import sim_contract_trainer as trainer
 from tests.orchestrator.test_simulated import CONTRACT
 

@@ -7,15 +7,15 @@ from pathlib import Path
 
 from test_simulated import journal, kill_and_resume_population
 
-from orchestrator.spec import load_spec_text
-from search import Objective, make_searcher
+from nestor.orchestrator.spec import load_spec_text
+from nestor.search import Objective, make_searcher
 
 SPEC = textwrap.dedent("""
     name: pb2
     stages:
       - name: tune
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial", checkpoints: true}
+        trainer: {function: "nestor.orchestrator.simulate:simulated_trial", checkpoints: true}
         search: {algorithm: pbt, explore: pb2, population: 4, interval: 1, intervals: 6,
                  quantile: 0.5, seed: 3}
         space:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.projections import plots
-from search import Objective
+from nestor.orchestrator.projections import plots
+from nestor.search import Objective
 
 
 def started(t: float, trial: str, attempt: int = 1, shape: str = "1x1",

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from orchestrator.journal.events import (
+from nestor.orchestrator.journal.events import (
     StageStarted,
     TrialFinished,
     TrialStarted,
     WorkflowStarted,
 )
-from orchestrator.journal.journal import Journal
-from orchestrator.projections.projector import Projector
-from orchestrator.projections.tracking import RunWrites, Tracker
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.projections.projector import Projector
+from nestor.orchestrator.projections.tracking import RunWrites, Tracker
 from tests.orchestrator.test_projector import trial, workflow
 
 
@@ -111,7 +111,7 @@ def test_a_long_journal_is_projected_part_by_part_each_event_once(tmp_path: Path
     """The first batch is written once a part of the journal is parsed, not all of it;
     no event is lost or doubled where a part ends, a line longer than a part
     included."""
-    from orchestrator.projections import projector as module
+    from nestor.orchestrator.projections import projector as module
 
     monkeypatch.setattr(module, "READ_BYTES", 4096)
     monkeypatch.setattr(module, "BATCH_EVENTS_BULK", 40)

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal.events import (
+from nestor.orchestrator.journal.events import (
     SearchSized,
     StageStarted,
     ThresholdReached,
@@ -24,9 +24,9 @@ from orchestrator.journal.events import (
     TrialStarted,
     WorkflowStarted,
 )
-from orchestrator.journal.journal import Journal
-from orchestrator.projections.projector import CURSOR_FILE, Projector
-from orchestrator.spec import load_spec
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.projections.projector import CURSOR_FILE, Projector
+from nestor.orchestrator.spec import load_spec
 from tests.orchestrator.journal_in_mlflow import assert_mlflow_shows_every_event, journal_events
 
 
@@ -184,7 +184,7 @@ def test_mlflow_shows_every_event_of_every_batch(tmp_path: Path, monkeypatch,
     # Batches of 6 (cut through trials), of 1 (each event its own) and the default's
     # size: MLflow must show each event's params, metrics step by step, tags and end,
     # the first and last of each batch included.
-    from orchestrator.projections import projector as module
+    from nestor.orchestrator.projections import projector as module
 
     monkeypatch.setattr(module, "BATCH_EVENTS_BULK", batch)
     monkeypatch.setattr(module, "BATCH_EVENTS", batch)

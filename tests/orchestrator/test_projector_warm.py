@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from orchestrator.projections.projector import Projector
+from nestor.orchestrator.projections.projector import Projector
 from tests.orchestrator.test_projector import workflow
 
 

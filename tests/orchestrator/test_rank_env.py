@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import ray.cloudpickle
 
-from orchestrator.backends.ray.gangs import GangPool, Shape, site_env
-from orchestrator.spec import load_spec
-from trainers import TrainerRef, TrialRequest, run_trial
+from nestor.orchestrator.backends.ray.gangs import GangPool, Shape, site_env
+from nestor.orchestrator.spec import load_spec
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
 pytestmark = pytest.mark.slow
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -80,7 +80,8 @@ stages:
 
 def test_doctor_prints_what_the_ranks_will_receive() -> None:
     env = dict(os.environ, NCCL_DEBUG="INFO", GLOO_SOCKET_IFNAME="ib0")
-    done = subprocess.run([sys.executable, "-m", "orchestrator.commands.cli", "doctor", "--no-ray"],
+    done = subprocess.run([sys.executable, "-m", "nestor.orchestrator.commands.cli", "doctor",
+                           "--no-ray"],
                           capture_output=True, text=True, env=env, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     line = "".join(done.stdout.split("ranks receive", 1)[1].split())  # the row, unwrapped

@@ -16,10 +16,15 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.journal.results_file import LazyTrials, index_path, read_results, write_results
-from orchestrator.projections.results import load_results, render_results
+from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.journal.results_file import (
+    LazyTrials,
+    index_path,
+    read_results,
+    write_results,
+)
+from nestor.orchestrator.projections.results import load_results, render_results
 from tests.orchestrator.test_run_state import two_stages
 
 

@@ -20,15 +20,15 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, lognormal_trials
-from orchestrator.backends.stopping import Interrupted
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.journal import state as fold_module
-from orchestrator.journal.journal import read_events
-from orchestrator.journal.state import SNAPSHOT, STAGES_SNAPSHOT, RunState, fold
-from orchestrator.projections import plots
-from orchestrator.projections.status import workflow_status
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
+from nestor.orchestrator.backends.stopping import Interrupted
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.journal import state as fold_module
+from nestor.orchestrator.journal.journal import read_events
+from nestor.orchestrator.journal.state import SNAPSHOT, STAGES_SNAPSHOT, RunState, fold
+from nestor.orchestrator.projections import plots
+from nestor.orchestrator.projections.status import workflow_status
+from nestor.orchestrator.spec import load_spec_text
 
 # -- the old readers, as they read raw records (the oracles) --------------------------------
 
@@ -129,7 +129,7 @@ def two_stages(retries: int = 2) -> Any:
         stages += textwrap.dedent(f"""
           - name: {name}
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial"}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial"}}
             parallel: {{data: {data}, model: 1}}
             search: {{algorithm: genetic, population: {population}, generations: 3,
                       schedule: async, seed: {data}}}

@@ -13,16 +13,16 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import Ended
-from orchestrator.backends.shape import Shape
-from orchestrator.engine import search_log as search_log_module
-from orchestrator.engine.adoption import ResultFiles, attempts_heard
-from orchestrator.engine.attempts import BACKOFF_MAX_S, Attempt, AttemptPolicy
-from orchestrator.engine.checkpoints import CheckpointKeeper
-from orchestrator.engine.outcome import outcome, slot_time
-from orchestrator.engine.plan import Plan, PlannedTrial
-from orchestrator.engine.search_log import SearchLog
-from orchestrator.journal.events import (
+from nestor.orchestrator.backends import Ended
+from nestor.orchestrator.backends.shape import Shape
+from nestor.orchestrator.engine import search_log as search_log_module
+from nestor.orchestrator.engine.adoption import ResultFiles, attempts_heard
+from nestor.orchestrator.engine.attempts import BACKOFF_MAX_S, Attempt, AttemptPolicy
+from nestor.orchestrator.engine.checkpoints import CheckpointKeeper
+from nestor.orchestrator.engine.outcome import outcome, slot_time
+from nestor.orchestrator.engine.plan import Plan, PlannedTrial
+from nestor.orchestrator.engine.search_log import SearchLog
+from nestor.orchestrator.journal.events import (
     CheckpointRemoved,
     PlanState,
     SearchLogged,
@@ -30,10 +30,10 @@ from orchestrator.journal.events import (
     TrialStarted,
     parse,
 )
-from orchestrator.journal.journal import Journal, read_events
-from search import Objective, make_searcher
-from search.space import FloatParam, SearchSpace
-from trainers import TrialResult
+from nestor.orchestrator.journal.journal import Journal, read_events
+from nestor.search import Objective, make_searcher
+from nestor.search.space import FloatParam, SearchSpace
+from nestor.trainers import TrialResult
 
 # -- the attempt policy ---------------------------------------------------------------------
 
@@ -549,7 +549,7 @@ def test_slot_time_splits_a_trials_own_time_from_its_gangs_start() -> None:
 
 
 def test_the_ledger_replays_a_trials_attempts_into_its_record_and_totals() -> None:
-    from orchestrator.engine.records import TrialRecords
+    from nestor.orchestrator.engine.records import TrialRecords
 
     trial = {"id": "t1", "config": {"x": 0.5}, "generation": 2}
     journal = [

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import (
+from nestor.orchestrator.backends import (
     Draw,
     Launch,
     SimulatedBackend,
@@ -27,12 +27,12 @@ from orchestrator.backends import (
     fixed_trials,
     lognormal_trials,
 )
-from orchestrator.backends.ray.gangs import Shape, place
-from orchestrator.backends.stopping import Interrupted
-from orchestrator.engine.workflow import RunError, StageScheduler, run_workflow
-from orchestrator.journal.journal import Journal, read_events
-from orchestrator.spec import load_spec_text
-from orchestrator.spec.model import EnsembleStage
+from nestor.orchestrator.backends.ray.gangs import Shape, place
+from nestor.orchestrator.backends.stopping import Interrupted
+from nestor.orchestrator.engine.workflow import RunError, StageScheduler, run_workflow
+from nestor.orchestrator.journal.journal import Journal, read_events
+from nestor.orchestrator.spec import load_spec_text
+from nestor.orchestrator.spec.model import EnsembleStage
 
 
 def spec(*, data: int = 2, model: int = 1, population: int = 4, generations: int = 3,
@@ -44,7 +44,7 @@ def spec(*, data: int = 2, model: int = 1, population: int = 4, generations: int
         stages:
           - name: tune
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial", predictions: true}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial", predictions: true}}
             parallel: {{data: {data}, model: {model}}}
             search: {{algorithm: genetic, population: {population}, generations: {generations},
                       schedule: {schedule}, seed: 1}}
@@ -271,7 +271,7 @@ def test_two_shapes_share_the_cluster_and_evict_each_others_idle_gangs(tmp_path:
     second = """
       - name: wide
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial"}
+        trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}
         parallel: {data: 2, model: 4}
         search: {algorithm: random, budget: 6, seed: 2}
         space: {x: {type: float, low: 0, high: 1}}
@@ -327,7 +327,7 @@ def test_early_stopping_is_refused(tmp_path: Path) -> None:
 
 
 def test_the_allocation_time_limit_stops_the_driver_resumably(tmp_path: Path) -> None:
-    from orchestrator.backends.stopping import Interrupted, stop_requested
+    from nestor.orchestrator.backends.stopping import Interrupted, stop_requested
 
     backend = SimulatedBackend(nodes=2, slots_per_node=4, seed=0,
                                trial_model=fixed_trials(3600.0, 0.5), time_limit_s=5000.0)
@@ -455,8 +455,8 @@ def contract_outcome(run_dir: Path) -> dict[str, Any]:
 @pytest.mark.slow
 def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
         tmp_path: Path, ray_local: object) -> None:
-    from orchestrator.backends import RayBackend
-    from orchestrator.backends.ray.gangs import GangPool
+    from nestor.orchestrator.backends import RayBackend
+    from nestor.orchestrator.backends.ray.gangs import GangPool
     from tests.orchestrator import sim_contract_trainer as trainer
 
     def model(config: Any, rng: random.Random) -> Draw:
@@ -524,7 +524,7 @@ def pbt_spec(extra: str = "") -> str:
         stages:
           - name: tune
             kind: hpo
-            trainer: {{function: "orchestrator.simulate:simulated_trial", checkpoints: true}}
+            trainer: {{function: "nestor.orchestrator.simulate:simulated_trial", checkpoints: true}}
             search: {{algorithm: pbt, population: 4, interval: 1, intervals: 5,
                      quantile: 0.5, seed: 3}}
             {extra}
@@ -575,7 +575,7 @@ def test_an_lq_cmaes_search_killed_midway_resumes_and_runs_no_trial_twice(
         stages:
           - name: tune
             kind: hpo
-            trainer: {function: "orchestrator.simulate:simulated_trial"}
+            trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}
             search: {algorithm: bayesian, sampler: lq-cmaes, budget: 40, seed: 3}
             space:
               x: {type: float, low: 0, high: 1}
@@ -594,7 +594,7 @@ def test_a_genetic_search_killed_midway_resumes_from_its_snapshot_as_from_its_wh
     order, with the same configs), and runs no finished trial again."""
     import shutil
 
-    from orchestrator.engine import search_log
+    from nestor.orchestrator.engine import search_log
 
     monkeypatch.setattr(search_log, "SNAPSHOT_EVERY", 4)
     monkeypatch.setattr(search_log, "SNAPSHOT_BYTES_PER_ENTRY", 10**9)
@@ -607,7 +607,7 @@ def test_a_genetic_search_killed_midway_resumes_from_its_snapshot_as_from_its_wh
         stages:
           - name: tune
             kind: hpo
-            trainer: {function: "orchestrator.simulate:simulated_trial"}
+            trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}
             search: {algorithm: genetic, population: 6, generations: 6, seed: 3}
             space:
               x: {type: float, low: 0, high: 1}

@@ -18,11 +18,11 @@ import pytest
 pytestmark = pytest.mark.slow
 
 NO_PREDICTIONS_IN_THE_DRIVER = """
-import trainers.predict
+import nestor.trainers.predict
 class Refused:
     def __init__(self, *args, **kwargs):
         raise AssertionError("a Predictor was built in the driver")
-trainers.predict.Predictor = Refused
+nestor.trainers.predict.Predictor = Refused
 """
 
 

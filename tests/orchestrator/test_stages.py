@@ -185,7 +185,7 @@ def test_mlflow_shows_each_stage_as_a_parent_of_its_trials(staged: Path) -> None
 def test_predict_with_the_ensemble_from_the_cli_and_python(staged: Path, tmp_path: Path) -> None:
     from sklearn.datasets import load_digits
 
-    from orchestrator.predict import load_predictor
+    from nestor.orchestrator.predict import load_predictor
 
     digits = load_digits()
     images = (digits.images[:200] * (255.0 / 16.0)).astype(np.uint8)
@@ -285,10 +285,10 @@ stages:
 # The driver never loads a model: the sub-models' average is taken by the combined
 # trial's own ranks. Checked from outside: in this driver, loading a checkpoint raises.
 NO_CHECKPOINTS_IN_THE_DRIVER = """
-import trainers.checkpoint
+import nestor.trainers.checkpoint
 def refused(*args, **kwargs):
     raise AssertionError("a checkpoint was loaded in the driver")
-trainers.checkpoint.load_checkpoint = refused
+nestor.trainers.checkpoint.load_checkpoint = refused
 """
 
 

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.commands.sweep import build_spec, parse_param, spec_yaml
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.commands.sweep import build_spec, parse_param, spec_yaml
+from nestor.orchestrator.spec import load_spec_text
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 
@@ -240,7 +240,7 @@ def test_options_of_another_search_are_refused(algorithm: str, overrides: dict,
 
 
 def test_rungs_that_do_not_fit_are_a_spec_error() -> None:
-    from orchestrator.spec import SpecError
+    from nestor.orchestrator.spec import SpecError
 
     with pytest.raises(SpecError, match="at least min_budget x reduction_factor"):
         load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=2, eta=3)))
@@ -426,7 +426,7 @@ def test_search_set_refuses_what_it_cannot_mean(settings: list, message: str) ->
 
 
 def test_search_set_of_a_field_the_algorithm_lacks_is_a_spec_error() -> None:
-    from orchestrator.spec import SpecError
+    from nestor.orchestrator.spec import SpecError
 
     with pytest.raises(SpecError, match="unknown field 'quantil'; did you mean 'quantile'"):
         load_spec_text(spec_yaml(continuing("pbt", search_settings=["quantil=0.5"])))

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from orchestrator.projections.tracking import Tracker, artifact_location
+from nestor.orchestrator.projections.tracking import Tracker, artifact_location
 
 
 def test_nested_runs_with_params_metrics_and_tags(tmp_path: Path) -> None:
@@ -55,7 +55,7 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
     # What `nestor resume` does, in a process of its own as resume is (MLflow
     # caches a run's artifact location per process).
     subprocess.run([sys.executable, "-c", (
-        "import sys; from pathlib import Path; from orchestrator.projections.tracking import Tracker\n"  # noqa: E501
+        "import sys; from pathlib import Path; from nestor.orchestrator.projections.tracking import Tracker\n"  # noqa: E501
         "t = Tracker(Path(sys.argv[1]), 'demo')\n"
         "t.log_artifact(sys.argv[2], Path(sys.argv[3]), folder='later'); t.close()"),
         str(moved), stage, str(note)], check=True, cwd=Path(__file__).parents[2])
@@ -79,7 +79,7 @@ import mlflow.store.db.utils as db_utils
 def migrating(engine):
     raise SystemExit("a store copied from the template ran MLflow's migrations")
 db_utils._upgrade_db = migrating
-from orchestrator.projections.tracking import Tracker
+from nestor.orchestrator.projections.tracking import Tracker
 Tracker(Path(sys.argv[1]), "demo").start_run("tune")
 """
 
@@ -98,7 +98,7 @@ def dying(engine):
     threading.Timer(float(sys.argv[2]), os.kill, (os.getpid(), signal.SIGKILL)).start()
     real(engine)
 db_utils._upgrade_db = dying
-from orchestrator.projections.tracking import Tracker
+from nestor.orchestrator.projections.tracking import Tracker
 Tracker(Path(sys.argv[1]), "demo").start_run("tune")
 """
     for delay in ("0.2", "0.5", "1.0"):
@@ -126,7 +126,7 @@ def test_a_new_store_is_a_copy_of_the_schema_built_once(tmp_path: Path, monkeypa
     # scheduling loop: only the first store of an MLflow version runs them.
     import mlflow.store.db.utils as db_utils
 
-    from orchestrator.projections.tracking import make_store, schema_template
+    from nestor.orchestrator.projections.tracking import make_store, schema_template
 
     monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)

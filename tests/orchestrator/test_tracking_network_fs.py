@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.projections import tracking
-from orchestrator.projections.tracking import Tracker, filesystem_type, on_network_filesystem
+from nestor.orchestrator.projections import tracking
+from nestor.orchestrator.projections.tracking import Tracker, filesystem_type, on_network_filesystem
 
 MOUNTS = r"""overlay / overlay rw,relatime,lowerdir=/a:/b 0 0
 proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0
@@ -132,7 +132,7 @@ def test_a_resumed_projector_goes_back_to_where_the_copy_was_taken(
     wound-back one, or the events after the copy would never reach MLflow."""
     from types import SimpleNamespace
 
-    from orchestrator.projections.projector import Projector
+    from nestor.orchestrator.projections.projector import Projector
 
     first = Tracker(nfs_run_dir, "demo")
     stage = first.start_run("tune")

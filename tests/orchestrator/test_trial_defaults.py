@@ -5,7 +5,7 @@ tested at 12 s in tests/reliability/test_engine_events.py."""
 
 from __future__ import annotations
 
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.spec import load_spec_text
 
 SPEC = """
 name: defaults

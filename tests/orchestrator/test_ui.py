@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.commands.cli import cli
-from orchestrator.commands.ui import Store, UiError, resolve_store, server_argv, url_of
+from nestor.orchestrator.commands.cli import cli
+from nestor.orchestrator.commands.ui import Store, UiError, resolve_store, server_argv, url_of
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 
@@ -121,8 +121,8 @@ def test_a_moved_run_directory_still_shows_its_artifacts(tmp_path: Path, monkeyp
 
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.commands.ui import _stop, wait_ready
-    from orchestrator.projections.tracking import Tracker
+    from nestor.orchestrator.commands.ui import _stop, wait_ready
+    from nestor.orchestrator.projections.tracking import Tracker
 
     before = tmp_path / "on the cluster"
     tracker = Tracker(before, "moved")

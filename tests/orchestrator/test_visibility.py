@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends.ray.visibility import NodeView, RunDirNotShared
+from nestor.orchestrator.backends.ray.visibility import NodeView, RunDirNotShared
 
 TAG = "NESTOR_VISIBILITY_TEST"
 
@@ -46,7 +46,7 @@ DRIVER = """
 import json, sys, time
 from pathlib import Path
 import ray
-from orchestrator.backends.ray.visibility import RunDirNotShared, check_run_dir_shared
+from nestor.orchestrator.backends.ray.visibility import RunDirNotShared, check_run_dir_shared
 
 ray.init(address=sys.argv[1], log_to_driver=False, configure_logging=False)
 deadline = time.monotonic() + 60
@@ -137,7 +137,8 @@ def test_a_node_that_cannot_see_the_run_dir_is_named(tmp_path: Path) -> None:
 
         # The same check from `nestor doctor --run-dir`, before a run.
         doctor = subprocess.run(
-            [sys.executable, "-m", "orchestrator.commands.cli", "doctor", "--address", address,
+            [sys.executable, "-m", "nestor.orchestrator.commands.cli", "doctor",
+             "--address", address,
              "--run-dir", str(shared / "run"), "--format", "json", "--strict"],
             env=env, capture_output=True, text=True, timeout=180, check=False)
         assert doctor.returncode == 1, doctor.stderr[-3000:]

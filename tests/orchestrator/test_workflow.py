@@ -129,7 +129,7 @@ def test_a_sweep_journals_tracks_and_reports_every_trial(sweep) -> None:
     assert all(r.data.tags["nestor.status"] == "completed" for r in children)
     from mlflow.tracking import MlflowClient
 
-    from orchestrator.projections.tracking import list_artifacts
+    from nestor.orchestrator.projections.tracking import list_artifacts
 
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
     logged = [a.path for a in list_artifacts(client, run_dir, children[0].info.run_id,
@@ -239,7 +239,7 @@ def fault_on_call(target: str, number: int, action: str) -> str:
 
 
 # A trial is launched (its gang being booked), not journalled yet.
-DIES_WHILE_LAUNCHING = fault_on_call("orchestrator.backends.ray.gangs:GangPool.reserve", 3,
+DIES_WHILE_LAUNCHING = fault_on_call("nestor.orchestrator.backends.ray.gangs:GangPool.reserve", 3,
                                      "os.killpg(0, signal.SIGKILL)")
 
 
@@ -268,7 +268,7 @@ def test_mlflow_shows_no_run_the_journal_does_not_name_and_resume_leaves_no_twin
 
 # The trial's program has ended and its rank 0 has written the result; the driver
 # has heard of it but not journalled it yet.
-DIES_BEFORE_JOURNALLING_A_RESULT = fault_on_call("orchestrator.engine.trials:TrialRunner._finish_attempt",  # noqa: E501
+DIES_BEFORE_JOURNALLING_A_RESULT = fault_on_call("nestor.orchestrator.engine.trials:TrialRunner._finish_attempt",  # noqa: E501
                                                  3, "os.killpg(0, signal.SIGKILL)")
 
 
@@ -300,7 +300,7 @@ def test_a_result_that_landed_while_the_driver_was_down_is_adopted_not_rerun(
 
 # What Horovod raises when Ray cannot place the gang in time.
 PLACEMENT_TIMES_OUT_ONCE = fault_on_call(
-    "orchestrator.backends.ray.gangs:GangPool._start_executor", 1,
+    "nestor.orchestrator.backends.ray.gangs:GangPool._start_executor", 1,
     "raise TimeoutError('Placement group creation timed out. Make sure your cluster"
     " either has enough resources or use an autoscaling cluster.')")
 
@@ -325,7 +325,7 @@ def test_a_gang_that_cannot_be_placed_fails_one_attempt_which_is_retried(
 
 
 PLACEMENT_TIMES_OUT_THRICE = """
-import orchestrator.backends.ray.gangs as gangs
+import nestor.orchestrator.backends.ray.gangs as gangs
 real, calls = gangs.GangPool._start_executor, []
 def flaky(self, shape):
     calls.append(1)
@@ -508,7 +508,7 @@ def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None
     experiment = client.get_experiment_by_name("cnn-digits")
     (stage_run,) = [r for r in client.search_runs([experiment.experiment_id])
                     if "mlflow.parentRunId" not in r.data.tags]
-    from orchestrator.projections.tracking import list_artifacts
+    from nestor.orchestrator.projections.tracking import list_artifacts
 
     assert list_artifacts(client, tmp_path / "run", stage_run.info.run_id, "best_checkpoint")
     assert len({e["gang"] for e in started}) == 1  # the second trial reused the warm gang
@@ -517,7 +517,7 @@ def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None
 def test_an_early_stopper_takes_a_report_that_comes_before_its_start() -> None:
     """The driver does not wait for the stopper to register an attempt (its loop
     never blocks on the actor), so the attempt's first report may come first."""
-    from orchestrator.backends.ray.pruning import EarlyStopper
+    from nestor.orchestrator.backends.ray.pruning import EarlyStopper
 
     stopper = EarlyStopper("median", "val_accuracy", "max", warmup_epochs=0,
                            reduction_factor=3, startup_trials=1)

@@ -80,7 +80,7 @@ def nestor(*args: str, env: dict[str, str], timeout: float = 600) -> subprocess.
 
 
 def events(run_dir: Path) -> list[dict[str, Any]]:
-    from orchestrator.journal.journal import read_events
+    from nestor.orchestrator.journal.journal import read_events
 
     return read_events(run_dir / "journal.jsonl")
 

@@ -27,7 +27,7 @@ from nestor_harness import (
     wait_for_no_tagged,
 )
 
-from orchestrator.journal.journal import DiskFull, Journal, read_events
+from nestor.orchestrator.journal.journal import DiskFull, Journal, read_events
 from tests.tmpfs import tmpfs
 
 

@@ -51,7 +51,7 @@ ray.init(address=cluster.address, log_to_driver=False, configure_logging=False)
 def where(dp, mp):
     import horovod.torch as hvd
     import torch
-    from trainers.parallel import setup
+    from nestor.trainers.parallel import setup
 
     par = setup(dp, mp)
     group = list(par.mp_ranks)
@@ -68,7 +68,7 @@ def emit(**record):
     print(json.dumps(record), flush=True)
 
 
-from orchestrator.backends.ray.gangs import GangPool, GangStartError, Shape
+from nestor.orchestrator.backends.ray.gangs import GangPool, GangStartError, Shape
 
 try:
     with GangPool(slots={NODES * CPUS}, placement_timeout_s=60) as pool:

@@ -64,8 +64,8 @@ out.write(b"FoM: 0.5\\n")
 
 MEASURE = """
 import json, resource, sys
-from trainers import TrainerRef, TrialRequest
-from trainers.command import LOG_LIMIT, run_command
+from nestor.trainers import TrainerRef, TrialRequest
+from nestor.trainers.command import LOG_LIMIT, run_command
 request = TrialRequest(trial_id="flood", trainer=TrainerRef.command([sys.executable, sys.argv[1]]),
                        log_dir=sys.argv[2])
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

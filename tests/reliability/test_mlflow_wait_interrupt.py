@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 from nestor_harness import MlflowServer
 
-from orchestrator.journal.journal import read_events
-from orchestrator.projections.projector import CURSOR_FILE, Projector
-from orchestrator.spec import load_spec
+from nestor.orchestrator.journal.journal import read_events
+from nestor.orchestrator.projections.projector import CURSOR_FILE, Projector
+from nestor.orchestrator.spec import load_spec
 
 pytestmark = pytest.mark.slow
 

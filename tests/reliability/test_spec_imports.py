@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.spec import SpecError, load_spec, load_spec_text
-from orchestrator.spec.checks import function_problem
+from nestor.orchestrator.spec import SpecError, load_spec, load_spec_text
+from nestor.orchestrator.spec.checks import function_problem
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 

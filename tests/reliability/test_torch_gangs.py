@@ -124,7 +124,7 @@ def test_a_collective_one_torch_rank_never_joins_fails_and_retries_on_a_new_gang
 def test_a_model_parallel_torch_gang_trains_as_one_process_would(tmp_path: Path) -> None:
     """mp = 2 on a torch gang placed by nestor (its own ranks, groups and rendezvous)
     follows the unsplit model's loss curve."""
-    from trainers import TrainerRef, TrialRequest, run_trial
+    from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
     settings = {"dataset": "digits", "epochs": 2, "max_train_samples": 300, "seed": 2}
     config = {"width": 33, "batch_size": 30, "lr": 0.1}

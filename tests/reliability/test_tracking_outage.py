@@ -17,10 +17,15 @@ from pathlib import Path
 import pytest
 from nestor_harness import MlflowServer
 
-from orchestrator.journal.events import StageStarted, TrialFinished, TrialStarted, WorkflowStarted
-from orchestrator.journal.journal import Journal
-from orchestrator.projections.projector import CURSOR_FILE, Projector
-from orchestrator.spec import load_spec
+from nestor.orchestrator.journal.events import (
+    StageStarted,
+    TrialFinished,
+    TrialStarted,
+    WorkflowStarted,
+)
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.projections.projector import CURSOR_FILE, Projector
+from nestor.orchestrator.spec import load_spec
 
 pytestmark = pytest.mark.slow
 
@@ -42,10 +47,10 @@ stages:
 CRASHING_DRIVER = """
 import os, sys, time
 from pathlib import Path
-from orchestrator.journal.events import TrialFinished, TrialStarted
-from orchestrator.journal.journal import Journal
-from orchestrator.projections.projector import Projector
-from orchestrator.spec import load_spec
+from nestor.orchestrator.journal.events import TrialFinished, TrialStarted
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.projections.projector import Projector
+from nestor.orchestrator.spec import load_spec
 run = Path(sys.argv[1])
 projector = Projector(run, load_spec(run / "spec.yaml"))
 journal = Journal(run / "journal.jsonl", on_append=projector.wake)

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from nestor_harness import MlflowServer
 
-from orchestrator.projections.tracking import Tracker
+from nestor.orchestrator.projections.tracking import Tracker
 
 pytestmark = pytest.mark.slow
 

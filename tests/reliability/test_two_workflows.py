@@ -408,7 +408,7 @@ def test_a_driver_without_address_starts_its_own_ray_beside_anothers(tmp_path: P
 # drivers starting together can both pass the check in, made certain.
 TAKEN_AFTER_THE_CHECK = """
 import subprocess, sys
-from orchestrator.backends.ray import cluster
+from nestor.orchestrator.backends.ray import cluster
 check, holder = cluster.cluster_slots, []
 def check_then_lose_the_slots(*args, **kwargs):
     slots = check(*args, **kwargs)

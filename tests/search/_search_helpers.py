@@ -6,7 +6,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from search import (
+from nestor.search import (
     ASHASearch,
     BayesianSearch,
     Failure,
@@ -19,7 +19,7 @@ from search import (
     RandomSearch,
     Searcher,
 )
-from search.space import (
+from nestor.search.space import (
     CategoricalParam,
     ConstantParam,
     FloatParam,

@@ -7,8 +7,8 @@ import json
 import pytest
 from _search_helpers import MIN, MIXED, drive, loss
 
-from search import AutoChoice, Objective, choose_search, make_searcher
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search import AutoChoice, Objective, choose_search, make_searcher
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 
 def box(dims: int) -> SearchSpace:

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 from _search_helpers import MIN, MIXED, drive, loss
 
-from search import BayesianSearch, Failure, Objective
-from search.problems import PROBLEMS
-from search.space import FloatParam, SearchSpace
+from nestor.search import BayesianSearch, Failure, Objective
+from nestor.search.problems import PROBLEMS
+from nestor.search.space import FloatParam, SearchSpace
 
 BRANIN = PROBLEMS["branin"]
 
@@ -169,8 +169,8 @@ def test_settings_are_checked() -> None:
 def test_import_search_pulls_in_no_heavy_framework() -> None:
     code = (
         "import sys, search\n"
-        "from search import BayesianSearch\n"
-        "from search.space import FloatParam, SearchSpace\n"
+        "from nestor.search import BayesianSearch\n"
+        "from nestor.search.space import FloatParam, SearchSpace\n"
         "s = BayesianSearch(SearchSpace([FloatParam('x', 0.0, 1.0)]), [('y', 'min')])\n"
         "t = s.ask(2); s.tell(t[0].id, 1.0)\n"
         "heavy = {'torch', 'ray', 'horovod', 'mlflow'} & set(sys.modules)\n"

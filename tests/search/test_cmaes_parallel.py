@@ -10,8 +10,8 @@ from typing import Any
 import pytest
 from _search_helpers import MIN
 
-from search import BayesianSearch, Failure
-from search.space import FloatParam, SearchSpace
+from nestor.search import BayesianSearch, Failure
+from nestor.search.space import FloatParam, SearchSpace
 
 SPACE = SearchSpace(tuple(FloatParam(f"c{i}", -1.0, 1.0) for i in range(5)))
 POPULATION = 4 + math.floor(3 * math.log(5))  # CMA-ES's default for 5 parameters: 8
@@ -115,7 +115,7 @@ def test_auto_cmaes_spends_no_trial_on_random_startup_draws() -> None:
     """Auto's CMA-ES proposes from the first result on (Optuna's one draw before
     it excepted): over 12 problems, 10 random startup trials cost more than
     their better half gained as a start (see search/_auto.py, rule 5)."""
-    from search import make_searcher
+    from nestor.search import make_searcher
 
     space = SearchSpace(tuple(FloatParam(f"c{i}", -1.0, 1.0) for i in range(7)))
     searcher = make_searcher("auto", space, MIN, seed=0, budget=300, parallel=8)
@@ -132,7 +132,7 @@ def test_auto_cmaes_spends_no_trial_on_random_startup_draws() -> None:
 def test_cmaes_by_hand_defaults_to_no_random_startup_and_tpe_keeps_ten() -> None:
     """The default follows the sampler: CMA-ES's own first generation explores (it starts
     at the centre), TPE and GP need their random draws to fit anything."""
-    from search import Objective, make_searcher
+    from nestor.search import Objective, make_searcher
 
     objective = [Objective("f", "min")]
     assert make_searcher("bayesian", SPACE, objective, sampler="cmaes").startup_trials == 0
@@ -169,7 +169,7 @@ def test_a_population_as_wide_as_the_slots_keeps_every_slot_busy() -> None:
 
 
 def test_auto_gives_cmaes_a_generation_per_trial_at_once() -> None:
-    from search import make_searcher
+    from nestor.search import make_searcher
 
     space = SearchSpace(tuple(FloatParam(f"c{i}", -1.0, 1.0) for i in range(3)))
     searcher = make_searcher("auto", space, MIN, seed=0, budget=400, parallel=12)

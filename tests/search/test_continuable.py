@@ -15,7 +15,7 @@ import random
 import pytest
 from _search_helpers import MIN, MIXED, loss
 
-from search import Failure, Searcher, make_searcher
+from nestor.search import Failure, Searcher, make_searcher
 
 SEARCHES = {
     "pbt": ("pbt", {"population": 6, "intervals": 6, "quantile": 0.34}),

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 from _search_helpers import MIN, MIXED, loss
 
-from search import Failure, Searcher, make_searcher
-from search._budget import parse_budget, parse_budget_text
+from nestor.search import Failure, Searcher, make_searcher
+from nestor.search._budget import parse_budget, parse_budget_text
 
 FULL_SECONDS = 10.0  # what a trial trained in full costs (slot-seconds)
 PER_EPOCH = 2.0  # what one epoch of a continued trial costs (slot-seconds)

@@ -10,9 +10,9 @@ import deap.creator
 import pytest
 from _search_helpers import MIN, MIXED, drive, loss
 
-from search import Failure, GeneticSearch, Objective
-from search._genetic import _Gene
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search import Failure, GeneticSearch, Objective
+from nestor.search._genetic import _Gene
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 LINE = SearchSpace((FloatParam("x", -5.0, 5.0), FloatParam("y", -5.0, 5.0)))
 
@@ -35,7 +35,7 @@ def square(config: dict) -> float:
     ],
 )
 def test_planned_trials_match_the_spec(settings: dict, planned: int) -> None:
-    from orchestrator.spec.model import GeneticSearch as Spec
+    from nestor.orchestrator.spec.model import GeneticSearch as Spec
 
     searcher = GeneticSearch(LINE, MIN, **settings)
     assert searcher.planned == planned
@@ -298,7 +298,7 @@ def test_the_one_fifth_rule_shrinks_the_step_near_an_optimum() -> None:
 def test_a_budget_above_the_generations_is_honoured() -> None:
     """budget: 200 with generations: 10 of 16 runs 200 trials (13 generations), in the
     search and in the spec, where it was refused ("budget must be at most 160")."""
-    from orchestrator.spec.model import GeneticSearch as Spec
+    from nestor.orchestrator.spec.model import GeneticSearch as Spec
 
     searcher = GeneticSearch(LINE, MIN, generations=10, budget=200)
     assert searcher.generations == 13 and searcher.planned == 200

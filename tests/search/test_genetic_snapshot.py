@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from _search_helpers import MIN, MIXED, loss
 
-from search import Failure, GeneticSearch, Objective
+from nestor.search import Failure, GeneticSearch, Objective
 
 TWO = [Objective("loss", "min"), Objective("layers", "max")]
 

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 from _search_helpers import MIN, MIXED, loss
 
-from search import (
+from nestor.search import (
     ASHASearch,
     Failure,
     HyperbandSearch,
@@ -17,8 +17,8 @@ from search import (
     make_searcher,
     settings_of,
 )
-from search._hyperband import hyperband_brackets, rung_budgets
-from search.space import FloatParam, SearchSpace
+from nestor.search._hyperband import hyperband_brackets, rung_budgets
+from nestor.search.space import FloatParam, SearchSpace
 
 LINE = SearchSpace((FloatParam("x", 0.0, 1.0),))
 

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 from _search_helpers import MIN, MIXED, drive
 
-from search import LQCMAESSearch, make_searcher
-from search.space import FloatParam, IntParam, SearchSpace
+from nestor.search import LQCMAESSearch, make_searcher
+from nestor.search.space import FloatParam, IntParam, SearchSpace
 
 BOX5 = SearchSpace(tuple(FloatParam(f"x{i}", -5.0, 5.0) for i in range(5)))
 SHIFT = (0.37, -1.21, 2.05, -0.66, 1.48)

@@ -10,9 +10,9 @@ import random
 import statistics
 from typing import Any
 
-from search import Objective, make_searcher
-from search._genetic import GeneticSearch, _DEControl
-from search.space import FloatParam, SearchSpace
+from nestor.search import Objective, make_searcher
+from nestor.search._genetic import GeneticSearch, _DEControl
+from nestor.search.space import FloatParam, SearchSpace
 
 MIN = [Objective("y", "min")]
 BOX6 = SearchSpace(tuple(FloatParam(f"x{i}", -4.0, 4.0) for i in range(6)))

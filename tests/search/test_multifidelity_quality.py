@@ -23,9 +23,9 @@ import statistics
 
 import pytest
 
-from search import Objective, Searcher, make_searcher
-from search._fidelity import span
-from search.space import FloatParam, SearchSpace
+from nestor.search import Objective, Searcher, make_searcher
+from nestor.search._fidelity import span
+from nestor.search.space import FloatParam, SearchSpace
 
 SPACE = SearchSpace(tuple(FloatParam(f"x{i}", -5.0, 5.0) for i in range(3)))
 MAX_EPOCHS = 27

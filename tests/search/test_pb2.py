@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 from _search_helpers import MIN, MIXED
 
-from search import Failure, PBTSearch, make_searcher, schedules_from_state
-from search._pb2 import TimeVaryingGP, select
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search import Failure, PBTSearch, make_searcher, schedules_from_state
+from nestor.search._pb2 import TimeVaryingGP, select
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 MAX = [("score", "max")]
 NARROW = SearchSpace((FloatParam("lr", 1e-4, 1e-1, log=True),))

@@ -10,8 +10,8 @@ import random
 import pytest
 from _search_helpers import MIN, MIXED, loss
 
-from search import Failure, PBTSearch, make_searcher, schedules_from_state
-from search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
+from nestor.search import Failure, PBTSearch, make_searcher, schedules_from_state
+from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 SPACE = SearchSpace(
     (

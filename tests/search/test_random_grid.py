@@ -7,9 +7,9 @@ import math
 import pytest
 from _search_helpers import MIN, MIXED, drive
 
-from search import GridSearch, RandomSearch
-from search._grid import grid_values
-from search.space import CategoricalParam, ConstantParam, FloatParam, IntParam, SearchSpace
+from nestor.search import GridSearch, RandomSearch
+from nestor.search._grid import grid_values
+from nestor.search.space import CategoricalParam, ConstantParam, FloatParam, IntParam, SearchSpace
 
 
 def test_random_draws_log_parameters_log_uniformly() -> None:
@@ -62,7 +62,7 @@ def test_grid_budget_samples_the_whole_grid() -> None:
 
 
 def test_grid_planned_matches_the_spec() -> None:
-    from orchestrator.spec.model import GridSearch as Spec
+    from nestor.orchestrator.spec.model import GridSearch as Spec
 
     for points in (2, 3, {"lr": 5}):
         spec = Spec(algorithm="grid", points=points)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from search import Failure, Objective, RandomSearch, as_objectives
-from search._base import Observation, Trial, pareto_front, parse_result
-from search.space import FloatParam, SearchSpace
+from nestor.search import Failure, Objective, RandomSearch, as_objectives
+from nestor.search._base import Observation, Trial, pareto_front, parse_result
+from nestor.search.space import FloatParam, SearchSpace
 
 SPACE = SearchSpace((FloatParam("x", 0.0, 1.0),))
 

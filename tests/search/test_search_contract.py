@@ -7,8 +7,8 @@ import json
 import pytest
 from _search_helpers import FACTORIES, MIN, MIXED, MULTI_OBJECTIVE, drive, loss
 
-from search import Failure, Objective, Searcher, make_searcher, observations_from_state
-from search.space import FloatParam, SearchSpace
+from nestor.search import Failure, Objective, Searcher, make_searcher, observations_from_state
+from nestor.search.space import FloatParam, SearchSpace
 
 ALL = list(FACTORIES)
 
@@ -236,7 +236,7 @@ def test_grid_cannot_be_warm_started() -> None:
 
 @pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid", "auto"])
 def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
-    from orchestrator.spec import model
+    from nestor.orchestrator.spec import model
 
     spec_class = {
         "genetic": model.GeneticSearch,

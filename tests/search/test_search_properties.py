@@ -9,8 +9,8 @@ from _search_helpers import drive
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from search import Objective, make_searcher
-from search.space import (
+from nestor.search import Objective, make_searcher
+from nestor.search.space import (
     CategoricalParam,
     ConstantParam,
     FloatParam,

@@ -12,8 +12,8 @@ import statistics
 import pytest
 from _search_helpers import drive
 
-from search import make_searcher
-from search.problems import PROBLEMS
+from nestor.search import make_searcher
+from nestor.search.problems import PROBLEMS
 
 BUDGET = 100
 SEEDS = range(10)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers.history import MAX_HISTORY, BoundedHistory
+from nestor.trainers.history import MAX_HISTORY, BoundedHistory
 
 pytestmark = pytest.mark.slow
 

@@ -20,15 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal.events import TrialFinished, WorkflowStarted
-from orchestrator.journal.journal import (
+from nestor.orchestrator.journal.events import TrialFinished, WorkflowStarted
+from nestor.orchestrator.journal.journal import (
     Journal,
     JournalError,
     iter_events,
     read_events,
     verify,
 )
-from orchestrator.journal.state import RunState
+from nestor.orchestrator.journal.state import RunState
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 FIT = """\

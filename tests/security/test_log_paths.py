@@ -29,8 +29,8 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal.journal import Journal, read_events
-from orchestrator.journal.safe import within as inside
+from nestor.orchestrator.journal.journal import Journal, read_events
+from nestor.orchestrator.journal.safe import within as inside
 
 pytestmark = pytest.mark.slow
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.journal.journal import read_events
+from nestor.orchestrator.journal.journal import read_events
 
 pytestmark = pytest.mark.slow
 

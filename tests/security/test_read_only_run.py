@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, fixed_trials
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.projections.projector import Projector
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, fixed_trials
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.projections.projector import Projector
+from nestor.orchestrator.spec import load_spec_text
 from tests.tmpfs import tmpfs
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
@@ -32,7 +32,7 @@ SPEC = textwrap.dedent("""
     stages:
       - name: tune
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial"}
+        trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}
         search: {algorithm: random, budget: 4, seed: 1}
         space:
           x: {type: float, low: 0, high: 1}

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.engine.workflow import RunError, prepare_run_dir
-from orchestrator.journal.lock import RunDirLocked, hold
+from nestor.orchestrator.engine.workflow import RunError, prepare_run_dir
+from nestor.orchestrator.journal.lock import RunDirLocked, hold
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 
 HOLDER = """
 import sys, time
-from orchestrator.journal.lock import hold
+from nestor.orchestrator.journal.lock import hold
 lock = hold(sys.argv[1])
 print("held", flush=True)
 time.sleep(600)

@@ -18,22 +18,22 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, fixed_trials
-from orchestrator.backends.stopping import Interrupted
-from orchestrator.engine.adoption import ResultFiles
-from orchestrator.engine.checkpoints import CheckpointKeeper
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.journal.events import parse
-from orchestrator.journal.journal import JournalError, read_events
-from orchestrator.journal.safe import UnsafeRunData, check_id, inside
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, fixed_trials
+from nestor.orchestrator.backends.stopping import Interrupted
+from nestor.orchestrator.engine.adoption import ResultFiles
+from nestor.orchestrator.engine.checkpoints import CheckpointKeeper
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.journal.events import parse
+from nestor.orchestrator.journal.journal import JournalError, read_events
+from nestor.orchestrator.journal.safe import UnsafeRunData, check_id, inside
+from nestor.orchestrator.spec import load_spec_text
 
 SPEC = textwrap.dedent("""
     name: sim
     stages:
       - name: tune
         kind: hpo
-        trainer: {function: "orchestrator.simulate:simulated_trial"}
+        trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}
         search: {algorithm: genetic, population: 4, generations: 3, seed: 1}
         space:
           x: {type: float, low: 0, high: 1}
@@ -159,8 +159,8 @@ def test_inside_allows_the_run_directory_through_a_link_to_it(tmp_path: Path) ->
 def test_a_continued_trial_is_never_handed_a_checkpoint_outside(tmp_path: Path) -> None:
     """A trial_finished event whose checkpoint points outside the run directory: the
     trial continuing from it is not launched with that path."""
-    from orchestrator.engine.kinds.hpo import HpoTrials
-    from orchestrator.engine.records import TrialRecord
+    from nestor.orchestrator.engine.kinds.hpo import HpoTrials
+    from nestor.orchestrator.engine.records import TrialRecord
 
     secret = tmp_path / "secret.pt"
     secret.write_text("not yours")
@@ -219,7 +219,7 @@ def test_a_fuzzed_journal_never_touches_outside(tmp_path: Path) -> None:
 def test_predict_never_loads_a_model_outside_the_run(tmp_path: Path) -> None:
     """results.json is data too: a best checkpoint pointing outside the run directory
     (a file the attacker planted, which torch would unpickle) is refused, not loaded."""
-    from orchestrator.predict import load_predictor
+    from nestor.orchestrator.predict import load_predictor
 
     planted = tmp_path / "planted.pt"
     planted.write_bytes(b"not a model")

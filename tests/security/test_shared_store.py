@@ -26,7 +26,7 @@ go, uri, name = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 import mlflow, sqlalchemy  # imported before the barrier: the race is the store's alone
 while not go.exists():
     time.sleep(0.001)
-from orchestrator.projections.tracking import Tracker
+from nestor.orchestrator.projections.tracking import Tracker
 tracker = Tracker(Path(sys.argv[4]), "shared", uri)
 run = tracker.start_run(name, params={"who": name})
 tracker.log_metrics(run, {"loss": 0.5})

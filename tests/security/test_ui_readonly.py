@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.projections.ui_gate import reads_only
+from nestor.orchestrator.projections.ui_gate import reads_only
 
 pytestmark = pytest.mark.slow
 
@@ -58,7 +58,7 @@ def call(url: str, method: str = "GET", body: object = None,
 @pytest.fixture(scope="module")
 def store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str, str]:
     """A run directory's store: an experiment, a run with an artifact."""
-    from orchestrator.projections.tracking import Tracker
+    from nestor.orchestrator.projections.tracking import Tracker
 
     run_dir = tmp_path_factory.mktemp("ui") / "run"
     tracker = Tracker(run_dir, "readonly")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 

@@ -75,7 +75,8 @@ def test_the_benches_published_searchers_are_pinned_and_installed() -> None:
         assert available(search), f"{package} does not import in this venv: rerun make setup"
 
 
-@pytest.mark.parametrize("module", ["search", "orchestrator.commands.cli", "trainers", "trainers.catalog"])  # noqa: E501
+@pytest.mark.parametrize("module", ["nestor.search", "nestor.orchestrator.commands.cli",
+                                    "nestor.trainers", "nestor.trainers.catalog"])
 def test_light_imports_stay_light(module: str) -> None:
     code = (
         f"import sys, {module}\n"
@@ -121,7 +122,7 @@ def test_console_command_explains_itself(argv: list[str], expected: str) -> None
 
 
 def test_trainers_command_lists_catalog() -> None:
-    from trainers.catalog import DATASETS, TRAINERS
+    from nestor.trainers.catalog import DATASETS, TRAINERS
 
     result = run([str(VENV_BIN / "nestor"), "trainers"])
     assert result.returncode == 0, result.stderr

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.slurm import SubmitError, SubmitOptions, render_script, sbatch_argv, time_seconds
+from nestor.orchestrator.slurm import (
+    SubmitError,
+    SubmitOptions,
+    render_script,
+    sbatch_argv,
+    time_seconds,
+)
 
 NESTOR = str(Path(sys.executable).parent / "nestor")
 SPEC = """
@@ -171,7 +177,7 @@ def test_a_site_template_is_used_and_a_wrong_name_in_it_is_refused(tmp_path: Pat
 
 def test_the_template_is_found_outside_a_checkout_and_ships_in_the_wheel(
         tmp_path: Path) -> None:
-    from orchestrator.slurm.script import TEMPLATE_DIRS, TEMPLATE_NAME, default_template
+    from nestor.orchestrator.slurm.script import TEMPLATE_DIRS, TEMPLATE_NAME, default_template
 
     installed = tmp_path / "share" / "nestor" / "slurm"
     installed.mkdir(parents=True)

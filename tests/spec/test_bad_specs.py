@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.commands.cli import cli
-from orchestrator.spec import SpecError, load_spec
+from nestor.orchestrator.commands.cli import cli
+from nestor.orchestrator.spec import SpecError, load_spec
 
 BAD = sorted((Path(__file__).parent / "bad").glob("*.yaml"))
 MARKER = re.compile(r"#\s*ERROR(\(file\))?:\s*(.+?)\s*$")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.spec import SpecError, load_spec_text
-from search import make_searcher
+from nestor.orchestrator.spec import SpecError, load_spec_text
+from nestor.search import make_searcher
 
 SPEC = """
 name: demo

@@ -11,7 +11,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from orchestrator.spec import SpecError, Workflow, load_spec_text
+from nestor.orchestrator.spec import SpecError, Workflow, load_spec_text
 
 # Raise for a long hunt: NESTOR_FUZZ_EXAMPLES=10000 pytest tests/spec/test_fuzz.py
 EXAMPLES = int(os.environ.get("NESTOR_FUZZ_EXAMPLES", "400"))

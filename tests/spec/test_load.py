@@ -7,10 +7,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.commands.cli import cli
-from orchestrator.spec import HpoStage, SpecError, load_spec, load_spec_text
-from orchestrator.spec.model import GeneticSearch
-from search.space import CategoricalParam, ConstantParam, FloatParam, IntParam
+from nestor.orchestrator.commands.cli import cli
+from nestor.orchestrator.spec import HpoStage, SpecError, load_spec, load_spec_text
+from nestor.orchestrator.spec.model import GeneticSearch
+from nestor.search.space import CategoricalParam, ConstantParam, FloatParam, IntParam
 
 CONFIGS = sorted((Path(__file__).parents[2] / "configs").glob("*.yaml"))
 
@@ -91,7 +91,7 @@ def sine_fit(budget: int, parallel: int | None = None) -> str:
 
 
 def test_auto_search_loads_and_plans_what_it_picks() -> None:
-    from orchestrator.spec.model import AutoSearch
+    from nestor.orchestrator.spec.model import AutoSearch
 
     stage = load_spec_text(sine_fit(300)).stage("fit")
     assert isinstance(stage.search, AutoSearch)
@@ -206,7 +206,7 @@ stages:
 """)
     result = CliRunner().invoke(cli, ["validate", str(spec)])
     assert result.exit_code == 0, result.output
-    from trainers._launch import per_node
+    from nestor.trainers._launch import per_node
 
     argv = load_spec(spec).stage("tune").trainer.argv
     assert per_node(argv) and not per_node([w for w in argv if w != "{node_rank}"])

@@ -15,10 +15,10 @@ import textwrap
 import pytest
 import yaml
 
-from orchestrator.spec import SpecError, load_spec_text
-from orchestrator.spec.model import ALGORITHMS, SEARCH_MODELS
-from search import make_searcher
-from search.space import FloatParam, SearchSpace
+from nestor.orchestrator.spec import SpecError, load_spec_text
+from nestor.orchestrator.spec.model import ALGORITHMS, SEARCH_MODELS
+from nestor.search import make_searcher
+from nestor.search.space import FloatParam, SearchSpace
 
 SEARCHES = [(a, {}) for a in ALGORITHMS] + [
     ("bayesian", {"sampler": sampler}) for sampler in ("cmaes", "lq-cmaes", "gp")]

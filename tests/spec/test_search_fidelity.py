@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.commands.cli import cli
-from orchestrator.spec import SpecError, load_spec_text
+from nestor.orchestrator.commands.cli import cli
+from nestor.orchestrator.spec import SpecError, load_spec_text
 
 STAGE = textwrap.dedent("""
     name: fid

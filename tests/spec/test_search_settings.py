@@ -11,12 +11,12 @@ import textwrap
 
 import pytest
 
-from orchestrator.commands.sweep import build_spec, search_flags, spec_yaml
-from orchestrator.spec import load_spec_text
-from orchestrator.spec.model import ALGORITHMS, SEARCH_MODELS
-from search import make_searcher, settings_class
-from search._settings import Declared, declared
-from search.space import FloatParam, SearchSpace
+from nestor.orchestrator.commands.sweep import build_spec, search_flags, spec_yaml
+from nestor.orchestrator.spec import load_spec_text
+from nestor.orchestrator.spec.model import ALGORITHMS, SEARCH_MODELS
+from nestor.search import make_searcher, settings_class
+from nestor.search._settings import Declared, declared
+from nestor.search.space import FloatParam, SearchSpace
 
 SPEC_ONLY = {"algorithm", "fidelity"}  # the stage's business, not the searcher's
 
@@ -68,8 +68,8 @@ def test_a_sweep_without_search_flags_runs_the_searchers_defaults(algorithm: str
 
 ADDED = textwrap.dedent("""
     import dataclasses
-    import search._pbt as pbt
-    from search._settings import setting
+    import nestor.search._pbt as pbt
+    from nestor.search._settings import setting
 
     @dataclasses.dataclass(frozen=True)
     class Extended(pbt.PBTSettings):
@@ -78,10 +78,10 @@ ADDED = textwrap.dedent("""
     pbt.PBTSearch.Settings = Extended  # the one edit: the searcher's declaration
 
     from click.testing import CliRunner
-    from orchestrator.commands.cli import cli
-    from orchestrator.commands.sweep import build_spec, spec_yaml
-    from orchestrator.spec import SpecError, load_spec_text
-    from orchestrator.spec.model import PbtSearch
+    from nestor.orchestrator.commands.cli import cli
+    from nestor.orchestrator.commands.sweep import build_spec, spec_yaml
+    from nestor.orchestrator.spec import SpecError, load_spec_text
+    from nestor.orchestrator.spec.model import PbtSearch
 
     field = PbtSearch.model_fields["lag_limit"]
     print("DEFAULT", field.default, "|", field.description)
@@ -114,8 +114,8 @@ def test_a_setting_added_to_a_searcher_is_in_the_spec_and_the_flags() -> None:
 
 BOUND = textwrap.dedent("""
     import dataclasses, json, sys
-    import search._pbt as pbt
-    from search._settings import setting
+    import nestor.search._pbt as pbt
+    from nestor.search._settings import setting
 
     @dataclasses.dataclass(frozen=True)
     class Extended(pbt.PBTSettings):
@@ -123,9 +123,9 @@ BOUND = textwrap.dedent("""
 
     pbt.PBTSearch.Settings = Extended  # the one edit: the searcher's declaration
 
-    from orchestrator.commands.sweep import build_spec, spec_yaml
-    from orchestrator.spec import SpecError, load_spec_text
-    from search.space import FloatParam, SearchSpace
+    from nestor.orchestrator.commands.sweep import build_spec, spec_yaml
+    from nestor.orchestrator.spec import SpecError, load_spec_text
+    from nestor.search.space import FloatParam, SearchSpace
 
     try:
         pbt.PBTSearch(SearchSpace([FloatParam("lr", 0.01, 0.1)]), [("loss", "min")],
@@ -173,8 +173,8 @@ def test_a_rule_across_settings_is_written_once_for_the_searcher_and_the_spec(
     """The spec's genetic model runs the searcher's own ``Settings.check``: a rule
     added there (and only there) refuses the same spec and the same searcher, in the
     same words, as do the rules already there."""
-    from orchestrator.spec import SpecError
-    from search._genetic import GeneticSettings
+    from nestor.orchestrator.spec import SpecError
+    from nestor.search._genetic import GeneticSettings
 
     def refused(**settings: object) -> tuple[str, str]:
         with pytest.raises(ValueError) as searcher:
@@ -222,7 +222,7 @@ def test_a_broken_bound_reads_alike_from_the_spec_and_the_searcher(
         algorithm: str, name: str, value: object) -> None:
     """Every declared bound, broken: the searcher and the spec refuse the value in the
     same words (one function words both), the spec's at the field's file and line."""
-    from orchestrator.spec import SpecError
+    from nestor.orchestrator.spec import SpecError
 
     with pytest.raises(ValueError) as searcher:
         settings_class(algorithm)(**{name: value})
@@ -238,7 +238,7 @@ def test_a_broken_bound_reads_alike_from_the_spec_and_the_searcher(
 def test_population_without_cmaes_is_one_rule_in_one_text() -> None:
     """Bayesian's ``population`` is CMA-ES's: the rule is the searcher's Settings.check,
     which the spec runs on the field, so both say it alike."""
-    from orchestrator.spec import SpecError
+    from nestor.orchestrator.spec import SpecError
 
     with pytest.raises(ValueError) as searcher:
         make_searcher("bayesian", SearchSpace([FloatParam("x", 0.0, 1.0)]), [("loss", "min")],

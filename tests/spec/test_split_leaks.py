@@ -15,9 +15,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from orchestrator.spec import SpecError, load_spec, load_spec_text
-from trainers.catalog import SPLIT_SETTINGS, TRAINERS, resolve_options
-from trainers.data import Splits, splits_of
+from nestor.orchestrator.spec import SpecError, load_spec, load_spec_text
+from nestor.trainers.catalog import SPLIT_SETTINGS, TRAINERS, resolve_options
+from nestor.trainers.data import Splits, splits_of
 
 ROOT = Path(__file__).resolve().parents[2]
 

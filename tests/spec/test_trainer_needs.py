@@ -8,7 +8,7 @@ import textwrap
 
 import pytest
 
-from orchestrator.spec import SpecError, load_spec_text
+from nestor.orchestrator.spec import SpecError, load_spec_text
 
 TRAINERS = {
     "builtin": "{name: mlp, settings: {epochs: 3}}",
@@ -79,7 +79,7 @@ def test_a_random_search_needs_nothing_of_a_user_trainer():
 
 
 def test_a_sweep_of_a_command_says_it_saves_checkpoints_with_a_flag():
-    from orchestrator.commands.sweep import build_spec, spec_yaml
+    from nestor.orchestrator.commands.sweep import build_spec, spec_yaml
 
     def sweep(**options: object) -> dict:
         return build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],

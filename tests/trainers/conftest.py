@@ -89,7 +89,7 @@ def ranks(request: pytest.FixtureRequest) -> Launch:
 
 @pytest.fixture
 def trainers_cli(ranks: Launch) -> Callable[..., dict]:
-    """``python -m trainers ARGS`` as np ranks of each backend; returns rank 0's result."""
+    """``python -m nestor.trainers ARGS`` as np ranks of each backend; returns rank 0's result."""
     import json
 
     def run(np: int, args: list[str], out: Path, *, timeout: float = 180) -> dict:

@@ -17,8 +17,8 @@ def mp_equivalence(out: Path) -> dict[str, Any]:
     import torch
     import torch.nn.functional as F
 
-    from trainers.models import build_model, sharded_layers
-    from trainers.parallel import setup
+    from nestor.trainers.models import build_model, sharded_layers
+    from nestor.trainers.parallel import setup
 
     par = setup(1, 2)
     archs = {
@@ -61,7 +61,7 @@ def mp_equivalence(out: Path) -> dict[str, Any]:
 
 def _request(trial: str, dp: int, mp: int, checkpoint_dir: Path | None = None,
              **settings: Any) -> Any:
-    from trainers import TrainerRef, TrialRequest
+    from nestor.trainers import TrainerRef, TrialRequest
 
     base = {"dataset": "digits", "epochs": 2, "max_train_samples": 200}
     return TrialRequest(trial, TrainerRef.builtin("mlp"), settings={**base, **settings},
@@ -72,7 +72,7 @@ def _request(trial: str, dp: int, mp: int, checkpoint_dir: Path | None = None,
 
 def warm(out: Path) -> dict[str, Any]:
     """Successive trials of different shapes in the same two processes, as a warm gang runs them."""
-    from trainers import TrainerRef, TrialRequest, run_trial
+    from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
     results: dict[str, Any] = {}
     # Stopped after epoch 1 (as a killed trial would be), then restarted: the
@@ -98,12 +98,12 @@ def warm(out: Path) -> dict[str, Any]:
         ("bad_option", TrialRequest("e", TrainerRef.builtin("mlp"),
                                     config={"widht": 3}, data_parallel=2)),
         ("wrong_size", _request("f", 2, 2)),
-        ("function", TrialRequest("g", TrainerRef.python("trainers.examples:softmax_digits"),
+        ("function", TrialRequest("g", TrainerRef.python("nestor.trainers.examples:softmax_digits"),
                                   config={"epochs": 2}, data_parallel=2)),
         ("dp2_after_failures", _request("h", 2, 1)),
     ]:
         results[name] = run_trial(request).to_dict()
-    from trainers.parallel import process_rank, setup
+    from nestor.trainers.parallel import process_rank, setup
 
     results["rank"] = process_rank()
     results["backend"] = setup(2, 1).backend  # what the trials above ran on
@@ -122,7 +122,7 @@ def hybrid(out: Path) -> dict[str, Any]:
     moments) in a dp x mp gang; the test compares the outcome with one
     unsplit process.
     """
-    from trainers import TrainerRef, TrialRequest, run_trial
+    from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
     results = {}
     for name, epochs in (("first", 1), ("resumed", 2)):
@@ -139,7 +139,7 @@ CHECKS = {"mp_equivalence": mp_equivalence, "warm": warm, "hybrid": hybrid}
 if __name__ == "__main__":
     check, outdir = sys.argv[1], Path(sys.argv[2])
     result = CHECKS[check](outdir)
-    from trainers.parallel import exit_process, process_rank
+    from nestor.trainers.parallel import exit_process, process_rank
 
     (outdir / f"{check}-{process_rank()}.json").write_text(json.dumps(result, default=str))
     exit_process(0)

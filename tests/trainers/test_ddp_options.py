@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trainers.comm import ddp_no_sync_options
+from nestor.trainers.comm import ddp_no_sync_options
 
 
 class Torch213DDP:  # torch 2.13: both names; the per-forward one is forward_sync_buffers

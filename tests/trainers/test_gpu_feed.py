@@ -13,13 +13,13 @@ from typing import Any
 import pytest
 import torch
 
-from trainers import TrainerRef, TrialRequest, run_trial
-from trainers.checkpoint import full_optimizer_state, load_optimizer_state
-from trainers.comm import TorchComm
-from trainers.data import splits_of, steps_per_epoch
-from trainers.feed import fits_on_device
-from trainers.gpu import resolve_precision
-from trainers.parallel import Parallel, gather_features
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers.checkpoint import full_optimizer_state, load_optimizer_state
+from nestor.trainers.comm import TorchComm
+from nestor.trainers.data import splits_of, steps_per_epoch
+from nestor.trainers.feed import fits_on_device
+from nestor.trainers.gpu import resolve_precision
+from nestor.trainers.parallel import Parallel, gather_features
 
 DIGITS = {"dataset": "digits", "optimizer": "sgd", "batch_size": 16}
 

@@ -21,12 +21,12 @@ import gpu_fns
 import pytest
 import torch
 
-from trainers import TrainerRef, TrialRequest, run_trial
-from trainers.comm import HorovodComm
-from trainers.command import own_device_env
-from trainers.function import run_function
-from trainers.gpu import GRANTED_ENV, SHARE_ENV, gpu_problem, select_device
-from trainers.parallel import Parallel
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers.comm import HorovodComm
+from nestor.trainers.command import own_device_env
+from nestor.trainers.function import run_function
+from nestor.trainers.gpu import GRANTED_ENV, SHARE_ENV, gpu_problem, select_device
+from nestor.trainers.parallel import Parallel
 
 
 @pytest.fixture

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers import TrainerRef, TrialRequest, run_trial
-from trainers import checkpoint as ckpt
-from trainers.builtin import scaled_lr, warmup_factor
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers import checkpoint as ckpt
+from nestor.trainers.builtin import scaled_lr, warmup_factor
 
 SMALL = {"dataset": "digits", "epochs": 3, "max_train_samples": 300}
 MLP = {"width": 32, "batch_size": 30, "lr": 0.1}
@@ -111,7 +111,7 @@ def test_transfer_starts_from_another_trials_features_and_keeps_them_frozen(tmp_
 
 
 def test_load_weights_into_a_plain_model_for_ensembles(tmp_path):
-    from trainers.models import build_model
+    from nestor.trainers.models import build_model
 
     result = run_trial(_request(tmp_path, settings={"epochs": 1}))
     payload = ckpt.load_checkpoint(tmp_path / "ckpt")
@@ -155,7 +155,7 @@ def test_a_result_file_that_cannot_be_written_fails_the_trial_not_the_rank(tmp_p
     """A full or lost disk under the result file: the rank returns a failed result that
     says so (the driver records and retries it), instead of raising out of the rank,
     which the driver could only report as a dead rank."""
-    from trainers import TrainerRef, TrialRequest, run_trial
+    from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where a directory should be")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-import trainers
-from trainers.catalog import DATASETS, LAYER_GROUPS, TRAINERS, Option, resolve_options
+from nestor import trainers
+from nestor.trainers.catalog import DATASETS, LAYER_GROUPS, TRAINERS, Option, resolve_options
 
 PACKAGE = Path(trainers.__file__).resolve().parent
 
@@ -33,7 +33,7 @@ def test_every_listed_option_is_read_by_the_code_and_no_other():
 
 
 def test_each_trainer_builds_a_model_and_the_groups_are_as_listed():
-    from trainers.models import MODELS, build_model, layer_groups, make_arch
+    from nestor.trainers.models import MODELS, build_model, layer_groups, make_arch
 
     assert set(MODELS) == set(TRAINERS) == set(LAYER_GROUPS)
     for name in TRAINERS:
@@ -45,8 +45,8 @@ def test_each_trainer_builds_a_model_and_the_groups_are_as_listed():
 def test_every_choice_is_implemented():
     import torch
 
-    from trainers.builtin import make_optimizer
-    from trainers.models import ACTIVATIONS
+    from nestor.trainers.builtin import make_optimizer
+    from nestor.trainers.models import ACTIVATIONS
 
     info = TRAINERS["cnn"]
     assert set(info.hyperparameters["activation"].choices) == set(ACTIVATIONS)
@@ -89,7 +89,7 @@ def test_config_may_set_a_setting_and_wins_over_settings():
 def test_importing_trainers_and_its_catalog_stays_light():
     import subprocess
 
-    code = ("import sys, trainers, trainers.catalog; from trainers import TrialRequest;"
+    code = ("import sys, nestor.trainers.catalog; from nestor.trainers import TrialRequest;"
             " print(sorted(m for m in ('torch', 'horovod', 'numpy', 'ray', 'mlflow')"
             " if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from trainers import TrainerRef, TrialRequest, run_trial
-from trainers.command import build_argv
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers.command import build_argv
 
 PY = sys.executable
 
@@ -165,7 +165,7 @@ def test_a_flood_of_output_is_kept_bounded_with_a_note(tmp_path):
               "    sys.stdout.write(line)\nprint('FoM: 1.5')\n")
     import resource
 
-    from trainers.command import run_command
+    from nestor.trainers.command import run_command
 
     path = tmp_path / "flood.py"
     path.write_text(script)
@@ -271,7 +271,7 @@ def _per_node(tmp_path: Path, monkeypatch, rank: int, nodes: str, script: str = 
               port: int = 29123) -> tuple[object, list[tuple]]:
     """Gang rank ``rank`` of a per-node command, its ranks on ``nodes``; the port
     rank 0's node would publish through Ray is ``port``."""
-    import trainers.command
+    import nestor.trainers.command
 
     shared: list[tuple] = []
 
@@ -279,7 +279,7 @@ def _per_node(tmp_path: Path, monkeypatch, rank: int, nodes: str, script: str = 
         shared.append((node.rank, node.count, timeout_s))
         return port if node.rank else picked
 
-    monkeypatch.setattr(trainers.command, "share_port", share_port)
+    monkeypatch.setattr(nestor.trainers.command, "share_port", share_port)
     monkeypatch.setenv("NESTOR_GANG_HOSTS", "node-a:2,node-b:2")
     monkeypatch.setenv("NESTOR_GANG_ADDR", "10.0.0.7")
     monkeypatch.setenv("NESTOR_GANG_NODES", nodes)
@@ -367,7 +367,7 @@ def test_a_short_command_ends_its_trial_when_it_exits_not_at_the_next_poll(tmp_p
     # not hold its slot until the next look at the process: 100 ms apart, those looks
     # were most of a trivial trial's time end to end. With them 30 s apart, a 0.2 s
     # command's trial still ends when it does.
-    from trainers import command
+    from nestor.trainers import command
 
     monkeypatch.setattr(command, "POLL", 30.0)
     request = TrialRequest("echo", TrainerRef.command(

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from rank_helpers import HOROVOD_SUM, TORCH_SUM
 
-from trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
 pytestmark = pytest.mark.slow
 

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainers.data import (
+from nestor.trainers.data import (
     DatasetError,
     epoch_batches,
     load_splits,

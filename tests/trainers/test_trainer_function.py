@@ -7,7 +7,7 @@ import textwrap
 
 import pytest
 
-from trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
 
 @pytest.fixture
@@ -105,6 +105,7 @@ def test_a_missing_module_is_named():
 
 
 def test_the_example_function_trainer_learns():
-    result = run_trial(TrialRequest("ex", TrainerRef.python("trainers.examples:softmax_digits"),
+    softmax = TrainerRef.python("nestor.trainers.examples:softmax_digits")
+    result = run_trial(TrialRequest("ex", softmax,
                                     config={"epochs": 2}))
     assert result.ok and result.metrics["test_accuracy"] > 0.85, result.metrics

@@ -12,9 +12,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from trainers import TrainerRef, TrialRequest, run_trial
-from trainers.outputs import read_predictions
-from trainers.predict import split_predictions
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers.outputs import read_predictions
+from nestor.trainers.predict import split_predictions
 
 SCRIPT = textwrap.dedent("""
     import argparse, json, os

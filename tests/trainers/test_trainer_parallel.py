@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
 
 HERE = Path(__file__).resolve().parent
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from trainers import DEFAULT_RESULT_PATTERN, TrainerRef, TrialRequest, TrialResult
+from nestor.trainers import DEFAULT_RESULT_PATTERN, TrainerRef, TrialRequest, TrialResult
 
 
 def test_a_request_and_a_result_survive_pickling_as_ray_sends_them():

@@ -22,8 +22,8 @@ import threading
 import time
 from typing import Any
 
-from orchestrator.backends import stopping
-from orchestrator.backends._base import (
+from nestor.orchestrator.backends import stopping
+from nestor.orchestrator.backends._base import (
     Backend,
     EarlyStopping,
     Ended,
@@ -32,7 +32,7 @@ from orchestrator.backends._base import (
     Started,
     TaskDone,
 )
-from orchestrator.backends.ray.gangs import (
+from nestor.orchestrator.backends.ray.gangs import (
     Gang,
     GangPool,
     GangStartError,
@@ -40,7 +40,7 @@ from orchestrator.backends.ray.gangs import (
     horovod_broke,
     how_it_died,
 )
-from orchestrator.journal.text import first_line
+from nestor.orchestrator.journal.text import first_line
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ class RayBackend(Backend):
         return self.pool.cluster_size()
 
     def launch(self, launch: Launch) -> None:
-        from orchestrator.backends.ray.heartbeat import Beat, start_progress_board
+        from nestor.orchestrator.backends.ray.heartbeat import Beat, start_progress_board
 
         if self._board is None:
             self._board = start_progress_board()
@@ -129,7 +129,7 @@ class RayBackend(Backend):
 
     def early_stopping(self, spec: Any, objective: Any) -> EarlyStopping | None:
         """A Ray actor judges the reports (:mod:`orchestrator.backends.ray.pruning`)."""
-        from orchestrator.backends.ray.pruning import start_early_stopper
+        from nestor.orchestrator.backends.ray.pruning import start_early_stopper
 
         return start_early_stopper(spec, objective)
 
@@ -182,7 +182,7 @@ class RayBackend(Backend):
                 launch.gate()
             started = True
             self._events.put(Started(launch.key, gang.id, self.now(), startup_s))
-            from trainers import run_trial
+            from nestor.trainers import run_trial
 
             refs = gang.submit(run_trial, launch.request, **launch.hooks)
             result, failure = self._results(gang, refs)

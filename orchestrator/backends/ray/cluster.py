@@ -16,16 +16,16 @@ from typing import Any
 
 import ray
 
-from orchestrator.backends._base import ClusterError
-from orchestrator.backends.ray.backend import RayBackend
-from orchestrator.backends.ray.gangs import (
+from nestor.orchestrator.backends._base import ClusterError
+from nestor.orchestrator.backends.ray.backend import RayBackend
+from nestor.orchestrator.backends.ray.gangs import (
     GangPool,
     cluster_slot_counts,
     gpu_packing,
     slot_resource,
 )
-from orchestrator.backends.ray.listening import private_dir, private_token
-from orchestrator.backends.ray.probe import build_problems, node_builds
+from nestor.orchestrator.backends.ray.listening import private_dir, private_token
+from nestor.orchestrator.backends.ray.probe import build_problems, node_builds
 
 RAY_TOKEN_LOGGER = "ray._private.authentication.authentication_token_setup"
 # A cluster whose GPUs are logical only (tests, dry runs) may skip the start check.
@@ -155,7 +155,7 @@ def start_backend(workflow: Any, run_dir: Path, *, slots: int | None = None,
         total = cluster_slots(workflow, slots, address)
         check_gpu_builds(workflow)
         if address is not None:  # a cluster started elsewhere: do all its nodes see run_dir?
-            from orchestrator.backends.ray.visibility import check_run_dir_shared
+            from nestor.orchestrator.backends.ray.visibility import check_run_dir_shared
 
             check_run_dir_shared(run_dir)
         pool = GangPool(total, oversubscribe=workflow.resources.oversubscribe,

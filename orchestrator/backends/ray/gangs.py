@@ -54,11 +54,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from orchestrator.backends.ray.listening import establish_rendezvous, private_dir
+from nestor.orchestrator.backends.ray.listening import establish_rendezvous, private_dir
 
 # Shape and place() live beside the Backend interface; still importable from here.
-from orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
-from orchestrator.journal.text import first_line
+from nestor.orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
+from nestor.orchestrator.journal.text import first_line
 
 log = logging.getLogger(__name__)
 # How long Horovod waits for Ray to place a new gang's ranks before the attempt fails.
@@ -676,7 +676,7 @@ class GroupedRanks:
                        timeout=self.rendezvous_timeout_s)
 
     def _start_ranks(self) -> None:
-        from trainers.comm import BACKEND_ENV
+        from nestor.trainers.comm import BACKEND_ENV
 
         if self.backend == "torch":
             per_rank, shared, hostnames = self._torch_rendezvous()
@@ -720,7 +720,7 @@ class GroupedRanks:
         made by the ranks, in their first trial (trainers.comm)."""
         import ray
 
-        from trainers.comm import (
+        from nestor.trainers.comm import (
             LOCAL_RANK_ENV,
             LOCAL_SIZE_ENV,
             PORT_ENV,
@@ -728,7 +728,7 @@ class GroupedRanks:
             SIZE_ENV,
             STORE_ENV,
         )
-        from trainers.rank_actor import RankActor
+        from nestor.trainers.rank_actor import RankActor
 
         hostnames = self._spawn(RankActor)
         if len(set(self.node_ids)) == 1:  # one node: a file store, no port open to the world
@@ -756,7 +756,7 @@ class GroupedRanks:
         stay where they are, trial after trial."""
         import ray
 
-        from trainers._launch import (
+        from nestor.trainers._launch import (
             GANG_ADDR_ENV,
             GANG_HOSTS_ENV,
             GANG_NODES_ENV,

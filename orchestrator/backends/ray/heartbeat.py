@@ -14,7 +14,9 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from orchestrator.backends._base import BEAT_EVERY_S  # a rank sends at most one beat this often
+from nestor.orchestrator.backends._base import (
+    BEAT_EVERY_S,  # a rank sends at most one beat this often
+)
 
 
 class ProgressBoard:

@@ -36,7 +36,7 @@ for node in ray.nodes():
 found = {"address": ray.get_runtime_context().gcs_address, "nodes": nodes}
 if len(sys.argv) > 2:  # --run-dir: does every node see it?
     from pathlib import Path
-    from orchestrator.backends.ray.visibility import RunDirNotShared, check_run_dir_shared
+    from nestor.orchestrator.backends.ray.visibility import RunDirNotShared, check_run_dir_shared
     try:
         views = check_run_dir_shared(Path(sys.argv[2]))
         found["run_dir"] = {"path": sys.argv[2], "shared": True, "nodes": len(views)}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.backends._base import EarlyStopping
+from nestor.orchestrator.backends._base import EarlyStopping
 
 
 class EarlyStopper:

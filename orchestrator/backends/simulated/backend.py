@@ -62,9 +62,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from orchestrator.backends import stopping
-from orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
-from orchestrator.backends.shape import Shape
+from nestor.orchestrator.backends import stopping
+from nestor.orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
+from nestor.orchestrator.backends.shape import Shape
 
 DEFAULT_STARTUP_S = 30.0  # a new gang: placement, rendezvous, importing torch in each rank
 DEFAULT_REPAIR_S = 4 * 3600.0  # a failed node: drained, rebooted or replaced, back in the pool
@@ -462,7 +462,7 @@ class SimulatedBackend(Backend):
         record, launch, draw = payload
         if record.ended is not None:
             return
-        from trainers import TrialResult
+        from nestor.trainers import TrialResult
 
         result = TrialResult(
             trial_id=_trial_id(launch), status="failed" if draw.failure else "ok",
@@ -477,7 +477,7 @@ class SimulatedBackend(Backend):
         record, launch, rank = payload
         if record.ended is not None:
             return
-        from trainers import TrialResult
+        from nestor.trainers import TrialResult
 
         # As the real backend reports it: the failing rank's result, its peers killed,
         # the gang thrown away.

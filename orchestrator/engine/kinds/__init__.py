@@ -28,10 +28,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.spec.model import STAGE_KINDS
+from nestor.orchestrator.spec.model import STAGE_KINDS
 
 if TYPE_CHECKING:
-    from orchestrator.engine.trials import TrialRunner
+    from nestor.orchestrator.engine.trials import TrialRunner
 
 # kind name -> the module that defines it (as ``KIND``): one for each kind of stage
 # the spec accepts

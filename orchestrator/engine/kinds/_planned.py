@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.engine.plan import Plan, PlannedTrial
-from orchestrator.engine.trials import KindTrials, TrialRunner
-from orchestrator.spec import Workflow
+from nestor.orchestrator.engine.plan import Plan, PlannedTrial
+from nestor.orchestrator.engine.trials import KindTrials, TrialRunner
+from nestor.orchestrator.spec import Workflow
 
 
 def source_objective(sources: list[dict[str, Any]]) -> Any:
     """The first source's objective (what its trials were judged by)."""
-    from search import Objective
+    from nestor.search import Objective
 
     for source in sources:
         if source.get("objective"):

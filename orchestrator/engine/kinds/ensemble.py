@@ -11,14 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from orchestrator.engine.kinds import StageError, StageKind
-from orchestrator.engine.kinds._planned import PlannedTrials, completed
-from orchestrator.engine.plan import Plan, PlannedTrial
-from orchestrator.engine.trials import TrialRunner
-from orchestrator.journal.journal import write_atomic
-from orchestrator.journal.safe import inside
-from orchestrator.spec import EnsembleStage, Workflow
-from orchestrator.spec.needs import what_to_do
+from nestor.orchestrator.engine.kinds import StageError, StageKind
+from nestor.orchestrator.engine.kinds._planned import PlannedTrials, completed
+from nestor.orchestrator.engine.plan import Plan, PlannedTrial
+from nestor.orchestrator.engine.trials import TrialRunner
+from nestor.orchestrator.journal.journal import write_atomic
+from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.spec import EnsembleStage, Workflow
+from nestor.orchestrator.spec.needs import what_to_do
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +109,7 @@ class EnsembleTrials(PlannedTrials):
 
         The first call (the runner being built) only notes the candidates; their
         predictions come from ``preparing_task``, and ``prepared`` calls again."""
-        from orchestrator.engine.kinds.combine import greedy_weights
+        from nestor.orchestrator.engine.kinds.combine import greedy_weights
 
         pool = [t for t in self._distinct(candidates) if _predicts(t.get("checkpoint"))
                 ][:GREEDY_CANDIDATES]
@@ -137,7 +137,7 @@ class EnsembleTrials(PlannedTrials):
         return (member_predictions, [str(inside(runner.run_dir, r.checkpoint)) for r in members])
 
     def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
-        from orchestrator.engine.kinds.combine import accuracy, blend, combine_weights
+        from nestor.orchestrator.engine.kinds.combine import accuracy, blend, combine_weights
 
         summary = runner.summary()
         stage = runner.stage
@@ -182,7 +182,7 @@ class EnsembleTrials(PlannedTrials):
 def _predicts(checkpoint: str | None) -> bool:
     """Whether a trial's checkpoint gives predictions: a built-in trainer's file, or a
     user trainer's folder holding its predictions file."""
-    from trainers.outputs import PREDICTIONS_FILE
+    from nestor.trainers.outputs import PREDICTIONS_FILE
 
     if not checkpoint:
         return False
@@ -193,7 +193,7 @@ def _predicts(checkpoint: str | None) -> bool:
 def val_predictions(checkpoints: list[str]) -> tuple[list[Any], Any]:
     """Each checkpoint's class probabilities on validation data, and the labels
     (for greedy member selection); runs as a Ray task, like member_predictions."""
-    from trainers.predict import split_predictions
+    from nestor.trainers.predict import split_predictions
 
     probs, labels = [], None
     for checkpoint in checkpoints:
@@ -210,7 +210,7 @@ def member_predictions(checkpoints: list[str]) -> list[tuple[Any, Any, Any, Any]
     ``predictions.npz``). Runs as a Ray task (the backend's ``run_task``), not in the
     driver: loading models and predicting takes seconds that the scheduling loop
     must not wait."""
-    from trainers.predict import split_predictions
+    from nestor.trainers.predict import split_predictions
 
     out = []
     labels: dict[str, Any] = {"val": None, "test": None}
@@ -245,7 +245,7 @@ class EnsembleKind(StageKind):
 
 
 def _default(workflow: Workflow, stage: Any, key: str) -> Any:
-    from trainers.catalog import resolve_options
+    from nestor.trainers.catalog import resolve_options
 
     trainer = workflow.trainer_of(stage.name)
     if trainer.name is None:  # a user trainer's own setting (`nestor validate` checks it)

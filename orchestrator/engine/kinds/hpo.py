@@ -7,19 +7,19 @@ from collections.abc import Iterable
 from dataclasses import asdict
 from typing import Any
 
-from orchestrator.engine.kinds import StageKind
-from orchestrator.engine.search_width import kept_width, run_width, sized_event
-from orchestrator.engine.trials import KindTrials, SkipTrial, TrialRunner, stage_events
-from orchestrator.journal.events import Event, SearchLogged, SearchSized
-from orchestrator.journal.safe import inside
-from orchestrator.spec import HpoStage, Workflow
-from orchestrator.spec.width import SearchWidth
+from nestor.orchestrator.engine.kinds import StageKind
+from nestor.orchestrator.engine.search_width import kept_width, run_width, sized_event
+from nestor.orchestrator.engine.trials import KindTrials, SkipTrial, TrialRunner, stage_events
+from nestor.orchestrator.journal.events import Event, SearchLogged, SearchSized
+from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.spec import HpoStage, Workflow
+from nestor.orchestrator.spec.width import SearchWidth
 
 
 def hpo_runner(workflow: Workflow, stage: HpoStage, **kwargs: Any) -> TrialRunner:
     """An hpo stage's runner: its trials asked of its searcher, cut short by the
     backend's early stopping where the stage sets one."""
-    from search import Objective
+    from nestor.search import Objective
 
     objectives = [Objective(o.metric, o.mode, o.threshold) for o in stage.objectives]
     part = HpoTrials(objectives)
@@ -49,7 +49,7 @@ class HpoTrials(KindTrials):
         self._build(runner)
 
     def _build(self, runner: TrialRunner) -> None:
-        from search import make_searcher
+        from nestor.search import make_searcher
 
         width = self.kept or run_width(runner)
         if runner.searcher is not None and width == self.width:

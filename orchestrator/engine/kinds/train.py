@@ -6,17 +6,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.engine.kinds import StageKind
-from orchestrator.engine.kinds._planned import (
+from nestor.orchestrator.engine.kinds import StageKind
+from nestor.orchestrator.engine.kinds._planned import (
     PlannedTrials,
     best_config,
     trial_test_value,
     trial_val_value,
 )
-from orchestrator.engine.plan import PlannedTrial
-from orchestrator.engine.trials import SkipTrial, TrialRunner
-from orchestrator.journal.safe import inside
-from orchestrator.spec import TrainStage, Workflow
+from nestor.orchestrator.engine.plan import PlannedTrial
+from nestor.orchestrator.engine.trials import SkipTrial, TrialRunner
+from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.spec import TrainStage, Workflow
 
 TRIAL = "final"
 

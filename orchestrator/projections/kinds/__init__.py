@@ -19,13 +19,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
-from orchestrator.engine.kinds import KINDS
-from orchestrator.journal.safe import inside
+from nestor.orchestrator.engine.kinds import KINDS
+from nestor.orchestrator.journal.safe import inside
 
 if TYPE_CHECKING:
-    from orchestrator.journal.state import RunState
-    from orchestrator.projections.products import Product
-    from orchestrator.projections.tables import Report
+    from nestor.orchestrator.journal.state import RunState
+    from nestor.orchestrator.projections.products import Product
+    from nestor.orchestrator.projections.tables import Report
 
 PlotMaker = tuple[str, Callable[[], "Path | None"]]  # (what it shows, draw it)
 
@@ -57,7 +57,7 @@ class KindReport:
 
     def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
         """The detail table of the stage's summary.md/html: every trial, by default."""
-        from orchestrator.projections.tables import trials_table
+        from nestor.orchestrator.projections.tables import trials_table
 
         if summary.get("trials"):
             trials_table(report, summary["trials"], objectives)

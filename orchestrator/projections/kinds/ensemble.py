@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.safe import inside
-from orchestrator.journal.state import RunState
-from orchestrator.projections.kinds import KindReport, NoModel, PlotMaker
-from orchestrator.projections.products import Product
-from orchestrator.projections.tables import Report, fmt
+from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.projections.kinds import KindReport, NoModel, PlotMaker
+from nestor.orchestrator.projections.products import Product
+from nestor.orchestrator.projections.tables import Report, fmt
 
 
 class EnsembleReport(KindReport):
@@ -66,13 +66,13 @@ class EnsembleReport(KindReport):
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               state: RunState, run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.projections.plots import plot_ensemble
+        from nestor.orchestrator.projections.plots import plot_ensemble
 
         return self.summary_plot(summary, run_dir, plot_ensemble)
 
     def model(self, run_dir: Path, summary: dict[str, Any]) -> tuple[list[Path], list[float]]:
         """The members with a weight, weights summing to one."""
-        from orchestrator.engine.kinds.ensemble import ensemble_file  # loaded when asked
+        from nestor.orchestrator.engine.kinds.ensemble import ensemble_file  # loaded when asked
 
         path = ensemble_file(run_dir, summary["name"])
         if not path.exists():

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.state import RunState
-from orchestrator.projections.kinds import KindReport, PlotMaker
-from orchestrator.projections.products import Product
-from orchestrator.projections.tables import Report, fmt
+from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.projections.kinds import KindReport, PlotMaker
+from nestor.orchestrator.projections.products import Product
+from nestor.orchestrator.projections.tables import Report, fmt
 
 SPEC_FILE = "spec.yaml"
 
@@ -61,7 +61,11 @@ class HpoReport(KindReport):
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               state: RunState, run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.projections.plots import plot_generations, plot_pareto, plot_population
+        from nestor.orchestrator.projections.plots import (
+            plot_generations,
+            plot_pareto,
+            plot_population,
+        )
 
         name = str(summary["name"])
         plots = run_dir / "plots"
@@ -114,7 +118,7 @@ def _best_so_far(summary: dict[str, Any], stage: Any, objectives: list[Any],
                  state: RunState, run_dir: Path, path: Path) -> Path | None:
     """This stage's curve beside those of the run's earlier hpo stages that chase
     the same metric, one line per search, labelled with its algorithm."""
-    from orchestrator.projections.plots import (
+    from nestor.orchestrator.projections.plots import (
         best_so_far,
         best_so_far_from_summary,
         plot_best_so_far,
@@ -151,7 +155,7 @@ def _other_searches(run_dir: Path, state: RunState, name: str, metric: str,
     finished = {n for n, stage in state.stages.items() if stage.state == "finished"}
     if not finished or not (run_dir / SPEC_FILE).exists():
         return []
-    from orchestrator.spec import HpoStage, SpecError, load_spec
+    from nestor.orchestrator.spec import HpoStage, SpecError, load_spec
 
     try:
         workflow = load_spec(run_dir / SPEC_FILE)

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from orchestrator.projections.kinds import KindReport
-from orchestrator.projections.products import Product
-from orchestrator.projections.tables import fmt
+from nestor.orchestrator.projections.kinds import KindReport
+from nestor.orchestrator.projections.products import Product
+from nestor.orchestrator.projections.tables import fmt
 
 
 class TrainReport(KindReport):
@@ -20,7 +20,7 @@ class TrainReport(KindReport):
                        train.get("val_value") if held_out else None, train.get("test_value"))
 
     def product_trial(self, summary: dict[str, Any]) -> str | None:
-        from orchestrator.engine.kinds.train import TRIAL  # the runner's: loaded when asked
+        from nestor.orchestrator.engine.kinds.train import TRIAL  # the runner's: loaded when asked
 
         return TRIAL
 

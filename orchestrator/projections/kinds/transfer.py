@@ -6,10 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from orchestrator.journal.state import RunState
-from orchestrator.projections.kinds import KindReport, PlotMaker
-from orchestrator.projections.products import Product
-from orchestrator.projections.tables import Report, fmt
+from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.projections.kinds import KindReport, PlotMaker
+from nestor.orchestrator.projections.products import Product
+from nestor.orchestrator.projections.tables import Report, fmt
 
 
 class TransferReport(KindReport):
@@ -24,7 +24,7 @@ class TransferReport(KindReport):
                        transfer.get("scratch_test_value"))
 
     def product_trial(self, summary: dict[str, Any]) -> str | None:
-        from orchestrator.engine.kinds.transfer import tuned_trial  # loaded when asked
+        from nestor.orchestrator.engine.kinds.transfer import tuned_trial  # loaded when asked
 
         return tuned_trial((summary.get("transfer") or {}).get("mode"))
 
@@ -50,7 +50,7 @@ class TransferReport(KindReport):
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               state: RunState, run_dir: Path) -> list[PlotMaker]:
-        from orchestrator.projections.plots import plot_transfer
+        from nestor.orchestrator.projections.plots import plot_transfer
 
         return self.summary_plot(summary, run_dir, plot_transfer)
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from orchestrator.planning import CommParams, ComputeParams, CostModel, model_size
+from nestor.orchestrator.planning import CommParams, ComputeParams, CostModel, model_size
 
 
 def synthetic_model(*, width: int = 512, channels: int = 32, per_sample: float = 1e-3,

@@ -13,13 +13,13 @@ from typing import Any
 
 import pytest
 
-from orchestrator.backends import SimulatedBackend, fixed_trials, lognormal_trials
-from orchestrator.backends.stopping import Interrupted
-from orchestrator.engine.workflow import StageScheduler, run_workflow
-from orchestrator.journal.journal import Journal, read_events
-from orchestrator.planning import plan_stage
-from orchestrator.projections.tables import fmt
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend, fixed_trials, lognormal_trials
+from nestor.orchestrator.backends.stopping import Interrupted
+from nestor.orchestrator.engine.workflow import StageScheduler, run_workflow
+from nestor.orchestrator.journal.journal import Journal, read_events
+from nestor.orchestrator.planning import plan_stage
+from nestor.orchestrator.projections.tables import fmt
+from nestor.orchestrator.spec import load_spec_text
 
 
 def planned(budget: int) -> Any:
@@ -80,8 +80,8 @@ def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr
     stage's lr_rule (linear here), their learning rate: `nestor results` says so."""
     from click.testing import CliRunner
 
-    from orchestrator.commands.cli import cli
-    from trainers.catalog import TRAINERS
+    from nestor.orchestrator.commands.cli import cli
+    from nestor.trainers.catalog import TRAINERS
 
     backend = SimulatedBackend(4, 8, lognormal_trials(60.0, 0.3), seed=1)
     run_workflow(planned(40), backend, tmp_path)
@@ -103,8 +103,8 @@ def test_results_name_the_trials_a_tail_re_plan_gave_another_global_batch_and_lr
            f" {per_rank * plan['dp']}" in text
     # A driver that resumes the stage rebuilds the same account from the journal
     # (on other slots, where it would plan otherwise).
-    from orchestrator.engine.kinds.hpo import hpo_runner
-    from orchestrator.projections.kinds.hpo import replanned_lines
+    from nestor.orchestrator.engine.kinds.hpo import hpo_runner
+    from nestor.orchestrator.projections.kinds.hpo import replanned_lines
 
     log = read_events(tmp_path / "journal.jsonl")
     journal = Journal(tmp_path / "resumed.jsonl")
@@ -171,7 +171,7 @@ def test_a_resumed_driver_does_not_profile_again(tmp_path: Path,
     """The profile is journalled with the plan: the resumed stage neither measures
     again nor re-plans. (Profiling is stood in for by a recorded profile: the
     simulated cluster runs no trainer; the real path is the test below.)"""
-    from orchestrator.planning import StagePlanner
+    from nestor.orchestrator.planning import StagePlanner
 
     calls: list[int] = []
 
@@ -204,7 +204,7 @@ def test_a_resumed_driver_does_not_profile_again(tmp_path: Path,
 
 
 PROFILED_IN_THE_DRIVER = """
-import orchestrator.planning._profiler as profiler
+import nestor.orchestrator.planning._profiler as profiler
 def refused(*args, **kwargs):
     raise AssertionError("the driver profiled the trainer itself")
 profiler.profile = refused

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from orchestrator.planning import model_size
-from orchestrator.planning._arch import IMAGE_SHAPES
+from nestor.orchestrator.planning import model_size
+from nestor.orchestrator.planning._arch import IMAGE_SHAPES
 
 CASES = [
     ("mlp", {"dataset": "digits", "width": 63, "depth": 3}),
@@ -18,9 +18,9 @@ CASES = [
 @pytest.mark.parametrize(("trainer", "given"), CASES)
 @pytest.mark.parametrize("mp", [1, 2, 3])
 def test_counts_match_the_torch_model(trainer: str, given: dict, mp: int) -> None:
-    from trainers.catalog import resolve_options
-    from trainers.models import ShardedLinear, build_model, make_arch
-    from trainers.parallel import Parallel
+    from nestor.trainers.catalog import resolve_options
+    from nestor.trainers.models import ShardedLinear, build_model, make_arch
+    from nestor.trainers.parallel import Parallel
 
     options = resolve_options(trainer, given, {})
     classes = len(options["classes"]) if options["classes"] else 10

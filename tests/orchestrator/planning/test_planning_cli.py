@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from orchestrator.commands.cli import cli
+from nestor.orchestrator.commands.cli import cli
 
 SPEC = """\
 name: auto
@@ -68,13 +68,13 @@ def test_plan_of_a_bad_stage_name_exits_2(spec: Path) -> None:
 
 
 def test_planning_imports_neither_torch_nor_ray() -> None:
-    code = ("import sys, orchestrator.planning, orchestrator.planning._report\n"
+    code = ("import sys, nestor.orchestrator.planning, nestor.orchestrator.planning._report\n"
             "heavy = [m for m in ('torch', 'ray', 'horovod', 'mlflow') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
-            "import orchestrator.commands.cli\n")
+            "import nestor.orchestrator.commands.cli\n")
     subprocess.run([sys.executable, "-c", code], check=True)
-    code = ("import sys\nfrom orchestrator.commands import cli\n"
-            "assert 'orchestrator.planning' not in sys.modules\n")
+    code = ("import sys\nfrom nestor.orchestrator.commands import cli\n"
+            "assert 'nestor.orchestrator.planning' not in sys.modules\n")
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
@@ -152,10 +152,10 @@ def test_simulated_rows_take_the_prediction_plus_one_gang_start(tmp_path: Path) 
 
     from rich.console import Console
 
-    from orchestrator.commands.plan_simulation import row_simulator
-    from orchestrator.planning import GANG_START_S
-    from orchestrator.planning._report import render
-    from orchestrator.spec import load_spec
+    from nestor.orchestrator.commands.plan_simulation import row_simulator
+    from nestor.orchestrator.planning import GANG_START_S
+    from nestor.orchestrator.planning._report import render
+    from nestor.orchestrator.spec import load_spec
 
     for slots in (8, 16):
         data = render(Console(file=io.StringIO(), width=120),

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.planning import (
+from nestor.orchestrator.planning import (
     ALGORITHMS,
     CommParams,
     CommSample,
@@ -73,7 +73,7 @@ def test_step_time_adds_the_collectives_of_each_split_layer() -> None:
     size = model_size("mlp", {"dataset": "digits", "width": 32, "depth": 3,
                               "optimizer": "sgd", "classes": None})
     comm = CommParams(alpha=1e-3, beta=0.0, gamma=0.0)
-    from orchestrator.planning import CostModel
+    from nestor.orchestrator.planning import CostModel
 
     model = CostModel(size, ComputeParams(0, 0, 0, 0), comm, 100)
     # 3 split layers: 3 allgathers of 1 step each (P=2), and 2 backward allreduces of
@@ -86,7 +86,7 @@ def test_step_time_adds_the_collectives_of_each_split_layer() -> None:
 def _real_profile() -> tuple[Profile, object]:
     record = json.loads((DATA / "cnn-mnist5k-2core.json").read_text())
     profile = Profile.from_record(record)
-    from trainers.catalog import resolve_options
+    from nestor.trainers.catalog import resolve_options
 
     return profile, model_size("cnn", resolve_options("cnn", profile.options, {}))
 

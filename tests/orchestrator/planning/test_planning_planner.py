@@ -8,7 +8,7 @@ from _planning_helpers import synthetic_model
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from orchestrator.planning import (
+from nestor.orchestrator.planning import (
     Goal,
     Limits,
     NoFeasibleShape,

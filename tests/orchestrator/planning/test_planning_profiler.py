@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.planning import Profile, calibrate, checks, model_size, profile
-from orchestrator.planning import _profiler as profiler
-from orchestrator.planning._stage import estimated_train_samples
+from nestor.orchestrator.planning import Profile, calibrate, checks, model_size, profile
+from nestor.orchestrator.planning import _profiler as profiler
+from nestor.orchestrator.planning._stage import estimated_train_samples
 
 pytestmark = pytest.mark.slow
 OPTIONS = {"dataset": "digits", "width": 64, "depth": 2, "optimizer": "momentum"}
@@ -17,7 +17,7 @@ OPTIONS = {"dataset": "digits", "width": 64, "depth": 2, "optimizer": "momentum"
 
 def test_profiles_real_ranks_caches_and_journals(tmp_path: Path,
                                                  monkeypatch: pytest.MonkeyPatch) -> None:
-    from trainers.catalog import resolve_options
+    from nestor.trainers.catalog import resolve_options
 
     monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
     options = resolve_options("mlp", OPTIONS, {})
@@ -64,7 +64,7 @@ def test_a_failing_probe_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 def test_a_torch_stage_is_profiled_on_torch_ranks_under_its_own_key(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """torchrun's ranks, not horovodrun's: a site without Horovod can still plan."""
-    from trainers.catalog import resolve_options
+    from nestor.trainers.catalog import resolve_options
 
     monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
     options = resolve_options("mlp", OPTIONS, {})

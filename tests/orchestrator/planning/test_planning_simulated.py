@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 from _planning_helpers import synthetic_model
 
-from orchestrator.backends import SimulatedBackend
-from orchestrator.engine.workflow import run_workflow
-from orchestrator.planning import Shape, cost_model_trials, predicted_run_s
-from orchestrator.spec import load_spec_text
+from nestor.orchestrator.backends import SimulatedBackend
+from nestor.orchestrator.engine.workflow import run_workflow
+from nestor.orchestrator.planning import Shape, cost_model_trials, predicted_run_s
+from nestor.orchestrator.spec import load_spec_text
 
 
 def test_a_draw_lasts_the_predicted_epochs_at_the_bound_shape() -> None:
@@ -71,7 +71,7 @@ def test_a_simulated_workflow_takes_waves_of_the_predicted_run(tmp_path: Path) -
         stages:
           - name: tune
             kind: hpo
-            trainer: {function: "orchestrator.simulate:simulated_trial"}
+            trainer: {function: "nestor.orchestrator.simulate:simulated_trial"}
             parallel: {data: 2, model: 1}
             search: {algorithm: random, budget: 6, seed: 1}
             space: {lr: {type: float, low: 0.01, high: 0.1}}
