@@ -98,6 +98,24 @@ def command(argv: list[str] | None = None) -> str:
     return " ".join(["python", *argv])
 
 
+def blas() -> list[dict[str, Any]]:
+    """The BLAS (and OpenMP) libraries numpy and scipy call, each with its version,
+    the CPU kernel it picked (``architecture``: OpenBLAS chooses one per CPU, and
+    ``OPENBLAS_CORETYPE`` overrides it) and its threads. A search whose model fits
+    (lq-CMA-ES, GPs, TPE's Parzen estimators) can draw differently on another kernel:
+    floating-point sums in another order change a seed's path, so a figure is
+    tied to the kernel it was made on."""
+    try:
+        import numpy  # noqa: F401  (loads the BLAS threadpoolctl reports)
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return []
+    return [{"library": i.get("internal_api"), "version": i.get("version"),
+             "kernel": i.get("architecture"), "threads": i.get("num_threads"),
+             "coretype_env": os.environ.get("OPENBLAS_CORETYPE")}
+            for i in threadpool_info() if i.get("user_api") == "blas"]
+
+
 def describe() -> dict[str, Any]:
     """The machine now, with the command and the commit; call :func:`finish` with it
     when the benchmark ends (``write_result`` does, where a result has no machine)."""
@@ -111,6 +129,7 @@ def describe() -> dict[str, Any]:
         "cpu": _cpu_model(),
         "memory_gib": round(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30, 1),
         "gpu": ", ".join(found) if found else "none",
+        "blas": blas(),
         "started": time.strftime("%Y-%m-%d %H:%M:%S"),
         "load_average_at_start": list(os.getloadavg()),
     }

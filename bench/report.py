@@ -220,8 +220,11 @@ def machine_line(m: dict[str, Any] | str | None) -> str:
     end = ", ".join(f"{x:.2f}" for x in m.get("load_average_at_end", []))
     ran = (f"Command: `{m['command']}` at {_commit(m)}. " if has_provenance(m)
            else "Command and commit: not recorded. ")
+    kernels = "; ".join(f"{b['library']} {b['version']}, kernel {b['kernel']}"
+                        f"{' (OPENBLAS_CORETYPE)' if b.get('coretype_env') else ''},"
+                        f" {b['threads']} threads" for b in m.get("blas") or [])
     return (f"{ran}machine: {m['host']}, {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB,"
-            f" GPU: {m['gpu']}; load average (1, 5, 15 min) {start} at start, {end or '?'}"
+            f" GPU: {m['gpu']}; BLAS: {kernels or 'not recorded'}; load average (1, 5, 15 min) {start} at start, {end or '?'}"
             f" at end ({m['started']} – {m.get('finished', '?')})")
 
 

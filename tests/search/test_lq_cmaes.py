@@ -49,13 +49,27 @@ def test_the_surrogate_finds_a_quadratics_optimum_in_few_trials() -> None:
 
 
 def test_without_a_model_that_agrees_every_candidate_runs() -> None:
-    searcher = LQCMAESSearch(BOX5, MIN, seed=1, budget=80)
-    drive(searcher, noise, parallel=2)
-    sizes = Counter(t.generation for t in searcher.trials.values())
-    # With a handful of points a chance agreement can end the first generations
-    # early; past them, and before the last (cut by the budget), all run whole.
-    settled = [g for g in sizes if 2 <= g < max(sizes)]
-    assert len(settled) >= 6 and all(sizes[g] == searcher._popsize for g in settled)
+    """On noise no model can agree with the ranking, so generations run whole; now
+    and then a chance agreement on a handful of points cuts one short. Which
+    generation that hits depends on the seed and on the BLAS kernel (the fit's sums
+    in another order: OPENBLAS_CORETYPE=Sandybridge cuts seed 1's 7th, Haswell
+    seed 3's 5th and 6th), so the claim is counted over seeds: measured at seeds
+    0-5 on the Sandybridge and Haswell kernels, at most 2 of a seed's settled
+    generations were cut and 94-97 % of all ran whole. Margins: at most 3 cut in a
+    seed, at least 80 % whole (a model that agreed would cut nearly every one)."""
+    whole = settled_count = 0
+    for seed in range(6):
+        searcher = LQCMAESSearch(BOX5, MIN, seed=seed, budget=80)
+        drive(searcher, noise, parallel=2)
+        sizes = Counter(t.generation for t in searcher.trials.values())
+        # the first generations (a handful of points) and the last (cut by the
+        # budget) aside
+        settled = [g for g in sizes if 2 <= g < max(sizes)]
+        cut = [g for g in settled if sizes[g] != searcher._popsize]
+        assert len(settled) >= 6 and len(cut) <= 3, (seed, dict(sizes))
+        whole += len(settled) - len(cut)
+        settled_count += len(settled)
+    assert whole >= 0.8 * settled_count, (whole, settled_count)
 
 
 def least_squares_error() -> float:
