@@ -434,6 +434,108 @@ def results(run_dir: Path, fmt: str, shown: int) -> None:
         render_trials(console(), data, shown)
 
 
+def _finished_stages(run_dir: Path, stage: str | None, lazy: bool = False) -> dict[str, Any]:
+    """The run's results, narrowed to ``stage`` when named; a clear error (exit 2) for a
+    damaged run or a stage it does not have."""
+    from nestor.orchestrator.journal.journal import DamagedRun
+    from nestor.orchestrator.projections.results import load_results
+
+    try:
+        data = load_results(run_dir, lazy=lazy)
+    except (FileNotFoundError, DamagedRun) as exc:
+        print_errors(console(stderr=True), [exc])
+        sys.exit(EXIT_SPEC_ERROR)
+    if stage is not None:
+        names = [s["name"] for s in data["stages"]]
+        if stage not in names:
+            console(stderr=True).print(f"error: {run_dir} has no stage {stage!r}; its stages:"
+                                       f" {', '.join(names) or 'none yet'}", soft_wrap=True)
+            sys.exit(EXIT_SPEC_ERROR)
+        data = {**data, "stages": [s for s in data["stages"] if s["name"] == stage]}
+    return data
+
+
+STAGE_OPTION = click.option("--stage", default=None, metavar="NAME",
+                            help="Only this stage (default: every stage).")
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@STAGE_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table",
+              show_default=True, help="table for people; json for programs.")
+def best(run_dir: Path, stage: str | None, fmt: str) -> None:
+    """The best trial of each search stage: its id, value (with the direction), test
+    accuracy, configuration and checkpoint; with several objectives, the Pareto front
+    (the trials no other beats in every objective)."""
+    from nestor.orchestrator.projections.explain import goals, pareto_trials
+
+    data = _finished_stages(run_dir, stage)
+    found = []
+    for s in data["stages"]:
+        if s.get("kind") != "hpo":
+            continue
+        objectives = [{"metric": g.metric, "mode": g.mode} for g in goals(s)]
+        found.append({"stage": s["name"], "objectives": objectives, "best": s.get("best"),
+                      "pareto_front": pareto_trials(s) if len(objectives) > 1 else []})
+    if fmt == "json":
+        import json
+
+        click.echo(json.dumps(found, indent=2))
+        return
+    out = console()
+    if not found:
+        out.print(f"{run_dir} has no search stage (hpo) to take a best trial from")
+        return
+    for entry in found:
+        label = ", ".join(f"{o['metric']} ({o['mode']})" for o in entry["objectives"])
+        top = entry["best"]
+        if not top:
+            out.print(f"stage {entry['stage']}: no completed trial", soft_wrap=True)
+            continue
+        config = ", ".join(f"{k}={v}" for k, v in (top.get("config") or {}).items())
+        out.print(f"stage {entry['stage']}: best trial {top['id']}, {label} = {top['value']}"
+                  + (f", test accuracy {top['test_value']}" if top.get("test_value")
+                     is not None else ""), soft_wrap=True)
+        out.print(f"  config: {config or '-'}", soft_wrap=True)
+        if top.get("checkpoint"):
+            out.print(f"  checkpoint: {top['checkpoint']}", soft_wrap=True)
+        for trial in entry["pareto_front"]:
+            out.print(f"  Pareto front: {trial['id']} {trial['value']}"
+                      f" ({', '.join(f'{k}={v}' for k, v in trial['config'].items())})",
+                      soft_wrap=True)
+
+
+@cli.command()
+@click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@STAGE_OPTION
+@click.option("--format", "fmt", type=click.Choice(["table", "csv", "json"]), default="table",
+              show_default=True, help="table for people; csv or json for programs.")
+@click.option("--limit", type=click.IntRange(min=0), default=0, show_default=True, metavar="N",
+              help="Trials listed per stage in the table, best first (0: all).")
+def trials(run_dir: Path, stage: str | None, fmt: str, limit: int) -> None:
+    """Every trial of a run, best first: status, value, configuration, attempts,
+    slot-seconds and why a failed one failed."""
+    from nestor.orchestrator.projections.explain import goals
+    from nestor.orchestrator.projections.results import render_trials, write_csv
+    from nestor.orchestrator.projections.tables import best_first
+
+    data = _finished_stages(run_dir, stage)
+    if fmt == "csv":
+        write_csv(data, sys.stdout)
+    elif fmt == "json":
+        import json
+
+        rows = []
+        for s in data["stages"]:
+            mode = next((g.mode for g in goals(s)), "max")
+            rows += [{"stage": s["name"], **t} for t in best_first(list(s.get("trials") or []),
+                                                                   mode)]
+        click.echo(json.dumps(rows, indent=2))
+    else:
+        render_trials(console(), data, limit)
+
+
 @cli.command()
 @click.argument("target", metavar="JOBID|RUNDIR")
 def status(target: str) -> None:

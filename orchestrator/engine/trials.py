@@ -539,6 +539,7 @@ class TrialRunner:
             "name": self.stage.name,
             "kind": self.stage.kind,
             "objective": {"metric": self.objectives[0].metric, "mode": self.objectives[0].mode},
+            "objectives": [{"metric": o.metric, "mode": o.mode} for o in self.objectives],
             "stop_reason": self.searcher.stop_reason,
             "best": None if best_record is None else {
                 "id": best_record.id,

@@ -6,6 +6,8 @@ in the same places:
     plots/<stage>.png             the kind's main plot (best so far, ensemble, curves)
     plots/<stage>-generations.png hpo: each trial's metric by generation
     plots/<stage>-pareto.png      hpo with several objectives: the Pareto front
+    plots/<stage>-parallel.png    hpo: parallel coordinates of the completed trials
+    plots/<stage>-slices.png      hpo: the value against each parameter alone
     plots/<stage>-slots.png       every kind with trials: slot use over time
     summary.md, summary.html      the stage's table (run dir: reports/<stage>/)
     best_checkpoint/              the product's checkpoint (hpo: the best trial's)

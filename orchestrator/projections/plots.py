@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from nestor.orchestrator.journal.state import Attempt, RunState, fold
+from nestor.orchestrator.projections.explain import completed, first_value, pareto_front
 
 STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
                  "interrupted": "tab:gray", "running": "tab:blue"}
@@ -197,22 +198,6 @@ def plot_generations(summary: dict[str, Any], metric: str, mode: str, path: Path
 
 
 # -- Pareto front -------------------------------------------------------------------------
-
-
-def pareto_front(points: Sequence[Sequence[float]], modes: Sequence[str]) -> list[int]:
-    """Indices of the points no other point dominates (at least as good in every
-    objective and better in one), in input order."""
-    signs = [1.0 if mode == "min" else -1.0 for mode in modes]
-    costs = [[s * v for s, v in zip(signs, point, strict=True)] for point in points]
-    front = []
-    for i, a in enumerate(costs):
-        dominated = any(
-            all(x <= y for x, y in zip(b, a, strict=True)) and b != a
-            for j, b in enumerate(costs) if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return front
 
 
 def plot_pareto(summary: dict[str, Any], objectives: Sequence[Any], path: Path) -> Path:
@@ -509,3 +494,120 @@ def plot_transfer(name: str, transfer: dict[str, Any], path: Path) -> Path:
 
 def _fmt(value: Any) -> str:
     return "n/a" if value is None else f"{value:.4f}"
+
+
+# -- what the parameters did: parallel coordinates and slices ------------------------------
+
+
+@dataclass(frozen=True)
+class Axis:
+    """One parameter as an axis: where each trial's value sits in [0, 1] and what the
+    ticks say (a log scale where the values span two decades or more; categories
+    spaced evenly)."""
+
+    name: str
+    positions: list[float | None]
+    ticks: list[tuple[float, str]]
+    log: bool
+    numeric: bool
+
+
+def parameter_axes(trials: list[dict[str, Any]]) -> list[Axis]:
+    names = sorted({k for t in trials for k in t.get("config") or {}})
+    axes = []
+    for name in names:
+        raw = [(t.get("config") or {}).get(name) for t in trials]
+        present = [v for v in raw if v is not None]
+        numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in present)
+        if numeric and present:
+            low, high = float(min(present)), float(max(present))
+            log = low > 0 and high / low >= 100
+            f = math.log10 if log else float
+            lo, hi = f(low), f(high)
+            span = (hi - lo) or 1.0
+            positions = [None if v is None else (f(float(v)) - lo) / span for v in raw]
+            ticks = [(0.0, f"{low:.4g}"), (1.0, f"{high:.4g}")]
+        else:
+            levels = sorted({str(v) for v in present})
+            spot = {level: (i / (len(levels) - 1) if len(levels) > 1 else 0.5)
+                    for i, level in enumerate(levels)}
+            positions = [None if v is None else spot[str(v)] for v in raw]
+            ticks, log = [(spot[level], level) for level in levels], False
+        axes.append(Axis(name, positions, ticks, log, numeric and bool(present)))
+    return axes
+
+
+def plot_parallel_coordinates(summary: dict[str, Any], metric: str, mode: str,
+                              path: Path) -> Path | None:
+    """Every completed trial as a line across its parameters to its value, coloured
+    by the value (darker is better); the best trial drawn thick. A parameter a trial
+    lacks (a conditional one) breaks its line there."""
+    trials = completed(summary)
+    if not trials:
+        return None
+    plt = _pyplot()
+    axes = parameter_axes(trials)
+    values = [first_value(t) for t in trials]
+    low, high = min(values), max(values)
+    span = (high - low) or 1.0
+    goodness = [((v - low) / span) if mode == "max" else ((high - v) / span) for v in values]
+    best = max(range(len(trials)), key=lambda i: goodness[i])
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * (len(axes) + 1)), 4.8), dpi=110)
+    cmap = plt.get_cmap("viridis_r")
+    xs = list(range(len(axes) + 1))
+    for i in sorted(range(len(trials)), key=lambda i: goodness[i]):  # best drawn last
+        ys = [a.positions[i] for a in axes] + [(values[i] - low) / span]
+        ax.plot(xs, [math.nan if y is None else y for y in ys], color=cmap(goodness[i]),
+                alpha=0.9 if i == best else 0.45, linewidth=2.6 if i == best else 1.0)
+    for x, a in enumerate(axes):
+        ax.axvline(x, color="black", linewidth=0.6)
+        for y, label in a.ticks:
+            ax.annotate(label, (x, y), textcoords="offset points", xytext=(3, 0),
+                        fontsize="x-small", va="center")
+    ax.axvline(len(axes), color="black", linewidth=0.6)
+    for y, label in ((0.0, f"{low:.4g}"), (1.0, f"{high:.4g}")):
+        ax.annotate(label, (len(axes), y), textcoords="offset points", xytext=(3, 0),
+                    fontsize="x-small", va="center")
+    ax.set_xticks(xs, [a.name + (" (log)" if a.log else "") for a in axes] + [f"{metric} ({mode})"])
+    ax.set_yticks([])
+    ax.set_xlim(-0.2, len(axes) + 0.6)
+    ax.set_title(f"stage {summary['name']}: {len(trials)} completed trials, parameters to"
+                 f" {metric}; best (trial {trials[best]['id']}) thick")
+    return _save(fig, path)
+
+
+def plot_slices(summary: dict[str, Any], metric: str, mode: str, path: Path) -> Path | None:
+    """One panel per parameter: each completed trial's value against that parameter
+    alone, coloured by trial order (where the search went over time)."""
+    trials = completed(summary)
+    axes = parameter_axes(trials) if trials else []
+    if not axes:
+        return None
+    plt = _pyplot()
+    columns = min(3, len(axes))
+    rows = math.ceil(len(axes) / columns)
+    fig, grid = plt.subplots(rows, columns, figsize=(4.2 * columns, 3.4 * rows), dpi=110,
+                             squeeze=False)
+    values = [first_value(t) for t in trials]
+    order = list(range(len(trials)))
+    for k, a in enumerate(axes):
+        ax = grid[k // columns][k % columns]
+        kept = [i for i in order if a.positions[i] is not None]
+        if a.numeric:
+            xs = [float(trials[i]["config"][a.name]) for i in kept]
+            if a.log:
+                ax.set_xscale("log")
+        else:  # categories at their evenly spaced positions, labelled
+            xs = [float(a.positions[i]) for i in kept]  # type: ignore[arg-type]
+            ax.set_xticks([y for y, _ in a.ticks], [label for _, label in a.ticks],
+                          fontsize="x-small")
+        ax.scatter(xs, [values[i] for i in kept], c=kept, cmap="viridis", s=18,
+                   vmin=0, vmax=max(len(trials) - 1, 1))
+        ax.set_xlabel(a.name)
+        ax.set_ylabel(f"{metric} ({mode})")
+        ax.grid(alpha=0.3)
+    for k in range(len(axes), rows * columns):
+        grid[k // columns][k % columns].set_visible(False)
+    fig.suptitle(f"stage {summary['name']}: {metric} against each parameter"
+                 f" ({len(trials)} completed trials; colour: trial order, yellow latest)")
+    return _save(fig, path)

@@ -127,8 +127,21 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
 
     from nestor.orchestrator.projections.products import stage_product
 
-    return {**results, "stages": [{**stage, "product": asdict(stage_product(stage))}
-                                  for stage in results["stages"]]}
+    return {**results, "stages": [{**stage, "product": asdict(stage_product(stage)),
+                                   **explained(stage)} for stage in results["stages"]]}
+
+
+def explained(stage: dict[str, Any]) -> dict[str, Any]:
+    """An hpo stage's parameter importance and Pareto front (trial ids), for JSON."""
+    from nestor.orchestrator.projections.explain import importance, pareto_trials
+
+    if stage.get("kind") != "hpo":
+        return {}
+    found = importance(stage)
+    return {"importance": None if found is None else {
+                "method": "fanova", "trials": found.trials, "shares": found.shares,
+                "not_rated": found.unrated},
+            "pareto_front": [t["id"] for t in pareto_trials(stage)]}
 
 
 def stage_lines(stage: dict[str, Any]) -> list[str]:

@@ -58,9 +58,8 @@ def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -
     return report
 
 
-def trials_table(report: Report, trials: list[dict[str, Any]], objectives: list[Any]) -> None:
-    """Every trial, best first (completed ones by the first objective), then the rest."""
-    mode = objectives[0].mode if objectives else "max"
+def best_first(trials: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
+    """Completed trials by the first objective, best first, then the rest in order."""
     sign = -1.0 if mode == "max" else 1.0
 
     def key(trial: dict[str, Any]) -> tuple[int, float]:
@@ -70,11 +69,17 @@ def trials_table(report: Report, trials: list[dict[str, Any]], objectives: list[
             return (0, sign * first)
         return (1, 0.0)
 
+    return sorted(trials, key=key)
+
+
+def trials_table(report: Report, trials: list[dict[str, Any]], objectives: list[Any]) -> None:
+    """Every trial, best first (completed ones by the first objective), then the rest."""
+    mode = objectives[0].mode if objectives else "max"
     names = sorted({k for t in trials for k in (t.get("config") or {})})
     metric = ", ".join(objective_label(o.metric, o.mode) for o in objectives) or "value"
     report.columns = ["trial", "generation", "deme", "status", metric, "attempts",
                       "slot-s", *names, "failure"]
-    for trial in sorted(trials, key=key):
+    for trial in best_first(trials, mode):
         config = trial.get("config") or {}
         report.rows.append([
             fmt(trial.get("id")), fmt(trial.get("generation")), fmt(trial.get("deme")),

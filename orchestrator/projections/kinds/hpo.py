@@ -1,6 +1,9 @@
 """The hpo stage's report: its best trial is the product; its plots are the
 search's best so far (beside the run's other searches of the same metric),
-its generations, its Pareto front and a population's schedules."""
+its generations, its Pareto front, a population's schedules, and what the
+parameters did (parallel coordinates, one slice per parameter); its lines say
+which parameters mattered (fANOVA) and, with several objectives, list the
+Pareto front."""
 
 from __future__ import annotations
 
@@ -8,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.projections.explain import importance, importance_line, pareto_trials
 from nestor.orchestrator.projections.kinds import KindReport, PlotMaker
 from nestor.orchestrator.projections.products import Product
 from nestor.orchestrator.projections.tables import Report, fmt
@@ -45,6 +49,7 @@ class HpoReport(KindReport):
                 + ", ".join(f"{k}={fmt(v)}" for k, v in s["config"].items()) for s in schedule)
             lines.append(f"winner's schedule (a train stage from: {name} replays it): {steps}")
         lines += replanned_lines(summary)
+        lines += explained_lines(summary)
         lines.append(f"{name} stopped: {summary.get('stop_reason')}")
         return lines
 
@@ -53,18 +58,30 @@ class HpoReport(KindReport):
         if best:
             config = ", ".join(f"{k}={fmt(v)}" for k, v in (best.get("config") or {}).items())
             report.facts.append(("best config", config or "-"))
+        found = importance(summary)
+        if found is not None:
+            report.facts.append(("parameter importance (fANOVA)", ", ".join(
+                f"{k} {v:.0%}" for k, v in found.shares.items())))
+        front = pareto_trials(summary)
+        if front:
+            report.facts.append(("Pareto front", ", ".join(str(t["id"]) for t in front)))
         super().detail(report, summary, objectives)
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         best = summary.get("best") or {}
-        return {"best_value": best.get("value"), "best_test_value": best.get("test_value")}
+        found = importance(summary)
+        shares = {f"importance.{k}": v for k, v in found.shares.items()} if found else {}
+        return {"best_value": best.get("value"), "best_test_value": best.get("test_value"),
+                "pareto_front_size": len(pareto_trials(summary)) or None, **shares}
 
     def plots(self, summary: dict[str, Any], stage: Any, objectives: list[Any],
               state: RunState, run_dir: Path) -> list[PlotMaker]:
         from nestor.orchestrator.projections.plots import (
             plot_generations,
+            plot_parallel_coordinates,
             plot_pareto,
             plot_population,
+            plot_slices,
         )
 
         name = str(summary["name"])
@@ -78,10 +95,32 @@ class HpoReport(KindReport):
         if len(objectives) > 1:
             makers.append(("pareto", lambda: plot_pareto(
                 summary, objectives, plots / f"{name}-pareto.png")))
+        if objectives:
+            metric, mode = objectives[0].metric, objectives[0].mode
+            makers.append(("parallel coordinates", lambda: plot_parallel_coordinates(
+                summary, metric, mode, plots / f"{name}-parallel.png")))
+            makers.append(("slices", lambda: plot_slices(
+                summary, metric, mode, plots / f"{name}-slices.png")))
         if summary.get("pbt"):
             makers.append(("population", lambda: plot_population(
                 name, summary["pbt"], plots / f"{name}-population.png")))
         return makers
+
+
+def explained_lines(summary: dict[str, Any]) -> list[str]:
+    """Which parameters mattered, and a multi-objective stage's Pareto front."""
+    lines = []
+    said = importance_line(importance(summary))
+    if said:
+        lines.append(f"{summary['name']}: {said}")
+    front = pareto_trials(summary)
+    if front:
+        each = "; ".join(f"{t['id']} " + ", ".join(f"{v:.4g}" for v in t["value"])
+                         for t in front)
+        metrics = ", ".join(str(o["metric"]) for o in summary.get("objectives") or [])
+        lines.append(f"{summary['name']}: Pareto front, {len(front)} trial(s) no other beats"
+                     f" in every objective ({metrics}): {each}")
+    return lines
 
 
 def replanned_lines(summary: dict[str, Any]) -> list[str]:

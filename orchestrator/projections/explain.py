@@ -1,0 +1,160 @@
+"""Why a search found what it found: which parameters mattered, and, with several
+objectives, which trials no other trial beats in all of them.
+
+Both are read off a finished (or interrupted) stage's summary, never computed on
+the scheduling loop: ``nestor results``, ``nestor best``, the stage's MLflow run
+and its plots call them.
+
+Parameter importance is fANOVA (Hutter et al. 2014) as Optuna implements it
+(``optuna.importance.FanovaImportanceEvaluator``: a random forest fitted to the
+completed trials, its variance split over the parameters): the share of the
+objective's variance each parameter explains on its own. It needs a few trials
+(:data:`MIN_TRIALS`), and every rated parameter in every trial it uses: a
+parameter some trials lack (a conditional one) is left out and named as not rated.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# fewer completed trials than this and a forest says little: no importance is given
+MIN_TRIALS = 8
+
+
+@dataclass(frozen=True)
+class Goal:
+    """One objective of a stage: the metric and its direction."""
+
+    metric: str
+    mode: str
+
+
+def goals(summary: dict[str, Any]) -> list[Goal]:
+    """The stage's objectives, every one (older summaries name the first only)."""
+    listed = summary.get("objectives") or ([summary["objective"]] if summary.get("objective")
+                                           else [])
+    return [Goal(str(o["metric"]), str(o.get("mode") or "max")) for o in listed]
+
+
+def completed(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """The completed trials with a finite value (a list with several objectives)."""
+    out = []
+    for trial in summary.get("trials") or []:
+        value = trial.get("value")
+        values = value if isinstance(value, list) else [value]
+        if trial.get("status") == "completed" and values and all(
+                isinstance(v, int | float) and math.isfinite(v) for v in values):
+            out.append(trial)
+    return out
+
+
+def first_value(trial: dict[str, Any]) -> float:
+    value = trial["value"]
+    return float(value[0] if isinstance(value, list) else value)
+
+
+def pareto_front(points: Sequence[Sequence[float]], modes: Sequence[str]) -> list[int]:
+    """Indices of the points no other point dominates (at least as good in every
+    objective and better in one), in input order."""
+    signs = [1.0 if mode == "min" else -1.0 for mode in modes]
+    costs = [[s * v for s, v in zip(signs, point, strict=True)] for point in points]
+    front = []
+    for i, a in enumerate(costs):
+        dominated = any(
+            all(x <= y for x, y in zip(b, a, strict=True)) and b != a
+            for j, b in enumerate(costs) if j != i
+        )
+        if not dominated:
+            front.append(i)
+    return front
+
+
+def pareto_trials(summary: dict[str, Any]) -> list[dict[str, Any]]:
+    """A multi-objective stage's Pareto front: its completed trials that no other
+    completed trial dominates, ordered by the first objective (best first). Empty
+    for a stage of one objective."""
+    objectives = goals(summary)
+    if len(objectives) < 2:
+        return []
+    trials = [t for t in completed(summary) if isinstance(t["value"], list)
+              and len(t["value"]) == len(objectives)]
+    front = [trials[i] for i in pareto_front([[float(v) for v in t["value"]] for t in trials],
+                                             [g.mode for g in objectives])]
+    reverse = objectives[0].mode == "max"
+    return sorted(front, key=first_value, reverse=reverse)
+
+
+@dataclass(frozen=True)
+class Importance:
+    """fANOVA's share of the first objective's variance per parameter (they sum to
+    1), largest first; ``unrated`` are parameters left out (absent from some trials,
+    or constant), with why."""
+
+    shares: dict[str, float]
+    trials: int
+    unrated: dict[str, str]
+
+
+def importance(summary: dict[str, Any], seed: int = 0) -> Importance | None:
+    """The parameters' importance for the stage's first objective, or None when fewer
+    than :data:`MIN_TRIALS` trials completed or no parameter varied."""
+    trials = completed(summary)
+    if len(trials) < MIN_TRIALS:
+        return None
+    names = sorted({k for t in trials for k in t.get("config") or {}})
+    unrated: dict[str, str] = {}
+    rated: list[str] = []
+    for name in names:
+        values = [t["config"].get(name) for t in trials if name in (t.get("config") or {})]
+        if len(values) < len(trials):
+            unrated[name] = f"set in {len(values)} of {len(trials)} trials (conditional)"
+        elif len({repr(v) for v in values}) < 2:
+            unrated[name] = "one value in every trial"
+        else:
+            rated.append(name)
+    if not rated:
+        return None
+    shares = _fanova(trials, rated, seed)
+    return Importance(dict(sorted(shares.items(), key=lambda kv: -kv[1])), len(trials), unrated)
+
+
+def _numeric(values: list[Any]) -> bool:
+    return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+def _fanova(trials: list[dict[str, Any]], names: list[str], seed: int) -> dict[str, float]:
+    import optuna
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+    from optuna.importance import FanovaImportanceEvaluator, get_param_importances
+
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    distributions: dict[str, Any] = {}
+    for name in names:
+        values = [t["config"][name] for t in trials]
+        if _numeric(values):
+            low, high = float(min(values)), float(max(values))
+            distributions[name] = FloatDistribution(low, high)
+        else:
+            distributions[name] = CategoricalDistribution(sorted({str(v) for v in values}))
+    study = optuna.create_study(direction="minimize")  # the direction does not change shares
+    study.add_trials([optuna.trial.create_trial(
+        params={n: (float(t["config"][n]) if isinstance(distributions[n], FloatDistribution)
+                    else str(t["config"][n])) for n in names},
+        distributions=distributions, value=first_value(t)) for t in trials])
+    found = get_param_importances(study, evaluator=FanovaImportanceEvaluator(seed=seed),
+                                  params=names, normalize=True)
+    return {name: float(share) for name, share in found.items()}
+
+
+def importance_line(found: Importance | None) -> str | None:
+    """One line for ``nestor results``: the parameters by their share."""
+    if found is None:
+        return None
+    shares = ", ".join(f"{name} {share:.0%}" for name, share in found.shares.items())
+    line = f"parameter importance (fANOVA over {found.trials} completed trials): {shares}"
+    if found.unrated:
+        line += "; not rated: " + ", ".join(f"{k} ({why})" for k, why in found.unrated.items())
+    return line
