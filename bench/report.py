@@ -224,7 +224,8 @@ def machine_line(m: dict[str, Any] | str | None) -> str:
                         f"{' (OPENBLAS_CORETYPE)' if b.get('coretype_env') else ''},"
                         f" {b['threads']} threads" for b in m.get("blas") or [])
     return (f"{ran}machine: {m['host']}, {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB,"
-            f" GPU: {m['gpu']}; BLAS: {kernels or 'not recorded'}; load average (1, 5, 15 min) {start} at start, {end or '?'}"
+            f" GPU: {m['gpu']};{f' BLAS: {kernels};' if kernels else ''}"
+            f" load average (1, 5, 15 min) {start} at start, {end or '?'}"
             f" at end ({m['started']} – {m.get('finished', '?')})")
 
 

@@ -46,7 +46,7 @@ def test_importance_rates_the_parameter_that_decides_the_value_far_above_one_tha
                                                               else 0.0)))
     found = explain.importance(summary_of(rows, [("acc", "max")]))
     assert found is not None and found.trials == 40
-    assert list(found.shares)[0] == "lr" and found.shares["lr"] > 0.7, found.shares
+    assert next(iter(found.shares)) == "lr" and found.shares["lr"] > 0.7, found.shares
     assert found.shares["noise"] < 0.1, found.shares
     assert math.isclose(sum(found.shares.values()), 1.0, abs_tol=1e-6)
 
@@ -164,7 +164,7 @@ def test_a_finished_run_explains_itself_in_results_best_trials_plots_and_mlflow(
     stage = results["stages"][0]
     assert stage["pareto_front"] == [t["id"] for t in best["pareto_front"]]
     shares = stage["importance"]["shares"]
-    assert list(shares)[0] == "x" and shares["x"] > shares["y"], shares
+    assert next(iter(shares)) == "x" and shares["x"] > shares["y"], shares
     table = nestor("results", str(run_dir)).stdout
     assert "parameter importance (fANOVA" in table and "Pareto front" in table
 

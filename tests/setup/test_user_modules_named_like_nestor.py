@@ -1,4 +1,4 @@
-"""A user's own modules called ``search``, ``trainers`` and ``orchestrator`` do not clash with nestor.
+"""A user's own modules called ``search``, ``trainers`` and ``orchestrator`` run beside nestor.
 
 nestor's code is installed under the ``nestor`` namespace (``nestor.search``,
 ``nestor.trainers``, ``nestor.orchestrator``), so a training script that sits
