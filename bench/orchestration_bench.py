@@ -1,21 +1,28 @@
 """Orchestration benchmarks, measured side by side in one run on one machine.
 
-1. End to end, trivial trials, 2 at a time on 2 slots: ``nestor sweep --cmd
-   "/bin/echo FoM: 0.5"`` of N command trials (warm 1-rank gangs, journal
-   fsync, every run in MLflow when the command exits: checked) against Ray Tune
-   on its own Ray (one new actor per trial, as Tune does by default, and with
-   ``reuse_actors=True``, the nearer match to nestor's warm gangs), and a plain
-   Optuna ask/tell loop with no scheduling at all. Each system runs in a fresh
-   process, timed from the command's start to its exit (imports, Ray's start
+1. End to end, trivial trials, 2 at a time on 2 slots, the systems interleaved:
+   for each trial count, ``--reps`` repetitions (default 3), each running every
+   system once in an order rotated by one per repetition (A B C D, B C D A, ...),
+   each in a fresh process with cold caches (nestor's cache folder, where its
+   MLflow schema is kept, is a new empty one for every run). The systems:
+   nestor's command trials (``nestor sweep --cmd "/bin/echo FoM: 0.5"``: a
+   process per trial on warm 1-rank gangs), nestor's function trials (``nestor
+   run`` of an hpo stage whose trainer is a Python function returning x**2),
+   both with the journal's fsync and every run in MLflow when the command exits
+   (checked); Ray Tune on its own Ray running the same function as a function
+   trainable, with ``reuse_actors=True`` (the nearer match to nestor's warm
+   gangs) and by default (a new actor per trial; at most
+   ``--tune-new-actor-cap`` trials, about a second each here: its per-trial
+   figure is compared); and a plain Optuna ask/tell loop with no scheduling.
+   Every run is timed from its command's start to its exit (imports, Ray's start
    and shutdown, MLflow's catching up all included); every trial's end comes
-   from the system itself (nestor's journal, Tune's results). Reported beside
-   the total: start-up (command start to the first trial's end), steady state
-   (between the first and the last trial's end, per trial after the first) and
-   wind-down (last trial's end to exit; for nestor also results-to-exit, what
-   MLflow costs after the results are printed), at each trial count asked
-   (default 250, 2,000 and 10,000; the default Tune at most
-   ``--tune-new-actor-cap``, since at about 1.5 s per trial here 10,000 would
-   take hours: its per-trial figure is reported).
+   from the system itself (nestor's journal, Tune's results). Reported per
+   system and count: the median and range over the repetitions of the total,
+   and beside it where the time goes: start-up (command start to the first
+   trial's end), steady state (between the first and the last trial's end, per
+   trial after the first) and wind-down (last trial's end to exit; for nestor
+   also results-to-exit, what MLflow costs after the results are printed).
+   Ratios are taken only at equal trial counts, median against median.
 2. The MLflow projection's rate into the run directory's own SQLite store, at
    each store size asked (``--store-sizes``, default 1,000, 10,000 and 100,000
    runs): a journal of that many trivial trials (2 events each) projected from
@@ -72,7 +79,8 @@ def sleepy(config, ctx):
 '''
 
 SYSTEMS = {
-    "nestor": "nestor (warm gangs, journal, MLflow)",
+    "nestor": "nestor, command trials (a process per trial on warm gangs)",
+    "nestor-fn": "nestor, function trials (warm gangs)",
     "tune-reuse": "ray tune, reuse_actors=True",
     "tune": "ray tune, default (new actor per trial)",
 }
@@ -94,7 +102,7 @@ def run_nestor(spec_text: str, workdir: Path, name: str) -> dict:
     return results["stages"][0] | {"total_wall_s": results["wall_time_s"]}
 
 
-def timed_child(system: str, trials: int, workdir: Path) -> dict[str, Any]:
+def timed_child(system: str, trials: int, workdir: Path, tag: str = "") -> dict[str, Any]:
     """Ray Tune's run of ``trials`` trivial trials, in this (fresh) process.
 
     Returns every trial's end (as the trial itself measured it), on the wall
@@ -118,7 +126,7 @@ def timed_child(system: str, trials: int, workdir: Path) -> dict[str, Any]:
         tune_config=tune.TuneConfig(num_samples=trials, metric="score", mode="min",
                                     max_concurrent_trials=2,
                                     reuse_actors=system == "tune-reuse"),
-        run_config=tune.RunConfig(storage_path=str(workdir / f"{system}-{trials}"),
+        run_config=tune.RunConfig(storage_path=str(workdir / f"{system}-{trials}-{tag}"),
                                   verbose=0),
     )
     grid = tuner.fit()
@@ -148,19 +156,48 @@ def phases(raw: dict[str, Any]) -> dict[str, float]:
 COMMAND = "/bin/echo FoM: 0.5"  # a trivial command trial
 
 
-def nestor_sweep(trials: int, workdir: Path) -> dict[str, Any]:
+def nestor_sweep(trials: int, workdir: Path, tag: str = "") -> dict[str, Any]:
     """``nestor sweep`` of ``trials`` trivial command trials, 2 at once, timed from the
     command's start to its exit; checks that every event is in MLflow at exit."""
-    run_dir = workdir / f"nestor-{trials}"
+    run_dir = workdir / f"nestor-{trials}{'-' + tag if tag else ''}"
     nestor = str(Path(sys.executable).parent / "nestor")
-    t0 = time.time()
-    done = subprocess.run(
+    return nestor_timed(
         [nestor, "sweep", "--cmd", COMMAND, "--param", "x=float:0:1", "--algo", "random",
          "--budget", str(trials), "--parallel", "2", "--mode", "min", "--seed", "0",
-         "--run-dir", str(run_dir)], capture_output=True, text=True, check=False)
+         "--run-dir", str(run_dir)], trials, run_dir,
+        cold_cache_env(workdir, f"cmd-{trials}-{tag}"))
+
+
+FUNCTION_SPEC = """\
+name: overhead
+resources: {{slots: 2}}
+stages:
+  - name: tune
+    kind: hpo
+    trainer: {{function: "bench_trivial:trivial"}}
+    parallel: 2
+    search: {{algorithm: random, budget: {trials}, seed: 0}}
+    space: {{x: {{type: float, low: 0, high: 1}}}}
+    objective: {{metric: score, mode: min}}
+"""
+
+
+def cold_cache_env(workdir: Path, name: str) -> dict[str, str]:
+    """The environment of one timed nestor run: its own empty cache folder, so no run
+    finds what an earlier one cached (the MLflow schema, profiles)."""
+    cache = Path(tempfile.mkdtemp(prefix=f"cache-{name}-", dir=workdir))
+    return dict(os.environ, NESTOR_CACHE_DIR=str(cache), XDG_CACHE_HOME=str(cache))
+
+
+def nestor_timed(argv: list[str], trials: int, run_dir: Path, env: dict[str, str]
+                 ) -> dict[str, Any]:
+    """One nestor command timed from its start to its exit; the trials' ends from its
+    journal; whether MLflow had every event at exit."""
+    t0 = time.time()
+    done = subprocess.run(argv, capture_output=True, text=True, check=False, env=env)
     returned = time.time()
     if done.returncode != 0:
-        raise RuntimeError(f"nestor sweep of {trials} failed:\n{done.stderr[-3000:]}")
+        raise RuntimeError(f"{' '.join(argv[:3])} of {trials} failed:\n{done.stderr[-3000:]}")
     events = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()]
     ends = sorted(e["time"] for e in events if e["event"] == "trial_finished")
     if len(ends) != trials:
@@ -174,18 +211,30 @@ def nestor_sweep(trials: int, workdir: Path) -> dict[str, Any]:
             "events": len(events), "events_in_mlflow_at_exit": projected}
 
 
-def timed(system: str, trials: int, workdir: Path) -> dict[str, float]:
+def nestor_function_run(trials: int, workdir: Path, tag: str) -> dict[str, Any]:
+    """``nestor run`` of ``trials`` function trials (bench_trivial:trivial), 2 at once."""
+    spec = workdir / f"overhead-{trials}-{tag}.yaml"
+    spec.write_text(FUNCTION_SPEC.format(trials=trials))
+    run_dir = workdir / f"nestor-fn-{trials}-{tag}"
+    nestor = str(Path(sys.executable).parent / "nestor")
+    return nestor_timed([nestor, "run", str(spec), "--run-dir", str(run_dir)], trials, run_dir,
+                        cold_cache_env(workdir, f"fn-{trials}-{tag}"))
+
+
+def timed(system: str, trials: int, workdir: Path, tag: str = "") -> dict[str, float]:
     """One system's run, in a fresh process, timed from its start to its exit."""
-    out = workdir / f"timed-{system}-{trials}.json"
+    out = workdir / f"timed-{system}-{trials}{'-' + tag if tag else ''}.json"
     if system == "nestor":
-        raw = nestor_sweep(trials, workdir)
+        raw = nestor_sweep(trials, workdir, tag)
+    elif system == "nestor-fn":
+        raw = nestor_function_run(trials, workdir, tag)
     else:
         env = dict(os.environ, PYTHONPATH=f"{workdir}{os.pathsep}{ROOT}{os.pathsep}"
                    f"{os.environ.get('PYTHONPATH', '')}")
         t0 = time.time()
         done = subprocess.run(
             [sys.executable, __file__, "--child", system, "--trials", str(trials),
-             "--workdir", str(workdir), "--child-out", str(out)],
+             "--workdir", str(workdir), "--child-out", str(out), "--child-tag", tag],
             env=env, capture_output=True, text=True, check=False)
         returned = time.time()
         if done.returncode != 0:
@@ -205,11 +254,30 @@ def timed(system: str, trials: int, workdir: Path) -> dict[str, float]:
     return result
 
 
-def overhead(counts: list[int], tune_cap: int, workdir: Path) -> dict[str, Any]:
+def interleaved(systems: list[str], reps: int) -> list[list[str]]:
+    """The order of each repetition: the systems rotated by one per repetition, so no
+    system always runs first (a cold machine) or after the heaviest."""
+    return [systems[r % len(systems):] + systems[:r % len(systems)] for r in range(reps)]
+
+
+def spread(rows: list[dict[str, float]]) -> dict[str, Any]:
+    """Median and range over repetitions of every timed figure, and the runs themselves."""
+    import statistics
+
+    keys = [k for k in rows[0] if isinstance(rows[0][k], int | float)]
+    summary: dict[str, Any] = {}
+    for key in keys:
+        values = [float(r[key]) for r in rows]
+        summary[key] = statistics.median(values)
+        summary[f"{key}_range"] = [min(values), max(values)]
+    return summary | {"reps": len(rows), "runs": rows}
+
+
+def overhead(counts: list[int], tune_cap: int, workdir: Path, reps: int = 3) -> dict[str, Any]:
     import optuna
 
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    runs: dict[str, dict[str, dict[str, float]]] = {OPTUNA: {}}
+    runs: dict[str, dict[str, dict[str, Any]]] = {OPTUNA: {}}
     for n in counts:
         study = optuna.create_study(sampler=optuna.samplers.RandomSampler(seed=0))
         start = time.perf_counter()
@@ -221,17 +289,53 @@ def overhead(counts: list[int], tune_cap: int, workdir: Path) -> dict[str, Any]:
         runs[OPTUNA][str(n)] = {"startup_s": 0.0, "steady_ms_per_trial": 1000 * seconds / n,
                                 "wind_down_s": 0.0, "total_s": seconds,
                                 "total_ms_per_trial": 1000 * seconds / n}
-    for system, label in SYSTEMS.items():
-        capped = sorted({min(n, tune_cap) if system == "tune" else n for n in counts})
-        runs[label] = {str(n): timed(system, n, workdir) for n in capped}
+    measured: dict[tuple[str, int], list[dict[str, float]]] = {}
+    tune_counts = {min(n, tune_cap) for n in counts}  # Tune's default at most at its cap
+    for n in sorted(set(counts) | tune_counts):
+        systems = [s for s in SYSTEMS if (n in tune_counts if s == "tune" else n in counts)]
+        for rep, order in enumerate(interleaved(systems, reps)):
+            for system in order:
+                measured.setdefault((system, n), []).append(
+                    timed(system, n, workdir, tag=f"r{rep}"))
+    for (system, n), rows in measured.items():
+        runs.setdefault(SYSTEMS[system], {})[str(n)] = spread(rows)
     return {
-        "counts": counts, "tune_new_actor_cap": tune_cap, "concurrent": 2, "runs": runs,
+        "counts": counts, "tune_new_actor_cap": tune_cap, "concurrent": 2, "reps": reps,
+        "runs": runs, "ratios": ratios(runs, counts),
         "nestor_command": f"nestor sweep --cmd {COMMAND!r} --param x=float:0:1 --algo random"
                           " --budget N --parallel 2 --mode min --seed 0",
-        "method": "each run a fresh process, timed from its command's start to its exit;"
+        "nestor_function": "nestor run SPEC: one hpo stage, trainer {function:"
+                           " bench_trivial:trivial}, random, budget N, parallel 2",
+        "method": "interleaved: for each count, every repetition runs each system once in an"
+                  " order rotated by one per repetition; each run a fresh process with a new"
+                  " empty nestor cache folder, timed from its command's start to its exit;"
                   " start-up = first trial's end; steady = (last end - first end) / (n - 1);"
-                  " wind-down = last end to exit (nestor: every event in MLflow by then)",
+                  " wind-down = last end to exit (nestor: every event in MLflow by then);"
+                  " figures are medians over the repetitions, with their range",
     }
+
+
+def ratios(runs: dict[str, dict[str, dict[str, Any]]], counts: list[int]) -> dict[str, Any]:
+    """nestor's medians against Tune's at equal trial counts: totals against
+    ``reuse_actors``, and per trial against the default (at the default's own count)."""
+    out: dict[str, Any] = {}
+    reuse, default = runs.get(SYSTEMS["tune-reuse"], {}), runs.get(SYSTEMS["tune"], {})
+    for key in ("nestor", "nestor-fn"):
+        mine = runs.get(SYSTEMS[key], {})
+        for n in counts:
+            row = mine.get(str(n))
+            if row and str(n) in reuse:
+                out[f"{key}/tune-reuse@{n}"] = row["total_s"] / reuse[str(n)]["total_s"]
+            if row and str(n) in default:
+                out[f"{key}/tune-default per trial@{n}"] = (
+                    row["total_ms_per_trial"] / default[str(n)]["total_ms_per_trial"])
+        for n in counts:  # per trial at a larger count against the default at its cap
+            row = mine.get(str(n))
+            for cap, base in default.items():
+                if row and int(cap) < n:
+                    out[f"{key}@{n}/tune-default@{cap} per trial"] = (
+                        row["total_ms_per_trial"] / base["total_ms_per_trial"])
+    return out
 
 
 PROJECTION_SPEC = """
@@ -563,7 +667,8 @@ def print_overhead(ov: dict[str, Any]) -> None:
           f" {'start-up s':>10s} {'steady ms':>10s} {'wind-down s':>11s} {'load':>5s}")
     for label, by_count in ov["runs"].items():
         for n, row in by_count.items():
-            print(f"  {label:42s} {int(n):7d} {row['total_s']:8.1f}"
+            low, high = row.get("total_s_range", (row["total_s"], row["total_s"]))
+            print(f"  {label:42s} {int(n):7d} {row['total_s']:8.1f} [{low:.1f}-{high:.1f}]"
                   f" {row['total_ms_per_trial']:9.2f} {row['startup_s']:10.1f}"
                   f" {row['steady_ms_per_trial']:10.2f} {row['wind_down_s']:11.1f}"
                   f" {row.get('load_average', float('nan')):5.1f}")
@@ -587,15 +692,18 @@ def main() -> None:
                         help="lag: the simulated workload's events replayed this much faster")
     parser.add_argument("--lag-window-s", type=float, default=120.0,
                         help="lag: seconds of replay")
+    parser.add_argument("--reps", type=int, default=3,
+                        help="overhead: repetitions, the systems interleaved in each")
     parser.add_argument("--mnist-budget", type=int, default=12)
     parser.add_argument("--threshold", type=float, default=0.93)
     parser.add_argument("--child", choices=sorted(SYSTEMS), help=argparse.SUPPRESS)
     parser.add_argument("--workdir", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--child-out", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--child-tag", default="", help=argparse.SUPPRESS)
     args = parser.parse_args()
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")
     if args.child:
-        raw = timed_child(args.child, int(args.trials), args.workdir)
+        raw = timed_child(args.child, int(args.trials), args.workdir, args.child_tag)
         args.child_out.write_text(json.dumps(raw))
         return
     counts = sorted({int(n) for n in args.trials.split(",") if n.strip()})
@@ -613,7 +721,7 @@ def main() -> None:
         report: dict = {"machine": machine(), "load_average_at_start": os.getloadavg(),
                         "machine_detail": detail}
         if "overhead" in parts:
-            report["overhead"] = overhead(counts, args.tune_new_actor_cap, workdir)
+            report["overhead"] = overhead(counts, args.tune_new_actor_cap, workdir, args.reps)
         if "projection" in parts:
             sizes = sorted({int(n) for n in args.store_sizes.split(",") if n.strip()})
             report["projection"] = projection_rate(sizes, workdir)

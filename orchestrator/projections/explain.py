@@ -115,9 +115,12 @@ def importance(summary: dict[str, Any], seed: int = 0) -> Importance | None:
             unrated[name] = "one value in every trial"
         else:
             rated.append(name)
-    if not rated:
+    if not rated or len({first_value(t) for t in trials}) < 2:
+        return None  # nothing varied, or every trial scored alike: nothing to apportion
+    try:
+        shares = _fanova(trials, rated, seed)
+    except (RuntimeError, ValueError):  # a forest with no variance to split, say
         return None
-    shares = _fanova(trials, rated, seed)
     return Importance(dict(sorted(shares.items(), key=lambda kv: -kv[1])), len(trials), unrated)
 
 

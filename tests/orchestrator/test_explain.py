@@ -58,6 +58,8 @@ def test_importance_names_a_conditional_or_constant_parameter_as_not_rated() -> 
     assert found is not None and set(found.shares) == {"lr"}
     assert "conditional" in found.unrated["momentum"] and "fixed" in found.unrated
     assert explain.importance(summary_of(rows[:explain.MIN_TRIALS - 1], [("acc", "max")])) is None
+    alike = [({"lr": i / 10}, 0.5) for i in range(10)]  # every trial scored the same
+    assert explain.importance(summary_of(alike, [("acc", "max")])) is None
 
 
 @pytest.mark.parametrize("modes", [("max", "min"), ("min", "min"), ("max", "max")])
