@@ -96,6 +96,7 @@ def _run_kind(request: TrialRequest, report: Report | None, should_stop: ShouldS
             trial_id=request.trial_id, status="failed", reason=reason,
             metrics={"wall_time": time.perf_counter() - started},
             details=traceback.format_exc(), repeats=error_repeats(exc),
+            logged=getattr(exc, "nestor_logged", None) or {},  # a function's, before it failed
         )
     return result, rank
 

@@ -167,6 +167,9 @@ class TrialRequest:
     ``data_split``: what the trial trains on, ``train`` or ``train+val`` (a train
     stage's ``data:``); a function trainer reads it as ``ctx.data_split``, a command
     as ``NESTOR_DATA_SPLIT`` (a built-in trainer has its ``train_data`` setting).
+    ``artifact_dir``: the trial's artifact folder (``ctx.artifact_dir``,
+    ``NESTOR_ARTIFACT_DIR``): the files it holds when the trial ends become its
+    MLflow run's artifacts (trainers.logged).
     ``env``: variables set in this rank's environment while the trial runs (a
     spec's ``trial.env``; a command trainer's program inherits them). Libraries
     that read theirs once per process (NCCL, at a process's first communicator)
@@ -191,6 +194,7 @@ class TrialRequest:
     result_path: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     data_split: str = "train"
+    artifact_dir: str | None = None
 
     def __post_init__(self) -> None:
         if self.data_split not in DATA_SPLITS:
@@ -245,6 +249,8 @@ class TrialResult:
     again on a rerun of the same trial (a usage error, a missing file, module or
     program, a syntax error, no result printed), so it is not retried unless the
     stage's ``trial.retry_on`` is ``any``; a killed or crashed rank may pass next time.
+    ``logged``: what the trainer logged for its MLflow run besides its results
+    (metrics at steps, tags, its artifact folder's files: ``Logged.record``).
     """
 
     trial_id: str
@@ -258,6 +264,7 @@ class TrialResult:
     logs: dict[str, str] = field(default_factory=dict)
     details: str | None = None
     repeats: bool = False
+    logged: dict[str, Any] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -276,6 +283,7 @@ class TrialResult:
             "logs": dict(self.logs),
             "details": self.details,
             "repeats": self.repeats,
+            "logged": dict(self.logged),
         }
 
     @classmethod

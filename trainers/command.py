@@ -21,8 +21,12 @@ The program gets the environment of the caller without Horovod's variables
 are the trial's checkpoint), ``NESTOR_CONTINUE_FROM`` (the checkpoint folder of
 the trial it carries on from, or empty), ``NESTOR_INIT_FROM`` (folders to start
 from, joined by ``os.pathsep``, or empty), ``NESTOR_DATA_SPLIT`` (``train`` or
-``train+val``), ``NESTOR_DATA_PARALLEL`` and ``NESTOR_MODEL_PARALLEL``
-(trainers.outputs says what the folders hold). A one-rank command also gets ``LOCAL_RANK=0`` and a
+``train+val``), ``NESTOR_DATA_PARALLEL``, ``NESTOR_MODEL_PARALLEL``
+(trainers.outputs says what the folders hold) and ``NESTOR_ARTIFACT_DIR`` (a
+folder that exists: the files in it when the command ends are artifacts of the
+trial's MLflow run). Lines it prints on stdout as ``nestor.metric NAME=VALUE ...
+[step=N]`` and ``nestor.tag KEY=VALUE`` log metrics and tags into that run
+(trainers.logged). A one-rank command also gets ``LOCAL_RANK=0`` and a
 ``CUDA_VISIBLE_DEVICES`` naming only its own GPU (:func:`own_device_env`); the
 trial records that GPU as ``device_gpu`` and ``device_index``, as every trainer
 kind does (:func:`command_device`).
@@ -69,6 +73,7 @@ from nestor.trainers._launch import (
 from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from nestor.trainers.gpu import gpu_granted, gpu_metrics
 from nestor.trainers.history import BoundedHistory
+from nestor.trainers.logged import ARTIFACTS_ENV, Logged, prepare_artifacts
 from nestor.trainers.outputs import left_checkpoint, prepare_folder
 from nestor.trainers.warden import Warden
 
@@ -103,8 +108,9 @@ class _Stream:
     """Reads one pipe in a thread: keeps a bounded log and scans lines for results."""
 
     def __init__(self, pipe: BinaryIO, log_path: Path | None, limit: int, pattern: re.Pattern[str],
-                 on_result: Any) -> None:
+                 on_result: Any, on_line: Any = None) -> None:
         self.pipe, self.pattern, self.on_result = pipe, pattern, on_result
+        self.on_line = on_line  # every line (stdout's: nestor.metric and nestor.tag lines)
         self.head_limit = limit // 2
         self.tail_limit = limit - self.head_limit
         self.log = open(log_path, "wb") if log_path is not None else None  # noqa: SIM115
@@ -172,6 +178,8 @@ class _Stream:
         if match:
             self.last_match = (match.group(1), text[:500])
             self.on_result(match.group(1))
+        if self.on_line is not None:
+            self.on_line(text)
 
     def finish(self, timeout: float) -> None:
         self.thread.join(timeout)
@@ -411,6 +419,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         "NESTOR_DATA_SPLIT": request.data_split,
         "NESTOR_DATA_PARALLEL": str(request.data_parallel),
         "NESTOR_MODEL_PARALLEL": str(request.model_parallel),
+        ARTIFACTS_ENV: request.artifact_dir or "",
     })
     ranks = request.data_parallel * request.model_parallel
     env.update(own_device_env(os.environ, ranks))
@@ -418,13 +427,24 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
     history = BoundedHistory()  # a million result lines cost MAX_HISTORY rows
     unreported: list[dict[str, float]] = []  # kept rows the pruner has not heard of
     lock = threading.Lock()
+    logged = Logged()  # its nestor.metric and nestor.tag lines, bounded
+
+    def on_line(text: str) -> None:  # in stdout's reader thread
+        if "nestor." in text:
+            with lock:
+                logged.line(text)
+
+    def record() -> dict[str, Any]:
+        with lock:
+            return logged.record(request.artifact_dir)
 
     def failed(reason: str, **extra: Any) -> TrialResult:
         return TrialResult(trial_id=request.trial_id, status="failed", reason=reason,
                            metrics={**device, "wall_time": time.perf_counter() - started},
-                           history=history, **extra)
+                           history=history, logged=record(), **extra)
 
     prepare_folder(request.checkpoint_dir)
+    prepare_artifacts(request.artifact_dir)
     try:
         proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -457,7 +477,8 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
 
     streams = {
         name: _Stream(pipe, log_dir / f"{name}.log" if log_dir else None, log_limit, pattern,
-                      on_result if name == "stdout" else (lambda _text: None))
+                      on_result if name == "stdout" else (lambda _text: None),
+                      on_line if name == "stdout" else None)
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr))
     }
     ended_by: str | None = None
@@ -536,4 +557,4 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
                "wall_time": time.perf_counter() - started}
     return TrialResult(trial_id=request.trial_id, status="ok", metrics=metrics, history=history,
                        stopped_early=ended_by == "stop", logs=logs,
-                       checkpoint=left_checkpoint(request.checkpoint_dir))
+                       checkpoint=left_checkpoint(request.checkpoint_dir), logged=record())

@@ -26,10 +26,18 @@ to ``config["epochs"]``), else ``ctx.init_from`` when set (transfer: a
 pretrained folder, or a tuple of several). Ensembles (``predictions: true``):
 also write ``predictions.npz`` there (trainers.outputs). ``ctx.data_split`` is
 what to train on: ``train``, or ``train+val`` (a train stage's ``data:``).
+
+What else goes into the trial's MLflow run (trainers.logged): ``ctx.log_metrics(
+{"loss": 0.3}, step=3)`` (step None: each metric's next, from 0),
+``ctx.set_tags({"arch": "mlp"})`` and ``ctx.log_artifact("confusion.png")``,
+which copies the file into the trial's artifact folder ``ctx.artifact_dir``
+(files written there directly count too). Only rank 0's count. They reach
+MLflow through the journal with the trial's end, exactly once.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
 import time
@@ -40,6 +48,7 @@ from typing import Any
 from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
 from nestor.trainers.gpu import device_metrics, select_device
 from nestor.trainers.history import BoundedHistory
+from nestor.trainers.logged import Logged, copy_artifact, prepare_artifacts
 from nestor.trainers.outputs import left_checkpoint, prepare_folder
 from nestor.trainers.parallel import Parallel, broadcast_flag
 
@@ -95,6 +104,9 @@ class TrialContext:
     device: Any = None
     # what to train on: the training split, or train+val (a train stage's data:)
     data_split: str = "train"
+    # the trial's artifact folder: its files end up in the trial's MLflow run
+    artifact_dir: str | None = None
+    _logged: Logged = field(default_factory=Logged)
 
     @property
     def rank(self) -> int:
@@ -165,6 +177,30 @@ class TrialContext:
         if kept is not False and self.par.is_root and self._report is not None:
             self._report(clean, int(step))  # the rows kept: the pruner's memory is bounded too
 
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Log metrics into the trial's MLflow run at ``step`` (None: each metric's
+        next step, 0, 1, ...), beside what ``report`` sends: a loss per batch, a
+        per-class score. Not seen by the search. Each metric keeps at most
+        ``trainers.logged.MAX_POINTS`` points (thinned evenly). A bad name raises
+        ValueError; rank 0's count."""
+        if self.par.is_root:
+            self._logged.log_metrics(metrics, step)
+
+    def set_tags(self, tags: dict[str, Any]) -> None:
+        """Set tags on the trial's MLflow run (names starting ``nestor.`` or
+        ``mlflow.`` are refused); rank 0's count."""
+        if self.par.is_root:
+            self._logged.set_tags(tags)
+
+    def log_artifact(self, path: str, name: str | None = None) -> str | None:
+        """Copy the file ``path`` into the trial's artifact folder (as ``name``,
+        default its own name; ``plots/a.png`` makes a subfolder): it becomes an
+        artifact of the trial's MLflow run, and lives in the run directory. Returns
+        the copy's path (rank 0; other ranks copy nothing and get None)."""
+        if not self.par.is_root:
+            return None
+        return copy_artifact(path, self.artifact_dir, name)
+
     def heartbeat(self) -> None:
         """Tell the orchestrator this trial is making progress (``report`` does too).
 
@@ -196,10 +232,17 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
                        request.log_dir, report, should_stop, _heartbeat=heartbeat,
                        continue_from=request.continue_from, device=device,
-                       data_split=request.data_split)
+                       data_split=request.data_split, artifact_dir=request.artifact_dir)
     config = {**request.settings, **request.config}
     prepare_folder(request.checkpoint_dir)
-    returned = fn(config, ctx)
+    if par.is_root:
+        prepare_artifacts(request.artifact_dir)
+    try:
+        returned = fn(config, ctx)
+    except Exception as exc:  # what it logged before it failed goes with the failure
+        with contextlib.suppress(Exception):
+            exc.nestor_logged = logged(ctx, request, par)  # type: ignore[attr-defined]
+        raise
     if returned is None:
         metrics = {k: v for k, v in (ctx.history[-1] if ctx.history else {}).items()
                    if k != "step"}
@@ -223,4 +266,10 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     # result is the trial's; other ranks leave the folder to it).
     checkpoint = left_checkpoint(request.checkpoint_dir) if par.is_root else None
     return TrialResult(trial_id=request.trial_id, status=status, reason=reason, metrics=metrics,
-                       history=ctx.history, stopped_early=ctx._stopped, checkpoint=checkpoint)
+                       history=ctx.history, stopped_early=ctx._stopped, checkpoint=checkpoint,
+                       logged=logged(ctx, request, par))
+
+
+def logged(ctx: TrialContext, request: TrialRequest, par: Parallel) -> dict[str, Any]:
+    """What the trial logged (rank 0's: the trial's result is rank 0's)."""
+    return ctx._logged.record(request.artifact_dir) if par.is_root else {}

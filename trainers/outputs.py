@@ -10,6 +10,10 @@ path, to a trial that carries on from it (``ctx.continue_from``,
 replayed schedule) or starts from it (``ctx.init_from``, ``NESTOR_INIT_FROM``:
 transfer). A trainer that can be ensembled also writes
 ``predictions.npz`` there, holding the arrays of :data:`PREDICTION_ARRAYS`.
+
+What a trainer logs for its trial's MLflow run besides its result (metrics at
+steps, tags, and the files of its artifact folder ``ctx.artifact_dir``,
+``NESTOR_ARTIFACT_DIR``) is the other half of the contract: trainers.logged.
 """
 
 from __future__ import annotations

@@ -56,7 +56,8 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
     if ended.result is None:
         return {"status": "failed", "reason": _short(ended.failure or "the gang failed")}
     result = ended.result
-    files = {"logs": dict(result.logs), "checkpoint": result.checkpoint}
+    files = {"logs": dict(result.logs), "checkpoint": result.checkpoint,
+             "logged": dict(result.logged or {})}
     if not result.ok:
         return {"status": "failed", "reason": _short(result.reason or "the trainer failed"),
                 "metrics": dict(result.metrics), "history": bounded(result.history),
@@ -81,6 +82,20 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
         "history": bounded(result.history),
         **files,
     }
+
+
+def journalled_logs(logged: dict[str, Any] | None, folder: str) -> dict[str, Any] | None:
+    """What a trial logged (``TrialResult.logged``) as its ``trial_finished`` keeps it:
+    each artifact with its path relative to the run directory (its artifact folder
+    is ``folder`` there); None when it logged nothing."""
+    if not logged:
+        return None
+    out = dict(logged)
+    if out.get("artifacts"):
+        out["artifacts"] = [{**entry, "path": f"{folder}/{entry['name']}"}
+                            for entry in out["artifacts"]
+                            if isinstance(entry, dict) and isinstance(entry.get("name"), str)]
+    return out
 
 
 def unmet_need(done: dict[str, Any], needs: list[Need], trainer: str) -> str | None:

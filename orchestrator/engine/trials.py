@@ -42,7 +42,13 @@ from nestor.orchestrator.engine.adoption import ResultFiles, attempts_heard
 from nestor.orchestrator.engine.attempts import Attempt, AttemptPolicy
 from nestor.orchestrator.engine.checkpoints import CheckpointKeeper
 from nestor.orchestrator.engine.history import JournalSoFar, paused_gc
-from nestor.orchestrator.engine.outcome import TrialDiskFull, disk_full, slot_time, unmet_need
+from nestor.orchestrator.engine.outcome import (
+    TrialDiskFull,
+    disk_full,
+    journalled_logs,
+    slot_time,
+    unmet_need,
+)
 from nestor.orchestrator.engine.outcome import outcome as attempt_outcome
 from nestor.orchestrator.engine.records import TrialRecord, TrialRecords
 from nestor.orchestrator.engine.search_log import SearchLog
@@ -64,6 +70,7 @@ from nestor.orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
 
+ARTIFACTS = "artifacts"  # RUN/artifacts/STAGE/TRIAL/: a trial's artifact folder
 NOT_RETRIED = "not retried: a rerun would fail the same way (trial.retry_on: any retries it)"
 
 __all__ = ["Attempt", "KindTrials", "SkipTrial", "TrialRecord", "TrialRunner"]
@@ -381,6 +388,7 @@ class TrialRunner:
             backend=self.shape.backend,
             checkpoint_dir=f"{run_dir}/checkpoints/{trial_dir}",
             log_dir=f"{run_dir}/logs/{trial_dir}",
+            artifact_dir=f"{run_dir}/{ARTIFACTS}/{trial_dir}",
             timeout=self.stage.trial.timeout,
             env=self.stage.trial.env_vars(),
             result_path=self.results.path_text(trial.id, number),
@@ -447,7 +455,9 @@ class TrialRunner:
             status=record.status, value=record.value, metrics=record.metrics,
             reason=record.reason, slot_seconds=slot_seconds,
             startup_slot_seconds=startup_slot_seconds, checkpoint=record.checkpoint,
-            history=record.history, logs=logs, adopted=adopted))
+            history=record.history, logs=logs, adopted=adopted,
+            logged=journalled_logs(outcome.get("logged"),
+                                   f"{ARTIFACTS}/{self.stage.name}/{trial.id}")))
         self._tell(trial, record)
 
     def _tell(self, trial: Any, record: TrialRecord) -> None:

@@ -141,6 +141,11 @@ class TrialFinished(Event):
     history: list[dict[str, Any]] = field(default_factory=list)
     logs: dict[str, str] = field(default_factory=dict)
     adopted: bool = _optional(False)
+    # What the trainer logged for its MLflow run (trainers.logged): {"metrics": {name:
+    # [[step, value, time], ...]}, "tags": {...}, "artifacts": [{"name": its place in
+    # the run, "path": the file, relative to the run directory, "sha256", "bytes"}],
+    # "problems": [...]}; left out when it logged nothing (and in older journals).
+    logged: dict[str, Any] | None = field(default=None, metadata={"optional": True})
 
 
 @dataclass(frozen=True, kw_only=True)

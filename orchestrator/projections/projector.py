@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -65,6 +66,7 @@ from nestor.orchestrator.projections.tracking import (
     derived_key,
     permanent,
 )
+from nestor.trainers.logged import MAX_TAG_VALUE, artifact_name_problem, digest, name_problem
 
 log = logging.getLogger(__name__)
 
@@ -442,7 +444,10 @@ class Projector:
             run.metrics += [(metrics, step, at) for step, metrics in enumerate(history)]
             run.metrics.append((event.metrics or {}, len(history), at))
             run.artifacts += self._log_files(event)
-            run.tags |= self._finished_tags(event)
+            points, tags, files = self._user_logs(event)
+            run.metrics += points
+            run.artifacts += files
+            run.tags |= tags | self._finished_tags(event)
             run.end = (ENDED.get(event.status, "FAILED"), at)
         else:
             run.tags["nestor.status"] = "interrupted"
@@ -499,7 +504,12 @@ class Projector:
                 tracker.log_metrics(run, metrics, step=step, at=at)
             tracker.log_metrics(run, event.metrics or {}, step=len(event.history or []), at=at)
             self._logs(run, event)
-            tracker.set_tags(run, self._finished_tags(event))
+            points, tags, files = self._user_logs(event)
+            for values, step, when in points:
+                tracker.log_metrics(run, values, step=step, at=when)
+            for path, folder in files:
+                tracker.log_artifact(run, path, folder)
+            tracker.set_tags(run, tags | self._finished_tags(event))
             tracker.finish(run, ENDED.get(event.status, "FAILED"), at=at)
         elif isinstance(event, TrialInterrupted):
             tracker.set_tags(self._trial_run(event), {"nestor.status": "interrupted"})
@@ -536,6 +546,65 @@ class Projector:
                  for path in logs.values())
         return [(path, folder) for path in files if path is not None]
 
+    def _user_logs(self, event: TrialFinished) -> tuple[
+            list[tuple[dict[str, float], int, float]], dict[str, str],
+            list[tuple[Path, str | None]]]:
+        """What the trial's code logged (``event.logged``; trainers.logged) as its run's
+        metric points, tags and files. The journal is data: a metric or tag MLflow
+        would refuse (a refused write would hold up every later event), a tag of
+        nestor's or MLflow's own (``nestor.key`` names the run), a file outside the
+        run directory, or one whose content is not what the trial left, is skipped."""
+        logged = event.logged if isinstance(event.logged, dict) else {}
+        trial = event.trial.get("id")
+        points: list[tuple[dict[str, float], int, float]] = []
+        metrics = logged.get("metrics")
+        for name, rows in (metrics.items() if isinstance(metrics, dict) else ()):
+            if name_problem(name) is not None or not isinstance(rows, list):
+                continue
+            for row in rows:
+                if (isinstance(row, list) and len(row) == 3 and type(row[0]) is int
+                        and all(_finite(x) for x in row[1:])):
+                    points.append(({name: float(row[1])}, row[0], float(row[2])))
+        tags = logged.get("tags")
+        tags = {key: str(value)[:MAX_TAG_VALUE]
+                for key, value in (tags.items() if isinstance(tags, dict) else ())
+                if name_problem(key, "tag") is None}
+        problems = logged.get("problems")
+        if isinstance(problems, list) and problems:
+            tags["nestor.logged.problems"] = "; ".join(map(str, problems))[:MAX_TAG_VALUE]
+        files = []
+        artifacts = logged.get("artifacts")
+        for entry in artifacts if isinstance(artifacts, list) else ():
+            file = self._artifact(entry, trial)
+            if file is not None:
+                files.append(file)
+        return points, tags, files
+
+    def _artifact(self, entry: Any, trial: Any) -> tuple[Path, str | None] | None:
+        """(file, its folder in the run) of one artifact the trial logged, when its
+        name is a plain relative path, its file lies inside the run directory and
+        still holds what the trial left (its digest); else None, with a warning."""
+        if not isinstance(entry, dict) or artifact_name_problem(entry.get("name")) is not None:
+            log.warning("trial %s logged an artifact %r whose name is not a relative path:"
+                        " not shown", trial, str(entry)[:200])
+            return None
+        name, path = str(entry["name"]), entry.get("path")
+        if not isinstance(path, str) or Path(path).name != Path(name).name:
+            return None
+        place = inside_or_warn(self.run_dir, path, f"trial {trial}'s artifact")
+        if place is None or not place.is_file():
+            return None
+        try:
+            same = digest(place) == entry.get("sha256")
+        except OSError:
+            return None
+        if not same:
+            log.warning("trial %s's artifact %s changed since the trial left it: not shown",
+                        trial, place)
+            return None
+        folder = str(Path(name).parent)
+        return place, None if folder == "." else folder
+
     def _stage_finished(self, event: StageFinished, at: float) -> None:
         from nestor.orchestrator.projections.artifacts import publish_stage
 
@@ -551,6 +620,11 @@ class Projector:
         self.tracker.set_tags(run, {"nestor.n_runs": summary["n_runs"],
                                     "nestor.stop_reason": summary["stop_reason"], **judged})
         self.tracker.finish(run, "FINISHED", at=at)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and \
+        math.isfinite(value)
 
 
 def _typed(record: dict[str, Any], at: int) -> tuple[int, Event | None]:

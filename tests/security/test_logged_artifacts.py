@@ -1,0 +1,102 @@
+"""What a journal says a trial logged (``trial_finished``'s ``logged``) is data: the
+projector shows a trial's metrics, tags and files from it only where they are what
+the trial left, and never lets it reach outside the run directory or rename runs.
+
+A run directory may have been written by someone else. Its journal could name, as
+a trial's artifact, a file of the user's outside the run (an absolute path,
+``..``, a link out), a place among the MLflow artifacts that climbs out of the
+run's folder, or a file since changed; or set the ``nestor.key`` tag by which the
+projector finds each run (a twin, or another run overwritten, on the next
+resume), or a metric name MLflow refuses (which would hold up every later event).
+A real projector, a real SQLite store, a hand-written journal. An older journal,
+without ``logged``, projects as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+from nestor.orchestrator.journal.events import (
+    StageStarted,
+    TrialFinished,
+    TrialStarted,
+    WorkflowStarted,
+    parse,
+)
+from nestor.orchestrator.journal.journal import Journal
+from nestor.orchestrator.projections.tracking import KEY_TAG
+from tests.orchestrator.test_projector import project, trial, workflow
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def entry(run_dir: Path, name: str, path: str, content: Path | None = None) -> dict:
+    file = content if content is not None else run_dir / path
+    return {"name": name, "path": path, "sha256": sha256(file), "bytes": file.stat().st_size}
+
+
+def test_a_journal_cannot_turn_a_trials_logs_against_the_user(tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    folder = run_dir / "artifacts" / "tune" / "0"
+    folder.mkdir(parents=True)
+    (folder / "report.txt").write_text("the trial's own report")
+    (folder / "changed.txt").write_text("what the trial left")
+    digest_before = sha256(folder / "changed.txt")
+    (folder / "changed.txt").write_text("written over since")
+    secret = tmp_path / "secret.txt"
+    secret.write_text("the user's secret")
+    (folder / "link.txt").symlink_to(secret)
+    logged = {
+        "metrics": {"train_loss": [[0, 0.5, 1_700_000_000.0], [10, 0.25, 1_700_000_001.0]],
+                    "bad!": [[0, 1.0, 1_700_000_000.0]],  # MLflow would refuse the batch
+                    "odd": [["x", 1.0, 1.0], [1, "nan", 1.0]]},
+        "tags": {"model": "mlp", KEY_TAG: "another run's key",
+                 "mlflow.parentRunId": "somebody else's"},
+        "artifacts": [
+            entry(run_dir, "report.txt", "artifacts/tune/0/report.txt"),
+            entry(run_dir, "secret.txt", str(secret), secret),  # absolute, outside
+            entry(run_dir, "secret.txt", "../secret.txt", secret),  # climbs out
+            entry(run_dir, "link.txt", "artifacts/tune/0/link.txt", secret),  # a link out
+            entry(run_dir, "../../escape/report.txt", "artifacts/tune/0/report.txt"),
+            {**entry(run_dir, "changed.txt", "artifacts/tune/0/changed.txt"),
+             "sha256": digest_before},  # not what the trial left
+        ],
+    }
+    old = {"event": "trial_finished", "seq": 9, "stage": "tune", "trial": trial(1),
+           "attempt": 1, "status": "completed", "value": 0.2, "metrics": {"result": 0.2},
+           "reason": None, "slot_seconds": 1.0}
+    assert parse(old).logged is None  # an older journal's event reads
+
+    wf = workflow(tmp_path)
+    with Journal(run_dir / "journal.jsonl") as journal:
+        journal.record(WorkflowStarted(workflow="projected", slots=2, pid=1, run_key="k"))
+        journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
+        for number in (0, 1):
+            journal.record(TrialStarted(stage="tune", trial=trial(number), attempt=1, gang=1,
+                                        shape="1x1"))
+        journal.record(TrialFinished(
+            stage="tune", trial=trial(0), attempt=1, status="completed", value=0.5,
+            metrics={"result": 0.5}, reason=None, slot_seconds=1.0, logged=logged))
+        journal.record(parse(old))
+    projector = project(run_dir, wf)
+
+    client = projector.tracker.client
+    runs = {r.info.run_name: r for r in client.search_runs([projector.tracker.experiment_id])}
+    assert sorted(runs) == ["tune", "tune/0", "tune/1"]
+    shown = runs["tune/0"]
+    history = client.get_metric_history(shown.info.run_id, "train_loss")
+    assert sorted((m.step, m.value) for m in history) == [(0, 0.5), (10, 0.25)]
+    assert set(shown.data.metrics) == {"result", "train_loss"}  # nothing of "bad!", "odd"
+    assert shown.data.tags["model"] == "mlp"
+    assert shown.data.tags[KEY_TAG] != "another run's key"
+    assert shown.data.tags["mlflow.parentRunId"] == runs["tune"].info.run_id
+    stored = sorted(p.relative_to(run_dir / "mlartifacts").as_posix()
+                    for p in (run_dir / "mlartifacts").rglob("*") if p.is_file())
+    assert [p.split("/artifacts/", 1)[1] for p in stored] == ["report.txt"], stored
+    assert not any("secret" in p.read_text() for p in (run_dir / "mlartifacts").rglob("*")
+                   if p.is_file())
+    assert not (tmp_path / "escape").exists() and not (run_dir / "escape").exists()
+    assert runs["tune/1"].info.status == "FINISHED"  # the older event, as before
