@@ -10,10 +10,30 @@ on their path) never shadows nestor's, nor nestor's theirs:
 - :mod:`nestor.search`: the search algorithms, pure ask/tell logic;
 - :mod:`nestor.trainers`: the built-in trainers and the contract user trainers meet.
 
-Importing ``nestor`` (or ``nestor.search`` on a Ray worker) stays light: nothing
-here imports Ray, MLflow or torch.
+The Python API is here: ``nestor.tune``, ``nestor.run``, ``nestor.resume``, their
+``Result`` and the one exception type ``NestorError``
+(:mod:`nestor.orchestrator.api`). They load on first use, so importing ``nestor``
+(or ``nestor.search`` on a Ray worker) stays light: nothing imports Ray, MLflow or
+torch until a run starts.
 """
+
+from __future__ import annotations
+
+from typing import Any
 
 from nestor.orchestrator import __version__
 
-__all__ = ["__version__"]
+API = ("NestorError", "Result", "resume", "run", "tune")
+__all__ = ["__version__", *API]
+
+
+def __getattr__(name: str) -> Any:
+    if name in API:
+        from nestor.orchestrator import api
+
+        return getattr(api, name)
+    raise AttributeError(f"module 'nestor' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *API})

@@ -369,6 +369,7 @@ class Searcher(abc.ABC):
         self._book = _Book()
         self._stop_reason: str | None = None
         self._warm_started = False
+        self._enqueued = 0  # configurations search.enqueue gave, asked before any other
         self._settings: dict[str, Any] = {"seed": seed, "budget": budget}
         # While restore replays an ask: the journal's trials by id, so a
         # subclass can take a costly model-based pick from the record instead
@@ -408,6 +409,15 @@ class Searcher(abc.ABC):
     def _warm_start(self, observations: list[Observation]) -> None:
         """Use a previous run's observations (successful ones, best first)."""
         raise ValueError(f"{self.algorithm} search cannot be warm-started")
+
+    def _enqueue(self, configs: list[dict[str, Scalar]]) -> None:
+        """Ask ``configs`` (full configurations in this space) first, in order. The
+        searches that keep a list of configurations to ask first (``_seeds``: random,
+        genetic, successive halving, PBT) put them at its head; others override it."""
+        if not hasattr(self, "_seeds"):
+            raise ValueError(f"{self.algorithm} search cannot take enqueued configurations")
+        searched = [p.name for p in self.space.searched]
+        self._seeds[:0] = [{name: c[name] for name in searched} for c in configs]
 
     # --- the public surface -----------------------------------------------------------
 
@@ -640,6 +650,54 @@ class Searcher(abc.ABC):
         self._warm_start(used)
         return len(used)
 
+    def enqueue(self, configs: Iterable[Mapping[str, Any]]) -> int:
+        """Configurations to try first, in order, before the search's own (``search.enqueue``),
+        called once before the first ask (after :meth:`warm_start`, if any). Each must lie
+        in the space (constants are filled in); returns how many were queued."""
+        if self._book.trials:
+            raise ValueError("enqueue must be called before the first ask")
+        queued = []
+        for index, item in enumerate(configs):
+            config = {**dict(item), **self.space.constants()}
+            missing = [name for name in self.space.names if name not in config]
+            config = {name: config.get(name) for name in self.space.names}
+            if missing or not self.space.contains(config):
+                raise ValueError(
+                    f"enqueued configuration #{index + 1} {dict(item)!r} must give a value in"
+                    f" the space for each of {list(self.space.names)}"
+                    + (f" (missing: {missing})" if missing else ""))
+            queued.append(config)
+        self._enqueue(queued)  # refuses before anything is logged
+        self._book.events.append({"event": "enqueue", "configs": queued})
+        self._enqueued += len(queued)
+        return len(queued)
+
+    def extend(self, budget: int) -> None:
+        """Raise the search's trial budget to ``budget``: a finished or running search
+        goes on where it is, the same search, with more trials (``nestor resume
+        --budget``). Logged, so that a restore replays it at the same place. A search
+        whose plan does not grow with its budget (a genetic search's generations, a
+        grid), or one under a cost budget, refuses with ValueError and is unchanged."""
+        if not isinstance(budget, int) or isinstance(budget, bool) or budget < 1:
+            raise ValueError(f"budget must be a positive number of trials, but got {budget!r}")
+        if self.cost_budget is not None:
+            raise ValueError(f"this search spends a cost budget ({self.cost_budget.describe()});"
+                             " only a budget of trials can be extended")
+        before, planned = self.budget, self.planned
+        if budget <= planned:
+            raise ValueError(f"budget must be above the {planned} trials the search plans,"
+                             f" but got {budget}")
+        self.budget = budget
+        if self.planned <= planned:
+            self.budget = before
+            raise ValueError(
+                f"{self.algorithm} search cannot run more than the {planned} trials its own"
+                " settings plan (its generations, intervals, brackets or grid): raise those"
+                " in a new run instead")
+        self._book.events.append({"event": "extend", "budget": budget})
+        if self._stop_reason is not None and self._stop_reason.startswith("all "):
+            self._stop_reason = None  # only the end of its trials: it goes on
+
     # --- state ------------------------------------------------------------------------
 
     def log_since(self, start: int) -> list[dict[str, Any]]:
@@ -795,8 +853,13 @@ class Searcher(abc.ABC):
                 self.warm_start(
                     (o["config"], _decode_result(o["result"])) for o in event["observations"]
                 )
+            elif kind == "enqueue":  # a snapshot's internals then put in place over it
+                self.enqueue(event["configs"])
+            elif kind == "extend":
+                self.extend(event["budget"])
             else:
-                raise ValueError(f"state events must be ask, tell or warm_start, but got {kind!r}")
+                raise ValueError("state events must be ask, tell, warm_start, enqueue or extend,"
+                                 f" but got {kind!r}")
 
     def _replay_ask(self, n: int, recorded: list[Trial], event: Mapping[str, Any]) -> None:
         """Recompute an ask and check it matches the log (Bayesian overrides this)."""
@@ -830,6 +893,11 @@ class Searcher(abc.ABC):
         """Register a new trial with the next id (ids are "0", "1", ... in ask order)."""
         full = {**config, **self.space.constants()}
         full = {name: full[name] for name in self.space.names}
+        if origin == "warm-start" and self._enqueued:
+            # Enqueued configurations lead the list searches keep of those to ask first.
+            asked = sum(1 for t in self._book.trials.values() if t.origin == "enqueued")
+            if asked < self._enqueued:
+                origin = "enqueued"
         trial = Trial(
             id=str(len(self._book.trials)),
             config=full,

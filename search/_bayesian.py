@@ -141,6 +141,7 @@ class BayesianSearch(Searcher):
         self._numbers: dict[str, int] = {}
         self._notes: dict[str, dict[str, Any]] = {}
         self._replaying: list[tuple[Trial, dict[str, Any]]] | None = None
+        self._queued: list[dict[str, Scalar]] = []  # search.enqueue's, asked first
 
     @property
     def planned(self) -> int:
@@ -288,6 +289,8 @@ class BayesianSearch(Searcher):
                 if not self._replaying:
                     break  # the recorded ask returned fewer (CMA-ES's generation barrier)
                 recorded, notes = self._replaying.pop(0)
+                if self._queued:  # asked from the queue then: it is spent
+                    self._queued.pop(0)
                 frozen = optuna.trial.create_trial(
                     state=optuna.trial.TrialState.RUNNING,
                     params=self._encode(recorded.config),
@@ -304,7 +307,10 @@ class BayesianSearch(Searcher):
                 if self.sampler == "cmaes" and told >= self.startup_trials and self._cma_waiting():
                     break  # the end of a generation: see the module's docstring
                 self._study.sampler = self._make_sampler(self.n_asked)
+                queued = bool(self._queued)
                 with _quiet(optuna):
+                    if queued:  # Optuna asks an enqueued trial's params before sampling
+                        self._study.enqueue_trial(self._encode(self._queued.pop(0)))
                     asked = self._study.ask(self._distributions)
                 number = asked.number
                 if self.sampler == "cmaes" and told >= self.startup_trials:
@@ -314,6 +320,8 @@ class BayesianSearch(Searcher):
                 origin = "model" if told >= self.startup_trials else "random"
                 if self.sampler == "cmaes" and _CMA_GENERATION not in notes:
                     origin = "random"  # Optuna draws at random before any result
+                if queued:
+                    origin = "enqueued"
                 params = asked.params
             trial = self._new_trial(self._decode(params), origin=origin)
             self._numbers[trial.id] = number
@@ -354,6 +362,9 @@ class BayesianSearch(Searcher):
                 self._study.tell(self._numbers[trial.id], state=optuna.trial.TrialState.FAIL)
             else:
                 self._study.tell(self._numbers[trial.id], list(observation.values))
+
+    def _enqueue(self, configs: list[dict[str, Scalar]]) -> None:
+        self._queued.extend(configs)
 
     def _warm_start(self, observations: list[Observation]) -> None:
         optuna = self._optuna

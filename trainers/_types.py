@@ -49,6 +49,10 @@ class TrainerRef:
     result_metric: str = "result"
     """Command trainers: the metric name under which the parsed number is
     reported (set it to the objective's metric, e.g. ``val_accuracy``)."""
+    code: bytes | None = field(default=None, repr=False, compare=False)
+    """Function trainers: the function itself, pickled by value (cloudpickle), for a
+    function no worker can import by its name (one defined in a script's
+    ``__main__`` or a notebook, given to the Python API)."""
 
     def __post_init__(self) -> None:
         given = [k for k in ("name", "function", "argv") if getattr(self, k) is not None]

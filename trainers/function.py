@@ -68,6 +68,18 @@ def resolve_function(path: str) -> Callable[..., Any]:
     return fn
 
 
+def shipped_function(code: bytes) -> Callable[..., Any]:
+    """A function shipped by value (cloudpickle's bytes, which the standard unpickler
+    reads where cloudpickle is installed, as it is beside Ray): one defined in the
+    driver's ``__main__`` or notebook, which no worker could import by name."""
+    import pickle
+
+    fn = pickle.loads(code)  # the user's own function, from the user's own run directory
+    if not callable(fn):
+        raise ValueError(f"the shipped trainer is a {type(fn).__name__}, not a function")
+    return fn
+
+
 @dataclass
 class TrialContext:
     """What a user trainer function knows about its trial (one per rank).
@@ -227,7 +239,8 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
                  heartbeat: Heartbeat | None = None) -> TrialResult:
     """Call the user's function in this rank; its return value becomes the metrics."""
     started = time.perf_counter()
-    fn = resolve_function(request.trainer.function or "")
+    fn = shipped_function(request.trainer.code) if request.trainer.code else \
+        resolve_function(request.trainer.function or "")
     device = select_device(par)
     ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
                        request.log_dir, report, should_stop, _heartbeat=heartbeat,

@@ -14,7 +14,6 @@ import click
 
 from nestor.orchestrator import __version__
 from nestor.orchestrator.commands.console import (
-    EXIT_DISK_FULL,
     EXIT_NO_RESULT,
     EXIT_SPEC_ERROR,
     console,
@@ -153,7 +152,8 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
     of every trial event, searcher state, checkpoints, logs, plots,
     results.json and the MLflow store (`nestor ui RUNDIR` shows it). If the
     driver is killed, `nestor resume RUNDIR` finishes the workflow without
-    re-running finished trials.
+    re-running finished trials. With --resume, SPEC must be the run's own spec, or
+    differ only in one hpo stage's larger search.budget (the search is extended).
     """
     _run(spec, run_dir, resume, slots, address)
 
@@ -289,90 +289,66 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
 
 @cli.command()
 @click.argument("run_dir", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--budget", type=click.IntRange(min=1), metavar="N",
+              help="Extend a search, finished or not, to N trials in all: the same search"
+              " goes on, its state restored, N minus those run so far added.")
+@click.option("--stage", metavar="NAME",
+              help="The hpo stage --budget extends (default: the workflow's one hpo stage).")
+@click.option("--retry", is_flag=True,
+              help="Run the failed trials of finished train, ensemble and transfer stages"
+              " again, and the stages after them; the stages before are kept.")
 @_run_options
-def resume(run_dir: Path, slots: int | None, address: str | None) -> None:
-    """Finish an interrupted workflow run from its journal.
+def resume(run_dir: Path, budget: int | None, stage: str | None, retry: bool,
+           slots: int | None, address: str | None) -> None:
+    """Finish an interrupted workflow run from its journal, or go on with a finished one.
 
     Finished trials are not run again; trials that were running when the
     driver stopped are run again. Their MLflow runs are continued, not copied.
+    --budget extends a search and --retry runs failed stages again; what cannot
+    be honoured is refused before anything runs.
     """
-    _run(None, run_dir, True, slots, address)
+    if stage is not None and budget is None:
+        print_errors(console(stderr=True), ["--stage names the stage --budget extends:"
+                                            " give --budget N too"])
+        sys.exit(EXIT_SPEC_ERROR)
+    reopen = {"budget": budget, "stage": stage, "retry": retry} if budget or retry else None
+    _run(None, run_dir, True, slots, address, reopen=reopen)
 
 
 def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
-         address: str | None, spec_text: str | None = None) -> None:
+         address: str | None, spec_text: str | None = None,
+         reopen: dict[str, Any] | None = None) -> None:
     with private_files():
-        _run_privately(spec, run_dir, resume, slots, address, spec_text)
+        _run_privately(spec, run_dir, resume, slots, address, spec_text, reopen)
 
 
 def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
-                   address: str | None, spec_text: str | None) -> None:
-    import os
-
-    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
-    from nestor.orchestrator.backends import ClusterError
-    from nestor.orchestrator.backends.ray.visibility import RunDirNotShared
-    from nestor.orchestrator.backends.stopping import Interrupted, exit_code, install_handlers
-    from nestor.orchestrator.backends.stopping import clear as clear_stop
-    from nestor.orchestrator.commands.progress import StageProgress, wait_for_mlflow
-    from nestor.orchestrator.commands.run import run_spec
-    from nestor.orchestrator.commands.summary import sized_lines
-    from nestor.orchestrator.engine.workflow import RunError
-    from nestor.orchestrator.journal.events import SearchSized, parse
-    from nestor.orchestrator.journal.journal import DamagedRun
+                   address: str | None, spec_text: str | None,
+                   reopen: dict[str, Any] | None = None) -> None:
+    from nestor.orchestrator.commands.execute import RunFailed, execute, stages_without_result
     from nestor.orchestrator.projections.results import render_results
-    from nestor.orchestrator.spec import SpecError
 
     out = console()
     err = console(stderr=True)
-    clear_stop()
-    install_handlers()
     printed: list[Path] = []
-
-    def say(record: dict[str, Any]) -> None:
-        """What the run says as it goes: an auto search's pick and width, as built."""
-        if record.get("event") == SearchSized.kind:  # the others unparsed: this is per event
-            event = parse(record)
-            assert isinstance(event, SearchSized)
-            for line in sized_lines(event):
-                err.print(line, soft_wrap=True)
 
     def show(run_dir: Path, results: dict[str, Any]) -> None:
         """The results, at once: before Ray's shutdown and MLflow's catching up."""
-        progress.progress.stop()
         render_results(out, results)
         out.print(f"run directory: {run_dir}")
         printed.append(run_dir)
 
     try:
-        with StageProgress(err) as progress:
-            run_dir, results = run_spec(
-                spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
-                on_progress=progress.update, on_results=show, spec_text=spec_text,
-                wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
-                on_event=say,
-            )
-    except SpecError as exc:
-        print_errors(console(stderr=True), exc.problems)
-        sys.exit(EXIT_SPEC_ERROR)
-    except (RunError, ClusterError, RunDirNotShared, DamagedRun) as exc:
-        print_errors(console(stderr=True), [exc])
-        sys.exit(EXIT_SPEC_ERROR)
-    except OSError as exc:
-        from nestor.orchestrator.journal.journal import disk_full_message
-
-        message = disk_full_message(exc, run_dir)
-        if message is None:
-            raise
-        print_errors(console(stderr=True), [message])
-        sys.exit(EXIT_DISK_FULL)
-    except Interrupted as exc:
-        stopped_in = exc.run_dir or run_dir
-        where = f" {stopped_in}" if stopped_in else ""
-        console(stderr=True).print(
-            f"stopped on {exc.reason}; finished trials are journalled."
-            f" Continue with: nestor resume{where}", soft_wrap=True)
-        sys.exit(exit_code(exc.reason))
+        run_dir, results = execute(spec, run_dir=run_dir, resume=resume, slots=slots,
+                                   address=address, err=err, spec_text=spec_text,
+                                   reopen=reopen, on_results=show)
+    except RunFailed as exc:
+        if exc.errors:
+            print_errors(err, exc.problems)
+        else:
+            for line in exc.problems:
+                err.print(line, soft_wrap=True)
+        sys.exit(exc.code)
     if not printed:
         render_results(out, results)
         out.print(f"run directory: {run_dir}")
@@ -380,21 +356,6 @@ def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots:
     if empty:
         print_errors(console(stderr=True), empty)
         sys.exit(EXIT_NO_RESULT)
-
-
-def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
-    """One line per stage whose every trial failed: a script, or a Slurm job's
-    state, must not read such a run as a success."""
-    lines = []
-    for stage in results["stages"]:
-        trials = stage.get("trials") or []
-        if trials and all(t.get("status") == "failed" for t in trials):
-            reason = next((t["reason"] for t in trials if t.get("reason")), "no reason recorded")
-            lines.append(
-                f"stage {stage['name']}: all {len(trials)} trials failed; the first said:"
-                f" {reason} (`nestor results {run_dir}` lists every trial)"
-            )
-    return lines
 
 
 @cli.command()

@@ -23,6 +23,7 @@ from nestor.orchestrator.journal.events import (
     KINDS,
     Event,
     StageFinished,
+    StageReopened,
     StageStarted,
     WorkflowStarted,
     kinds_of,
@@ -172,6 +173,9 @@ class JournalSoFar:
         self.summaries = Summaries()  # finished stages, by name
         self.stages_started: set[str] = set()
         self._mine: dict[str, list[Event]] = {}  # each stage's events, typed
+        # Stages a StageReopened names (found by read's first pass): their events
+        # before an earlier StageFinished are kept, a resumed runner restores from them.
+        self.reopened: set[str] = set()
         for record in records:
             self.add(parse(record))
 
@@ -187,6 +191,8 @@ class JournalSoFar:
                 so_far.add(found)
             else:  # a stage's end, its summary left unparsed until it is looked up
                 so_far.ended(*found, path)
+        # The second pass reads every line of an unfinished stage again, from the start:
+        # a reopened stage's summary is taken again and dropped again, in journal order.
         # Journal.append writes a stage event's stage first, after its kind: the line's
         # first "stage" key (a trial's config may hold another, further on).
         names = {json.dumps(name).encode() + b"," for name in so_far.summaries}
@@ -207,7 +213,7 @@ class JournalSoFar:
         (as :meth:`add` of it, its summary parsed when first looked up)."""
         self.summaries.found(stage, path, offset)
         self.stages_started.add(stage)
-        if not self.finished:
+        if not self.finished and stage not in self.reopened:
             self._mine.pop(stage, None)
 
     @classmethod
@@ -228,9 +234,12 @@ class JournalSoFar:
         if isinstance(event, StageFinished):
             self.summaries[event.stage] = event.summary
             self.stages_started.add(event.stage)  # its start may go unread (read skips it)
-            if not self.finished:
+            if not self.finished and event.stage not in self.reopened:
                 self._mine.pop(event.stage, None)
             return
+        if isinstance(event, StageReopened):
+            self.reopened.add(event.stage)
+            self.summaries.pop(event.stage, None)  # its summary so far no longer stands
         if isinstance(event, StageStarted):
             self.stages_started.add(event.stage)
         if self.finished or event.stage not in self.summaries:
@@ -254,7 +263,7 @@ def _parsed(record: dict[str, Any], path: Path) -> Event:
                            f"({record.get('event')!r}) is not a journal event") from None
 
 
-_ENDS = kinds_of(WorkflowStarted, StageFinished)
+_ENDS = kinds_of(WorkflowStarted, StageFinished, StageReopened)
 
 
 def _starts_and_ends(path: Path) -> Iterator[Event | tuple[str, int]]:
@@ -281,7 +290,7 @@ def _starts_and_ends(path: Path) -> Iterator[Event | tuple[str, int]]:
                         if isinstance(name, str):
                             yield name, at
                             continue
-                elif kind != b"workflow_started" and kind != b"stage_finished":
+                elif kind not in (b"workflow_started", b"stage_finished", b"stage_reopened"):
                     continue
             record = event_of(line, path, number)
             if record["event"] in _ENDS:

@@ -75,6 +75,14 @@ class Plan:
             raise ValueError(f"trial {trial_id!r} must be asked and not yet told")
         self.told[trial_id] = None if isinstance(result, Failure) else float(result)
 
+    def retry(self, ids: list[str]) -> None:
+        """Ask these failed trials again (``nestor resume --retry``): they are neither
+        asked nor told any more; trials that did not fail are left as they are."""
+        for trial_id in ids:
+            if trial_id in self.told and self.told[trial_id] is None:
+                del self.told[trial_id]
+                self.asked.remove(trial_id)
+
     def done(self) -> bool:
         return len(self.told) == len(self.trials)
 

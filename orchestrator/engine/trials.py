@@ -29,6 +29,7 @@ extras, a task before the first trial and after the last, its own summary.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -53,6 +54,7 @@ from nestor.orchestrator.engine.outcome import outcome as attempt_outcome
 from nestor.orchestrator.engine.records import TrialRecord, TrialRecords
 from nestor.orchestrator.engine.search_log import SearchLog
 from nestor.orchestrator.engine.shaping import StageShape
+from nestor.orchestrator.engine.shipped import shipped_code
 from nestor.orchestrator.journal.events import (
     CheckpointRemoved,
     StagePlanned,
@@ -96,6 +98,14 @@ class KindTrials:
         stage's, and TrialRequest fields such as ``init_from`` and ``freeze``.
         Raise SkipTrial when the trial cannot run."""
         return {}
+
+    def restored(self, runner: TrialRunner, mine: list[JournalEvent]) -> None:
+        """The searcher and the trial records are restored from ``mine`` (none: a new
+        stage), before any trial is queued: a reopened plan's failed trials are asked
+        again (``nestor resume --retry``: :mod:`orchestrator.engine.reopen`)."""
+        from nestor.orchestrator.engine.reopen import retry_plan
+
+        retry_plan(runner, mine)
 
     def restoring(self, runner: TrialRunner, mine: list[JournalEvent]) -> None:
         """The runner is about to restore its searcher from ``mine`` (this stage's
@@ -168,6 +178,14 @@ class TrialRunner:
         self.trainer_spec = trainer_spec
         self.settings: dict[str, Any] = dict(trainer_spec.settings)
         self.trainer = TrainerRef.from_spec(trainer_spec, result_metric=objectives[0].metric)
+        self.broken: str | None = None  # why the stage cannot go on
+        try:  # a function from a script's __main__ or a notebook: shipped by value
+            code = shipped_code(run_dir, self.trainer.function)
+        except RuntimeError as exc:
+            self.broken = f"stage {stage.name!r}: {exc}"
+        else:
+            if code is not None:
+                self.trainer = dataclasses.replace(self.trainer, code=code)
         planned: Any = stage_events(events, stage.name, StagePlanned)
         self.shaping = StageShape(workflow, stage, backend, journal, planned)
         self.policy = AttemptPolicy(stage.name, stage.trial, backend)
@@ -189,7 +207,6 @@ class TrialRunner:
         # What the stage needs of a function or command trainer (a built-in gives it
         # all), checked as each trial completes; a trial that breaks it fails the run.
         self.needs = [] if trainer_spec.name is not None else stage.needs(workflow)
-        self.broken: str | None = None  # why the stage cannot go on
 
     @property
     def searcher(self) -> Any:
@@ -226,6 +243,7 @@ class TrialRunner:
                 self.checkpoints.removed(event.trial, self.records)
             elif isinstance(event, StageStarted):
                 self.started_at = event.time
+        self.part.restored(self, mine)
         # A result journalled just before the kill may be missing from the state file.
         pending = {t.id: t for t in self.searcher.pending}
         for record in self.records.values():
@@ -345,13 +363,18 @@ class TrialRunner:
                     self.exhausted = not self.running
                     break
                 self.search_log.record()
-                self.queue.extend((trial, 1) for trial in asked)
+                self.queue.extend((trial, self._next_attempt(trial.id)) for trial in asked)
             if not checked and not self.backend.fits(self.shape):
                 break
             trial, number = self.queue.pop(0)
             self._start(trial, number)
             started += 1
         return started
+
+    def _next_attempt(self, trial_id: str) -> int:
+        """1, or the attempt after a retried trial's last (its results and logs kept)."""
+        record = self.records.get(trial_id)
+        return 1 if record is None else record.attempts + 1
 
     @property
     def busy_ranks(self) -> int:

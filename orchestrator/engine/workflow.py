@@ -109,7 +109,8 @@ def prepare_run_dir(spec_path: Path | None, run_dir: Path | None, resume: bool, 
 # What nestor itself leaves in a run directory before its journal exists (a run whose
 # start failed, a Slurm job's output, the MLflow store the projector opened first).
 _OWN_NAMES = (LOCK_FILE, "mlflow.db", "mlflow.db-journal", "mlflow.db-wal", "mlflow.db-shm",
-              "mlflow.db.json", "mlflow.db.lock", "mlartifacts", "mlflow-projected", "logs")
+              "mlflow.db.json", "mlflow.db.lock", "mlartifacts", "mlflow-projected", "logs",
+              "functions")
 _OWN_PREFIXES = (".nestor-visible-", "slurm-")
 
 
@@ -142,6 +143,27 @@ def check_fresh(run_dir: Path, spec_text: str) -> None:
             " never writes among your own files: give an empty or new directory (or leave"
             " --run-dir out for runs/NAME-TIMESTAMP)"
         )
+
+
+def _saved_spec(run_dir: Path) -> str | None:
+    """The run's spec.yaml as text (None: none, as in a simulation given a workflow)."""
+    path = run_dir / SPEC_FILE
+    try:
+        return path.read_text() if path.is_file() and not path.is_symlink() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def started_spec(run_dir: Path) -> str | None:
+    """The spec text the run's journal says it started with (None: it started before
+    nestor journalled it, or has not started)."""
+    from nestor.orchestrator.journal.events import kinds_of, parse
+    from nestor.orchestrator.journal.journal import iter_events
+
+    for record in iter_events(run_dir / JOURNAL_FILE, kinds_of(WorkflowStarted)):
+        event = parse(record)
+        return event.spec if isinstance(event, WorkflowStarted) else None
+    return None
 
 
 def _same_text(path: Path, text: str) -> bool:
@@ -189,6 +211,7 @@ def run_workflow(
     on_progress: Callable[[Any], None] | None = None,
     on_results: Callable[[Path, dict[str, Any]], None] | None = None,
     on_append: Callable[[dict[str, Any]], None] | None = None,
+    reopen: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """Run (or, with ``resume``, go on with) ``workflow`` on ``backend``, journalling
     into ``run_dir``; returns its results. The one run path, for every backend
@@ -206,6 +229,8 @@ def run_workflow(
     ``driver_s`` (real seconds the run took). The backend is shut down at the end;
     a stop request (or a simulated allocation's time limit) raises
     :class:`~orchestrator.backends.stopping.Interrupted` after journalling it.
+    ``reopen`` (resume only): :func:`orchestrator.engine.reopen.reopenings`' keywords,
+    a search's new ``budget`` (of ``stage``) and ``retry`` of failed planned trials.
     """
     run_dir = Path(run_dir)
     if backend.virtual:
@@ -218,7 +243,8 @@ def run_workflow(
         raise
     try:
         return _drive(workflow, backend, run_dir, resume=resume, fsync=fsync,
-                      on_progress=on_progress, on_results=on_results, on_append=on_append)
+                      on_progress=on_progress, on_results=on_results, on_append=on_append,
+                      reopen=reopen)
     finally:
         lock.release()
 
@@ -226,14 +252,26 @@ def run_workflow(
 def _drive(workflow: Workflow, backend: Backend, run_dir: Path, *, resume: bool,
            fsync: bool | None, on_progress: Callable[[Any], None] | None,
            on_results: Callable[[Path, dict[str, Any]], None] | None,
-           on_append: Callable[[dict[str, Any]], None] | None) -> dict[str, Any]:
+           on_append: Callable[[dict[str, Any]], None] | None,
+           reopen: dict[str, Any] | None = None) -> dict[str, Any]:
     """:func:`run_workflow`'s run, under the run directory's lock."""
+    from nestor.orchestrator.engine.reopen import ReopenError, reopenings
+
     if not resume and (run_dir / JOURNAL_FILE).exists():
         backend.shutdown()
         raise RunError(f"{run_dir} already holds a workflow run; continue it with"
                        f" `nestor resume {run_dir}` or choose another run directory")
     reinstall_handlers()  # a backend's start (ray.init) may have taken the signals
     events = JournalSoFar.read(run_dir / JOURNAL_FILE)  # before this driver appends
+    reopened = []
+    if reopen:
+        try:  # refused before anything is written
+            if events.started is None:
+                raise ReopenError("the run never started: there is nothing to extend or retry")
+            reopened = reopenings(workflow, events, **reopen)
+        except ReopenError as exc:
+            backend.shutdown()
+            raise RunError(str(exc)) from None
     keeper = FoldKeeper(run_dir, JOURNAL_FILE)  # `nestor status` folds only its tail
     journal = Journal(run_dir / JOURNAL_FILE, on_append,
                       fsync=not backend.virtual if fsync is None else fsync,
@@ -248,9 +286,18 @@ def _drive(workflow: Workflow, backend: Backend, run_dir: Path, *, resume: bool,
             journal.record(WorkflowStarted(
                 workflow=workflow.name, slots=backend.slots, pid=os.getpid(),
                 run_key=uuid.uuid4().hex,
-                backend=type(backend).__name__ if backend.virtual else None))
+                backend=type(backend).__name__ if backend.virtual else None,
+                spec=_saved_spec(run_dir)))
         else:
             journal.record(WorkflowResumed(slots=backend.slots, pid=os.getpid()))
+        if reopened:
+            for event in reopened:
+                log.warning("going on with stage %s: %s", event.stage,
+                            f"its search extended to {event.budget} trials" if event.budget
+                            else "its failed trials run again")
+                journal.record(event)
+            journal.sync()
+            events = JournalSoFar.read(run_dir / JOURNAL_FILE)  # the reopened stages' events
         scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
                                    events=events, on_progress=on_progress)
         summaries = scheduler.run()  # its loop runs with the collector sparse

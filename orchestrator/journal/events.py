@@ -58,6 +58,9 @@ class WorkflowStarted(Event):
     pid: int
     run_key: str  # names the run's MLflow runs for good (see tracking.derived_key)
     backend: str | None = _optional()  # a simulation's backend; a real run's is Ray
+    # The spec as the run started with it (its spec.yaml then): a resume compares the
+    # run's spec.yaml with it, accepting an edit it can honour and refusing the others.
+    spec: str | None = _optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -91,6 +94,20 @@ class StageFinished(Event):
     kind: ClassVar[str] = "stage_finished"
     stage: str
     summary: dict[str, Any]
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageReopened(Event):
+    """A resumed driver goes on with a stage that had finished, or with more of one
+    that had not (``nestor resume --budget``, ``--retry``): its summary so far no
+    longer stands, and its trials and search are restored from the journal as for
+    an interrupted stage. ``budget``: its search's new trial budget; ``retry``: its
+    failed planned trials run again."""
+
+    kind: ClassVar[str] = "stage_reopened"
+    stage: str
+    budget: int | None = _optional()
+    retry: bool = _optional(False)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,7 +260,7 @@ class SearchSized(Event):
 KINDS: dict[str, type[Event]] = {
     cls.kind: cls for cls in (
         WorkflowStarted, WorkflowResumed, WorkflowFinished, WorkflowInterrupted,
-        StageStarted, StageFinished, TrialStarted, TrialAttemptFailed, TrialFinished,
+        StageStarted, StageFinished, StageReopened, TrialStarted, TrialAttemptFailed, TrialFinished,
         TrialInterrupted, CheckpointRemoved, ThresholdReached, SearchLogged, StagePlanned,
         StageReplanned, PlanState, SearchSized,
     )

@@ -69,6 +69,7 @@ from nestor.orchestrator.journal.events import (
     SearchLogged,
     StageFinished,
     StagePlanned,
+    StageReopened,
     StageReplanned,
     StageStarted,
     ThresholdReached,
@@ -214,6 +215,8 @@ class RunState:
                                                            list(event.sources or []), event.time)
         elif isinstance(event, StageFinished):
             stage.state, stage.finished_at, stage.running = "finished", event.time, set()
+        elif isinstance(event, StageReopened):  # a resume goes on with it (--budget, --retry)
+            stage.state, stage.finished_at = "running", None
         elif isinstance(event, StagePlanned):
             stage.plan = {"dp": event.dp, "mp": event.mp, "slots": event.slots}
         elif isinstance(event, StageReplanned):
@@ -303,6 +306,7 @@ class RunState:
             flow.started_at = event.time
             return
         flow.resumes.append((index, event.time))
+        flow.finished = False  # a finished run resumed goes on (an extended search)
         for attempt in self._open.values():  # a restart ended whatever was running
             attempt.ended, attempt.end_index, attempt.outcome = event.time, index, "interrupted"
         self._open.clear()
@@ -353,6 +357,8 @@ class RunState:
             outcome = event.status or "completed"
             stage.runs.append(Run(trial.id, number, outcome, event.value))
             stage.running.discard(trial.id)
+            if trial.finished_at is not None:  # a failed trial run again (--retry)
+                stage.finished[trial.status] = stage.finished.get(trial.status, 1) - 1
             stage.finished[outcome] = stage.finished.get(outcome, 0) + 1
             trial.status, trial.value, trial.finished_at = outcome, event.value, event.time
             trial.checkpoint = event.checkpoint

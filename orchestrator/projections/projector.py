@@ -43,6 +43,7 @@ from nestor.orchestrator.journal.events import (
     SearchSized,
     StageFinished,
     StagePlanned,
+    StageReopened,
     StageReplanned,
     StageStarted,
     ThresholdReached,
@@ -518,6 +519,9 @@ class Projector:
                              {"nestor.threshold_trial": event.trial})
         elif isinstance(event, StageFinished):
             self._stage_finished(event, at)
+        elif isinstance(event, StageReopened):  # its summary is published again at its end
+            tracker.set_tags(self._stage_run(event.stage), {
+                "nestor.reopened": f"budget {event.budget}" if event.budget else "retry"})
         elif isinstance(event, StagePlanned):  # the shape parallel: auto chose, and why
             tracker.set_tags(self._stage_run(event.stage), {
                 "nestor.plan": f"{event.dp}x{event.mp} on {event.slots} slots",

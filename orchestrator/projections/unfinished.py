@@ -15,6 +15,7 @@ from typing import Any
 
 from nestor.orchestrator.journal.events import (
     StageFinished,
+    StageReopened,
     StageStarted,
     TrialAttemptFailed,
     TrialFinished,
@@ -28,7 +29,7 @@ from nestor.orchestrator.journal.journal import damaged_line, iter_events
 
 JOURNAL_FILE = "journal.jsonl"
 SPEC_FILE = "spec.yaml"
-_READ = kinds_of(WorkflowStarted, WorkflowInterrupted, StageStarted, StageFinished,
+_READ = kinds_of(WorkflowStarted, WorkflowInterrupted, StageStarted, StageFinished, StageReopened,
                  TrialStarted, TrialAttemptFailed, TrialFinished)
 
 
@@ -58,6 +59,8 @@ def unfinished_results(run_dir: Path) -> dict[str, Any] | None:
         elif isinstance(event, StageFinished):
             stages.setdefault(event.stage, _partial(event.stage, None, event.time))
             finished[event.stage] = event.summary
+        elif isinstance(event, StageReopened):
+            finished.pop(event.stage, None)
         elif isinstance(event, TrialStarted | TrialAttemptFailed | TrialFinished):
             stage = stages.setdefault(event.stage, _partial(event.stage, None, event.time))
             _trial_event(stage, event)

@@ -343,11 +343,22 @@ def _check_budget(value: Any) -> Any:
     return value
 
 
+_STARTS = ("warm_start", "enqueue")  # how a search starts: the stage's, not the searcher's
+
+
 class _SearchBase(Strict):
     if TYPE_CHECKING:  # the fields every search has (SearchSettings)
         algorithm: str
         seed: int
         budget: int | dict[str, float] | None
+
+    warm_start: str | None = Field(
+        None, description="earlier results the search learns from before its first ask: a"
+        " run directory (its completed trials) or a CSV whose header names the parameters"
+        " and the metric (or 'value'); every algorithm that can use them does")
+    enqueue: list[dict[str, Any]] = Field(
+        default_factory=list, description="configurations (parameter: value) the search"
+        " asks first, in order, before its own")
 
     @field_validator("budget", mode="before", check_fields=False)
     @classmethod
@@ -356,7 +367,7 @@ class _SearchBase(Strict):
 
     def settings(self) -> dict[str, Any]:
         """The searcher's own settings (``search.make_searcher``'s keywords)."""
-        return self.model_dump(exclude={"algorithm"})
+        return self.model_dump(exclude={"algorithm", *_STARTS})
 
     def trials_budget(self) -> int | None:
         """The budget where it counts trials (None: none, or a cost budget)."""
@@ -462,7 +473,7 @@ class _AutoRules(_SearchBase):
     def settings(self) -> dict[str, Any]:
         """The fidelity is the stage's business: the searcher gets its full value
         (``HpoStage.search_settings``)."""
-        return self.model_dump(exclude={"algorithm", "fidelity"})
+        return self.model_dump(exclude={"algorithm", "fidelity", *_STARTS})
 
     def choose(
         self, space: SearchSpace, objectives: Any, max_fidelity: int | None = None,
@@ -494,7 +505,7 @@ class _ContinuingSearch(_SearchBase):
 
     def settings(self) -> dict[str, Any]:
         """The fidelity is the stage's business, not the searcher's."""
-        return self.model_dump(exclude={"algorithm", "fidelity"})
+        return self.model_dump(exclude={"algorithm", "fidelity", *_STARTS})
 
     def planned_trials(self, space: SearchSpace) -> int:
         from nestor.search import make_searcher

@@ -17,6 +17,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from nestor.orchestrator.journal.events import (
     StageStarted,
     TrialFinished,
@@ -100,3 +102,26 @@ def test_a_journal_cannot_turn_a_trials_logs_against_the_user(tmp_path: Path) ->
                    if p.is_file())
     assert not (tmp_path / "escape").exists() and not (run_dir / "escape").exists()
     assert runs["tune/1"].info.status == "FINISHED"  # the older event, as before
+
+
+def test_a_shipped_function_is_loaded_only_when_its_owner_alone_may_write_it(
+        tmp_path: Path) -> None:
+    """A pickled ``__main__`` trainer runs code when loaded: one that another user could
+    have written (group- or world-writable, or not the user's) is refused."""
+    import os
+
+    from nestor.orchestrator.engine.shipped import save_functions, shipped_code
+    from nestor.orchestrator.journal.safe import UnsafeRunData
+
+    save_functions(tmp_path, {"__main__:train": b"pickled"})
+    path = tmp_path / "functions" / "train.pkl"
+    os.chmod(path, 0o600)
+    assert shipped_code(tmp_path, "__main__:train") == b"pickled"
+    for mode in (0o620, 0o602):
+        os.chmod(path, mode)
+        with pytest.raises(UnsafeRunData, match="nobody else may write it"):
+            shipped_code(tmp_path, "__main__:train")
+    os.chmod(path, 0o600)
+    os.chown(path, 12345, -1)  # tests run as root: another user's file
+    with pytest.raises(UnsafeRunData, match="owned by uid 12345"):
+        shipped_code(tmp_path, "__main__:train")

@@ -68,6 +68,17 @@ class HpoTrials(KindTrials):
         if self.width is not None:
             runner.journal.record(sized_event(runner, self.width, resumed=self.kept is not None))
 
+    def restored(self, runner: TrialRunner, mine: list[Event]) -> None:
+        """A new search is seeded (``search.warm_start``) and given its first
+        configurations (``search.enqueue``), logged before its first ask, so a resume
+        replays them; a reopened one is extended to its new budget."""
+        from nestor.orchestrator.engine.reopen import extend_search
+        from nestor.orchestrator.engine.seeding import seed_search
+
+        if runner.search_log.logged == 0 and runner.searcher.n_asked == 0:
+            seed_search(runner)
+        extend_search(runner, mine)
+
     def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
         """A population's schedules join the summary: the winner's lineage is what a
         train stage replays, and what the population plot draws."""

@@ -1,0 +1,109 @@
+"""Running a spec as `nestor run`/`resume`/`sweep` do, for the CLI and the Python API
+alike: the run path (:func:`orchestrator.commands.run.run_spec`) with the progress
+bars, what an auto search says as it is sized, the wait for MLflow, and every way a
+run can fail turned into the same messages and exit statuses (:class:`RunFailed`),
+which the CLI prints and exits with and the API raises as its one exception."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from nestor.orchestrator.commands.console import EXIT_DISK_FULL, EXIT_SPEC_ERROR
+
+
+class RunFailed(Exception):
+    """A run that could not start or go on: ``problems`` (one message each), the
+    command's exit status, and whether they are errors (else a plain notice: a
+    stop request, with how to continue)."""
+
+    def __init__(self, problems: list[str], code: int, *, errors: bool = True,
+                 run_dir: Path | None = None) -> None:
+        super().__init__("\n".join(problems))
+        self.problems = problems
+        self.code = code
+        self.errors = errors
+        self.run_dir = run_dir
+
+
+def execute(spec: Path | None, *, run_dir: Path | None, resume: bool, slots: int | None,
+            address: str | None, err: Any, spec_text: str | None = None,
+            reopen: dict[str, Any] | None = None,
+            on_results: Callable[[Path, dict[str, Any]], None] | None = None,
+            function_code: dict[str, bytes] | None = None,
+            ) -> tuple[Path, dict[str, Any]]:
+    """Run (or resume) a spec showing its progress on the console ``err``; returns the
+    run directory and results. ``on_results`` is told them as soon as they are
+    journalled (the progress bars stopped first); a failure raises RunFailed."""
+    os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
+    from nestor.orchestrator.backends import ClusterError
+    from nestor.orchestrator.backends.ray.visibility import RunDirNotShared
+    from nestor.orchestrator.backends.stopping import Interrupted, exit_code, install_handlers
+    from nestor.orchestrator.backends.stopping import clear as clear_stop
+    from nestor.orchestrator.commands.progress import StageProgress, wait_for_mlflow
+    from nestor.orchestrator.commands.run import run_spec
+    from nestor.orchestrator.commands.summary import sized_lines
+    from nestor.orchestrator.engine.workflow import RunError
+    from nestor.orchestrator.journal.events import SearchSized, parse
+    from nestor.orchestrator.journal.journal import DamagedRun
+    from nestor.orchestrator.spec import SpecError
+
+    clear_stop()
+    install_handlers()
+
+    def say(record: dict[str, Any]) -> None:
+        """What the run says as it goes: an auto search's pick and width, as built."""
+        if record.get("event") == SearchSized.kind:  # the others unparsed: this is per event
+            event = parse(record)
+            assert isinstance(event, SearchSized)
+            for line in sized_lines(event):
+                err.print(line, soft_wrap=True)
+
+    try:
+        with StageProgress(err) as progress:
+            def show(done_dir: Path, results: dict[str, Any]) -> None:
+                progress.progress.stop()
+                if on_results is not None:
+                    on_results(done_dir, results)
+
+            return run_spec(
+                spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
+                on_progress=progress.update, on_results=show, spec_text=spec_text,
+                wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
+                on_event=say, reopen=reopen, function_code=function_code,
+                on_accepted=lambda line: err.print(line, soft_wrap=True),
+            )
+    except SpecError as exc:
+        raise RunFailed([str(p) for p in exc.problems], EXIT_SPEC_ERROR) from None
+    except (RunError, ClusterError, RunDirNotShared, DamagedRun) as exc:
+        raise RunFailed([str(exc)], EXIT_SPEC_ERROR, run_dir=run_dir) from None
+    except OSError as exc:
+        from nestor.orchestrator.journal.journal import disk_full_message
+
+        message = disk_full_message(exc, run_dir)
+        if message is None:
+            raise
+        raise RunFailed([str(message)], EXIT_DISK_FULL, run_dir=run_dir) from None
+    except Interrupted as exc:
+        stopped_in = exc.run_dir or run_dir
+        where = f" {stopped_in}" if stopped_in else ""
+        raise RunFailed([f"stopped on {exc.reason}; finished trials are journalled."
+                         f" Continue with: nestor resume{where}"], exit_code(exc.reason),
+                        errors=False, run_dir=stopped_in) from None
+
+
+def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
+    """One line per stage whose every trial failed: a script, or a Slurm job's
+    state, must not read such a run as a success."""
+    lines = []
+    for stage in results["stages"]:
+        trials = stage.get("trials") or []
+        if trials and all(t.get("status") == "failed" for t in trials):
+            reason = next((t["reason"] for t in trials if t.get("reason")), "no reason recorded")
+            lines.append(
+                f"stage {stage['name']}: all {len(trials)} trials failed; the first said:"
+                f" {reason} (`nestor results {run_dir}` lists every trial)"
+            )
+    return lines
