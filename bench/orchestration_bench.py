@@ -175,7 +175,6 @@ stages:
   - name: tune
     kind: hpo
     trainer: {{function: "bench_trivial:trivial"}}
-    parallel: 2
     search: {{algorithm: random, budget: {trials}, seed: 0}}
     space: {{x: {{type: float, low: 0, high: 1}}}}
     objective: {{metric: score, mode: min}}
