@@ -105,6 +105,14 @@ class _Generation:
         return [i for i in self.order if i not in started]
 
 
+def one_dimension(name: str) -> str:
+    """Why lq-CMA-ES cannot search ``name`` alone: pycma's CMA-ES has no one-dimensional
+    form (its first update fails), so a space must search two numbers or more."""
+    return (f"sampler lq-cmaes searches two or more parameters (CMA-ES has no"
+            f" one-dimensional form), but the space searches one, {name}: use sampler tpe"
+            " or gp, or search another parameter")
+
+
 class LQCMAESSearch(Searcher):
     """CMA-ES with a linear-quadratic surrogate (``sampler: lq-cmaes``).
 
@@ -144,6 +152,8 @@ class LQCMAESSearch(Searcher):
                 "sampler lq-cmaes searches numbers only, but the space has categorical"
                 f" parameter(s) {', '.join(categorical)}: use sampler tpe"
             )
+        if len(space.searched) < 2:
+            raise ValueError(one_dimension(space.searched[0].name))
         self.sampler, self.startup_trials, self.population = "lq-cmaes", 0, population
         self.schedule = schedule
         self._settings.update(sampler="lq-cmaes", startup_trials=0)

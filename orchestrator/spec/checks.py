@@ -286,7 +286,7 @@ def _find_module(dotted: str) -> str | _Missing | None:
             except (ImportError, ValueError):
                 spec = None
         else:
-            spec = importlib.machinery.PathFinder.find_spec(name, search or [])
+            spec = _find_in(name, search or [])
         if spec is None:
             return _Missing(name)
         if depth < len(parts) - 1:
@@ -295,6 +295,23 @@ def _find_module(dotted: str) -> str | _Missing | None:
                 return _Missing(".".join(parts[: depth + 2]))
     assert spec is not None
     return spec.origin if spec.has_location else None
+
+
+def _find_in(name: str, search: list[str]) -> importlib.machinery.ModuleSpec | None:
+    """The spec of ``name`` in the folders ``search`` (its parent package's), or None.
+
+    A namespace package (a folder without ``__init__.py``) inside another is found by
+    hand: ``PathFinder`` would look its parent up in ``sys.modules`` (a KeyError),
+    and nothing is imported here."""
+    try:
+        return importlib.machinery.PathFinder.find_spec(name, search)
+    except KeyError:
+        tail = name.rpartition(".")[2]
+        portions = [str(Path(folder) / tail) for folder in search
+                    if (Path(folder) / tail).is_dir()]
+        spec = importlib.machinery.ModuleSpec(name, None, is_package=True)
+        spec.submodule_search_locations = portions
+        return spec
 
 
 def _top_level_names(tree: ast.Module) -> set[str]:

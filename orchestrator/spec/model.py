@@ -29,6 +29,7 @@ from nestor.orchestrator.spec._derive import search_model
 from nestor.search import one_objective_only, settings_class
 from nestor.search._auto import AutoChoice, choose_search
 from nestor.search._genetic import plan_generations
+from nestor.search._lq_cmaes import one_dimension
 from nestor.search.space import (
     CategoricalParam,
     ConstantParam,
@@ -951,6 +952,10 @@ class HpoStage(_StageBase):
         if len(set(metrics)) != len(metrics):
             yield (*here, "objective"), f"names a metric twice: {metrics}"
         yield from self._one_objective(here)
+        searched = [name for name, spec in self.space.items() if spec.type != "constant"]
+        if (isinstance(self.search, BayesianSearch) and self.search.sampler == "lq-cmaes"
+                and len(searched) == 1):
+            yield (*here, "search", "sampler"), f"search.{one_dimension(searched[0])}"
 
     def _one_objective(self, here: tuple[Any, ...]) -> Iterator[Finding]:
         """A search that ranks or models trials by one number (ASHA, Hyperband, PBT,

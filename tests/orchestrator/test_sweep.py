@@ -405,7 +405,8 @@ def test_search_set_says_what_no_flag_does() -> None:
     assert (stage.search.mode, stage.search.offspring, stage.search.patience) == (
         "mu_plus_lambda", 3, 2)
     bayesian = sweep_spec(algorithm="bayesian", population=None, generations=None,
-                          sampler="lq-cmaes", search_settings=["population=12"])
+                          sampler="lq-cmaes", search_settings=["population=12"],
+                          params=["lr=float:0.01:0.1:log", "momentum=float:0.5:0.99"])
     assert load_spec_text(spec_yaml(bayesian)).stage("sweep").search.population == 12
 
 

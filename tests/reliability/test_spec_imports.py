@@ -108,3 +108,18 @@ def test_names_defined_under_guards_and_imports_count(tmp_path: Path, monkeypatc
     assert function_problem("guarded:other") is None
     assert "defines no 'missing'" in function_problem("guarded:missing")
     assert "not valid Python" in function_problem("broken:train")
+
+
+def test_a_function_in_folders_without_init_files_is_found(tmp_path: Path, monkeypatch) -> None:
+    """Folders without ``__init__.py`` (namespace packages) nest as users' projects do:
+    found, and a typo in them named, where a nested one once raised a bare KeyError."""
+    (tmp_path / "project" / "models").mkdir(parents=True)
+    (tmp_path / "project" / "models" / "fit.py").write_text(MODULE)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setenv("IMPORTED_MARKER", str(tmp_path / "imported"))
+    load_spec_text(SPEC.format(function="project.models.fit:train"), imports=True)
+    with pytest.raises(SpecError, match="defines no 'trian'; did you mean 'train'"):
+        load_spec_text(SPEC.format(function="project.models.fit:trian"), imports=True)
+    with pytest.raises(SpecError, match=r"no module named 'project\.models\.nofit'"):
+        load_spec_text(SPEC.format(function="project.models.nofit:train"), imports=True)
+    assert not (tmp_path / "imported").exists()

@@ -251,6 +251,7 @@ def test_population_without_cmaes_is_one_rule_in_one_text() -> None:
         load_spec_text(spec_yaml(spec), "p.yaml")
     assert re.fullmatch(r"p\.yaml:\d+:\d+: stages\[0\]\.search\.population: "
                         + re.escape(str(searcher.value)), str(loaded.value))
+    spec["stages"][0]["space"]["y"] = {"type": "float", "low": 0.0, "high": 1.0}  # lq-cmaes: 2+
     for sampler in ("cmaes", "lq-cmaes"):
         spec["stages"][0]["search"].update(sampler=sampler)
         assert load_spec_text(spec_yaml(spec)).stage("sweep").search.population == 8

@@ -22,10 +22,22 @@ def source_objective(sources: list[dict[str, Any]]) -> Any:
     return Objective("val_accuracy", "max")
 
 
+def first_value(value: Any) -> float | None:
+    """A trial's value on its stage's first objective: the value itself, or the first of
+    a multi-objective search's values (None: it has none)."""
+    if isinstance(value, list | tuple):
+        value = value[0] if value else None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value)
+
+
 def completed(summary: dict[str, Any], objective: Any) -> list[dict[str, Any]]:
-    """A source's completed trials with a value, best first."""
-    done = [t for t in summary.get("trials", [])
-            if t["status"] == "completed" and isinstance(t.get("value"), int | float)]
+    """A source's completed trials with a value, best first on its first objective
+    (``objective``, as :func:`source_objective` reads it), with that value as
+    ``value``: a multi-objective search's trials rank as its best trial was chosen."""
+    done = [{**t, "value": first_value(t.get("value"))} for t in summary.get("trials", [])
+            if t["status"] == "completed" and first_value(t.get("value")) is not None]
     return sorted(done, key=lambda t: objective.sign * t["value"])
 
 

@@ -8,6 +8,8 @@ the folder it continues (PBT, ASHA), else from the pretrained one (transfer).
 What it started from is saved with it (``start``), so a test can see that a
 continued trial really carried on. It also writes predictions.npz for
 ensembles: three classes, the right one more likely the better ``w`` is.
+It takes a ``momentum`` it does not use, so that a search of two numbers
+(lq-CMA-ES needs two) has a second one to search.
 """
 
 from __future__ import annotations
@@ -90,6 +92,7 @@ def main() -> None:
     parser.add_argument("--lr", type=float, required=True)
     parser.add_argument("--epochs", type=int, required=True)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--momentum", type=float, default=0.0)  # searched, not used (below)
     parser.add_argument("--dataset")  # a transfer stage's source or target task
     parser.add_argument("--classes")
     args = parser.parse_args()  # an unknown flag is an error, as in most scripts
