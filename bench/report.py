@@ -922,6 +922,8 @@ def render_text(results: Path, out: Path) -> str:
         "## The seed's combined table at 128 nodes — a SIMULATION", "", "Not run.", ""]
     lines += fidelity_section(fidelity, out) if fidelity else [
         SEARCH_FIDELITY_TITLE, "", "Not run.", ""]
+    own = _load(results, "own-code")
+    lines += own_code_section(own) if own else [OWN_CODE_TITLE, "", "Not run.", ""]
     lines += auto_sine_section(sine) if sine else [AUTO_SINE_TITLE, "", "Not run.", ""]
     lines += heldout_section(heldout) if heldout else [HELDOUT_TITLE, "", "Not run.", ""]
     lines += many_at_once_section(many) if many else [MANY_TITLE, "", "Not run.", ""]
@@ -1699,6 +1701,100 @@ def fidelity_section(f: dict[str, Any], out: Path) -> list[str]:
 
 
 SEARCH_FIDELITY_TITLE = "## Searches on one slot-second budget (mnist5k CNN)"
+OWN_CODE_TITLE = ("## The user's own function: nestor against Ray Tune, Optuna and Syne Tune"
+                  " on one wall budget (digits CNN)")
+
+
+def own_code_goal(r: dict[str, Any]) -> str:
+    """Issue 38's goal, read from the results' ``goal`` (bench/own_code_bench.verdict)."""
+    g = r.get("goal") or {}
+    if not g:
+        return ""
+    systems = r["systems"]
+    acc = ("met" if g["accuracy_first_or_tied"] else "not met")
+    ratio = g.get("time_ratio")
+    time_text = ("met" if g["time_goal_met"] else "not met")
+    return (f"Goal (issue 38): nestor's best configuration first or tied on validation accuracy"
+            f" at the budget: **{acc}** (nestor's best, {g['nestor_best']}:"
+            f" {_spread(systems[g['nestor_best']]['val'])}; the best peer, {g['peer_best']}:"
+            f" {_spread(systems[g['peer_best']]['val'])}; tied means nestor's median within"
+            " the peer's range). To the target in at most 0.7x the wall time of the fastest"
+            f" peer: **{time_text}** (nestor's fastest, {g['nestor_fastest']}:"
+            f" {_cell(systems[g['nestor_fastest']]['to_target_s'])} s; the fastest peer,"
+            f" {g['peer_fastest']}: {_cell(systems[g['peer_fastest']]['to_target_s'])} s;"
+            f" ratio of medians {_f(ratio, '{:.2f}')}).")
+
+
+def own_code_section(r: dict[str, Any]) -> list[str]:
+    """bench/own_code_bench.py: one user function, every system, one wall budget."""
+    from bench.stats import rank_key
+
+    space = ", ".join(f"{k} {lo:g}-{hi:g}" for k, (lo, hi) in r["space"].items())
+    pbt = r["pbt"]
+    lines = [OWN_CODE_TITLE, "", machine_line(r["machine"]), "",
+             f"The same user function, `{r['function']}` (a small PyTorch CNN on scikit-learn's"
+             " digits: 60/20/20 train/val/test split fixed, checkpoints through"
+             " `ctx.checkpoint_dir` / `ctx.continue_from`), tuned over " + space
+             + f" on {r['slots']} slots by each system, each seed a fresh process in a fresh"
+             f" folder with a wall budget of **{r['budget_s']:g} s** counted from its start"
+             " (imports, Ray's start and the first trial's launch included); systems interleaved"
+             f" seed by seed, {r['seeds']} seeds; total wall {r['wall_s'] / 60:.0f} min."
+             f" A configuration trains up to {r['epochs']} epochs (ASHA and Hyperband rungs 1,"
+             f" 3, 9, eta {r['eta']}); PBT {pbt['population']} members, exploit every"
+             f" {pbt['interval']} epochs, {pbt['intervals']} intervals. nestor runs `nestor run"
+             " SPEC` (a function trainer; `auto` told `fidelity: epochs`, budget the wall"
+             " budget in slot-seconds) stopped by SIGTERM at the budget; Ray Tune (ASHA with"
+             " OptunaSearch; PBT with checkpoints through `tune.report`) by `time_budget_s`;"
+             " Optuna (`study.optimize`, TPE, HyperbandPruner, `n_jobs=2`) by `timeout`; Syne"
+             " Tune (ASHA, local backend, `sleep_time` 0.5 s) by `max_wallclock_time`. Every"
+             " figure comes from the function's own log, one line per evaluated epoch: *best"
+             " val* is the highest validation accuracy of any epoch evaluated within the budget"
+             " and *its test* that model's test accuracy; *to target* the wall seconds from the"
+             f" process start to the first epoch at val ≥ {r['target']} ({r['target_note']}),"
+             " a seed that never reached it counted at its whole budget (≥); *first epoch*"
+             " the seconds to the first evaluated epoch (start-up); *epochs* evaluated within"
+             " the budget. Median [min–max] over seeds." + _loaded(r["machine"]), ""]
+    ranked = sorted(r["systems"].items(),
+                    key=lambda kv: (rank_key(_summary(kv[1]["to_target_s"])),
+                                    -(kv[1]["val"]["median"] or 0.0)))
+    rows = [[str(i), name, _spread(s["val"]), _spread(s["test"]),
+             _cell(s["to_target_s"]), _spread(s["first_epoch_s"], "{:.0f}"),
+             _spread(s["epochs"], "{:.0f}")]
+            for i, (name, s) in enumerate(ranked, start=1)]
+    lines += _table(["rank", "system", "best val at the budget", "its test acc.",
+                     f"wall s to val {r['target']}", "first epoch (s)", "epochs"], rows)
+    lines += own_code_startup(r)
+    goal = own_code_goal(r)
+    return [*lines, *([goal, ""] if goal else [])]
+
+
+def own_code_startup(r: dict[str, Any]) -> list[str]:
+    """Where a run's first seconds go, where the results have it (``startup`` per seed:
+    read from what each system left in its folder)."""
+    from bench.stats import spread
+
+    keys = ("ray_s", "search_s", "first_trial_s")
+    rows = []
+    for name, s in r["systems"].items():
+        got = [seed.get("startup") or {} for seed in s["seeds"]]
+        if not any(v is not None for g in got for v in g.values()):
+            continue
+        cells = [spread([g.get(k) for g in got]).cell("{:.0f}") if any(
+            g.get(k) is not None for g in got) else "—" for k in keys]
+        rows.append([name, *cells, _spread(s["first_epoch_s"], "{:.0f}")])
+    if not rows:
+        return []
+    note = r.get("startup_note")
+    return ["Where the start-up goes: seconds from the process start to the creation of"
+            " Ray's session folder (its time stamp, 1 s resolution), to the search's start"
+            " (nestor's `workflow_started`, Tune's experiment folder), to nestor's first trial"
+            " start and"
+            " to the first evaluated epoch; median [min–max] over seeds."
+            + (f" {note}" if note else ""), "",
+            *_table(["system", "Ray session created", "search started", "first trial started",
+                     "first epoch"], rows)]
+
+
 FIXED_SEARCHES = ("random", "tpe", "genetic", "asha", "hyperband", "bohb (hyperband + tpe)")
 
 

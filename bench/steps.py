@@ -91,6 +91,9 @@ FULL: list[tuple[str, str]] = [
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py"),
     ("multifidelity-dev", "bench/multifidelity_dev_bench.py"),
     ("search-fidelity", "bench/search_fidelity_bench.py"),
+    # the user's own function, nestor against Tune, Optuna and Syne Tune: 7 systems x 5
+    # seeds x 90 s, about an hour (issue 38)
+    ("own-code", "bench/own_code_bench.py --seeds 5 --budget 90"),
     ("backends", "bench/backend_bench.py"),
 ]
 
@@ -118,6 +121,7 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "multifidelity-heldout": ("search/",),
     "multifidelity-dev": ("search/",),
     "search-fidelity": SYSTEM,
+    "own-code": SYSTEM,
     "backends": ("orchestrator/backends/", "trainers/"),
     "search": ("search/",),
     "auto-suite-2": ("search/",),

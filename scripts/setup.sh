@@ -136,7 +136,8 @@ fi
 
 stamp_inputs() {
     # Everything that should trigger a reinstall when it changes.
-    cat "$repo/pyproject.toml" "${lock_files[@]}" "$repo/scripts/setup.sh"
+    cat "$repo/pyproject.toml" "${lock_files[@]}" "$repo/requirements-peers.lock" \
+        "$repo/scripts/setup.sh"
     echo "$flavour $nccl_source"
 }
 want_stamp=$(stamp_inputs | sha256sum | cut -d' ' -f1)
@@ -182,6 +183,9 @@ else
         [[ -e "$nccl_home/lib/libnccl.so" ]] || ln -s libnccl.so.2 "$nccl_home/lib/libnccl.so"
     fi
 fi
+# bench/'s peers that pin a requirement nestor's benches never use (Syne Tune's
+# xgboost, which would bring a second NCCL): installed without their dependencies.
+quiet_pip install --quiet --no-deps -r "$repo/requirements-peers.lock"
 
 build_horovod() {
     local work
