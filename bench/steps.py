@@ -46,6 +46,7 @@ QUICK: list[tuple[str, str]] = [
     ("auto-sine", "bench/auto_bench.py --seeds 10"
                   " --algorithms auto,random,cmaes-0,lq-cmaes,genetic,optuna-cmaes-1"),
     ("auto-heldout", "bench/auto_heldout_bench.py --seeds 3 --budget 60"),
+    ("conditional", "bench/conditional_bench.py --seeds 5 --budget 60"),
     ("many-at-once", "bench/many_at_once_bench.py --seeds 2 --jobs 2 --mf-max-width 16"
                      " --ngopt-max-width 16 --optuna-tpe-max-width 64 --cbo-max-width 0"),
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py --seeds 2"),
@@ -87,6 +88,7 @@ FULL: list[tuple[str, str]] = [
     ("auto-sine", "bench/auto_bench.py --seeds 20 --algorithms auto,random,tpe,cmaes-10,"
                   "cmaes-0,lq-cmaes,genetic,genetic-async,optuna-cmaes-1"),
     ("auto-heldout", "bench/auto_heldout_bench.py --seeds 5 --competitors tpe,gp,cmaes,ngopt"),
+    ("conditional", "bench/conditional_bench.py --seeds 8 --budget 60"),
     ("many-at-once", "bench/many_at_once_bench.py"),
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py"),
     ("multifidelity-dev", "bench/multifidelity_dev_bench.py"),
@@ -117,6 +119,7 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "multifidelity": ("search/",),
     "auto-sine": ("search/",),
     "auto-heldout": ("search/",),
+    "conditional": ("search/",),
     "many-at-once": ("search/",),
     "multifidelity-heldout": ("search/",),
     "multifidelity-dev": ("search/",),

@@ -127,8 +127,9 @@ class Trial:
     ``origin`` says how it was made: "random", "grid", "model" (Bayesian),
     "crossover", "mutation", "crossover+mutation", "warm-start", "continue",
     "exploit" (PBT), "promotion" (successive halving).
-    ``config`` holds every parameter of the space, constants included; treat
-    it as read-only (it is the searcher's record too).
+    ``config`` holds every parameter of the space, constants included (in a
+    conditional space, the active ones only); treat it as read-only (it is the
+    searcher's record too).
 
     Searches that use training itself (population-based training, successive
     halving) also say how to train:
@@ -892,7 +893,14 @@ class Searcher(abc.ABC):
     ) -> Trial:
         """Register a new trial with the next id (ids are "0", "1", ... in ask order)."""
         full = {**config, **self.space.constants()}
-        full = {name: full[name] for name in self.space.names}
+        if self.space.conditions or self.space.constraints:
+            full = self.space.project(full)  # a trainer gets the active parameters only
+            if not self.space.contains(full):
+                raise RuntimeError(
+                    f"{self.algorithm} search made configuration {full}, which is not in"
+                    f" the space {self.space!r}: a bug in the search, please report it")
+        else:
+            full = {name: full[name] for name in self.space.names}
         if origin == "warm-start" and self._enqueued:
             # Enqueued configurations lead the list searches keep of those to ask first.
             asked = sum(1 for t in self._book.trials.values() if t.origin == "enqueued")
@@ -912,6 +920,14 @@ class Searcher(abc.ABC):
         self._book.trials[trial.id] = trial
         self._book.pending[trial.id] = trial
         return trial
+
+    def _whole(self, config: Mapping[str, Scalar]) -> Mapping[str, Scalar]:
+        """``config`` with a value for every parameter: in a conditional space a
+        trial's config lacks its inactive parameters, and an algorithm that works
+        on whole vectors (PBT's perturbation, CMA-ES's start, a promotion) reads
+        :meth:`SearchSpace.fill`'s default for them; the trial it makes drops them
+        again."""
+        return self.space.fill(config) if self.space.conditions else config
 
     def _stop(self, reason: str) -> None:
         if self._stop_reason is None:

@@ -39,12 +39,15 @@ from typing import Any, Literal
 from nestor.search import _optuna
 from nestor.search._base import Observation, Searcher, Trial
 from nestor.search._optuna import quiet as _quiet
+from nestor.search._sampling import MAX_DRAWS, too_tight
 from nestor.search._settings import SearchSettings, budget_setting, setting
 from nestor.search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
 
 SAMPLERS = ("tpe", "gp", "cmaes")  # and "lq-cmaes": search/_lq_cmaes.py, through make_searcher
 _CMA_START = "nestor:cma_x0"  # the trial note that records where CMA-ES started
 _CMA_GENERATION = "cma:generation"  # Optuna's note of the generation a trial belongs to
+MODEL_RETRIES = 10  # proposals from the model before rejection draws at random
+_REJECTED = "nestor:rejected"  # the trial note of the proposals before it that broke a constraint
 
 
 @dataclass(frozen=True)
@@ -152,18 +155,29 @@ class BayesianSearch(Searcher):
         """The Optuna study (in-memory), e.g. for Optuna's plots."""
         return self._study
 
-    def _make_sampler(self, index: int) -> Any:
+    def _make_sampler(self, index: int, retry: int = 0) -> Any:
         samplers = self._optuna.samplers
-        seed = _optuna.sampler_seed(self.seed, index)
+        seed = _optuna.sampler_seed(self.seed, index, retry)
+        if retry >= MODEL_RETRIES:
+            # The model's proposals keep breaking a constraint: GP's acquisition, which
+            # leaves rejected trials out, would propose the same point for ever. Draw
+            # at random (define-by-run still) until one meets them.
+            return samplers.RandomSampler(seed=seed)
         if self.sampler == "tpe":
             # multivariate=True said outright: Optuna's default (None) is
-            # multivariate for one objective but independent for several.
-            return samplers.TPESampler(
-                seed=seed,
-                n_startup_trials=self.startup_trials,
-                multivariate=True,
-                constant_liar=True,
-            )
+            # multivariate for one objective but independent for several. In a
+            # conditional space, group=True: one multivariate model per set of
+            # parameters that occur together (Optuna's answer to define-by-run).
+            extra = {"group": True} if self.space.conditions else {}
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", self._optuna.exceptions.ExperimentalWarning)
+                return samplers.TPESampler(
+                    seed=seed,
+                    n_startup_trials=self.startup_trials,
+                    multivariate=True,
+                    constant_liar=True,
+                    **extra,
+                )
         if self.sampler == "gp":
             return samplers.GPSampler(
                 seed=seed, n_startup_trials=self.startup_trials, warn_independent_sampling=False
@@ -262,12 +276,15 @@ class BayesianSearch(Searcher):
             if isinstance(param, CategoricalParam):
                 continue  # CMA-ES leaves categoricals to random draws
             assert isinstance(param, FloatParam | IntParam)
-            values = [t.params[param.name] for t in top]
+            have = [(w, t.params[param.name]) for w, t in zip(weights, top, strict=True)
+                    if param.name in t.params]
+            if not have:
+                continue  # inactive in every trial so far (a conditional space)
+            total = sum(w for w, _ in have)
             if param.log:  # CMA-ES searches log parameters in log space
-                logs = [math.log(v) for v in values]
-                mean = math.exp(sum(w * v for w, v in zip(weights, logs, strict=True)) / total)
+                mean = math.exp(sum(w * math.log(v) for w, v in have) / total)
             else:
-                mean = sum(w * v for w, v in zip(weights, values, strict=True)) / total
+                mean = sum(w * v for w, v in have) / total
             if isinstance(param, IntParam):
                 mean = round(mean)
             start[param.name] = min(max(mean, param.low), param.high)
@@ -291,32 +308,36 @@ class BayesianSearch(Searcher):
                 recorded, notes = self._replaying.pop(0)
                 if self._queued:  # asked from the queue then: it is spent
                     self._queued.pop(0)
+                own = {k: v for k, v in notes.items() if k != _REJECTED}  # Optuna's
+                self._add_rejected(notes.get(_REJECTED, []))
+                params = self._encode(recorded.config)
                 frozen = optuna.trial.create_trial(
                     state=optuna.trial.TrialState.RUNNING,
-                    params=self._encode(recorded.config),
-                    distributions=self._distributions,
-                    system_attrs=notes,
+                    params=params,
+                    distributions=_optuna.of(self._distributions, params),
+                    system_attrs=own,
                 )
                 with _quiet(optuna):
                     self._study.add_trial(frozen)
                 number = len(self._study.get_trials(deepcopy=False)) - 1
-                origin, params = recorded.origin, self._encode(recorded.config)
+                origin = recorded.origin
             else:
                 complete = (optuna.trial.TrialState.COMPLETE,)
                 told = len(self._study.get_trials(deepcopy=False, states=complete))
                 if self.sampler == "cmaes" and told >= self.startup_trials and self._cma_waiting():
                     break  # the end of a generation: see the module's docstring
-                self._study.sampler = self._make_sampler(self.n_asked)
                 queued = bool(self._queued)
-                with _quiet(optuna):
-                    if queued:  # Optuna asks an enqueued trial's params before sampling
+                if queued:  # Optuna asks an enqueued trial's params before sampling
+                    with _quiet(optuna):
                         self._study.enqueue_trial(self._encode(self._queued.pop(0)))
-                    asked = self._study.ask(self._distributions)
+                asked, rejected = self._propose()
                 number = asked.number
                 if self.sampler == "cmaes" and told >= self.startup_trials:
                     self._keep_cma_start(asked._trial_id)
                 notes = self._study._storage.get_trial_system_attrs(asked._trial_id)
                 notes = json.loads(json.dumps(notes))  # the journal holds JSON
+                if rejected:
+                    notes[_REJECTED] = rejected
                 origin = "model" if told >= self.startup_trials else "random"
                 if self.sampler == "cmaes" and _CMA_GENERATION not in notes:
                     origin = "random"  # Optuna draws at random before any result
@@ -328,6 +349,47 @@ class BayesianSearch(Searcher):
             self._notes[trial.id] = notes
             trials.append(trial)
         return trials
+
+    def _propose(self) -> tuple[Any, list[dict[str, Any]]]:
+        """A trial from the sampler, with its parameters; and the parameters of the
+        proposals before it that broke a constraint.
+
+        A conditional space is asked define-by-run (``_optuna.suggest``): the trial
+        has exactly its active parameters. A proposal that breaks a constraint is
+        told to Optuna as pruned (TPE ranks a pruned trial below every complete one,
+        so it learns to avoid the region; CMA-ES and GP leave it out), and another
+        is asked from a sampler seeded afresh (after ``MODEL_RETRIES`` of them, from a
+        random sampler: GP would propose the same point again), up to
+        ``MAX_DRAWS`` in all; the rejected ones go into the trial's notes, so a
+        restored study holds them too and proposes what this one would."""
+        optuna = self._optuna
+        rejected: list[dict[str, Any]] = []
+        for retry in range(MAX_DRAWS):
+            self._study.sampler = self._make_sampler(self.n_asked, retry)
+            with _quiet(optuna):
+                if self.space.conditions:
+                    asked = self._study.ask()
+                    params = _optuna.suggest(self.space, asked, self._distributions)
+                else:
+                    asked = self._study.ask(self._distributions)
+                    params = asked.params
+            if not self.space.constraints or self.space.satisfies(
+                    self.space.project({**self._decode(params), **self.space.constants()})):
+                return asked, rejected
+            with _quiet(optuna):
+                self._study.tell(asked.number, state=optuna.trial.TrialState.PRUNED)
+            rejected.append(json.loads(json.dumps(params)))
+        raise too_tight(self.space)
+
+    def _add_rejected(self, rejected: list[dict[str, Any]]) -> None:
+        """The journal's rejected proposals into the study again, as pruned trials."""
+        optuna = self._optuna
+        for params in rejected:
+            frozen = optuna.trial.create_trial(
+                state=optuna.trial.TrialState.PRUNED, params=params,
+                distributions=_optuna.of(self._distributions, params))
+            with _quiet(optuna):
+                self._study.add_trial(frozen)
 
     def _keep_cma_start(self, trial_id: int) -> None:
         """Note CMA-ES's start on the first trial it proposed from it."""
@@ -375,7 +437,7 @@ class BayesianSearch(Searcher):
                 else optuna.trial.TrialState.COMPLETE,
                 values=None if o.values is None else list(o.values),
                 params=self._encode(o.config),
-                distributions=self._distributions,
+                distributions=_optuna.of(self._distributions, self._encode(o.config)),
                 user_attrs={"nestor_warm_start": True},
             )
             with _quiet(optuna):

@@ -37,7 +37,7 @@ from typing import Any, Literal
 from deap import base, tools
 
 from nestor.search._base import Observation, Searcher, Trial, pareto_front
-from nestor.search._sampling import sample_config
+from nestor.search._sampling import repair, sample_config
 from nestor.search._settings import SearchSettings, setting
 from nestor.search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
 
@@ -421,6 +421,8 @@ class GeneticSearch(Searcher):
         return {g.param.name: g.decode(x) for g, x in zip(self._genes, ind, strict=True)}
 
     def _encode(self, config: dict[str, Scalar]) -> list[float]:
+        if self.space.conditions:  # a configuration lacks its inactive parameters
+            config = self.space.fill(config)
         return [g.encode(config[g.param.name]) for g in self._genes]
 
     def _clone(self, ind: _Individual, deme: int) -> _Individual:
@@ -652,8 +654,19 @@ class GeneticSearch(Searcher):
         return _interleave(per_deme)
 
     def _trial_for(self, ind: _Individual, generation: int) -> Trial:
+        config = self._decode(ind)
+        if self.space.constraints:
+            # A child that breaks a constraint is never asked: it is replaced by a
+            # random configuration that meets them, written back into its genes.
+            config, replaced = repair(self.space, config, self._rng)
+            if replaced:
+                ind[:] = self._encode(config)
+                config = self._decode(ind)
+                ind.origin = f"{ind.origin}+repair"
+        # Inactive genes stay in the genome (dormant: crossover and mutation carry
+        # them), and the trial gets the active parameters only (Searcher._new_trial).
         trial = self._new_trial(
-            self._decode(ind), generation=generation, deme=ind.deme, parents=ind.parents,
+            config, generation=generation, deme=ind.deme, parents=ind.parents,
             origin=ind.origin,
         )  # fmt: skip
         ind.trial_id = trial.id
@@ -1067,7 +1080,8 @@ class GeneticSearch(Searcher):
             good.sort(key=lambda o: self._key(o.values))  # type: ignore[arg-type]
         unique: list[dict[str, Scalar]] = []
         for o in good:
-            config = {p.name: o.config[p.name] for p in self.space.searched}
+            full = self.space.fill(o.config)
+            config = {p.name: full[p.name] for p in self.space.searched}
             if config not in unique:
                 unique.append(config)
         self._seeds = unique[: self.population]

@@ -90,6 +90,10 @@ class GridSearch(Searcher):
             for p in space.searched
         ]
         self.size = math.prod(len(values) for _, values in self._axes)
+        self._valid: list[dict[str, Scalar]] | None = None
+        if space.conditions or space.constraints:
+            self._valid = self._valid_points()
+            self.size = len(self._valid)
         planned = min(self.size, self.budget) if self.budget is not None else self.size
         if planned > _MAX_SHUFFLED:
             raise ValueError(
@@ -104,8 +108,40 @@ class GridSearch(Searcher):
     def planned(self) -> int:
         return self._planned
 
+    def _valid_points(self) -> list[dict[str, Scalar]]:
+        """A conditional or constrained space's grid: every point projected (an
+        inactive parameter's grid values all give the same configuration, kept once)
+        and only those that meet the constraints, in grid order."""
+        if self.size > _MAX_SHUFFLED:
+            raise ValueError(
+                f"a conditional or constrained grid must have at most {_MAX_SHUFFLED}"
+                f" points before conditions and constraints apply, but it has {self.size}:"
+                " lower points")
+        seen: set[tuple[tuple[str, Scalar], ...]] = set()
+        valid = []
+        constants = self.space.constants()
+        for index in range(self.size):
+            config = self._product_point(index)
+            projected = self.space.project({**config, **constants})
+            key = tuple((k, type(v).__name__, v) for k, v in projected.items())
+            if key in seen or not self.space.satisfies(projected):
+                continue
+            seen.add(key)  # type: ignore[arg-type]
+            valid.append({k: v for k, v in projected.items() if k not in constants})
+        if not valid:
+            rules = "; ".join(c.text for c in self.space.constraints)
+            raise ValueError(f"no grid point meets the constraints ({rules}): loosen them"
+                             " or change the grid's points")
+        return valid
+
     def point(self, index: int) -> dict[str, Scalar]:
-        """The grid point at ``index`` (mixed radix, first parameter slowest)."""
+        """The grid point at ``index`` (mixed radix, first parameter slowest; in a
+        conditional or constrained space, the index-th valid point)."""
+        if self._valid is not None:
+            return dict(self._valid[index])
+        return self._product_point(index)
+
+    def _product_point(self, index: int) -> dict[str, Scalar]:
         config: dict[str, Scalar] = {}
         for name, values in reversed(self._axes):
             index, digit = divmod(index, len(values))

@@ -67,7 +67,7 @@ from nestor.search._fidelity import (
     check_number,
     check_one_objective,
 )
-from nestor.search._sampling import sample_config
+from nestor.search._sampling import MAX_DRAWS, sample_config, too_tight
 from nestor.search._settings import SearchSettings, setting
 from nestor.search.space import Scalar, SearchSpace
 
@@ -220,7 +220,7 @@ class _SuccessiveHalving(Searcher):
     def _promotion(self, source: Trial, **extra: Any) -> Trial:
         rung = source.generation + 1
         return self._new_trial(
-            {p.name: source.config[p.name] for p in self.space.searched},
+            {p.name: self._whole(source.config)[p.name] for p in self.space.searched},
             generation=rung,
             parents=(source.id,),
             origin="promotion",
@@ -268,7 +268,7 @@ class _SuccessiveHalving(Searcher):
         recorded = (self._recorded or {}).get(str(self.n_asked))
         if recorded is None or recorded.origin != "model":
             return None
-        return {p.name: recorded.config[p.name] for p in self.space.searched}
+        return {p.name: self._whole(recorded.config)[p.name] for p in self.space.searched}
 
     def _tpe(self, told: list[Observation], index: int) -> dict[str, Scalar]:
         """One TPE proposal from the results at one budget.
@@ -278,14 +278,7 @@ class _SuccessiveHalving(Searcher):
         """
         optuna = self._optuna
         distributions = _optuna.distributions(optuna, self.space)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-            sampler = optuna.samplers.TPESampler(
-                seed=_optuna.sampler_seed(self.seed, index),
-                n_startup_trials=0,
-                multivariate=True,
-                constant_liar=True,
-            )
+        sampler = self._tpe_sampler(index)
         direction = "minimize" if self.objectives[0].mode == "min" else "maximize"
         running = [t for t in self._book.pending.values() if t.continue_from is None]
         with _optuna.quiet(optuna):
@@ -296,7 +289,8 @@ class _SuccessiveHalving(Searcher):
                         state=optuna.trial.TrialState.COMPLETE,
                         value=o.value,
                         params=_optuna.encode(self.space, o.config),
-                        distributions=distributions,
+                        distributions=_optuna.of(
+                            distributions, _optuna.encode(self.space, o.config)),
                     )
                 )
             for t in running:
@@ -304,13 +298,41 @@ class _SuccessiveHalving(Searcher):
                     optuna.trial.create_trial(
                         state=optuna.trial.TrialState.RUNNING,
                         params=_optuna.encode(self.space, t.config),
-                        distributions=distributions,
+                        distributions=_optuna.of(
+                            distributions, _optuna.encode(self.space, t.config)),
                     )
                 )
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                asked = study.ask(distributions)
-        return _optuna.decode(self.space, asked.params)
+            asked: Any = None
+            for retry in range(MAX_DRAWS):
+                if retry:  # the proposal broke a constraint: pruned, and a fresh sampler
+                    study.tell(asked.number, state=optuna.trial.TrialState.PRUNED)
+                    study.sampler = self._tpe_sampler(index, retry)
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    if self.space.conditions:  # define-by-run: the active parameters only
+                        asked = study.ask()
+                        params = _optuna.suggest(self.space, asked, distributions)
+                    else:
+                        asked = study.ask(distributions)
+                        params = asked.params
+                config = _optuna.decode(self.space, params)
+                if not self.space.constraints or self.space.satisfies(
+                        self.space.project({**config, **self.space.constants()})):
+                    return config
+        raise too_tight(self.space)
+
+    def _tpe_sampler(self, index: int, retry: int = 0) -> Any:
+        optuna = self._optuna
+        extra = {"group": True} if self.space.conditions else {}
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+            return optuna.samplers.TPESampler(
+                seed=_optuna.sampler_seed(self.seed, index, retry),
+                n_startup_trials=0,
+                multivariate=True,
+                constant_liar=True,
+                **extra,
+            )
 
     def _warm_start(self, observations: list[Observation]) -> None:
         """The previous run's best configurations are the first new ones (re-run
@@ -318,7 +340,7 @@ class _SuccessiveHalving(Searcher):
         good = [o for o in observations if o.values is not None]
         good.sort(key=lambda o: self._key(o.values))  # type: ignore[arg-type]
         self._seeds = [
-            {p.name: o.config[p.name] for p in self.space.searched}
+            {p.name: self._whole(o.config)[p.name] for p in self.space.searched}
             for o in good[: max(1, self.planned // 4)]
         ]
 

@@ -52,12 +52,14 @@ from __future__ import annotations
 
 import contextlib
 import math
+import random
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 from nestor.search._base import Observation, Searcher, Trial
 from nestor.search._bayesian import BayesianSettings
+from nestor.search._sampling import repair
 from nestor.search.space import (
     CategoricalParam,
     FloatParam,
@@ -229,8 +231,17 @@ class LQCMAESSearch(Searcher):
     def _trial_of(self, x: Any) -> Trial:
         """A new trial of the candidate ``x`` (unit coordinates) of the current strategy."""
         config = {p.name: from_unit(p, float(u)) for p, u in zip(self._params, x, strict=True)}
+        origin = "lq-cmaes"
+        if self.space.constraints:
+            # A candidate that breaks a constraint is not asked: a random configuration
+            # that meets them is, and its result is told for the candidate (repair
+            # without write-back: CMA-ES's distribution learns the candidate's region
+            # is worth that much). Drawn from (seed, trial number): the same on replay.
+            rng = random.Random(f"{self.seed}:{self.n_asked}:repair")
+            config, replaced = repair(self.space, config, rng)
+            origin = "lq-cmaes+repair" if replaced else origin
         return self._new_trial(config, generation=self._es.countiter, deme=self._restarts,
-                               origin="lq-cmaes")
+                               origin=origin)
 
     def _start_generation(self) -> _Generation:
         if self._es is None:
@@ -393,4 +404,4 @@ class LQCMAESSearch(Searcher):
         done = [o for o in observations if o.values is not None]
         if done:
             best = min(done, key=lambda o: self._key(o.values))  # type: ignore[arg-type]
-            self._x0 = [to_unit(p, best.config[p.name]) for p in self._params]
+            self._x0 = [to_unit(p, self._whole(best.config)[p.name]) for p in self._params]

@@ -55,9 +55,13 @@ def distributions(optuna: Any, space: SearchSpace) -> dict[str, Any]:
 
 
 def encode(space: SearchSpace, config: Mapping[str, Scalar]) -> dict[str, Any]:
-    """Optuna parameters of a configuration (categoricals as indices)."""
+    """Optuna parameters of a configuration (categoricals as indices); a parameter the
+    configuration lacks (inactive in a conditional space) is left out, as Optuna's
+    define-by-run leaves out what a trial never suggested."""
     params = {}
     for param in space.searched:
+        if param.name not in config:
+            continue
         value = config[param.name]
         if isinstance(param, CategoricalParam):
             value = next(
@@ -71,6 +75,8 @@ def decode(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Scalar]:
     """The configuration of Optuna parameters, floats clipped into their range."""
     config: dict[str, Scalar] = {}
     for param in space.searched:
+        if param.name not in params:
+            continue
         value = params[param.name]
         if isinstance(param, CategoricalParam):
             value = param.values[value]
@@ -80,9 +86,40 @@ def decode(space: SearchSpace, params: Mapping[str, Any]) -> dict[str, Scalar]:
     return config
 
 
-def sampler_seed(seed: int, index: int) -> int:
+def of(distributions: Mapping[str, Any], params: Mapping[str, Any]) -> dict[str, Any]:
+    """The distributions of the parameters a trial has (all of them in a flat space)."""
+    return {name: distributions[name] for name in params}
+
+
+def suggest(space: SearchSpace, trial: Any, distributions: Mapping[str, Any]) -> dict[str, Any]:
+    """Define-by-run: suggest the parameters of a conditional space parents first,
+    each only where its condition holds on the values suggested so far, so Optuna's
+    samplers see a trial with exactly its active parameters (TPE models each
+    parameter on the trials that have it). Returns the Optuna parameters."""
+    config: dict[str, Scalar] = dict(space.constants())
+    active: set[str] = set()
+    for name in space.order:
+        if not space.is_active(name, config, active):
+            continue
+        active.add(name)
+        if name in config:  # a constant
+            continue
+        param, dist = space[name], distributions[name]
+        if isinstance(param, CategoricalParam):
+            index = trial.suggest_categorical(name, dist.choices)
+            config[name] = param.values[index]
+        elif isinstance(param, IntParam):
+            config[name] = trial.suggest_int(name, param.low, param.high, log=param.log)
+        else:
+            config[name] = trial.suggest_float(name, param.low, param.high, log=param.log)
+    return dict(trial.params)
+
+
+def sampler_seed(seed: int, index: int, retry: int = 0) -> int:
     """The seed of the sampler for proposal ``index``: a function of (seed, index)
-    only, so a restored search proposes what an uninterrupted one would have."""
+    only, so a restored search proposes what an uninterrupted one would have;
+    ``retry`` counts the proposals for it that broke a constraint."""
     import numpy as np
 
-    return int(np.random.SeedSequence([seed, index]).generate_state(1)[0])
+    key = [seed, index] + ([retry] if retry else [])
+    return int(np.random.SeedSequence(key).generate_state(1)[0])

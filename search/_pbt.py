@@ -110,7 +110,7 @@ from typing import Any, Literal
 
 from nestor.search._base import Observation, Searcher, Trial, observations_from_state
 from nestor.search._fidelity import RANKS_ON_ONE, budget_used, check_one_objective, span
-from nestor.search._sampling import sample_config, sample_value
+from nestor.search._sampling import repair, sample_config, sample_value
 from nestor.search._settings import SearchSettings, setting
 from nestor.search.space import (
     CategoricalParam,
@@ -428,6 +428,7 @@ class PBTSearch(Searcher):
 
     def _explore(self, config: Mapping[str, Scalar]) -> dict[str, Scalar]:
         rng = self._rng
+        config = self._whole(config)
         explored: dict[str, Scalar] = {}
         for param in self.space.searched:
             value = config[param.name]
@@ -446,7 +447,16 @@ class PBTSearch(Searcher):
                     explored[param.name] = int(min(max(moved, param.low), param.high))
                 else:
                     explored[param.name] = float(min(max(moved, param.low), param.high))
-        return explored
+        return self._meets_constraints(explored)
+
+    def _meets_constraints(self, explored: dict[str, Scalar],
+                           rng: random.Random | None = None) -> dict[str, Scalar]:
+        """A perturbation or GP choice that breaks a constraint is replaced by a
+        random configuration that meets them (the member still continues its
+        checkpoint: only its hyperparameters are redrawn)."""
+        if not self.space.constraints:
+            return explored
+        return repair(self.space, explored, rng or self._rng)[0]
 
     # --- PB2 --------------------------------------------------------------------------
 
@@ -468,14 +478,18 @@ class PBTSearch(Searcher):
         for param in self.space.searched:
             if isinstance(param, CategoricalParam):
                 keep = rng.random() >= self.resample_probability
-                explored[param.name] = step.base[param.name] if keep else sample_value(param, rng)
+                base = self._whole(step.base)
+                explored[param.name] = base[param.name] if keep else sample_value(param, rng)
         recorded = (self._recorded or {}).get(trial_id)
         if recorded is not None:  # a restore: the journal's GP choice, not a refit
-            explored.update({p.name: recorded.config[p.name] for p in self._numeric})
+            explored.update({p.name: self._whole(recorded.config)[p.name] for p in self._numeric})
+            if self.space.constraints:  # the journal's, repaired or not
+                explored = {p.name: self._whole(recorded.config)[p.name]
+                            for p in self.space.searched}
             self.pb2_log.append({"trial": trial_id, "chosen_by": "journal"})
             return {p.name: explored[p.name] for p in self.space.searched}
         pending = [  # explored for this interval already: spread out from them (Ray's PB2)
-            [to_unit(p, t.config[p.name]) for p in self._numeric]
+            [to_unit(p, self._whole(t.config)[p.name]) for p in self._numeric]
             for t in self._book.trials.values()
             if t.generation == step.interval and t.origin in ("exploit", "retry")
         ]
@@ -492,7 +506,10 @@ class PBTSearch(Searcher):
         for param, u in zip(self._numeric, unit, strict=True):
             explored[param.name] = from_unit(param, float(u))
         self.pb2_log.append({"trial": trial_id, "chosen_by": "gp", **info})
-        return {p.name: explored[p.name] for p in self.space.searched}
+        # A repair draws from (seed, trial): a restore takes the journal's choice and
+        # must leave this search's own generator where the live search left it.
+        return self._meets_constraints({p.name: explored[p.name] for p in self.space.searched},
+                                       random.Random(f"{self.seed}:{trial_id}:repair"))
 
     def _reward(self, observation: Observation) -> float:
         """The value as a reward: larger is better, whatever the objective's mode."""
@@ -510,7 +527,7 @@ class PBTSearch(Searcher):
                 continue
             start, until = span(trial, self._book.trials)
             change = (self._reward(observation) - self._reward(before)) / (until - start)
-            unit = [to_unit(p, trial.config[p.name]) for p in self._numeric]
+            unit = [to_unit(p, self._whole(trial.config)[p.name]) for p in self._numeric]
             data.append((trial.generation, self._reward(before), unit, change, trial.id))
         return data
 
@@ -518,7 +535,7 @@ class PBTSearch(Searcher):
         good = [o for o in observations if o.values is not None]
         good.sort(key=lambda o: self._key(o.values))  # type: ignore[arg-type]
         self._seeds = [
-            {p.name: o.config[p.name] for p in self.space.searched}
+            {p.name: self._whole(o.config)[p.name] for p in self.space.searched}
             for o in good[: max(1, self.population // 4)]
         ]
 

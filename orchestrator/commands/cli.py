@@ -184,6 +184,12 @@ class _SweepCommand(click.Command):
               help="A searched parameter: NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log]"
               " or NAME=choice:A,B,C. Repeat for each. Names may start with dashes:"
               " --param=-a=float:-1:1 passes -a=VALUE.")
+@click.option("--when", "whens", multiple=True, metavar="NAME:PARENT=V[,V]",
+              help="NAME exists only when PARENT takes one of these values, e.g."
+              " --when momentum:optimizer=sgd (repeat for another parent: all must hold).")
+@click.option("--constraint", "constraints", multiple=True, metavar="EXPR",
+              help="An expression every configuration must meet, e.g."
+              " --constraint 'lr * batch_size <= 8'. Repeat for each.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
 @click.option("--algo", "algorithm",
@@ -236,7 +242,8 @@ class _SweepCommand(click.Command):
               help="Where results go (default: runs/sweep-TIMESTAMP).")
 @_run_options
 def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
-          settings: tuple[str, ...], algorithm: str, budget: str | None,
+          whens: tuple[str, ...], constraints: tuple[str, ...], settings: tuple[str, ...],
+          algorithm: str, budget: str | None,
           keep_checkpoints: int | None, search_settings: tuple[str, ...], checkpoints: bool,
           metric: str | None,
           mode: str | None, fom_pattern: str | None, dp: int, mp: int, backend: str,
@@ -272,7 +279,8 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
             algorithm=algorithm, budget=amount, metric=metric, mode=mode,
             fom_pattern=fom_pattern, dp=dp, mp=mp, backend=backend, parallel=parallel,
             slots=slots, seed=seed, keep_checkpoints=keep_checkpoints,
-            search_settings=list(search_settings), checkpoints=checkpoints, **search_options,
+            search_settings=list(search_settings), checkpoints=checkpoints,
+            whens=list(whens), constraints=list(constraints), **search_options,
         ))
         load_spec_text(text, "<nestor sweep>")
     except ValueError as exc:

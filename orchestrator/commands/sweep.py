@@ -33,9 +33,10 @@ if TYPE_CHECKING:
 
 PARAM_FORMS = "NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log] or NAME=choice:A,B,..."
 
-OWN_FLAGS = ("seed", "budget", "parallel")
+OWN_FLAGS = ("seed", "budget", "parallel", "constraints")
 """Search fields that `nestor sweep` sets from flags of its own: --seed, --budget (with
-units), and auto's ``parallel`` from --parallel (or --slots / ranks per trial)."""
+units), auto's ``parallel`` from --parallel (or --slots / ranks per trial), and
+``constraints`` from --constraint (one expression a flag)."""
 
 RENAMED = {"reduction_factor": "--eta", "mode": "--genetic-mode"}
 """A search field whose flag is not ``--field-name``: eta is what the papers call it,
@@ -179,6 +180,22 @@ def parse_param(text: str) -> tuple[str, dict[str, Any]]:
     )
 
 
+WHEN_FORM = "NAME:PARENT=VALUE[,VALUE...]"
+
+
+def parse_when(text: str) -> tuple[str, str, Any]:
+    """``momentum:optimizer=sgd`` -> ("momentum", "optimizer", "sgd"): the parameter
+    exists only when PARENT takes one of the values (read as YAML, as choice values
+    are); repeat --when for a second parent (all must hold)."""
+    child, sep, rest = text.partition(":")
+    parent, sep2, body = rest.partition("=")
+    if not sep or not sep2 or not child or not parent or not body:
+        raise ValueError(f"--when must look like {WHEN_FORM} (e.g. momentum:optimizer=sgd),"
+                         f" but got {text!r}")
+    values = [yaml.safe_load(v) for v in body.split(",") if v != ""]
+    return child, parent, values[0] if len(values) == 1 else values
+
+
 def parse_setting(text: str, flag: str = "--set") -> tuple[str, Any]:
     """``epochs=2`` -> ("epochs", 2): values read as YAML (numbers, booleans, lists)."""
     key, sep, value = text.partition("=")
@@ -253,6 +270,8 @@ def build_spec(
     keep_checkpoints: int | None = None,
     search_settings: list[str] | None = None,
     checkpoints: bool = False,
+    whens: list[str] | None = None,
+    constraints: list[str] | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """The workflow spec (as data) that these sweep flags describe.
@@ -279,6 +298,12 @@ def build_spec(
     if not params:
         raise ValueError(f"give at least one --param ({PARAM_FORMS})")
     space = dict(parse_param(p) for p in params)
+    for text in whens or []:
+        child, parent, values = parse_when(text)
+        if child not in space:
+            raise ValueError(f"--when {text}: no --param declares {child!r}"
+                             f" (declared: {', '.join(space)})")
+        space[child].setdefault("when", {})[parent] = values
     fixed = dict(parse_setting(s) for s in settings)
     if command is not None:
         spec_trainer: dict[str, Any] = {"command": command}
@@ -302,6 +327,8 @@ def build_spec(
     search: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
     if budget is not None:
         search["budget"] = budget
+    if constraints:
+        search["constraints"] = list(constraints)
     given = {dest: value for dest, value in options.items() if value is not None}
     misplaced = [f for dest, f in flags.items() if dest in given and algorithm not in f.owners]
     if misplaced:

@@ -237,6 +237,13 @@ def check_imports(workflow: Workflow) -> list[Finding]:
             message = function_problem(function)
             if message:
                 findings.append((("stages", index, "trainer", "function"), message))
+        search = getattr(stage, "search", None)
+        for rule_index, rule in enumerate(getattr(search, "constraints", None) or []):
+            if not isinstance(rule, str):
+                message = function_problem(rule.function)
+                if message:
+                    findings.append((("stages", index, "search", "constraints", rule_index,
+                                      "function"), message))
     return findings
 
 

@@ -274,6 +274,11 @@ class Trainer(Strict):
 
 
 class _ParamSpec(Strict):
+    when: dict[str, Scalar | list[Scalar]] | None = Field(
+        None, description="the parameter exists only when these parameters take these"
+        " values (a value or a list; all must hold), e.g. {optimizer: sgd}; a trial"
+        " where it does not gets no value for it")
+
     def to_param(self, name: str) -> Param:  # pragma: no cover - abstract
         raise NotImplementedError
 
@@ -347,6 +352,13 @@ def _check_budget(value: Any) -> Any:
 _STARTS = ("warm_start", "enqueue")  # how a search starts: the stage's, not the searcher's
 
 
+class ConstraintFunction(Strict):
+    """A constraint written in Python: ``{function: pkg.mod:fn}``, called with a
+    configuration's active parameters; true where the configuration is allowed."""
+
+    function: str = Field(min_length=1, description="package.module:function")
+
+
 class _SearchBase(Strict):
     if TYPE_CHECKING:  # the fields every search has (SearchSettings)
         algorithm: str
@@ -366,9 +378,35 @@ class _SearchBase(Strict):
     def _budget_form(cls, value: Any) -> Any:
         return _check_budget(value)
 
+    constraints: list[str | ConstraintFunction] = Field(
+        default_factory=list,
+        description="expressions over the space's parameters that every configuration"
+        " must satisfy, e.g. \"lr * batch_size <= 8\" (arithmetic, comparisons, and/or/not,"
+        " abs/min/max/log/exp/sqrt; a constraint naming an inactive parameter holds), or"
+        " {function: pkg.mod:fn}, a Python function given the configuration (its active"
+        " parameters) that returns true where it is allowed")
+
+    @field_validator("constraints", check_fields=False)
+    @classmethod
+    def _parsable(cls, value: list[Any]) -> list[Any]:
+        from nestor.search._expression import Expression
+
+        for rule in value:
+            if isinstance(rule, str):  # names are checked against the space by the stage
+                Expression.parse(rule)
+        return value
+
+    def constraint_rules(self) -> list[Any]:
+        """The constraints as ``SearchSpace`` takes them: expression strings, and each
+        ``{function: ...}`` imported (on the driver, where the search runs)."""
+        from nestor.trainers.function import resolve_function
+
+        return [rule if isinstance(rule, str) else resolve_function(rule.function)
+                for rule in self.constraints]
+
     def settings(self) -> dict[str, Any]:
         """The searcher's own settings (``search.make_searcher``'s keywords)."""
-        return self.model_dump(exclude={"algorithm", *_STARTS})
+        return self.model_dump(exclude={"algorithm", "constraints", *_STARTS})
 
     def trials_budget(self) -> int | None:
         """The budget where it counts trials (None: none, or a cost budget)."""
@@ -474,7 +512,7 @@ class _AutoRules(_SearchBase):
     def settings(self) -> dict[str, Any]:
         """The fidelity is the stage's business: the searcher gets its full value
         (``HpoStage.search_settings``)."""
-        return self.model_dump(exclude={"algorithm", "fidelity", *_STARTS})
+        return self.model_dump(exclude={"algorithm", "fidelity", "constraints", *_STARTS})
 
     def choose(
         self, space: SearchSpace, objectives: Any, max_fidelity: int | None = None,
@@ -506,7 +544,7 @@ class _ContinuingSearch(_SearchBase):
 
     def settings(self) -> dict[str, Any]:
         """The fidelity is the stage's business, not the searcher's."""
-        return self.model_dump(exclude={"algorithm", "fidelity", *_STARTS})
+        return self.model_dump(exclude={"algorithm", "fidelity", "constraints", *_STARTS})
 
     def planned_trials(self, space: SearchSpace) -> int:
         from nestor.search import make_searcher
@@ -787,6 +825,15 @@ class HpoStage(_StageBase):
             if problem:
                 raise ValueError(f"space names a parameter {name!r}, but a parameter's"
                                  f" name {problem}")
+        conditions = {name: spec.when for name, spec in value.items()
+                      if isinstance(spec, _ParamSpec) and spec.when}
+        if conditions:  # unknown parents, values they never take, cycles
+            try:
+                SearchSpace(tuple(spec.to_param(name) for name, spec in value.items()),
+                            conditions=conditions)
+            except ValueError as exc:
+                raise ValueError(f"space.{exc}" if ".when" in str(exc).split(":")[0]
+                                 else str(exc)) from None
         return value
 
     @field_validator("objective", mode="before")
@@ -906,7 +953,10 @@ class HpoStage(_StageBase):
         return dict(self.space)
 
     def search_space(self) -> SearchSpace:
-        return SearchSpace(tuple(spec.to_param(name) for name, spec in self.space.items()))
+        return SearchSpace(
+            tuple(spec.to_param(name) for name, spec in self.space.items()),
+            conditions={name: spec.when for name, spec in self.space.items() if spec.when},
+            constraints=tuple(self.search.constraint_rules()))
 
     def planned_trials(self) -> int:
         if isinstance(self.search, AutoSearch):
@@ -938,6 +988,17 @@ class HpoStage(_StageBase):
                     message = option_mismatch(option, value)
                     if message:
                         yield loc, message
+        names = list(self.space)
+        for index, rule in enumerate(self.search.constraints):
+            from nestor.search._expression import Expression
+
+            if not isinstance(rule, str):
+                continue  # a function: check_imports finds it
+            unknown = sorted(Expression.parse(rule).names - set(names))
+            if unknown:
+                yield (*here, "search", "constraints", index), (
+                    f"constraint {rule!r} names {', '.join(map(repr, unknown))}, which is no"
+                    f" parameter in space{did_you_mean(unknown[0], names)} ({allowed(names)})")
         if isinstance(self.search, GridSearch) and isinstance(self.search.points, dict):
             for name in self.search.points:
                 if name not in self.space:

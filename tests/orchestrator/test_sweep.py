@@ -472,3 +472,28 @@ def test_a_sweep_does_not_advise_turning_the_clusters_token_off(tmp_path: Path) 
     assert result.returncode == 0, result.stderr
     assert "run directory:" in result.stdout
     assert "RAY_AUTH_MODE=disabled" not in result.stdout + result.stderr
+
+
+def test_when_and_constraint_flags_make_a_conditional_constrained_space() -> None:
+    stage = load_spec_text(spec_yaml(sweep_spec(
+        algorithm="random", population=None, generations=None,
+        params=["optimizer=choice:sgd,adam", "momentum=float:0.5:0.99",
+                "lr=float:0.01:0.1:log"],
+        whens=["momentum:optimizer=sgd"], constraints=["lr * 10 <= momentum + 1"],
+    ))).stages[0]
+    space = stage.search_space()
+    assert space.condition("momentum") == (("optimizer", ("sgd",)),)
+    assert [c.text for c in space.constraints] == ["lr * 10 <= momentum + 1"]
+    assert space.project({"optimizer": "adam", "momentum": 0.6, "lr": 0.02}) == {
+        "optimizer": "adam", "lr": 0.02}
+
+
+@pytest.mark.parametrize(("whens", "message"), [
+    (["momentum=sgd"], "--when must look like NAME:PARENT=VALUE"),
+    (["beta:optimizer=sgd"], "no --param declares 'beta'"),
+])
+def test_bad_when_flags_say_what_is_wrong(whens: list[str], message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        sweep_spec(algorithm="random", population=None, generations=None,
+                   params=["optimizer=choice:sgd,adam", "momentum=float:0.5:0.99"],
+                   whens=whens)
