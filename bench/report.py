@@ -831,7 +831,8 @@ def load(results: Path) -> dict[str, Any]:
              "fidelity": "search-fidelity", "sine": "auto-sine", "backends": "backends",
              "gangs": "gang-start", "multi": "multifidelity", "heldout": "auto-heldout",
              "many": "many_at_once", "mf_heldout": "multifidelity_heldout",
-             "planning": "planning", "quick": "bench-quick", "full": "bench-full"}
+             "planning": "planning", "quick": "bench-quick", "full": "bench-full",
+             "mf_dev": "multifidelity_dev", "mf_auto": "multifidelity_auto"}
     found = {key: _load(results, name) for key, name in names.items()}
     found["o_runs"] = _overhead_runs(results)  # the headline's first, then further runs
     found["o"] = found["o_runs"][0] if found["o_runs"] else None
@@ -940,6 +941,10 @@ def render_text(results: Path, out: Path) -> str:
     for path in sorted(results.glob("multifidelity_heldout_*.json")):  # more seeds, apart
         lines += [f"### {path.name}: a further run", ""]
         lines += mf_heldout_section(json.loads(path.read_text()))[1:]
+    lines += (mf_heldout_section(r["mf_dev"], MF_DEV_TITLE, "bench/multifidelity_dev_bench.py")
+              if r["mf_dev"] else [MF_DEV_TITLE, "", "Not run.", ""])
+    lines += mf_auto_section(r["mf_auto"]) if r["mf_auto"] else [MF_AUTO_TITLE, "", "Not run.",
+                                                                   ""]
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
@@ -1295,12 +1300,14 @@ def mf_heldout_verdict(h: dict[str, Any], fraction: str) -> str:
     return text
 
 
-def mf_heldout_section(h: dict[str, Any]) -> list[str]:
+def mf_heldout_section(h: dict[str, Any], title: str = MF_HELDOUT_TITLE,
+                       script: str = "bench/multifidelity_heldout_bench.py") -> list[str]:
     """bench/multifidelity_heldout_bench.py: which search to spend 30 full trainings on,
-    on problems nestor's rules were not tuned on, at 25, 50 and 100 % of the budget."""
+    on problems nestor's rules were not tuned on, at 25, 50 and 100 % of the budget (the
+    dev suite, ``script`` bench/multifidelity_dev_bench.py, runs the same searches)."""
     fractions = list(h["rows"][0]["mean_rank"]) if h["rows"] else []
-    lines = [MF_HELDOUT_TITLE, "", machine_line(h["machine"]), "",
-             "Synthetic problems fixed in `bench/multifidelity_heldout_bench.py` before any"
+    lines = [title, "", machine_line(h["machine"]), "",
+             f"Synthetic problems fixed in `{script}` before any"
              " search ran on them (" + ", ".join(h["problems"]) + "): a configuration trained"
              " t epochs (1 to 100) reports a loss that falls towards its floor at its own pace,"
              " so short trainings can rank configurations wrongly. Every search gets"
@@ -1327,6 +1334,72 @@ def mf_heldout_section(h: dict[str, Any]) -> list[str]:
               " seed on a problem): " + ("; ".join(
                   f"{p}: {', '.join(names)}" for p, names in beaten.items()) or "none")
               + ".", ""]
+    return lines
+
+
+MF_DEV_TITLE = ("## Multi-fidelity dev suite: where cheap results rank faithfully and where"
+                " they mislead")
+MF_AUTO_TITLE = "## `auto` with a fidelity at 1, 4 and 16 at once, fresh held-out problems"
+
+
+def _quartile_cell(q: list[float]) -> str:
+    return f"{q[1]:g} [{q[0]:g}–{q[2]:g}]"
+
+
+def mf_auto_verdict(rows: list[dict[str, Any]], name: str, fraction: str) -> str:
+    """Where ``name`` stands at one share of the budget: first (the lowest median rank),
+    tied (its quartiles overlap the first's), or behind it."""
+    mine = next((r for r in rows if r["search"] == name), None)
+    if mine is None:
+        return f"{name} not run"
+    first = min(rows, key=lambda r: (r["rank"][fraction][1], r["mean_rank"][fraction]))
+    q = mine["rank"][fraction]
+    if first is mine or q[1] == first["rank"][fraction][1]:
+        return f"first, {_quartile_cell(q)}"
+    best = first["rank"][fraction]
+    how = "tied" if q[0] <= best[2] else "behind"
+    return (f"{how} ({_quartile_cell(q)}; first {first['search']},"
+            f" {_quartile_cell(best)})")
+
+
+def mf_auto_section(h: dict[str, Any]) -> list[str]:
+    """bench/multifidelity_auto_bench.py: auto with a fidelity at 1, 4 and 16 at once
+    against nestor's searches, Optuna's and Syne Tune's, on problems auto was not fitted
+    to, at 25, 50 and 100 % of the budget."""
+    lines = [MF_AUTO_TITLE, "", machine_line(h["machine"]), "",
+             "Problems written for this bench and fixed before any search ran on them"
+             " (`bench/multifidelity_auto_bench.py`: " + ", ".join(h["problems_fixed"])
+             + "; this run: " + ", ".join(h["problems"]) + "); they judge " + h["judges"]
+             + f". Every search gets {h['budget_epochs']:,} epochs"
+             f" ({h['budget_epochs'] // h['max_epochs']} full trainings) on a virtual clock,"
+             " the trials run"
+             " asynchronously on as many slots as the width. Rank: of the regret (the"
+             " expected loss after a full training of the configuration a search would"
+             " return, less the best of 20,000 random ones') among all searches per"
+             " problem and seed (1 = best, ties share), after 25, 50 and 100 % of the"
+             f" budget: median [quartiles] over {len(h['problems'])} problems x"
+             f" {h['seeds']} seeds" + (
+                 f" (cut short: {h['cells']} of {h['cells_planned']} (width, problem, seed)"
+                 " cells ran)" if h.get("cells", 0) < h.get("cells_planned", 0) else "")
+             + ". Regret at 100 %: median over seeds.", ""]
+    for width, w in h["widths"].items():
+        rows = w["rows"]
+        fractions = list(rows[0]["rank"]) if rows else []
+        lines += [f"### {width} at once", "",
+                  "Auto picked: " + ("; ".join(w["auto_picked"]) or "not recorded") + ".", ""]
+        table = [[r["search"], *[_quartile_cell(r["rank"][f]) for f in fractions],
+                  *[f"{r['median_regret_at_100%'].get(p, math.nan):.3g}"
+                    for p in h["problems"]],
+                  f"{r['median_epochs_spent']:,.0f}", f"{r['median_trials']:g}",
+                  f"{r['ask_ms_per_trial']:g}"]
+                 for r in sorted(rows, key=lambda r: (r["rank"]["100%"][1],
+                                                      r["mean_rank"]["100%"]))]
+        lines += _table(["search", *[f"rank {f}" for f in fractions],
+                         *[f"regret {p}" for p in h["problems"]], "epochs spent", "trials",
+                         "ask ms/trial"], table)
+        for name in ("auto", "auto prefer final"):
+            lines += [f"`{name}`: " + "; ".join(f"at {f}, {mf_auto_verdict(rows, name, f)}"
+                                                for f in fractions) + ".", ""]
     return lines
 
 

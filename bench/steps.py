@@ -92,6 +92,9 @@ FULL: list[tuple[str, str]] = [
     ("many-at-once", "bench/many_at_once_bench.py"),
     ("multifidelity-heldout", "bench/multifidelity_heldout_bench.py"),
     ("multifidelity-dev", "bench/multifidelity_dev_bench.py"),
+    # 30 cells (3 widths x 2 problems x 5 seeds) took about 40 minutes at load 20 here.
+    ("multifidelity-auto", "bench/multifidelity_auto_bench.py --seeds 5 --jobs 4 --problems"
+                           " faithful-rotated-4d misleading-overfit-5d"),
     ("search-fidelity", "bench/search_fidelity_bench.py"),
     # the user's own function, nestor against Tune, Optuna and Syne Tune: 7 systems x 5
     # seeds x 90 s, about an hour (issue 38)
@@ -123,6 +126,7 @@ MEASURES: dict[str, tuple[str, ...]] = {
     "many-at-once": ("search/",),
     "multifidelity-heldout": ("search/",),
     "multifidelity-dev": ("search/",),
+    "multifidelity-auto": ("search/",),
     "search-fidelity": SYSTEM,
     "own-code": SYSTEM,
     "backends": ("orchestrator/backends/", "trainers/"),

@@ -132,6 +132,7 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
         budget=settings.get("budget"),
         parallel=parallel,
         max_fidelity=settings.get("max_fidelity"),
+        prefer=settings.get("prefer") or "anytime",
     )
     searcher = searcher_class(choice.algorithm, choice.settings)(
         space, objectives, seed=settings.get("seed", 0), **choice.settings

@@ -523,7 +523,8 @@ class _AutoRules(_SearchBase):
         1 where neither says."""
         parallel: int | None = self.parallel  # type: ignore[attr-defined]
         return choose_search(space, objectives, budget=self.budget,
-                             parallel=parallel or width or 1, max_fidelity=max_fidelity)
+                             parallel=parallel or width or 1, max_fidelity=max_fidelity,
+                             prefer=self.prefer)  # type: ignore[attr-defined]
 
     def planned_trials(self, space: SearchSpace, objectives: Any = None,
                        max_fidelity: int | None = None) -> int:

@@ -107,6 +107,7 @@ def test_an_auto_search_runs_and_restores() -> None:
         ({"budget": {"days": 2}}, "budget must be .*: one key of slot_seconds, hours, epochs"),
         ({"max_fidelity": 2.5}, "max_fidelity must be a positive integer or None, but got 2.5"),
         ({"max_fidelity": 0}, "max_fidelity must be a positive integer or None, but got 0"),
+        ({"prefer": "fast"}, "prefer must be one of anytime, final, but got 'fast'"),
     ],
 )
 def test_auto_settings_are_checked(kwargs: dict, message: str) -> None:
@@ -169,6 +170,27 @@ def test_a_fidelity_picks_asha_tpe_and_spends_the_whole_training(
     largest_step = max(b - a for a, b in zip([0, *searcher.rungs], searcher.rungs, strict=False))
     assert epochs - largest_step < searcher.budget_used <= epochs
     assert searcher.cost_spent == searcher.budget_used
+
+
+@pytest.mark.parametrize("parallel", [1, 4, 16])
+def test_prefer_final_picks_as_without_a_fidelity(parallel: int) -> None:
+    """``prefer: final`` (issue 41 item 3): where the fidelity would give ASHA-TPE, the
+    pick is what auto makes without one (every trial in full), under the same budget;
+    ``anytime``, the default, is rule M."""
+    for space in (box(4), MIXED):
+        anytime = choose_search(space, MIN, budget=30, parallel=parallel, max_fidelity=100)
+        assert anytime.algorithm == "asha"
+        assert choose_search(space, MIN, budget=30, parallel=parallel, max_fidelity=100,
+                             prefer="anytime") == anytime  # fmt: skip
+        final = choose_search(space, MIN, budget=30, parallel=parallel, max_fidelity=100,
+                              prefer="final")  # fmt: skip
+        full = choose_search(space, MIN, budget=30, parallel=parallel)
+        assert (final.algorithm, final.settings) == (full.algorithm, full.settings)
+        assert "prefer: final" in final.reason
+        epochs = choose_search(space, MIN, budget={"epochs": 3000}, parallel=parallel,
+                               max_fidelity=100, prefer="final")  # fmt: skip
+        assert epochs.algorithm == full.algorithm
+        assert epochs.settings["budget"] == {"epochs": 3000}
 
 
 def test_multi_fidelity_comes_before_the_parallelism_rule_but_after_tiny_budgets() -> None:

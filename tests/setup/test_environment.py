@@ -73,6 +73,13 @@ def test_the_benches_published_searchers_are_pinned_and_installed() -> None:
         bench_pins = project["optional-dependencies"]["bench"]
         assert any(pin.startswith(f"{package}==") for pin in bench_pins), package
         assert available(search), f"{package} does not import in this venv: rerun make setup"
+    # bench/own_code_bench.py and multifidelity_auto_bench.py drive Syne Tune's ASHA and
+    # BOHB: pinned in requirements-peers.lock (installed without xgboost), and importable.
+    peers = (ROOT / "requirements-peers.lock").read_text().splitlines()
+    assert "syne-tune==0.16.0" in peers
+    assert not any(line.startswith(("xgboost==", "nvidia-nccl-cu12==")) for line in
+                   (ROOT / "requirements.lock").read_text().splitlines())
+    from syne_tune.optimizer.baselines import ASHA, BOHB  # noqa: F401
 
 
 @pytest.mark.parametrize("module", ["nestor.search", "nestor.orchestrator.commands.cli",

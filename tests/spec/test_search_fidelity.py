@@ -35,7 +35,7 @@ def test_auto_with_a_fidelity_plans_asha_over_the_trainers_epochs() -> None:
     assert stage.auto_choice().label() == "asha tpe, rungs 1-27, eta 3, budget 540 epochs"
     assert stage.planned_trials() == 20  # full trainings' worth; the epochs end it
     assert stage.search_settings() == {"seed": 0, "budget": 20, "parallel": None,
-                                       "max_fidelity": 27}  # fmt: skip
+                                       "max_fidelity": 27, "prefer": "anytime"}  # fmt: skip
     # Without fidelity (or with the built-in default of 3 epochs) auto picks as before.
     plain = load_spec_text(spec("{algorithm: auto, budget: 20}")).stage("tune")
     short = load_spec_text(spec("{algorithm: auto, budget: 20, fidelity: epochs}",
@@ -43,6 +43,23 @@ def test_auto_with_a_fidelity_plans_asha_over_the_trainers_epochs() -> None:
     assert plain.auto_choice() == short.auto_choice()
     assert plain.auto_choice().algorithm == "bayesian" and plain.planned_trials() == 20
     assert short.max_fidelity() == 3 and short.planned_trials() == 20
+
+
+def test_prefer_final_trains_every_trial_in_full_and_other_values_are_refused() -> None:
+    """auto with a fidelity favours the anytime pick (ASHA-TPE); ``prefer: final`` asks
+    for the best result at the budget's end, which trained every trial in full on the
+    held-out bench (issue 41 item 3). Anything else is refused naming what is allowed."""
+    final = load_spec_text(spec("{algorithm: auto, budget: 20, fidelity: epochs,"
+                                " prefer: final}")).stage("tune")
+    assert final.auto_choice().algorithm not in ("asha", "hyperband")
+    assert "prefer: final, so every trial trains its full 27" in final.auto_choice().reason
+    assert final.search_settings()["prefer"] == "final"
+    plain = load_spec_text(spec("{algorithm: auto, budget: 20}")).stage("tune")
+    assert final.auto_choice().label() == plain.auto_choice().label()
+    with pytest.raises(SpecError) as info:
+        load_spec_text(spec("{algorithm: auto, fidelity: epochs, prefer: fast}"))
+    text = " ".join(str(info.value).split())
+    assert "search.prefer" in text and "anytime" in text and "final" in text, text
 
 
 def test_a_command_trainer_names_its_full_length_in_its_settings() -> None:
