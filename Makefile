@@ -4,7 +4,7 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps demo test test-fast lint mutation-check bench soak bench-quick bench-gpu
+.PHONY: setup system-deps demo test test-short test-fast lint mutation-check bench soak bench-quick bench-gpu
 
 setup:
 	@scripts/setup.sh
@@ -26,11 +26,27 @@ lint: setup
 # packages before .venv, whose Horovod build needs cmake and g++) under -j too.
 # Under CI (the CI variable set, as CI services do) a skipped test fails the run
 # (tests/skip_policy.py). Then the mutation check (below): about a minute here at load
-# 8-10 on 2 cores (67 s), so it runs with every `make test`.
+# 8-10 on 2 cores (67 s), so it runs with every `make test`. Then the short run
+# (below) on a second Python and an older torch.
 test: system-deps
 	@$(MAKE) --no-print-directory lint
 	$(PY) -m pytest
 	$(PY) scripts/mutation_check.py
+	@$(MAKE) --no-print-directory test-short
+
+# The short run: the trainer, gang and search tests on another Python and torch than
+# .venv's (3.11, torch 2.13), in a venv of their own that scripts/setup.sh builds
+# (cached by its stamp; the Horovod wheel per Python and torch in ~/.cache/nestor).
+# PYTHON is 3.11, 3.12 or 3.13 (or a path); TORCH is 2.13 or a version with a
+# requirements-torchX.Y.lock. `make test` runs the default, Python 3.12 with torch
+# 2.11 (the image of a GPU node nestor ran on); the README lists what else was run.
+PYTHON := 3.12
+TORCH := 2.11
+SHORT_VENV = .venv-py$(subst python,,$(notdir $(PYTHON)))-torch$(TORCH)
+SHORT_TESTS := tests/trainers tests/orchestrator/test_gangs.py tests/search
+test-short:
+	@NESTOR_PYTHON=$(PYTHON) NESTOR_TORCH=$(TORCH) NESTOR_VENV=$(SHORT_VENV) scripts/setup.sh
+	$(SHORT_VENV)/bin/python -m pytest $(SHORT_TESTS)
 
 # Break the code behind the main guarantees (journal fsync and gate, adoption, resume's
 # tell, the projector's batches, budget accounting) a line at a time, in a copy of the

@@ -9,6 +9,11 @@
 #   NESTOR_TORCH_FLAVOUR=cpu ...  # or cuda: override what nvidia-smi decides (cuda on a
 #                                 # login node without GPUs, for a venv GPU nodes share;
 #                                 # it needs the CUDA toolkit, for Horovod's NCCL build)
+#   NESTOR_PYTHON=3.12 ...        # the Python: 3.11 (default: python3), 3.12 or 3.13, as a
+#                                 # version (found on PATH, in pyenv or uv) or a command/path
+#   NESTOR_TORCH=2.11 ...         # another torch than 2.13: one with a requirements-torchX.Y.lock
+#   NESTOR_VENV=path ...          # the venv to build (default .venv; `make test-short` uses
+#                                 # .venv-py3.12-torch2.11 and the like)
 #
 # Flavour: where `nvidia-smi -L` lists a GPU, torch is PyPI's CUDA build
 # (requirements-cuda.lock) and Horovod is built with HOROVOD_GPU_OPERATIONS=NCCL,
@@ -16,27 +21,74 @@
 # torch itself depends on. Everywhere else (CI, this project's own machine) the
 # CPU build (requirements.lock) and a Gloo-only Horovod, exactly as before.
 #
+# Python and torch: requirements.lock holds for Python 3.11, 3.12 and 3.13 alike. Only
+# torch differs: the CPU wheel of torch 2.13 on this machine's disk is cp311, and PyPI has
+# no CPU build for Linux x86_64, so elsewhere torch is PyPI's (CUDA) build, which runs on
+# the CPU where there is no GPU: requirements-cuda.lock for torch 2.13 and
+# requirements-torchX.Y.lock for an older torch, each installed in place of the lines of
+# requirements.lock that name the same packages.
+#
 # Why Horovod is built here rather than installed: PyPI has no Horovod wheel,
 # and the 0.28.1 sdist (the last release) pins C++14 while PyTorch 2.x headers
 # need C++17. We patch the two CMake files and build a wheel once per
-# (Horovod, torch, CPU/CUDA) combination, cached outside the repository so that
-# fresh clones reuse it.
+# (Horovod, torch, CPU/CUDA, Python) combination, cached outside the repository so
+# that fresh clones reuse it.
 set -euo pipefail
 
 repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-venv="$repo/.venv"
-python=${NESTOR_PYTHON:-python3}
+venv=${NESTOR_VENV:-$repo/.venv}
+[[ $venv == /* ]] || venv="$repo/$venv"
 horovod_version=0.28.1
-torch_version=2.13.0
+default_torch=2.13.0
 cache_root=${NESTOR_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/nestor}
+supported_pythons="3.11 3.12 3.13"
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] error: %s\n' "$*" >&2; exit 1; }
 
-"$python" - <<'PY' || die "Python 3.11 is required (torch ${torch_version} CPU wheel is cp311); set NESTOR_PYTHON to a python3.11"
-import sys
-sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
-PY
+# NESTOR_PYTHON as a version (3.12): python3.12 on PATH where it runs (pyenv's shim for a
+# version that is installed but not selected does not), else pyenv's or uv's install.
+find_python() {
+    local want=$1 candidate root
+    root=$(pyenv root 2>/dev/null || echo "$HOME/.pyenv")
+    for candidate in "python${want}" "$root/versions/${want}".*/bin/"python${want}"; do
+        if "$candidate" -c '' >/dev/null 2>&1; then
+            command -v "$candidate"
+            return 0
+        fi
+    done
+    if command -v uv >/dev/null 2>&1; then
+        uv python find --no-python-downloads "$want" 2>/dev/null && return 0
+    fi
+    return 1
+}
+python=${NESTOR_PYTHON:-python3}
+if [[ $python =~ ^3\.[0-9]+$ ]] || { [[ $python =~ ^python3\.[0-9]+$ ]] && ! "$python" -c '' 2>/dev/null; }; then
+    python=$(find_python "${python#python}") \
+        || die "no Python ${NESTOR_PYTHON#python} found (python${NESTOR_PYTHON} on PATH, pyenv, uv); install one or set NESTOR_PYTHON to its path"
+fi
+py_version=$("$python" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) \
+    || die "NESTOR_PYTHON=${python} does not run"
+[[ " $supported_pythons " == *" $py_version "* ]] \
+    || die "Python 3.11, 3.12 or 3.13 is required, but ${python} is ${py_version}; set NESTOR_PYTHON to one (a version such as 3.12, or a path)"
+py_tag=cp${py_version/./}
+
+# NESTOR_TORCH: 2.13 (default) or a version with its own lock beside requirements.lock.
+torch_want=${NESTOR_TORCH:-$default_torch}
+torch_minor=$(cut -d. -f1,2 <<<"$torch_want")
+torch_lock=""
+if [[ $torch_minor != "${default_torch%.*}" ]]; then
+    torch_lock="$repo/requirements-torch${torch_minor}.lock"
+    if [[ ! -f $torch_lock ]]; then
+        known=$(cd "$repo" && ls requirements-torch*.lock 2>/dev/null | sed 's/requirements-torch//; s/\.lock$//' | tr '\n' ' ' | sed 's/ $//')
+        die "NESTOR_TORCH=${torch_want}: no requirements-torch${torch_minor}.lock; the torch versions set-up knows are ${default_torch%.*} (the default) ${known}"
+    fi
+    torch_version=$(sed -n 's/^torch===*//p' "$torch_lock")
+else
+    torch_version=$default_torch
+fi
+[[ $torch_want == "$torch_minor" || $torch_want == "$torch_version" ]] \
+    || die "NESTOR_TORCH=${torch_want}, but the lock for torch ${torch_minor} pins ${torch_version}"
 
 mode=install
 case "${1:-}" in
@@ -67,18 +119,27 @@ case "$flavour" in
     *) die "NESTOR_TORCH_FLAVOUR must be cpu or cuda, but got '${flavour}'" ;;
 esac
 
-site="$venv/lib/python3.11/site-packages"
+site="$venv/lib/python${py_version}/site-packages"
 horovod_flags=(HOROVOD_WITH_PYTORCH=1 HOROVOD_WITH_GLOO=1 HOROVOD_WITHOUT_MPI=1
                HOROVOD_WITHOUT_TENSORFLOW=1 HOROVOD_WITHOUT_MXNET=1)
 problem=""
-if [[ $flavour == cpu ]]; then
+# The lock whose lines replace requirements.lock's of the same packages (torch first):
+# none for the CPU wheel on disk (torch 2.13, cp311), else PyPI's build of the torch asked.
+overlay=$torch_lock
+if [[ -z $overlay && ( $flavour == cuda || $py_tag != cp311 ) ]]; then
+    overlay="$repo/requirements-cuda.lock"
+fi
+if [[ -z $overlay ]]; then
     torch_pins=("torch==${torch_version}")   # the CPU wheel on disk (pip's find-links)
     lock_files=("$repo/requirements.lock")
+else
+    torch_pins=(-r "$overlay")
+    lock_files=("$repo/requirements.lock" "$overlay")
+fi
+if [[ $flavour == cpu ]]; then
     nccl_source=none
 else
-    torch_pins=(-r "$repo/requirements-cuda.lock")
-    lock_files=("$repo/requirements.lock" "$repo/requirements-cuda.lock")
-    nccl_pin=$(grep -E '^nvidia-nccl-cu[0-9]+==' "$repo/requirements-cuda.lock")
+    nccl_pin=$(grep -E '^nvidia-nccl-cu[0-9]+==' "$overlay")
     # CUDA 13's nvcc builds for compute capability 7.5 (Turing) and newer only;
     # Horovod's own default list starts at 3.5 and would fail to compile.
     horovod_flags+=(HOROVOD_GPU=CUDA HOROVOD_GPU_OPERATIONS=NCCL
@@ -117,18 +178,31 @@ else
 fi
 nccl_tag=""
 [[ $flavour == cuda ]] && nccl_tag="-${nccl_source%%:*}"
-wheel_dir="$cache_root/wheels/horovod-${horovod_version}-torch${torch_version}-${flavour}${nccl_tag}"
+# On a CPU machine, PyPI's torch and its CUDA libraries are kept on disk per torch,
+# Python and lock (on a GPU node they are installed from the index, as before).
+torch_wheels=""
+if [[ -n $overlay && $flavour == cpu ]]; then
+    torch_wheels="$cache_root/wheels/torch-${torch_version}-${py_tag}-$(sha256sum "$overlay" | cut -c1-12)"
+fi
+# cp311 wheels keep the name they had when 3.11 was the one Python.
+py_suffix=""
+[[ $py_tag != cp311 ]] && py_suffix="-${py_tag}"
+wheel_dir="$cache_root/wheels/horovod-${horovod_version}-torch${torch_version}-${flavour}${nccl_tag}${py_suffix}"
 
 if [[ $mode == plan ]]; then
+    printf 'python=%s\n' "$python"
+    printf 'python_version=%s\n' "$py_version"
+    printf 'venv=%s\n' "$venv"
     printf 'gpus=%s\n' "$gpus"
     printf 'flavour=%s\n' "$flavour"
     printf 'reason=%s\n' "$reason"
     printf 'torch=%s\n' "${torch_pins[*]}"
     printf 'lock=%s\n' "${lock_files[@]#"$repo"/}"
-    [[ $flavour == cuda ]] && grep -E '^[A-Za-z]' "$repo/requirements-cuda.lock" | sed 's/^/pin=/'
+    [[ -n $overlay ]] && grep -E '^[A-Za-z]' "$overlay" | sed 's/^/pin=/'
     printf 'nccl=%s\n' "$nccl_source"
     printf 'horovod_env=%s\n' "${horovod_flags[@]}"
     printf 'horovod_wheel_cache=%s\n' "$wheel_dir"
+    [[ -n $torch_wheels ]] && printf 'torch_wheel_cache=%s\n' "$torch_wheels"
     [[ -n "$problem" ]] && printf 'problem=%s\n' "$problem"
     exit 0
 fi
@@ -138,7 +212,7 @@ stamp_inputs() {
     # Everything that should trigger a reinstall when it changes.
     cat "$repo/pyproject.toml" "${lock_files[@]}" "$repo/requirements-peers.lock" \
         "$repo/scripts/setup.sh"
-    echo "$flavour $nccl_source"
+    echo "$flavour $nccl_source $("$python" -c 'import sys; print(sys.version)')"
 }
 want_stamp=$(stamp_inputs | sha256sum | cut -d' ' -f1)
 stamp_file="$venv/.nestor-setup-stamp"
@@ -165,17 +239,35 @@ quiet_pip() {
 log "=================================================================="
 log "torch flavour: ${flavour^^}, because ${reason}"
 log "=================================================================="
-log "installing torch ${torch_version} (${flavour}) and the pinned dependencies"
-if [[ $flavour == cpu ]]; then
+torch_build=$flavour
+[[ $flavour == cpu && -n $overlay ]] && torch_build="PyPI's CUDA build, on the CPU"
+log "installing torch ${torch_version} (${torch_build}) and the pinned dependencies"
+if [[ -z $overlay ]]; then
     # torch first and by exact version so that the CPU wheel on disk (pip's
     # find-links) is used rather than the registry's CUDA build.
     quiet_pip install --quiet "${torch_pins[@]}"
     quiet_pip install --quiet -r "$repo/requirements.lock"
 else
-    # The CUDA pins replace the lock's torch==...+cpu line; the rest is the same.
-    quiet_pip install --quiet "${torch_pins[@]}"
-    grep -v '^torch==' "$repo/requirements.lock" >"$venv/requirements-no-torch.lock"
-    quiet_pip install --quiet -r "$venv/requirements-no-torch.lock" -r "$repo/requirements-cuda.lock"
+    # The overlay's pins replace the lock's lines of the same packages (its
+    # torch==...+cpu among them); the rest is the same.
+    if [[ -n $torch_wheels ]]; then
+        # Some 3 GB of wheels (torch and the CUDA libraries it pins), kept so that a
+        # fresh clone's short run (`make test-short`) installs them without the index.
+        if [[ ! -d $torch_wheels ]]; then
+            log "downloading torch ${torch_version} and what it pins into ${torch_wheels} (once)"
+            rm -rf "${torch_wheels}.partial"
+            quiet_pip download --quiet -d "${torch_wheels}.partial" -r "$overlay"
+            mv "${torch_wheels}.partial" "$torch_wheels"
+        fi
+        quiet_pip install --quiet --no-index --find-links "$torch_wheels" -r "$overlay"
+    else
+        quiet_pip install --quiet "${torch_pins[@]}"
+    fi
+    "$venv/bin/python" "$repo/scripts/lock_overlay.py" "$repo/requirements.lock" "$overlay" \
+        >"$venv/requirements-base.lock"
+    quiet_pip install --quiet -r "$venv/requirements-base.lock" -r "$overlay"
+fi
+if [[ $flavour == cuda ]]; then
     if [[ $nccl_source == pip:* ]]; then
         [[ -f "$nccl_home/include/nccl.h" ]] \
             || die "${nccl_pin} is installed but has no include/nccl.h under $nccl_home"
@@ -191,7 +283,7 @@ build_horovod() {
     local work
     work=$(mktemp -d)
     trap 'rm -rf "$work"' RETURN
-    log "building Horovod ${horovod_version} (${flavour}) against torch ${torch_version}; once per machine, a few minutes"
+    log "building Horovod ${horovod_version} (${flavour}) against torch ${torch_version} for Python ${py_version}; once per machine, a few minutes"
     quiet_pip download --quiet --no-deps --no-binary :all: "horovod==${horovod_version}" -d "$work"
     tar -xzf "$work/horovod-${horovod_version}.tar.gz" -C "$work"
     local src="$work/horovod-${horovod_version}"
@@ -199,6 +291,15 @@ build_horovod() {
         "$src/CMakeLists.txt" "$src/horovod/torch/CMakeLists.txt"
     grep -q 'set(CMAKE_CXX_STANDARD 17)' "$src/horovod/torch/CMakeLists.txt" \
         || die "the C++17 patch did not apply to horovod/torch/CMakeLists.txt"
+    if [[ $flavour == cpu ]]; then
+        # A CPU build against PyPI's (CUDA) torch: Horovod would build its torch
+        # extension for CUDA wherever torch finds a CUDA toolkit (/usr/local/cuda),
+        # and a toolkit that is not torch's fails to compile. Gloo only, as on cp311.
+        sed -i 's/print(True if ((torch.version.cuda is not None) and (CUDA_HOME is not None)) else False)/print(False)/' \
+            "$src/cmake/Modules/FindPytorch.cmake"
+        grep -q 'CUDA_HOME; print(False)' "$src/cmake/Modules/FindPytorch.cmake" \
+            || die "the CPU-only patch did not apply to cmake/Modules/FindPytorch.cmake"
+    fi
     local -a flags=("${horovod_flags[@]}")
     mkdir -p "$work/out"
     local path="$venv/bin:$PATH"
@@ -233,4 +334,4 @@ if [[ $flavour == cuda ]]; then
 fi
 
 echo "$want_stamp" >"$stamp_file"
-log "ready: $venv (torch ${torch_version} ${flavour}; Horovod ${horovod_version} with PyTorch, Gloo$([[ $flavour == cuda ]] && echo ", NCCL (${nccl_source})"))"
+log "ready: $venv (Python ${py_version}; torch ${torch_version} ${flavour}; Horovod ${horovod_version} with PyTorch, Gloo$([[ $flavour == cuda ]] && echo ", NCCL (${nccl_source})"))"

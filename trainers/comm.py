@@ -356,8 +356,9 @@ def ddp_no_sync_options(ddp_class: Any) -> dict[str, bool]:
     """The keyword arguments that turn DDP's own buffer and initial-weight syncs off,
     in the spelling the installed torch offers: torch 2.13 calls the per-forward buffer
     broadcast ``forward_sync_buffers``, older releases (a GPU node's preinstalled torch
-    2.4-2.12) ``broadcast_buffers``; ``init_sync`` came in 2.4. Chosen from the
-    signature, not a version string, so a backport or a vendor build works too."""
+    2.4-2.12) ``broadcast_buffers``; ``init_sync`` came after 2.6 (2.6 lacks it, 2.11
+    has it). Chosen from the signature, not a version string, so a backport or a vendor
+    build works too."""
     import inspect
 
     params = inspect.signature(ddp_class.__init__).parameters

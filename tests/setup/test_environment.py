@@ -57,9 +57,33 @@ def test_pyproject_pins_match_the_lock() -> None:
     pins = project["dependencies"] + [
         pin for group in project["optional-dependencies"].values() for pin in group]
     for pin in pins:
+        if pin.startswith("torch"):
+            continue  # a range: test_the_torch_range_holds_every_torch_set_up_installs
         name, version = pin.split("==")
         name = re.sub(r"\[.*\]", "", name).lower().replace("_", "-")
         assert lock.get(name) == version, f"{pin} but requirements.lock has {lock.get(name)}"
+
+
+def test_the_torch_range_holds_every_torch_set_up_installs() -> None:
+    """pyproject states the torch versions nestor is tested with as a range; each torch a
+    lock pins (requirements.lock's, the CUDA build's, each requirements-torchX.Y.lock's
+    of `make test-short TORCH=X.Y`) lies in it, and its ends are locks set-up installs."""
+    from packaging.specifiers import SpecifierSet
+    from packaging.version import Version
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    [torch_pin] = [pin for pin in project["dependencies"] if pin.startswith("torch")]
+    allowed = SpecifierSet(torch_pin.removeprefix("torch"))
+    locks = [ROOT / "requirements.lock", ROOT / "requirements-cuda.lock",
+             *sorted(ROOT.glob("requirements-torch*.lock"))]
+    versions = []
+    for lock in locks:
+        [line] = [line for line in lock.read_text().splitlines() if line.startswith("torch=")]
+        versions.append(Version(re.sub(r"^torch=+", "", line).split("+")[0]))
+        assert versions[-1] in allowed, f"{lock.name}: {line} is outside {torch_pin}"
+    assert len(locks) >= 4, "the short run's torch locks (requirements-torchX.Y.lock)"
+    oldest = min(versions)
+    assert f">={oldest.major}.{oldest.minor}" in torch_pin, (torch_pin, oldest)
 
 
 def test_the_benches_published_searchers_are_pinned_and_installed() -> None:

@@ -77,6 +77,7 @@ def test_without_nvidia_smi_the_cpu_build_as_before(tmp_path: Path) -> None:
     assert not any("NCCL" in flag or "GPU" in flag for flag in out["horovod_env"])
     cache = tmp_path / "cache/wheels/horovod-0.28.1-torch2.13.0-cpu"
     assert out["horovod_wheel_cache"] == [str(cache)]
+    assert "torch_wheel_cache" not in out  # the wheel on disk, nothing to keep
 
 
 def test_nvidia_smi_without_a_driver_is_no_gpu(tmp_path: Path) -> None:
@@ -153,3 +154,97 @@ def test_the_two_locks_pin_the_same_torch() -> None:
     cuda = [pin for pin in lock_pins("requirements-cuda.lock") if pin.startswith("torch")]
     assert cpu == ["torch==2.13.0+cpu"] and cuda == ["torch===2.13.0"]
     assert any(pin.startswith("nvidia-nccl-cu13==") for pin in lock_pins("requirements-cuda.lock"))
+
+
+# --- another Python, another torch (`make test-short`) ---------------------------------
+
+def fake_python(tmp_path: Path, version: str) -> None:
+    """A `pythonX.Y` on PATH that says it is X.Y: the plan asks it nothing else."""
+    fake_tool(tmp_path / "bin", f"python{version}", f"#!/bin/sh\necho {version}\n")
+
+
+def test_python_312_with_torch_211_installs_the_torch_lock_over_the_base_lock(
+        tmp_path: Path) -> None:
+    fake_python(tmp_path, "3.12")
+    out = plan(tmp_path, None, NESTOR_PYTHON="3.12", NESTOR_TORCH="2.11",
+               NESTOR_VENV=".venv-py3.12-torch2.11")
+    assert out["python"] == [str(tmp_path / "bin/python3.12")]
+    assert out["python_version"] == ["3.12"]
+    assert out["venv"] == [str(ROOT / ".venv-py3.12-torch2.11")]
+    assert out["flavour"] == ["cpu"] and out["nccl"] == ["none"]
+    assert out["lock"] == ["requirements.lock", "requirements-torch2.11.lock"]
+    assert out["pin"][0] == "torch===2.11.0" and "setuptools==81.0.0" in out["pin"]
+    assert not any("NCCL" in flag or "GPU" in flag for flag in out["horovod_env"])
+    # Horovod's wheel is built per Python and torch; cp311's keeps its old name.
+    assert out["horovod_wheel_cache"] == [
+        str(tmp_path / "cache/wheels/horovod-0.28.1-torch2.11.0-cpu-cp312")]
+    # PyPI's torch and the CUDA libraries it pins (3 GB), kept per torch, Python and lock.
+    assert out["torch_wheel_cache"][0].startswith(
+        str(tmp_path / "cache/wheels/torch-2.11.0-cp312-"))
+
+
+def test_torch_213_on_another_python_is_pypis_build_of_the_cuda_lock(tmp_path: Path) -> None:
+    """The CPU wheel of torch 2.13 on this machine's disk is cp311 only."""
+    fake_python(tmp_path, "3.13")
+    out = plan(tmp_path, None, NESTOR_PYTHON="python3.13")
+    assert out["python_version"] == ["3.13"] and out["flavour"] == ["cpu"]
+    assert out["lock"] == ["requirements.lock", "requirements-cuda.lock"]
+    assert out["horovod_wheel_cache"][0].endswith("horovod-0.28.1-torch2.13.0-cpu-cp313")
+
+
+def test_an_older_torch_on_a_gpu_node_builds_horovod_against_its_nccl(tmp_path: Path) -> None:
+    out = plan(tmp_path, TWO_GPUS, CUDA_HOME=str(fake_cuda(tmp_path)), NESTOR_TORCH="2.11.0")
+    assert out["flavour"] == ["cuda"]
+    assert out["nccl"] == ["pip:nvidia-nccl-cu13==2.28.9"]
+    assert out["horovod_wheel_cache"][0].endswith("horovod-0.28.1-torch2.11.0-cuda-pip")
+
+
+def refusal(tmp_path: Path, **env: str) -> str:
+    environ = {**os.environ, **env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{os.environ['PATH']}"}
+    result = subprocess.run([str(SETUP), "--print-plan"], capture_output=True, text=True,
+                            env=environ, timeout=60, check=False)
+    assert result.returncode == 1 and result.stdout == "", result.stdout
+    assert "Traceback" not in result.stderr
+    return result.stderr.strip()
+
+
+def test_a_python_or_torch_set_up_cannot_install_is_refused_by_name(tmp_path: Path) -> None:
+    fake_python(tmp_path, "3.10")
+    assert refusal(tmp_path, NESTOR_PYTHON="3.10") == (
+        f"[setup] error: Python 3.11, 3.12 or 3.13 is required, but {tmp_path}/bin/python3.10"
+        " is 3.10; set NESTOR_PYTHON to one (a version such as 3.12, or a path)")
+    assert "no Python 3.99 found" in refusal(tmp_path, NESTOR_PYTHON="3.99")
+    assert refusal(tmp_path, NESTOR_TORCH="2.5") == (
+        "[setup] error: NESTOR_TORCH=2.5: no requirements-torch2.5.lock; the torch versions"
+        " set-up knows are 2.13 (the default) 2.11 2.6")
+    assert refusal(tmp_path, NESTOR_TORCH="2.11.1") == (
+        "[setup] error: NESTOR_TORCH=2.11.1, but the lock for torch 2.11 pins 2.11.0")
+
+
+def test_each_torch_lock_replaces_exactly_the_base_lines_it_pins() -> None:
+    """scripts/lock_overlay.py leaves out of requirements.lock the packages an overlay pins
+    (pip refuses two pins of one package) and nothing else; each overlay pins torch with
+    `===`, which the CPU wheel `X.Y.Z+cpu` on this machine's disk never matches."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("lock_overlay", ROOT / "scripts/lock_overlay.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    base = (ROOT / "requirements.lock").read_text()
+    overlays = [ROOT / "requirements-cuda.lock", *sorted(ROOT.glob("requirements-torch*.lock"))]
+    assert [path.name for path in overlays[1:]] == ["requirements-torch2.11.lock",
+                                                     "requirements-torch2.6.lock"]
+    for path in overlays:
+        overlay = path.read_text()
+        pinned = {module.package(line) for line in overlay.splitlines()} - {""}
+        kept = module.without_overlay(base, overlay)
+        dropped = [line for line in base.splitlines() if line not in kept]
+        assert {module.package(line) for line in dropped} == pinned & {
+            module.package(line) for line in base.splitlines()}, path.name
+        assert "torch" in {module.package(line) for line in dropped}, path.name
+        torch_pin = next(p for p in lock_pins(path.name) if module.package(p) == "torch")
+        assert torch_pin.startswith("torch==="), path.name
+    torch211 = (ROOT / "requirements-torch2.11.lock").read_text()
+    assert {module.package(line) for line in base.splitlines()
+            if line not in module.without_overlay(base, torch211)} == {"torch", "setuptools"}
