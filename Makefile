@@ -4,7 +4,8 @@ SHELL := /bin/bash
 VENV := .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup system-deps demo test test-short test-fast lint mutation-check bench soak bench-quick bench-gpu
+.PHONY: setup system-deps demo test test-short test-fast lint mutation-check bench soak bench-quick \
+	bench-gpu bench-gpu-tables bundle
 
 setup:
 	@scripts/setup.sh
@@ -79,11 +80,36 @@ bench-quick: setup
 	$(PY) -m bench.report
 	$(PY) -m bench.report --check --same-run
 
-# The tables on a GPU machine (nvidia-smi must find one), kept apart in
+# The five-minute GPU check (bench/gpu_check.py): the CUDA build and Ray's view of the
+# GPU, the built-in trainers' throughput (fp32, bf16; data on the GPU or pinned), 4 trials
+# packed on one GPU against one at a time, a sweep on the GPU, dp 2 over NCCL on two GPUs.
+# Writes bench/results/gpu-check.json and renders its section of bench/REPORT.md. On a
+# node without internet, from the bundle (README): BENCH_PY=the bundle's venv's python.
+# `python -m bench.gpu_check --cpu` is its rehearsal on the CPU.
+BENCH_PY ?= $(PY)
+bench-gpu:
+	@if [[ "$(BENCH_PY)" == "$(PY)" ]]; then $(MAKE) --no-print-directory setup; fi
+	$(BENCH_PY) -m bench.gpu_check; rc=$$?; $(BENCH_PY) -m bench.report; exit $$rc
+
+# The seed's tables on a GPU machine (nvidia-smi must find one), kept apart in
 # bench/results/gpu-tables.json and their own section of bench/REPORT.md.
-bench-gpu: setup
+bench-gpu-tables: setup
 	$(PY) -m bench.tables --gpu
 	$(PY) -m bench.report
+
+# The offline bundle for compute nodes without internet (README, "Cluster nodes without
+# internet"; scripts/bundle.py): dist/nestor-bundle-cpXY.tar.xz for the node's Python (and
+# -scientific.tar.xz: numpy, scipy, scikit-learn, matplotlib, for nodes without them),
+# torch left out unless TORCH=include, Horovod only from a wheel built for the node.
+#   make bundle PYTHON=3.12 [TORCH=preinstalled|include] [HOROVOD=path/to/horovod.whl]
+PYTHON ?=
+TORCH ?= preinstalled
+HOROVOD ?=
+# Needs only a Python 3.11+ with pip (.venv's where there is one; no set-up first).
+BUNDLE_PY ?= $(if $(wildcard $(PY)),$(PY),python3)
+bundle:
+	$(BUNDLE_PY) scripts/bundle.py --torch $(TORCH) $(if $(PYTHON),--python $(PYTHON)) \
+		$(if $(HOROVOD),--horovod $(HOROVOD))
 
 # The full kill soak: 200 trials of 2-rank Horovod jobs, a rank SIGKILLed every
 # few seconds, the driver SIGKILLed 3 times and resumed (make test runs 40 / 1).

@@ -888,9 +888,10 @@ def render_text(results: Path, out: Path) -> str:
     else:
         lines += ["Not measured here: the machine that ran these benchmarks has no GPU"
                   " (nvidia-smi found none), so the headline has no GPU figure. On a machine"
-                  " with one, `make bench-gpu` runs the same tables with Horovod built with"
+                  " with one, `make bench-gpu-tables` runs the same tables with Horovod built with"
                   " NCCL and writes `bench/results/gpu-tables.json`, kept apart from the CPU"
                   " results.", ""]
+    lines += gpu_check_section(_load(results, "gpu-check"))
     lines += overhead_section(o) if o else ["## Orchestration overhead", "", "Not run.", ""]
     lines += projection_section(o) if o else []
     for further in r["o_runs"][1:]:  # e.g. on later code, apart from the headline
@@ -949,6 +950,72 @@ def render_text(results: Path, out: Path) -> str:
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
     return "\n".join(lines)
+
+
+GPU_CHECK_TITLE = "## The five-minute GPU check (`make bench-gpu`)"
+
+
+def gpu_check_section(g: dict[str, Any] | None) -> list[str]:
+    """bench/gpu_check.py on a GPU: the node, the trainers' throughput, packing, a sweep and
+    dp 2. Until a GPU has run it, the section says none has."""
+    lines = [GPU_CHECK_TITLE, ""]
+    if not g:
+        return [*lines, "Not run: no GPU has run `make bench-gpu` yet (no"
+                " `bench/results/gpu-check.json`), so nothing here is a GPU figure. Its CPU"
+                " rehearsal (`python -m bench.gpu_check --cpu`), which runs every step but"
+                " CUDA, runs in `tests/bench/test_gpu_check.py`.", ""]
+    steps = g.get("steps", {})
+    lines += [machine_line(g.get("machine")), "",
+              f"Finished in {_f(g.get('elapsed_s'), '{:.0f}')} s of its {g.get('deadline_s')} s"
+              f" deadline; steps: " + ", ".join(f"{name} {step.get('status')}"
+                                                 for name, step in steps.items()) + ".", ""]
+    env = steps.get("environment", {})
+    if env.get("status") == "ok":
+        gpus = ", ".join(f"{x['name']} (sm {x['capability']}, {x['memory_gib']} GiB)"
+                         for x in env.get("gpus", [])) or "none"
+        lines += [f"torch {env.get('torch')}, CUDA build {env.get('cuda_build')}, cuDNN"
+                  f" {env.get('cudnn')}, NCCL {env.get('nccl')}, driver {env.get('driver')};"
+                  f" GPUs: {gpus}; Ray {env.get('ray')} sees"
+                  f" `{json.dumps(env.get('cluster_resources'), sort_keys=True)}`.", ""]
+    rows = steps.get("throughput", {}).get("rows", [])
+    if rows:
+        lines += ["Built-in trainers, samples/s after the first epoch"
+                  f" ({json.dumps(steps['throughput'].get('settings'))}; fp32 with TF32 matmuls"
+                  " on, as trainers/gpu.py sets; data on the device: the training split copied"
+                  " to the GPU once, pinned: each batch copied from pinned host memory):", ""]
+        lines += _table(["trainer", "precision", "data", "samples/s", "peak GPU MiB",
+                         "device_gpu"],
+                        [[r["trainer"], r["precision"], r["data"], _f(r.get("samples_per_s"),
+                          "{:,.0f}"), _f(r.get("peak_gpu_mib"), "{:,.0f}"),
+                          _f(r.get("device_gpu"), "{:.0f}")] for r in rows])
+    pack = steps.get("packing", {})
+    if pack.get("status") == "ok":
+        lines += ["4 one-rank cnn trials through `nestor run`:", ""]
+        lines += _table(["shape", "slots", "gpus_per_trial", "wall s", "GPU util mean %",
+                         "max %"],
+                        [[label.replace("_", " "), str(pack[label]["slots"]),
+                          str(pack[label]["gpus_per_trial"]), _f(pack[label]["wall_s"]),
+                          _f(pack[label]["gpu_util_mean"]), _f(pack[label]["gpu_util_max"])]
+                         for label in ("packed", "one_at_a_time")])
+        lines += [f"Packed 4 to a GPU against one at a time: {pack['speedup']}x the speed (wall"
+                  " time one at a time / packed).", ""]
+    sweep = steps.get("sweep", {})
+    if sweep.get("status") == "ok":
+        lines += [f"`nestor {sweep['command'].split(' --run-dir')[0]}`: {sweep['trials']} trials"
+                  f" in {sweep['wall_s']} s, device_gpu {sweep['device_gpu']},"
+                  f" {sweep['mlflow_runs']} MLflow runs.", ""]
+    dp = steps.get("dp2", {})
+    if dp.get("skipped"):
+        lines += [f"dp 2: not run ({dp['skipped']}).", ""]
+    for backend, row in dp.get("backends", {}).items():
+        lines += [f"dp 2 on {backend}: {row['dp1_samples_per_s']:,.0f} samples/s at dp 1,"
+                  f" {row['dp2_samples_per_s']:,.0f} at dp 2: scaling efficiency"
+                  f" {row['efficiency']:.0%}.", ""]
+    for name, step in steps.items():
+        if step.get("status") != "ok":
+            lines += [f"{name}: {step.get('status')}:"
+                      f" {step.get('error') or step.get('timed_out') or step.get('skipped')}", ""]
+    return lines
 
 
 AUTO_SINE_TITLE = "## `algorithm: auto` against each fixed choice, sine-fit problems"

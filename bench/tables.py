@@ -383,7 +383,7 @@ def main(argv: list[str] | None = None) -> int:
     start = machine.describe()
     if args.gpu and start["gpu"] == "none":
         print("--gpu needs a GPU, but nvidia-smi found none on this machine; run"
-              " `make bench-gpu` on the device machine", file=sys.stderr)
+              " `make bench-gpu-tables` on the device machine", file=sys.stderr)
         return 2
     cores = start["cores"]
     k = args.k or default_k(cores)
