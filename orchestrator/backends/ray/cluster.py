@@ -9,8 +9,10 @@ engine never sees Ray. The spec reaches here duck-typed (``resources.slots``,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +72,27 @@ def quiet_token_advice() -> None:
         logger.addFilter(_NoTokenAdvice())
 
 
+@contextlib.contextmanager
+def ray_started(what: str) -> Iterator[None]:
+    """Ray's start-up failing (its node timing out on a loaded machine, a cluster not
+    there) as one :class:`ClusterError` line, not Ray's traceback: the run directory
+    holds nothing a retry or `nestor resume` cannot carry on from."""
+    try:
+        yield
+    except (ConnectionError, TimeoutError, RuntimeError, ValueError) as exc:
+        raise ClusterError(f"could not start or join {what}: {_first_line(exc)}") from None
+    except Exception as exc:  # Ray raises a bare Exception when its node times out
+        if type(exc) is not Exception:
+            raise
+        raise ClusterError(f"could not start or join {what}: {_first_line(exc)} (a loaded"
+                           " machine can make Ray's start time out: try again)") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
 def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
     """Slots to use: the spec's, else --slots, else the Ray cluster's CPUs (GPUs if any)."""
     if workflow.resources.slots is not None:
@@ -80,21 +103,23 @@ def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
         wanted = None
     if address is None and not ray.is_initialized():
         quiet_token_advice()
-        ray.init(
-            address="local",  # a Ray of its own, even where another runs on this host
-            num_cpus=max(wanted or host_cpus(), 1),
-            include_dashboard=False,
-            log_to_driver=False,
-            configure_logging=False,
-            # Its sessions (sockets, logs) in a folder its user alone can enter, not
-            # Ray's shared /tmp/ray, whose session folders are 0777 (listening.py). Ray
-            # makes its temp folder 0777 itself: it gets one inside the private one.
-            _temp_dir=str(private_dir("nestor-ray") / "ray"),
-        )
+        with ray_started("a local Ray for this run"):
+            ray.init(
+                address="local",  # a Ray of its own, even where another runs on this host
+                num_cpus=max(wanted or host_cpus(), 1),
+                include_dashboard=False,
+                log_to_driver=False,
+                configure_logging=False,
+                # Its sessions (sockets, logs) in a folder its user alone can enter, not
+                # Ray's shared /tmp/ray, whose session folders are 0777 (listening.py).
+                # Ray makes its temp folder 0777 itself: it gets one inside the private one.
+                _temp_dir=str(private_dir("nestor-ray") / "ray"),
+            )
         private_token()
     elif not ray.is_initialized():
-        ray.init(address=address, log_to_driver=False, configure_logging=False,
-                 runtime_env=joining_runtime_env())
+        with ray_started(f"the Ray cluster at {address}"):
+            ray.init(address=address, log_to_driver=False, configure_logging=False,
+                     runtime_env=joining_runtime_env())
     resource = slot_resource()
     packing = gpu_packing(workflow.resources.gpus_per_trial) if resource == "GPU" else 1
     available, idle = cluster_slot_counts(resource, packing)
