@@ -121,7 +121,7 @@ def main(argv: list[str]) -> int:
     write_scripts(venv, manifest["console_scripts"])
     check = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
-         "import importlib.util as u, orchestrator, ray, mlflow\n"
+         "import importlib.util as u, nestor.orchestrator, ray, mlflow\n"
          "torch = u.find_spec('torch')\n"
          "print('ray', ray.__version__, 'mlflow', mlflow.__version__,"
          " 'torch', 'found' if torch else 'MISSING')"],

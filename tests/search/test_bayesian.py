@@ -168,7 +168,7 @@ def test_settings_are_checked() -> None:
 
 def test_import_search_pulls_in_no_heavy_framework() -> None:
     code = (
-        "import sys, search\n"
+        "import sys, nestor.search\n"
         "from nestor.search import BayesianSearch\n"
         "from nestor.search.space import FloatParam, SearchSpace\n"
         "s = BayesianSearch(SearchSpace([FloatParam('x', 0.0, 1.0)]), [('y', 'min')])\n"
@@ -178,6 +178,6 @@ def test_import_search_pulls_in_no_heavy_framework() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
-    code = "import sys, search\nprint('optuna' in sys.modules)"
+    code = "import sys, nestor.search\nprint('optuna' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

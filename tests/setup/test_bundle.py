@@ -117,7 +117,7 @@ def test_the_bundle_installs_offline_beside_torch_and_runs_a_sweep(tmp_path: Pat
     assert "scientific stack installed" in installed.stdout, installed.stdout
 
     where = subprocess.run([str(node / "bin" / "python"), "-c",
-                            "import orchestrator, torch; print(orchestrator.__file__);"
+                            "import nestor, torch; print(nestor.__file__);"
                             " print(torch.__file__)"],
                            capture_output=True, text=True, check=True, cwd=tmp_path, env=env)
     nestor_at, torch_at = where.stdout.split()
