@@ -83,12 +83,13 @@ def test_hpo_stage_publishes_plots_tables_checkpoint_and_metrics(tracked) -> Non
     written = publish_stage(tracker, run_id, summary, Stage("tune", [Objective("loss", "min")],
                                                             "random"), run_dir)
     names = {p.name for p in written}
-    assert names == {"tune.png", "tune-generations.png", "tune-slots.png", "summary.md",
-                     "summary.html"}
+    assert names == {"tune.png", "tune-generations.png", "tune-slots.png", "tune-parallel.png",
+                     "tune-slices.png", "summary.md", "summary.html"}
     assert all(p.is_file() and p.stat().st_size > 0 for p in written)
     assert listed(tracker, run_id) >= {"plots", "summary.md", "summary.html", "best_checkpoint"}
     assert listed(tracker, run_id, "plots") == {
-        "plots/tune.png", "plots/tune-generations.png", "plots/tune-slots.png"}
+        "plots/tune.png", "plots/tune-generations.png", "plots/tune-slots.png",
+        "plots/tune-parallel.png", "plots/tune-slices.png"}
     assert listed(tracker, run_id, "best_checkpoint") == {"best_checkpoint/last.pt"}
     metrics = tracker.client.get_run(run_id).data.metrics
     assert metrics == {"best_value": 0.1, "best_test_value": 0.5}
