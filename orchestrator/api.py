@@ -87,7 +87,9 @@ def _result(run_dir: Path, results: dict[str, Any], stage: str | None) -> Result
     stages = results["stages"]
     chosen = next((s for s in stages if s["name"] == stage), None) if stage else None
     if chosen is None:  # the last hpo stage, else the last stage
-        chosen = next((s for s in reversed(stages) if s.get("kind") == "hpo"), stages[-1])
+        from nestor.orchestrator.projections.kinds import report_of
+
+        chosen = next((s for s in reversed(stages) if report_of(s).searched), stages[-1])
     best = chosen.get("best") or {}
     return Result(run_dir=Path(run_dir), stage=chosen["name"], best_config=best.get("config"),
                   best_value=best.get("value"), trials=_rows(chosen), results=results)

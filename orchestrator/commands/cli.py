@@ -438,11 +438,12 @@ def best(run_dir: Path, stage: str | None, fmt: str) -> None:
     accuracy, configuration and checkpoint; with several objectives, the Pareto front
     (the trials no other beats in every objective)."""
     from nestor.orchestrator.projections.explain import goals, pareto_trials
+    from nestor.orchestrator.projections.kinds import report_of
 
     data = _finished_stages(run_dir, stage)
     found = []
     for s in data["stages"]:
-        if s.get("kind") != "hpo":
+        if not report_of(s).searched:
             continue
         objectives = [{"metric": g.metric, "mode": g.mode} for g in goals(s)]
         found.append({"stage": s["name"], "objectives": objectives, "best": s.get("best"),

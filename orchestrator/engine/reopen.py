@@ -45,9 +45,15 @@ def reopenings(workflow: Workflow, events: JournalSoFar, *, budget: int | None =
     return out
 
 
+def _searches(stage: Any) -> bool:
+    """A stage whose trials a search asks (its budget can grow), as opposed to a planned
+    one (its failed trials can be retried)."""
+    return getattr(stage, "search", None) is not None
+
+
 def _extension(workflow: Workflow, events: JournalSoFar, budget: int,
                stage: str | None) -> StageReopened:
-    searched = [s.name for s in workflow.stages if s.kind == "hpo"]
+    searched = [s.name for s in workflow.stages if _searches(s)]
     if stage is None:
         if len(searched) != 1:
             raise ReopenError(
@@ -95,7 +101,7 @@ def _trial_extension(spec: Any, budget: int) -> tuple[int, str | None]:
 def _retries(workflow: Workflow, events: JournalSoFar, taken: set[str]) -> list[StageReopened]:
     failed = []
     for name in workflow.order():
-        if name not in events.summaries or workflow.stage(name).kind == "hpo":
+        if name not in events.summaries or _searches(workflow.stage(name)):
             continue
         trials = events.summaries[name].get("trials") or []
         if any(t.get("status") == "failed" for t in trials):

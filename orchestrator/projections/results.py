@@ -132,16 +132,11 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
 
 
 def explained(stage: dict[str, Any]) -> dict[str, Any]:
-    """An hpo stage's parameter importance and Pareto front (trial ids), for JSON."""
-    from nestor.orchestrator.projections.explain import importance, pareto_trials
+    """A stage's parameter importance and Pareto front (trial ids) where its kind has
+    them (a search), for JSON."""
+    from nestor.orchestrator.projections.kinds import report_of
 
-    if stage.get("kind") != "hpo":
-        return {}
-    found = importance(stage)
-    return {"importance": None if found is None else {
-                "method": "fanova", "trials": found.trials, "shares": found.shares,
-                "not_rated": found.unrated},
-            "pareto_front": [t["id"] for t in pareto_trials(stage)]}
+    return report_of(stage).explained(stage)
 
 
 def stage_lines(stage: dict[str, Any]) -> list[str]:

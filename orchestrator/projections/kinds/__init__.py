@@ -42,6 +42,14 @@ class KindReport:
     name: ClassVar[str]
     # Its product combines several models: ``nestor predict``'s default stage.
     combines: ClassVar[bool] = False
+    # Its trials come from a search: it has a best trial (``nestor best``, the Python
+    # API's result) and can say which parameters mattered.
+    searched: ClassVar[bool] = False
+
+    def explained(self, summary: dict[str, Any]) -> dict[str, Any]:
+        """What ``nestor results --format json`` adds to explain the stage (a search's
+        parameter importance and Pareto front); {} for a kind with nothing to add."""
+        return {}
 
     def product(self, summary: dict[str, Any]) -> Product:
         """What the stage made, with the figure it is compared against."""

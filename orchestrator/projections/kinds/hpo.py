@@ -21,6 +21,14 @@ SPEC_FILE = "spec.yaml"
 
 class HpoReport(KindReport):
     name = "hpo"
+    searched = True
+
+    def explained(self, summary: dict[str, Any]) -> dict[str, Any]:
+        found = importance(summary)
+        return {"importance": None if found is None else {
+                    "method": "fanova", "trials": found.trials, "shares": found.shares,
+                    "not_rated": found.unrated},
+                "pareto_front": [t["id"] for t in pareto_trials(summary)]}
 
     def product(self, summary: dict[str, Any]) -> Product:
         best = summary.get("best")
