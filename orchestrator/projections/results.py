@@ -93,6 +93,7 @@ def render_trials(console: Console, results: dict[str, Any], limit: int) -> None
     apart from :func:`render_results`, whose tables read none."""
     from types import SimpleNamespace
 
+    from nestor.orchestrator.projections.kinds import report_of
     from nestor.orchestrator.projections.tables import Report, trials_table
 
     for stage in results["stages"]:
@@ -119,6 +120,8 @@ def render_trials(console: Console, results: dict[str, Any], limit: int) -> None
         if len(rows) < len(report.rows):
             console.print(f"... and {len(report.rows) - len(rows)} more (--trials 0 lists"
                           " all; --format csv writes every trial)")
+        for line in report_of(stage).explained_lines(stage):
+            console.print(line, soft_wrap=True)
 
 
 def with_products(results: dict[str, Any]) -> dict[str, Any]:

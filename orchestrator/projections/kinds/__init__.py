@@ -46,6 +46,11 @@ class KindReport:
     # API's result) and can say which parameters mattered.
     searched: ClassVar[bool] = False
 
+    def explained_lines(self, summary: dict[str, Any]) -> list[str]:
+        """What ``nestor results`` says under the stage's trials to explain it (it reads
+        the trials: never in the tables that read none)."""
+        return []
+
     def explained(self, summary: dict[str, Any]) -> dict[str, Any]:
         """What ``nestor results --format json`` adds to explain the stage (a search's
         parameter importance and Pareto front); {} for a kind with nothing to add."""

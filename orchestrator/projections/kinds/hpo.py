@@ -23,6 +23,9 @@ class HpoReport(KindReport):
     name = "hpo"
     searched = True
 
+    def explained_lines(self, summary: dict[str, Any]) -> list[str]:
+        return explained_lines(summary)
+
     def explained(self, summary: dict[str, Any]) -> dict[str, Any]:
         found = importance(summary)
         return {"importance": None if found is None else {
@@ -57,7 +60,6 @@ class HpoReport(KindReport):
                 + ", ".join(f"{k}={fmt(v)}" for k, v in s["config"].items()) for s in schedule)
             lines.append(f"winner's schedule (a train stage from: {name} replays it): {steps}")
         lines += replanned_lines(summary)
-        lines += explained_lines(summary)
         lines.append(f"{name} stopped: {summary.get('stop_reason')}")
         return lines
 
