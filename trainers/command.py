@@ -553,9 +553,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
     if isinstance(number, str):
         return failed(f"the result {value!r} in the line {line!r} {number}", logs=logs,
                       details=details, repeats=number == "is not a number")
-    with lock:  # its nestor.metric lines' last values: further objectives, test figures
-        final = logged.last_values()
-    metrics = {**device, **final, trainer.result_metric: number,
+    metrics = {**device, trainer.result_metric: number,
                "wall_time": time.perf_counter() - started}
     return TrialResult(trial_id=request.trial_id, status="ok", metrics=metrics, history=history,
                        stopped_early=ended_by == "stop", logs=logs,

@@ -197,13 +197,6 @@ class Logged:
             raise ValueError(problem)
         self.note(problem)
 
-    def last_values(self) -> dict[str, float]:
-        """Each logged metric's last value: a command's final figures beside its
-        ``FoM:`` line (a second objective, a test accuracy), as a function returns
-        them in its dict."""
-        return {name: float(points[-1]["value"]) for name, points in self.metrics.items()
-                if points}
-
     def record(self, artifact_dir: str | None) -> dict[str, Any]:
         """What the trial logged, as its result carries it (plain JSON): metrics as
         ``{name: [[step, value, time], ...]}``, tags, the files in ``artifact_dir``

@@ -65,6 +65,8 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
     values = []
     for objective in objectives:
         value = result.metrics.get(objective.metric)
+        if value is None:  # a metric the trainer logged (nestor.metric, ctx.log_metrics)
+            value = last_logged(result.logged, objective.metric)
         if value is None:
             return {"status": "failed", "metrics": dict(result.metrics), "repeats": True,
                     "reason": f"the trainer reported no {objective.metric!r}"
@@ -134,3 +136,11 @@ def slot_time(attempt: Attempt, ended: Ended) -> tuple[float, float]:
     if attempt.started is not None:
         return (ended.at - attempt.started) * ranks, attempt.startup_s * ranks
     return 0.0, (ended.at - attempt.launched) * ranks
+
+
+def last_logged(logged: dict[str, Any] | None, metric: str) -> float | None:
+    """The last value the trainer logged of ``metric`` (None: it logged none): how a
+    command reports a second objective beside its ``FoM:`` line (``nestor.metric
+    latency=0.2``), or a function one it logged but did not return."""
+    points = ((logged or {}).get("metrics") or {}).get(metric) or []
+    return float(points[-1][1]) if points else None

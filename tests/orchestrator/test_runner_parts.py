@@ -509,6 +509,21 @@ def ended_with(**metrics: Any) -> Ended:
     return Ended("k", 30.0, TrialResult("tune-t1", "ok", metrics=metrics))
 
 
+def test_an_objective_the_trainer_logged_but_did_not_report_is_its_last_logged_value(
+        ) -> None:
+    """A command reports one figure on its FoM line; a second objective it prints as
+    ``nestor.metric latency=...`` lines (a function may log one it does not return)."""
+    objectives = [Objective("fom", "max"), Objective("latency", "min")]
+    logged = {"metrics": {"latency": [[0, 0.9, 1.0], [1, 0.4, 2.0]], "loss": [[0, 3.0, 1.0]]}}
+    ended = Ended("k", 30.0, TrialResult("tune-t1", "ok", metrics={"fom": 0.8}, logged=logged))
+    judged = outcome(attempt(), ended, objectives)
+    assert judged["status"] == "completed" and judged["value"] == [0.8, 0.4]
+    assert "latency" not in judged["metrics"]  # shown once in MLflow: as the series logged
+    reported = Ended("k", 30.0, TrialResult("tune-t1", "ok", metrics={"fom": 0.8, "latency": 0.1},
+                                            logged=logged))
+    assert outcome(attempt(), reported, objectives)["value"] == [0.8, 0.1]  # reported wins
+
+
 def test_an_attempts_end_is_judged_on_every_objective() -> None:
     objectives = [Objective("val_accuracy", "max")]
     done = attempt()
