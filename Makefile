@@ -44,10 +44,17 @@ test: system-deps
 PYTHON := 3.12
 TORCH := 2.11
 SHORT_VENV = .venv-py$(subst python,,$(notdir $(PYTHON)))-torch$(TORCH)
-SHORT_TESTS := tests/trainers tests/orchestrator/test_gangs.py tests/search
+# In `make test` (CI's 90 minutes hold the full suite and this): every trainer test
+# that is not slow, the slow ones that run the ranks' collectives and DDP
+# (test_trainer_parallel), the warm gangs, and the search tests that are not slow.
+# SHORT_TESTS=... runs what you name instead (the whole trainers, gangs and search
+# tests: tests/trainers tests/orchestrator/test_gangs.py tests/search).
+SHORT_TESTS := -m "not slow" tests/trainers tests/search
+SHORT_SLOW := tests/trainers/test_trainer_parallel.py tests/orchestrator/test_gangs.py
 test-short:
 	@NESTOR_PYTHON=$(PYTHON) NESTOR_TORCH=$(TORCH) NESTOR_VENV=$(SHORT_VENV) scripts/setup.sh
 	$(SHORT_VENV)/bin/python -m pytest $(SHORT_TESTS)
+	$(if $(SHORT_SLOW),$(SHORT_VENV)/bin/python -m pytest $(SHORT_SLOW))
 
 # Break the code behind the main guarantees (journal fsync and gate, adoption, resume's
 # tell, the projector's batches, budget accounting) a line at a time, in a copy of the
