@@ -170,8 +170,13 @@ def wait_for_nodes(address: str, nodes: int, deadline: float) -> tuple[int, floa
     try:
         alive = 0
         while time.monotonic() < deadline:
-            alive = sum(1 for n in ray.nodes() if n.get("Alive"))
-            if alive >= nodes:
+            up = [n for n in ray.nodes() if n.get("Alive")]
+            alive = len(up)
+            # A node is alive in the node table before the cluster's resource view
+            # counts its CPUs (seen on a loaded machine: 2 nodes alive, the CPUs of
+            # one): wait for both, or the driver started next finds too few slots.
+            declared = sum((n.get("Resources") or {}).get("CPU", 0) for n in up)
+            if alive >= nodes and ray.cluster_resources().get("CPU", 0) >= declared:
                 return alive, ray.cluster_resources().get("CPU", 0)
             time.sleep(0.5)
         return alive, ray.cluster_resources().get("CPU", 0)
