@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from types import FrameType
 
@@ -78,8 +79,10 @@ def install_handlers() -> None:
 
 def reinstall_handlers() -> None:
     """Take the signals back after ``ray.init``, whose crash handler would kill
-    the driver on SIGTERM; a no-op unless :func:`install_handlers` ran."""
-    if _installed:
+    the driver on SIGTERM; a no-op unless :func:`install_handlers` ran, and off the
+    main thread (a workflow run in a thread: only the main thread may set handlers,
+    and the handlers it installed stay)."""
+    if _installed and threading.current_thread() is threading.main_thread():
         install_handlers()
 
 
