@@ -25,8 +25,8 @@ from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
 from nestor.orchestrator.backends.simulated.backend import Draw
 from nestor.orchestrator.engine.reopen import ReopenError, edited_budget
 from nestor.orchestrator.engine.workflow import RunError, run_workflow
-from nestor.orchestrator.journal.journal import read_events
 from nestor.orchestrator.spec import load_spec_text
+from tests.orchestrator.test_kill_after_a_result import events, tells
 
 
 def spec(search: str, more: str = "") -> str:
@@ -46,17 +46,6 @@ def spec(search: str, more: str = "") -> str:
 
 def backend(model: Any = None, seed: int = 1) -> SimulatedBackend:
     return SimulatedBackend(2, 2, model or lognormal_trials(60.0, 0.3), seed=seed)
-
-
-def events(run_dir: Path, kind: str) -> list[dict[str, Any]]:
-    return [e for e in read_events(run_dir / "journal.jsonl") if e["event"] == kind]
-
-
-def tells(run_dir: Path) -> Counter[str]:
-    told: Counter[str] = Counter()
-    for logged in events(run_dir, "search"):
-        told.update(entry["id"] for entry in logged["entries"] if entry["event"] == "tell")
-    return told
 
 
 def configs(run_dir: Path) -> dict[str, dict[str, Any]]:
