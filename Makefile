@@ -38,12 +38,12 @@ test: system-deps
 # The short run: the trainer, gang and search tests on another Python and torch than
 # .venv's (3.11, torch 2.13), in a venv of their own that scripts/setup.sh builds
 # (cached by its stamp; the Horovod wheel per Python and torch in ~/.cache/nestor).
-# PYTHON is 3.11, 3.12 or 3.13 (or a path); TORCH is 2.13 or a version with a
-# requirements-torchX.Y.lock. `make test` runs the default, Python 3.12 with torch
+# SHORT_PYTHON is 3.11, 3.12 or 3.13 (or a path); SHORT_TORCH is 2.13 or a version with a
+# requirements-torchX.Y.lock (named apart from `make bundle`'s PYTHON and TORCH). `make test` runs the default, Python 3.12 with torch
 # 2.11 (the image of a GPU node nestor ran on); the README lists what else was run.
-PYTHON := 3.12
-TORCH := 2.11
-SHORT_VENV = .venv-py$(subst python,,$(notdir $(PYTHON)))-torch$(TORCH)
+SHORT_PYTHON := 3.12
+SHORT_TORCH := 2.11
+SHORT_VENV = .venv-py$(subst python,,$(notdir $(SHORT_PYTHON)))-torch$(SHORT_TORCH)
 # In `make test` (CI's 90 minutes hold the full suite and this): every trainer test
 # that is not slow, the slow ones that run the ranks' collectives and DDP
 # (test_trainer_parallel), the warm gangs, and the search tests that are not slow.
@@ -52,7 +52,7 @@ SHORT_VENV = .venv-py$(subst python,,$(notdir $(PYTHON)))-torch$(TORCH)
 SHORT_TESTS := -m "not slow" tests/trainers tests/search
 SHORT_SLOW := tests/trainers/test_trainer_parallel.py tests/orchestrator/test_gangs.py
 test-short:
-	@NESTOR_PYTHON=$(PYTHON) NESTOR_TORCH=$(TORCH) NESTOR_VENV=$(SHORT_VENV) scripts/setup.sh
+	@NESTOR_PYTHON=$(SHORT_PYTHON) NESTOR_TORCH=$(SHORT_TORCH) NESTOR_VENV=$(SHORT_VENV) scripts/setup.sh
 	$(SHORT_VENV)/bin/python -m pytest $(SHORT_TESTS)
 	$(if $(SHORT_SLOW),$(SHORT_VENV)/bin/python -m pytest $(SHORT_SLOW))
 

@@ -286,7 +286,7 @@ def packing(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
                                f" {done.stdout[-1500:]}")
         trials = trials_of(run_dir)
         found[label] = {"slots": slots, "gpus_per_trial": share, "wall_s": round(wall, 1),
-                        "trials_ok": sum(t.get("status") == "ok" for t in trials), **usage}
+                        "trials_ok": sum(t.get("status") == "completed" for t in trials), **usage}
         say(clock, f"  {label}: 4 trials in {wall:.1f} s, GPU utilisation mean"
                    f" {usage['gpu_util_mean']} % (max {usage['gpu_util_max']})")
     found["speedup"] = round(found["one_at_a_time"]["wall_s"] / found["packed"]["wall_s"], 2)

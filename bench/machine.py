@@ -78,6 +78,9 @@ def commit() -> dict[str, Any]:
         return done.stdout.strip() if done.returncode == 0 else None
 
     head = git("rev-parse", "HEAD")
+    if head is None and (ROOT / "SOURCE.json").is_file():  # a bundle's nestor-src
+        recorded = json.loads((ROOT / "SOURCE.json").read_text())
+        return {"commit": recorded["commit"], "dirty": recorded["dirty"], "source": "bundle"}
     status = git("status", "--porcelain", "--untracked-files=no", "--", ".",
                  ":(exclude)bench/results", ":(exclude)bench/figures", ":(exclude)tests",
                  ":(exclude,glob)**/*.md")

@@ -249,6 +249,20 @@ def distributions(site: Path) -> dict[str, str]:
     return dict(sorted(found.items(), key=lambda kv: kv[0].lower()))
 
 
+SOURCE_FILE = "SOURCE.json"
+
+
+def source_commit() -> dict[str, object]:
+    """The checkout's commit, and whether its tree differed from it (as bench/machine.py
+    counts it: results, figures, tests and Markdown aside)."""
+    sys.path.insert(0, str(ROOT))
+    try:
+        from bench.machine import commit
+    finally:
+        sys.path.remove(str(ROOT))
+    return commit()
+
+
 def source_tree(dest: Path) -> None:
     """The checkout's files that ``make bench-gpu`` needs on the node, at HEAD plus the
     working tree's changes (git's list of files, not whatever else lies around)."""
@@ -312,6 +326,9 @@ def build(python: str, torch: str, horovod: Path | None, out: Path,
         unpacked = sum(_size(p) for p in parts)
         removed = sum(slim(p) for p in parts)
         source_tree(stage / "nestor-src")
+        # What the results measured there name as their commit (bench/machine.py reads it
+        # where no git is): the checkout's HEAD and whether the tree differed from it.
+        (stage / "nestor-src" / SOURCE_FILE).write_text(json.dumps(source_commit()) + "\n")
         shutil.copy2(ROOT / "scripts" / "bundle_install.py", stage / "install.py")
         (stage / "install.sh").write_text(INSTALL_SH)
         (stage / "install.sh").chmod(0o755)
@@ -325,8 +342,7 @@ def build(python: str, torch: str, horovod: Path | None, out: Path,
             "console_scripts": console_scripts(parts[0]) | console_scripts(parts[1]),
             "unpacked_bytes": unpacked, "slimmed_bytes": removed,
             "built": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "commit": subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, text=True,
-                                     capture_output=True, check=False).stdout.strip(),
+            **source_commit(),
         }
         (stage / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
         log(f"compressing {len(distributions(parts[0]))} distributions"

@@ -67,7 +67,7 @@ def test_pyproject_pins_match_the_lock() -> None:
 def test_the_torch_range_holds_every_torch_set_up_installs() -> None:
     """pyproject states the torch versions nestor is tested with as a range; each torch a
     lock pins (requirements.lock's, the CUDA build's, each requirements-torchX.Y.lock's
-    of `make test-short TORCH=X.Y`) lies in it, and its ends are locks set-up installs."""
+    of `make test-short SHORT_TORCH=X.Y`) lies in it, and its ends are locks set-up installs."""
     from packaging.specifiers import SpecifierSet
     from packaging.version import Version
 
