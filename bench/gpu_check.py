@@ -419,21 +419,21 @@ def main(argv: list[str] | None = None) -> int:
                 else:
                     found = globals()[step](args, clock)
                 found["status"] = "timed out" if "timed_out" in found else (
-                    "failed" if "error" in found else "ok")
+                    "failed" if "error" in found else "skipped" if "skipped" in found else "ok")
             except TimeoutError as exc:
                 found = {"status": "timed out", "timed_out": str(exc)}
             except Exception as exc:  # recorded, and the next step still runs
                 found = {"status": "failed", "error": f"{type(exc).__name__}: {exc}"}
             found["step_s"] = round(time.monotonic() - tick, 1)
             out["steps"][step] = found
-            if found["status"] != "ok":
+            if found["status"] not in ("ok", "skipped"):
                 say(clock, f"{step}: {found['status']}:"
                            f" {found.get('error') or found.get('timed_out')}"[:2000])
             out["elapsed_s"] = round(clock.elapsed(), 1)
             path = write(results, name, out)
             if step == "environment" and found["status"] != "ok" and not args.cpu:
                 break  # without a GPU the rest would measure the CPU under a GPU's name
-    failed = [s for s, f in out["steps"].items() if f["status"] != "ok"]
+    failed = [s for s, f in out["steps"].items() if f["status"] not in ("ok", "skipped")]
     say(clock, f"done in {clock.elapsed():.0f} s: {path}"
                + (f"; not ok: {', '.join(failed)}" if failed else "; every step ok"))
     return 1 if failed else 0

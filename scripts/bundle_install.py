@@ -93,6 +93,24 @@ def scientific(venv: Path, site: Path, manifest: dict, force: bool) -> None:
     print(f"install: the bundle's scientific stack installed ({', '.join(manifest['scientific'])})")
 
 
+def byte_compile(venv: Path, paths: list[Path]) -> None:
+    """Compile what was copied to bytecode once, on all cores, as pip does when it installs.
+
+    The archive carries sources only. Without ``.pyc`` files every process (the driver,
+    each Ray worker, each rank) compiles what it imports, again in every process where
+    ``PYTHONDONTWRITEBYTECODE`` is set or the folder is read-only: on the first H200 node
+    that was 5,421 compiles, 9.6 s, in one ``nestor run``'s driver alone (2026-11-28).
+    Only what the bundle copied is compiled, not an existing venv's own packages. A file
+    that does not compile (a template, say) is left as it is."""
+    started = time.monotonic()
+    done = subprocess.run([str(venv / "bin" / "python"), "-m", "compileall", "-q", "-j", "0",
+                           *map(str, paths)], capture_output=True, text=True, check=False)
+    compiled = sum(1 for path in paths for _ in path.rglob("*.pyc"))
+    print(f"install: {compiled} modules compiled to bytecode in"
+          f" {time.monotonic() - started:.1f} s"
+          + ("" if done.returncode == 0 else " (some files are not Python; left as sources)"))
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 1 or argv[0] in ("-h", "--help"):
         print(__doc__)
@@ -119,6 +137,11 @@ def main(argv: list[str]) -> int:
     if (HERE / "data").is_dir():  # wheels' data files (nestor's Slurm templates)
         shutil.copytree(HERE / "data", venv, dirs_exist_ok=True, symlinks=True)
     write_scripts(venv, manifest["console_scripts"])
+    copied = [site / entry.name for part in (HERE / "site-packages",
+                                             HERE / "scientific" / "site-packages")
+              if part.is_dir() for entry in part.iterdir()
+              if entry.is_dir() or entry.suffix == ".py"]
+    byte_compile(venv, [path for path in copied if path.exists()])
     check = subprocess.run(
         [str(venv / "bin" / "python"), "-c",
          "import importlib.util as u, nestor.orchestrator, ray, mlflow\n"
