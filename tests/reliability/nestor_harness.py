@@ -13,10 +13,12 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 import uuid
@@ -144,6 +146,48 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+class RayHead:
+    """A Ray head started with `ray start`; ended by killing its tagged processes
+    (never `ray stop`, which would end every Ray on this host)."""
+
+    def __init__(self, env: dict[str, str], cpus: int) -> None:
+        self.cpus = cpus
+        # Short: Ray's unix sockets live under it and must stay under ~107 characters.
+        self.temp = Path(tempfile.mkdtemp(prefix="n2w-", dir="/tmp"))
+        self.env, self.port = env, free_port()
+        self.address = f"127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        ray = str(Path(sys.executable).parent / "ray")
+        argv = [ray, "start", "--head", "--port", str(self.port),
+                "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus),
+                "--temp-dir", str(self.temp), "--include-dashboard", "false",
+                "--disable-usage-stats", "--dashboard-agent-listen-port", str(free_port()),
+                "--ray-client-server-port", str(free_port()),
+                "--min-worker-port", "0", "--max-worker-port", "0"]
+        started = subprocess.run(argv, env=self.env, capture_output=True, text=True,
+                                 timeout=240, check=False)
+        assert started.returncode == 0, started.stdout + started.stderr
+
+    def join(self, cpus: int) -> None:
+        """A second Ray node on this host joins the head (a Slurm job's node, say)."""
+        ray = str(Path(sys.executable).parent / "ray")
+        argv = [ray, "start", "--address", self.address, "--num-cpus", str(cpus),
+                "--temp-dir", str(self.temp), "--disable-usage-stats",
+                "--dashboard-agent-listen-port", str(free_port()),
+                "--min-worker-port", "0", "--max-worker-port", "0"]
+        joined = subprocess.run(argv, env=self.env, capture_output=True, text=True,
+                                timeout=240, check=False)
+        assert joined.returncode == 0, joined.stdout + joined.stderr
+
+    def stop(self) -> dict[int, str]:
+        """Kill the head's daemons; returns whatever of this test is still alive."""
+        kill_tagged(self.env[TAG_VAR])
+        left = wait_for_no_tagged(self.env[TAG_VAR], timeout=30)
+        shutil.rmtree(self.temp, ignore_errors=True)
+        return left
 
 
 class MlflowServer:

@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import json
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 from pathlib import Path
@@ -27,15 +25,13 @@ from nestor_harness import (
     NESTOR,
     TAG_VAR,
     MlflowServer,
+    RayHead,
     agree,
     events,
-    free_port,
-    kill_tagged,
     mlflow_runs,
     mlflow_trial_runs,
     tagged_env,
     tagged_pids,
-    wait_for_no_tagged,
 )
 
 pytestmark = pytest.mark.slow
@@ -94,37 +90,6 @@ def spec(fit: Path, log: Path, name: str, seed: int, uri: str) -> str:
         """)
 
 
-class RayHead:
-    """A Ray head started with `ray start`; ended by killing its tagged processes
-    (never `ray stop`, which would end every Ray on this host)."""
-
-    def __init__(self, env: dict[str, str], cpus: int = CLUSTER_CPUS) -> None:
-        self.cpus = cpus
-        # Short: Ray's unix sockets live under it and must stay under ~107 characters.
-        self.temp = Path(tempfile.mkdtemp(prefix="n2w-", dir="/tmp"))
-        self.env, self.port = env, free_port()
-        self.address = f"127.0.0.1:{self.port}"
-
-    def start(self) -> None:
-        ray = str(Path(sys.executable).parent / "ray")
-        argv = [ray, "start", "--head", "--port", str(self.port),
-                "--node-ip-address", "127.0.0.1", "--num-cpus", str(self.cpus),
-                "--temp-dir", str(self.temp), "--include-dashboard", "false",
-                "--disable-usage-stats", "--dashboard-agent-listen-port", str(free_port()),
-                "--ray-client-server-port", str(free_port()),
-                "--min-worker-port", "0", "--max-worker-port", "0"]
-        started = subprocess.run(argv, env=self.env, capture_output=True, text=True,
-                                 timeout=240, check=False)
-        assert started.returncode == 0, started.stdout + started.stderr
-
-    def stop(self) -> dict[int, str]:
-        """Kill the head's daemons; returns whatever of this test is still alive."""
-        kill_tagged(self.env[TAG_VAR])
-        left = wait_for_no_tagged(self.env[TAG_VAR], timeout=30)
-        shutil.rmtree(self.temp, ignore_errors=True)
-        return left
-
-
 def intervals(log: Path) -> dict[str, list[tuple[float, float, str]]]:
     """workflow -> [(start, end, trial)] from the trainers' own lines."""
     began: dict[tuple[str, str], float] = {}
@@ -172,7 +137,7 @@ def test_two_workflows_share_one_cluster_and_one_tracking_server(tmp_path: Path)
     fit, log = tmp_path / "fit.py", tmp_path / "trainers.log"
     fit.write_text(FIT)
     server = MlflowServer(tmp_path / "mlflow.db")
-    head = RayHead(env)
+    head = RayHead(env, CLUSTER_CPUS)
     drivers: dict[str, subprocess.Popen] = {}
     try:
         server.start()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -123,6 +125,8 @@ def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
     resource = slot_resource()
     packing = gpu_packing(workflow.resources.gpus_per_trial) if resource == "GPU" else 1
     available, idle = cluster_slot_counts(resource, packing)
+    if address is not None and wanted is not None and wanted > available:
+        available, idle = _await_joining_nodes(resource, packing, wanted, available)
     if wanted is not None and wanted > available and not workflow.resources.oversubscribe:
         raise ClusterError(
             f"the workflow asks for {wanted} slots but the Ray cluster has {available}"
@@ -139,6 +143,27 @@ def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
                 " resources.slots or --slots, or wait for them"
             )
     return wanted or available
+
+
+JOIN_WAIT_ENV = "NESTOR_JOIN_WAIT_S"
+
+
+def _await_joining_nodes(resource: str, packing: int, wanted: int,
+                         available: int) -> tuple[int, int]:
+    """A cluster that was just started (a Slurm job's) can list a node alive before its
+    resources reach the cluster's view: its slots show up a moment later (seen in CI: 2
+    of 4 slots, the second node's 2 CPUs arriving after the driver looked). Wait for them
+    up to ``NESTOR_JOIN_WAIT_S`` (30 s), saying so, before refusing."""
+    deadline = time.monotonic() + float(os.environ.get(JOIN_WAIT_ENV, "30"))
+    print(f"waiting for the Ray cluster's slots: {available} of {wanted} so far",
+          file=sys.stderr, flush=True)
+    idle = available
+    while time.monotonic() < deadline:
+        time.sleep(0.5)
+        available, idle = cluster_slot_counts(resource, packing)
+        if available >= wanted:
+            break
+    return available, idle
 
 
 def check_gpu_builds(workflow: Any) -> None:
