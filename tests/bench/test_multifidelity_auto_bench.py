@@ -39,8 +39,11 @@ def test_each_search_spends_the_budget_and_no_more(name: str) -> None:
     best = mf.reference(problem)
     result = mf.simulate(mf.searches(4)[name](problem, 0), problem, 0, 4, best)
     assert mf.BUDGET - mf.MAX_EPOCHS < result["spent"] <= mf.BUDGET
-    # regret of the best so far: it never grows with the share of the budget, and the
-    # search ends near the optimum (a few % of the budget can still be 1.0 off: Optuna's
-    # TPE has drawn at random so far, and which draws it made depends on its RNG's state)
+    # regret of what the search would return: the configuration with the best loss it
+    # has observed, and observations are noisy, so a later incumbent can be a lucky draw
+    # a little worse than an earlier one (CI: 0.058 at half the budget, 0.083 at the end).
+    # It ends better than at a quarter of the budget and near the optimum (a few % of the
+    # budget can still be 1.0 off: Optuna's TPE has drawn at random so far, and which
+    # draws it made depends on its RNG's state)
     shares = [result["regret"][share] for share in sorted(result["regret"])]
-    assert shares == sorted(shares, reverse=True) and shares[-1] < 1.0, result["regret"]
+    assert shares[-1] <= shares[0] and shares[-1] < 1.0, result["regret"]
