@@ -29,6 +29,7 @@ from nestor.search._base import (
     Searcher,
     Trial,
     as_objectives,
+    non_dominated,
     observations_from_state,
 )
 from nestor.search._bayesian import BayesianSearch
@@ -162,6 +163,7 @@ __all__ = [
     "check_settings",
     "choose_search",
     "make_searcher",
+    "non_dominated",
     "observations_from_state",
     "one_objective_only",
     "schedules_from_state",

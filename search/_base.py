@@ -279,17 +279,22 @@ def dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) ->
     return better
 
 
+def non_dominated(points: Sequence[Sequence[float]], signs: Sequence[float]) -> list[int]:
+    """Indices of the points no other point dominates, in input order; equal points are
+    all kept. ``signs`` as :attr:`Objective.sign` (+1 minimised, -1 maximised). The one
+    Pareto rule: the searchers' fronts and the results' and plots' fronts use it."""
+    return [i for i, a in enumerate(points)
+            if not any(dominates(b, a, signs) for j, b in enumerate(points) if j != i)]
+
+
 def pareto_front(
     observations: Iterable[Observation], objectives: Sequence[Objective]
 ) -> list[Observation]:
     """The non-dominated successful observations, in the order they were told."""
-    signs = [o.sign for o in objectives]
     done = [o for o in observations if o.values is not None]
-    return [
-        o
-        for o in done
-        if not any(dominates(p.values, o.values, signs) for p in done if p is not o)  # type: ignore[arg-type]
-    ]
+    front = non_dominated([o.values for o in done],  # type: ignore[misc]
+                          [o.sign for o in objectives])
+    return [done[i] for i in front]
 
 
 def _encode_result(values: tuple[float, ...] | None, failure: str | None) -> dict[str, Any]:

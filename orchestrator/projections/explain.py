@@ -15,10 +15,14 @@ parameter some trials lack (a conditional one) is left out and named as not rate
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from nestor.search import Objective, non_dominated
 
 # fewer completed trials than this and a forest says little: no importance is given
 MIN_TRIALS = 8
@@ -61,18 +65,8 @@ def first_value(trial: dict[str, Any]) -> float:
 
 def pareto_front(points: Sequence[Sequence[float]], modes: Sequence[str]) -> list[int]:
     """Indices of the points no other point dominates (at least as good in every
-    objective and better in one), in input order."""
-    signs = [1.0 if mode == "min" else -1.0 for mode in modes]
-    costs = [[s * v for s, v in zip(signs, point, strict=True)] for point in points]
-    front = []
-    for i, a in enumerate(costs):
-        dominated = any(
-            all(x <= y for x, y in zip(b, a, strict=True)) and b != a
-            for j, b in enumerate(costs) if j != i
-        )
-        if not dominated:
-            front.append(i)
-    return front
+    objective and better in one), in input order: the searchers' own rule."""
+    return non_dominated(points, [Objective(mode=mode).sign for mode in modes])
 
 
 def pareto_trials(summary: dict[str, Any]) -> list[dict[str, Any]]:
@@ -124,7 +118,7 @@ def importance(summary: dict[str, Any], seed: int = 0) -> Importance | None:
     if not rated or len({first_value(t) for t in trials}) < 2:
         return None  # nothing varied, or every trial scored alike: nothing to apportion
     try:
-        shares = _fanova(trials, rated, seed)
+        shares = _fanova_once(trials, rated, seed)
     except (RuntimeError, ValueError):  # a forest with no variance to split, say
         return None
     return Importance(dict(sorted(shares.items(), key=lambda kv: -kv[1])), len(trials), unrated)
@@ -132,6 +126,23 @@ def importance(summary: dict[str, Any], seed: int = 0) -> Importance | None:
 
 def _numeric(values: list[Any]) -> bool:
     return all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+
+
+_FITTED: dict[str, dict[str, float]] = {}
+"""fANOVA's shares by a digest of what they were fitted on: a stage's publication asks
+for them for its MLflow metrics and again for its summary, and `nestor results` for the
+lines and the JSON; the forest (about a second at 2,000 trials) is fitted once."""
+
+
+def _fanova_once(trials: list[dict[str, Any]], names: list[str], seed: int) -> dict[str, float]:
+    key = hashlib.sha256(json.dumps(
+        [names, seed, [[t["config"][n] for n in names] + [first_value(t)] for t in trials]],
+        sort_keys=True, default=repr).encode()).hexdigest()
+    if key not in _FITTED:
+        if len(_FITTED) >= 16:
+            _FITTED.pop(next(iter(_FITTED)))
+        _FITTED[key] = _fanova(trials, names, seed)
+    return dict(_FITTED[key])
 
 
 def _fanova(trials: list[dict[str, Any]], names: list[str], seed: int) -> dict[str, float]:

@@ -51,6 +51,26 @@ def test_importance_rates_the_parameter_that_decides_the_value_far_above_one_tha
     assert math.isclose(sum(found.shares.values()), 1.0, abs_tol=1e-6)
 
 
+def test_a_stage_published_and_read_back_fits_the_forest_once(monkeypatch) -> None:
+    from nestor.orchestrator.projections.kinds.hpo import HpoReport
+
+    fits: list[int] = []
+    fit = explain._fanova
+    monkeypatch.setattr(explain, "_fanova", lambda *a: fits.append(1) or fit(*a))
+    rng = random.Random(1)
+    rows = [({"a": rng.uniform(0, 1), "b": rng.uniform(0, 1)}, rng.uniform(0, 1))
+            for _ in range(30)]
+    summary = summary_of(rows, [("acc", "max")])
+    first = explain.importance(summary)
+    report = HpoReport()
+    assert report.explained(summary)["importance"]["shares"] == first.shares
+    assert report.explained_lines(summary) and explain.importance(summary) == first
+    assert len(fits) == 1, "fANOVA must be fitted once for the same trials"
+    summary["trials"][0]["value"] = 2.0  # other results: fitted again
+    explain.importance(summary)
+    assert len(fits) == 2
+
+
 def test_importance_names_a_conditional_or_constant_parameter_as_not_rated() -> None:
     rows = [({"lr": i / 10, "fixed": 3, **({"momentum": 0.9} if i % 2 else {})}, i / 10)
             for i in range(10)]
