@@ -31,17 +31,11 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nestor.orchestrator.journal.errors import DamagedRun, JournalError  # noqa: F401 (theirs to import from here)
+
 if TYPE_CHECKING:
     from nestor.orchestrator.journal.events import Event
 
-
-class DamagedRun(RuntimeError):
-    """A file of the run directory (its journal, an attempt's result) does not read as
-    nestor wrote it; the message names the file and what to do."""
-
-
-class JournalError(DamagedRun):
-    """The journal cannot be read as a sequence of events (not just a torn tail)."""
 
 
 def damaged_line(path: str | os.PathLike[str], number: int | str, what: str) -> JournalError:

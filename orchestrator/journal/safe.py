@@ -23,7 +23,7 @@ import os
 import re
 from pathlib import Path
 
-from nestor.orchestrator.journal.journal import JournalError
+from nestor.orchestrator.journal.errors import JournalError
 
 log = logging.getLogger(__name__)
 

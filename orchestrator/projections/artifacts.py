@@ -100,7 +100,8 @@ def _slot_use(state: RunState, name: str, path: Path) -> Path | None:
 
 def _tables(tracker: Tracker, run_id: str, summary: dict[str, Any], objectives: list[Any],
             folder: Path) -> list[Path]:
-    from nestor.orchestrator.projections.tables import stage_report, to_html, to_markdown
+    from nestor.orchestrator.projections.kinds import stage_report
+    from nestor.orchestrator.projections.tables import to_html, to_markdown
 
     report = stage_report(summary, objectives)
     folder.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,7 @@ ensemble; a train stage makes one model. So the product of each kind is named
 here, with the figure it is measured against (the from-scratch baseline, the
 best member), and nothing else chooses.
 
+>>> from nestor.orchestrator.projections.kinds import stage_product
 >>> p = stage_product({"kind": "transfer", "transfer": {"mode": "finetune",
 ...     "val_value": 0.9, "test_value": 0.88, "scratch_test_value": 0.76},
 ...     "best": {"id": "pretrain", "value": 0.97, "test_value": 0.96}})
@@ -35,13 +36,6 @@ class Product:
     test: float | None
     baseline: str | None = None
     baseline_test: float | None = None
-
-
-def stage_product(stage: dict[str, Any]) -> Product:
-    """The product of a stage's summary, as its kind's report names it."""
-    from nestor.orchestrator.projections.kinds import report_of
-
-    return report_of(stage).product(stage)
 
 
 def objective_label(metric: str, mode: str | None) -> str:

@@ -58,6 +58,7 @@ from nestor.orchestrator.journal.events import (
 from nestor.orchestrator.journal.journal import JournalError, event_of, write_atomic
 from nestor.orchestrator.journal.safe import inside_or_warn
 from nestor.orchestrator.journal.text import first_line
+from nestor.orchestrator.projections.cursor import CURSOR_FILE, read_cursor
 from nestor.orchestrator.projections.products import objective_label
 from nestor.orchestrator.projections.tracking import (
     RunWrites,
@@ -71,7 +72,6 @@ from nestor.trainers.logged import MAX_TAG_VALUE, artifact_name_problem, digest,
 
 log = logging.getLogger(__name__)
 
-CURSOR_FILE = "mlflow-projected"
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
 ENDED = {"completed": "FINISHED", "pruned": "KILLED"}  # anything else: FAILED
 # A trial's events: gathered, per batch, into one set of writes to its run.
@@ -356,10 +356,7 @@ class Projector:
             return self._counted_lines
 
     def _read_cursor(self) -> int:
-        try:
-            return int((self.run_dir / CURSOR_FILE).read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
+        return read_cursor(self.run_dir) or 0
 
     # -- one event -------------------------------------------------------------------------
 

@@ -48,7 +48,8 @@ def _fmt(value: Any) -> str:
 def render_results(console: Console, results: dict[str, Any]) -> None:
     """Two tables: what each stage produced (its product's validation value and test
     accuracy, against what it is compared with), then what each stage cost."""
-    from nestor.orchestrator.projections.products import metric_label, stage_product
+    from nestor.orchestrator.projections.kinds import stage_product
+    from nestor.orchestrator.projections.products import metric_label
 
     if results.get("unfinished"):
         why = f"interrupted ({results['interrupted']})" if results.get("interrupted") \
@@ -128,7 +129,7 @@ def with_products(results: dict[str, Any]) -> dict[str, Any]:
     """results.json with each stage's ``product`` added (for --format json)."""
     from dataclasses import asdict
 
-    from nestor.orchestrator.projections.products import stage_product
+    from nestor.orchestrator.projections.kinds import stage_product
 
     return {**results, "stages": [{**stage, "product": asdict(stage_product(stage)),
                                    **explained(stage)} for stage in results["stages"]]}

@@ -147,7 +147,7 @@ class _Rows:
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID, MLFLOW_RUN_NAME
         from mlflow.utils.uri import append_to_uri_path
 
-        from nestor.orchestrator.projections.tracking import KEY_TAG, _param_value
+        from nestor.orchestrator.projections.mlflow_values import KEY_TAG, param_value
 
         run_id = ordered_run_id()
         begun = writes.start_time
@@ -162,14 +162,14 @@ class _Rows:
         self.insert["runs"].append(row)
         self.made.add(run_id)
         self.runs[run_id] = row
-        tags = {str(k): _param_value(v) for k, v in writes.create_tags.items()}
+        tags = {str(k): param_value(v) for k, v in writes.create_tags.items()}
         tags |= dict(extra_tags)
         tags[KEY_TAG] = writes.key
         tags[MLFLOW_RUN_NAME] = writes.name
         if writes.parent is not None:
             tags[MLFLOW_PARENT_RUN_ID] = writes.parent
         self._tags(run_id, tags)
-        self.insert["params"] += [{"run_uuid": run_id, "key": str(k), "value": _param_value(v)}
+        self.insert["params"] += [{"run_uuid": run_id, "key": str(k), "value": param_value(v)}
                                   for k, v in writes.params.items()]
         return run_id
 
@@ -194,7 +194,7 @@ class _Rows:
         from mlflow.exceptions import MlflowException
         from mlflow.protos.databricks_pb2 import INVALID_PARAMETER_VALUE, RESOURCE_DOES_NOT_EXIST
 
-        from nestor.orchestrator.projections.tracking import _metrics, _param_value
+        from nestor.orchestrator.projections.mlflow_values import metric_entities, param_value
 
         run = self.runs.get(run_id)
         if run is None:  # as log_batch on a run that is gone: refused
@@ -205,10 +205,10 @@ class _Rows:
                                   INVALID_PARAMETER_VALUE)
         numbers, odd = [], {}
         for values, step, at in writes.metrics:
-            found, strange = _metrics(values, step, at)
+            found, strange = metric_entities(values, step, at)
             numbers += found
             odd |= strange
-        self._tags(run_id, {str(k): _param_value(v) for k, v in (writes.tags | odd).items()})
+        self._tags(run_id, {str(k): param_value(v) for k, v in (writes.tags | odd).items()})
         for metric in numbers:
             point = (run_id, metric.key, metric.timestamp, metric.step, metric.value)
             if point in self.points:

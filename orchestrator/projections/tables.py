@@ -12,8 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from nestor.orchestrator.projections.kinds import report_of
-from nestor.orchestrator.projections.products import metric_label, objective_label, stage_product
+from nestor.orchestrator.projections.products import objective_label
 
 
 @dataclass
@@ -35,27 +34,6 @@ def fmt(value: Any) -> str:
     if isinstance(value, list | tuple):
         return ", ".join(fmt(v) for v in value)
     return str(value)
-
-
-def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -> Report:
-    """The report for any stage kind; the detail table depends on the kind."""
-    kind = summary.get("kind", "?")
-    report = Report(f"stage {summary.get('name', '?')} ({kind})")
-    for label, key in (("trials", "n_trials"), ("runs (attempts)", "n_runs"),
-                       ("failed", "n_failed"), ("pruned", "n_pruned"),
-                       ("slot-seconds", "slot_seconds"), ("wall time s", "wall_time_s"),
-                       ("time to threshold s", "time_to_threshold_s"),
-                       ("stopped because", "stop_reason")):
-        if key in summary:
-            report.facts.append((label, fmt(summary[key])))
-    product = stage_product(summary)
-    report.facts.append(("product", product.what))
-    report.facts.append((f"its {metric_label(summary, product.metric)}", fmt(product.value)))
-    report.facts.append(("its test accuracy", fmt(product.test)))
-    if product.baseline:
-        report.facts.append((f"{product.baseline}: test accuracy", fmt(product.baseline_test)))
-    report_of(summary).detail(report, summary, objectives or [])
-    return report
 
 
 def best_first(trials: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:

@@ -56,17 +56,21 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from nestor.orchestrator.journal.safe import inside_or_warn
+from nestor.orchestrator.projections.cursor import read_cursor
+from nestor.orchestrator.projections.mlflow_values import (
+    KEY_TAG,
+    metric_entities,
+    param_value,
+)
 
 if TYPE_CHECKING:
     from nestor.orchestrator.projections.sql_store import SqlRunWriter
 
 log = logging.getLogger(__name__)
 
-MAX_PARAM_CHARS = 6000  # MLflow's limit on a param value
 STORE_FILE = "mlflow.db"  # a run directory's own MLflow store, unless the spec names one
 ARTIFACTS_DIR = "mlartifacts"  # beside it, where that store keeps artifacts
 ARTIFACTS_ROOT = "mlflow-artifacts:/"  # that store's artifact locations: relative to it
-KEY_TAG = "nestor.key"
 RUN_KEY_TAG = "nestor.run_key"  # the workflow run's key, on every run: what resolve reads
 PAGE = 10_000  # runs per page of the one read that learns a store's run keys
 # What one log_batch may carry (MLflow's limits: 100 params, 100 tags, 1,000 in all).
@@ -354,16 +358,6 @@ def _snapshot(live: Path, target: Path) -> None:
         local.unlink(missing_ok=True)
 
 
-def _read_cursor(run_dir: Path) -> int | None:
-    """How far the projector got (its cursor file), None if it keeps none here."""
-    from nestor.orchestrator.projections.projector import CURSOR_FILE
-
-    try:
-        return int((run_dir / CURSOR_FILE).read_text().strip() or 0)
-    except (FileNotFoundError, ValueError):
-        return None
-
-
 class LocalStore:
     """A run directory's SQLite store kept on this node's disk, copied back whole.
 
@@ -425,7 +419,7 @@ class LocalStore:
         with self._lock:
             if not self.live.is_file():
                 return
-            cursor = _read_cursor(self.run_dir)  # read first: the copy holds at least this
+            cursor = read_cursor(self.run_dir)  # read first: the copy holds at least this
             _snapshot(self.live, self.mirror)
             write_atomic(self.meta, json.dumps({
                 "cursor": cursor, "copied_at": time.time(), "host": os.uname().nodename,
@@ -441,29 +435,6 @@ class LocalStore:
     def maybe_sync(self, now: bool = False) -> None:
         if now or time.monotonic() - self.last_sync >= SYNC_INTERVAL_S:
             self.sync()
-
-
-def _metrics(values: Mapping[str, Any], step: int,
-             at: float | None) -> tuple[list[Any], dict[str, str]]:
-    """The finite numbers of ``values`` as MLflow metrics at ``at`` (unix seconds;
-    now if None), and the NaNs and infinities as tags (MLflow would refuse them)."""
-    from mlflow.entities import Metric
-
-    stamp = int((time.time() if at is None else at) * 1000)
-    numbers, odd = [], {}
-    for key, value in values.items():
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            continue
-        if math.isfinite(value):
-            numbers.append(Metric(str(key), float(value), stamp, int(step)))
-        else:
-            odd[f"nestor.metric.{key}"] = str(value)
-    return numbers, odd
-
-
-def _param_value(value: Any) -> str:
-    text = str(value)
-    return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
 
 
 def _permanent(exc: BaseException) -> bool:
@@ -666,7 +637,7 @@ class Tracker:
         self.resolve()  # a tracker used without the projector: learn the store once
         if key in self.keys:
             return self.keys[key]
-        all_tags = {k: _param_value(v) for k, v in (tags or {}).items()}
+        all_tags = {k: param_value(v) for k, v in (tags or {}).items()}
         all_tags[KEY_TAG] = key
         if self.run_key is not None:
             all_tags[RUN_KEY_TAG] = self.run_key
@@ -688,7 +659,7 @@ class Tracker:
         its files, then its end. Returns its MLflow id."""
         numbers, odd = [], {}
         for values, step, at in writes.metrics:
-            found, strange = _metrics(values, step, at)
+            found, strange = metric_entities(values, step, at)
             numbers += found
             odd |= strange
         tags = writes.tags | odd
@@ -757,8 +728,8 @@ class Tracker:
         requests as MLflow's limits allow (one, for a trial's)."""
         from mlflow.entities import Param, RunTag
 
-        kinds = {"params": [Param(str(k), _param_value(v)) for k, v in (params or {}).items()],
-                 "tags": [RunTag(str(k), _param_value(v)) for k, v in (tags or {}).items()],
+        kinds = {"params": [Param(str(k), param_value(v)) for k, v in (params or {}).items()],
+                 "tags": [RunTag(str(k), param_value(v)) for k, v in (tags or {}).items()],
                  "metrics": list(metrics)}
         requests = max(math.ceil(len(items) / BATCH_LIMITS[kind]) for kind, items in kinds.items())
         for n in range(requests):
@@ -770,7 +741,7 @@ class Tracker:
                     at: float | None = None) -> None:
         """Log the finite numeric metrics at ``at`` (unix seconds; now if None);
         NaN and infinities are kept as tags instead."""
-        numbers, odd = _metrics(metrics, step, at)
+        numbers, odd = metric_entities(metrics, step, at)
         self.write(run_id, metrics=numbers, tags=odd)
         self._synced()
 

@@ -18,6 +18,7 @@ from ._yaml import MAX_FILE_BYTES, TOO_LARGE, YamlProblem, load_yaml
 from .checks import check_imports, check_workflow
 from .errors import Problem, SpecError, kind_of, locate
 from .model import (
+    DISCRIMINATORS,
     EnsembleStage,
     HpoStage,
     Stage,
@@ -26,6 +27,7 @@ from .model import (
     TransferStage,
     Workflow,
     concurrent_trials,
+    default_slots,
 )
 
 __all__ = [
@@ -39,6 +41,7 @@ __all__ = [
     "TransferStage",
     "Workflow",
     "concurrent_trials",
+    "default_slots",
     "load_spec",
     "load_spec_text",
 ]
@@ -94,7 +97,8 @@ def load_spec_text(text: str, file: str = "<spec>", *, imports: bool = False) ->
     except ValidationError as exc:
         from .errors import problems_from_validation
 
-        raise SpecError(problems_from_validation(file, data, Workflow, exc)) from None
+        raise SpecError(problems_from_validation(file, data, Workflow, exc,
+                                                 DISCRIMINATORS)) from None
     findings = check_workflow(workflow)
     if imports and not findings:
         findings = check_imports(workflow)
@@ -105,11 +109,6 @@ def load_spec_text(text: str, file: str = "<spec>", *, imports: bool = False) ->
             problems.append(Problem(file, mark, path, message))
         raise SpecError(problems)
     return workflow
-
-
-def default_slots() -> int:
-    """Slots of this machine when a spec gives none: its CPUs (GPUs are counted by Ray)."""
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def spec_files(paths: list[Path]) -> list[Path]:

@@ -20,7 +20,7 @@ from nestor.trainers.catalog import TRAINERS
 
 from .errors import allowed, did_you_mean, option_mismatch, short
 from .leaks import check_splits
-from .model import Finding, Workflow
+from .model import Finding, Workflow, default_slots
 from .needs import unmet_needs
 
 
@@ -161,8 +161,6 @@ def _planned(workflow: Workflow, here: tuple[Any, ...], stage: Any) -> Iterator[
     if trainer.name not in TRAINERS:
         return  # reported by _trainer
     from nestor.orchestrator.planning import NoFeasibleShape, plan_stage
-
-    from . import default_slots
 
     slots = workflow.resources.slots or default_slots()
     try:

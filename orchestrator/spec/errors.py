@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 import types
 import typing
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -171,8 +171,12 @@ def _field_names(model: type[BaseModel]) -> list[str]:
     return [field.alias or name for name, field in model.model_fields.items()]
 
 
-def describe_pydantic_error(root: type[BaseModel], error: dict[str, Any]) -> tuple[Loc, str]:
-    """Rephrase one pydantic error as (location, 'X must be ..., but got ...')."""
+def describe_pydantic_error(root: type[BaseModel], error: dict[str, Any],
+                            discriminators: Mapping[str, Sequence[str]] | None = None,
+                            ) -> tuple[Loc, str]:
+    """Rephrase one pydantic error as (location, 'X must be ..., but got ...').
+    ``discriminators``: each tagged union's tag field and the values it allows (the
+    model's, handed in, so that this module does not import the model)."""
     loc: Loc = tuple(error["loc"])
     kind = error["type"]
     ctx = error.get("ctx") or {}
@@ -196,10 +200,8 @@ def describe_pydantic_error(root: type[BaseModel], error: dict[str, Any]) -> tup
             f"{did_you_mean(ctx.get('tag'), choices)}"
         )
     if kind == "union_tag_not_found":
-        from .model import DISCRIMINATORS
-
         disc = str(ctx.get("discriminator", "")).strip("'")
-        choices = allowed(DISCRIMINATORS.get(disc, ()))
+        choices = allowed((discriminators or {}).get(disc, ()))
         if isinstance(got, dict):
             return (*loc, disc), f"missing required field {disc!r} ({choices})"
         return loc, f"must be a mapping with a {disc!r} field ({choices}), but got {short(got)}"
@@ -242,13 +244,14 @@ def describe_pydantic_error(root: type[BaseModel], error: dict[str, Any]) -> tup
 
 
 def problems_from_validation(
-    file: str, data: Any, root: type[BaseModel], exc: ValidationError
+    file: str, data: Any, root: type[BaseModel], exc: ValidationError,
+    discriminators: Mapping[str, Sequence[str]] | None = None,
 ) -> list[Problem]:
     # Errors at one place come from the members of a union (str | list, ...):
     # report them as one problem listing each form that was tried.
     found: dict[str, tuple[Mark | None, list[str]]] = {}
     for error in exc.errors(include_url=False):
-        loc, message = describe_pydantic_error(root, error)
+        loc, message = describe_pydantic_error(root, error, discriminators)
         is_missing = error["type"] in ("missing", "union_tag_not_found")
         mark, path = locate(data, loc, missing=is_missing)
         messages = found.setdefault(path, (mark, []))[1]

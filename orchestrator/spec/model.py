@@ -10,6 +10,7 @@ read once and then only consulted.
 from __future__ import annotations
 
 import math
+import os
 import re
 import shlex
 import typing
@@ -1336,8 +1337,6 @@ class Workflow(Strict):
         if not declared.is_auto:
             return declared
         from nestor.orchestrator.planning import plan_stage
-        from nestor.orchestrator.spec import default_slots
-
         plan = plan_stage(self, name, slots or self.resources.slots or default_slots())
         return Parallel(data=plan.shape.dp, model=plan.shape.mp)
 
@@ -1357,3 +1356,8 @@ class Workflow(Strict):
 def concurrent_trials(slots: int, ranks: int) -> int:
     """How many trials of ``ranks`` ranks fit on ``slots`` slots at once."""
     return max(0, math.floor(slots / ranks))
+
+
+def default_slots() -> int:
+    """Slots of this machine when a spec gives none: its CPUs (GPUs are counted by Ray)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

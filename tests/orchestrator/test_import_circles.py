@@ -1,11 +1,12 @@
-"""No import circle runs through two of the orchestrator's subpackages.
+"""No import circle anywhere in nestor's packages, within a subpackage or across two.
 
 The layer contracts (``lint-imports``) forbid upward imports between layers, but two
-packages in one layer, or a package and the top-level modules, could still import
-each other. A circle inside one subpackage is that package's own business; one that
-crosses subpackages means neither can be read, tested or moved without the other
-(the spec and the planner were such a pair). grimp is the graph import-linter
-itself builds, so function-local and TYPE_CHECKING imports count here too.
+packages in one layer, or two modules of one package, could still import each other:
+then neither can be read, tested or moved without the other (the spec and the planner
+were such a pair; inside the projections, the MLflow writers and the projector's
+cursor, and the kinds' reports with the tables and products that dispatched to them).
+grimp is the graph import-linter itself builds, so function-local and TYPE_CHECKING
+imports count here too.
 """
 
 from __future__ import annotations
@@ -68,3 +69,10 @@ def test_no_import_circle_crosses_two_subpackages() -> None:
     modules = sorted(m for m in graph.modules if m.startswith("nestor.orchestrator."))
     crossing = [c for c in _circles(graph, modules) if len({_subpackage(m) for m in c}) > 1]
     assert not crossing, f"import circles across subpackages: {crossing}"
+
+
+def test_no_import_circle_at_all() -> None:
+    graph = grimp.build_graph("nestor")
+    for package in ("nestor.orchestrator.", "nestor.search.", "nestor.trainers."):
+        modules = sorted(m for m in graph.modules if m.startswith(package))
+        assert not _circles(graph, modules), f"import circles in {package[:-1]}"

@@ -16,8 +16,8 @@ from typing import Any
 from click.testing import CliRunner
 
 from nestor.orchestrator.commands.cli import cli
-from nestor.orchestrator.projections.products import stage_product
-from nestor.orchestrator.projections.tables import stage_report, to_markdown
+from nestor.orchestrator.projections.kinds import stage_product, stage_report
+from nestor.orchestrator.projections.tables import to_markdown
 
 COST = {"n_trials": 3, "n_runs": 3, "n_failed": 0, "slot_seconds": 60.0, "wall_time_s": 40.0,
         "time_to_threshold_s": None}

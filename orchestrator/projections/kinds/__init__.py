@@ -21,11 +21,11 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from nestor.orchestrator.engine.kinds import KINDS
 from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.projections.products import Product, metric_label
+from nestor.orchestrator.projections.tables import Report, fmt, trials_table
 
 if TYPE_CHECKING:
     from nestor.orchestrator.journal.state import RunState
-    from nestor.orchestrator.projections.products import Product
-    from nestor.orchestrator.projections.tables import Report
 
 PlotMaker = tuple[str, Callable[[], "Path | None"]]  # (what it shows, draw it)
 
@@ -70,8 +70,6 @@ class KindReport:
 
     def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
         """The detail table of the stage's summary.md/html: every trial, by default."""
-        from nestor.orchestrator.projections.tables import trials_table
-
         if summary.get("trials"):
             trials_table(report, summary["trials"], objectives)
 
@@ -129,3 +127,29 @@ def report_of(summary: dict[str, Any]) -> KindReport:
     """The report of a stage's summary's kind (results.json; an old one without
     ``kind`` is hpo)."""
     return kind_report(str(summary.get("kind") or "hpo"))
+
+
+def stage_product(stage: dict[str, Any]) -> Product:
+    """The product of a stage's summary, as its kind's report names it."""
+    return report_of(stage).product(stage)
+
+
+def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -> Report:
+    """The report for any stage kind; the detail table depends on the kind."""
+    kind = summary.get("kind", "?")
+    report = Report(f"stage {summary.get('name', '?')} ({kind})")
+    for label, key in (("trials", "n_trials"), ("runs (attempts)", "n_runs"),
+                       ("failed", "n_failed"), ("pruned", "n_pruned"),
+                       ("slot-seconds", "slot_seconds"), ("wall time s", "wall_time_s"),
+                       ("time to threshold s", "time_to_threshold_s"),
+                       ("stopped because", "stop_reason")):
+        if key in summary:
+            report.facts.append((label, fmt(summary[key])))
+    product = stage_product(summary)
+    report.facts.append(("product", product.what))
+    report.facts.append((f"its {metric_label(summary, product.metric)}", fmt(product.value)))
+    report.facts.append(("its test accuracy", fmt(product.test)))
+    if product.baseline:
+        report.facts.append((f"{product.baseline}: test accuracy", fmt(product.baseline_test)))
+    report_of(summary).detail(report, summary, objectives or [])
+    return report
