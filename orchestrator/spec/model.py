@@ -389,8 +389,8 @@ class _SearchBase(Strict):
         description="expressions over the space's parameters that every configuration"
         " must satisfy, e.g. \"lr * batch_size <= 8\" (arithmetic, comparisons, and/or/not,"
         " abs/min/max/log/exp/sqrt; a constraint naming an inactive parameter holds), or"
-        " {function: pkg.mod:fn}, a Python function given the configuration (its active"
-        " parameters) that returns true where it is allowed")
+        " \"pkg.mod:fn\" (or {function: pkg.mod:fn}), a Python function given the"
+        " configuration (its active parameters) that returns true where it is allowed")
 
     @field_validator("constraints", mode="before", check_fields=False)
     @classmethod

@@ -22,7 +22,8 @@ NESTOR = str(Path(sys.executable).parent / "nestor")
         ("lr=float:1e-4:0.1:log", ("lr", {"type": "float", "low": 1e-4, "high": 0.1, "log": True})),
         ("n=int:1:8", ("n", {"type": "int", "low": 1, "high": 8, "log": False})),
         ("-a=float:-1:1", ("-a", {"type": "float", "low": -1.0, "high": 1.0, "log": False})),
-        ("act=categorical:relu,tanh,1", ("act", {"type": "categorical", "values": ["relu", "tanh", 1]})),
+        ("act=categorical:relu,tanh,1",
+         ("act", {"type": "categorical", "values": ["relu", "tanh", 1]})),
     ],
 )
 def test_param_forms(text: str, expected: tuple) -> None:
@@ -115,8 +116,8 @@ def test_the_cli_asks_a_command_sweep_for_its_direction(tmp_path: Path) -> None:
 def test_conflicting_flags_are_refused() -> None:
     with pytest.raises(ValueError, match="exactly one of --trainer NAME or --command"):
         sweep_spec(command="python3 fit.py", mode="min")
-    message = ("--population applies to --algorithm genetic or pbt or bayesian, --generations applies to"
-               " --algorithm genetic, not random")
+    message = ("--population applies to --algorithm genetic or pbt or bayesian, --generations"
+               " applies to --algorithm genetic, not random")
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="random")
 
@@ -135,8 +136,8 @@ def test_algorithm_options_must_belong_to_the_algorithm() -> None:
     with pytest.raises(ValueError, match="--sampler applies to --algorithm bayesian or asha or"
                                          " hyperband, not genetic"):
         sweep_spec(sampler="gp")
-    message = ("--schedule applies to --algorithm genetic or bayesian, --demes applies to --algorithm"
-               " genetic, not auto")
+    message = ("--schedule applies to --algorithm genetic or bayesian, --demes applies to"
+               " --algorithm genetic, not auto")
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="auto", population=None, generations=None, schedule="async", demes=2)
 
@@ -220,7 +221,8 @@ def test_sampler_tpe_makes_hyperband_bohb() -> None:
 @pytest.mark.parametrize(
     ("algorithm", "overrides", "message"),
     [
-        ("random", {"reduction_factor": 3}, "--reduction-factor applies to --algorithm asha or hyperband, not random"),
+        ("random", {"reduction_factor": 3},
+         "--reduction-factor applies to --algorithm asha or hyperband, not random"),
         ("bayesian", {"interval": 1.0}, "--interval applies to --algorithm pbt, not bayesian"),
         ("asha", {"intervals": 4}, "--intervals applies to --algorithm pbt, not asha"),
         ("pbt", {"min_budget": 1.0, "max_budget": 9.0},
@@ -243,7 +245,8 @@ def test_rungs_that_do_not_fit_are_a_spec_error() -> None:
     from nestor.orchestrator.spec import SpecError
 
     with pytest.raises(SpecError, match="at least min_budget x reduction_factor"):
-        load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=2, reduction_factor=3)))
+        load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=2,
+                                            reduction_factor=3)))
 
 
 def test_cli_refuses_a_wrong_combination_with_exit_2() -> None:
@@ -400,7 +403,8 @@ def test_search_set_says_what_no_flag_does() -> None:
     stage = load_spec_text(spec_yaml(pbt)).stage("sweep")
     assert (stage.search.quantile, stage.search.resample_probability) == (0.5, 0)
     assert list(stage.search.perturbation_factors) == [0.7, 1.3]
-    genetic = sweep_spec(search_settings=["replacement=mu_plus_lambda", "offspring=3", "patience=2"])
+    genetic = sweep_spec(search_settings=["replacement=mu_plus_lambda", "offspring=3",
+                                          "patience=2"])
     stage = load_spec_text(spec_yaml(genetic)).stage("sweep")
     assert (stage.search.mode, stage.search.offspring, stage.search.patience) == (
         "mu_plus_lambda", 3, 2)
