@@ -30,7 +30,7 @@ import contextlib
 import importlib
 import signal
 import threading
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -138,6 +138,36 @@ def _trainer(train: Any, settings: Mapping[str, Any] | None
     return trainer, code
 
 
+def _constraint_rules(rules: Sequence[Any], code: dict[str, bytes]) -> list[Any]:
+    """``constraints=`` as the spec's ``search.constraints``: an expression string as it
+    is; a callable as ``{function: "module:name"}`` where its module imports it by that
+    name, else (a lambda, a function of ``__main__`` or a notebook) shipped by value
+    into the run directory like a trainer, as ``__main__:NAME`` (``constraint_I`` for
+    a lambda), and evaluated on the driver, where the search asks."""
+    if isinstance(rules, str) or callable(rules):
+        rules = [rules]
+    out: list[Any] = []
+    for index, rule in enumerate(rules):
+        if isinstance(rule, str) or not callable(rule):
+            out.append(rule)  # the spec reports anything else, as for a YAML value
+            continue
+        name = getattr(rule, "__name__", "")
+        if not (isinstance(name, str) and name.isidentifier()):  # a lambda, a partial
+            rule_name = f"__main__:constraint_{index}"
+            import cloudpickle
+
+            code[rule_name] = cloudpickle.dumps(rule)
+        else:
+            rule_name, blob = _function_name(rule)
+            if blob is not None:
+                code[rule_name] = blob
+        from nestor.orchestrator.spec.shipped_rules import register
+
+        register(rule_name, rule)  # the spec's checks may call it before the run registers
+        out.append({"function": rule_name})
+    return out
+
+
 def _shipped_in(spec: dict[str, Any]) -> dict[str, bytes]:
     """A spec dict's trainers given as functions: named, and their code to ship."""
     code: dict[str, bytes] = {}
@@ -168,19 +198,19 @@ def _signals_kept() -> Iterator[None]:
 def _execute(spec: Path | None, *, run_dir: Path | None, resume: bool = False,
              spec_text: str | None = None, reopen: dict[str, Any] | None = None,
              code: dict[str, bytes] | None = None, slots: int | None = None,
-             address: str | None = None, quiet: bool = False, stage: str | None = None
-             ) -> Result:
+             address: str | None = None, quiet: bool = False, stage: str | None = None,
+             verbose: bool = False) -> Result:
     from nestor.orchestrator.commands.console import console, private_files
     from nestor.orchestrator.commands.execute import RunFailed, execute, stages_without_result
 
-    err = console(stderr=True)
-    if quiet:
-        err.quiet = True
+    if quiet and verbose:
+        raise NestorError(["give at most one of quiet=True and verbose=True"])
     try:
         with private_files(), _signals_kept():
             done_dir, results = execute(spec, run_dir=run_dir, resume=resume, slots=slots,
-                                        address=address, err=err, spec_text=spec_text,
-                                        reopen=reopen, function_code=code)
+                                        address=address, err=console(stderr=True),
+                                        spec_text=spec_text, reopen=reopen, function_code=code,
+                                        verbosity=-1 if quiet else 1 if verbose else 0)
     except RunFailed as exc:
         raise NestorError(exc.problems, run_dir=exc.run_dir) from None
     result = _result(done_dir, results, stage)
@@ -195,7 +225,9 @@ def tune(train: Any, space: Mapping[str, Any], *, metric: str = "val_accuracy",
          parallel: int | None = None, algorithm: str = "auto",
          search: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
          name: str = "tune", run_dir: str | Path | None = None, seed: int = 0,
-         slots: int | None = None, address: str | None = None, quiet: bool = False) -> Result:
+         slots: int | None = None, address: str | None = None, quiet: bool = False,
+         verbose: bool = False,
+         constraints: Sequence[str | Callable[[dict[str, Any]], Any]] | None = None) -> Result:
     """Search ``space`` (the spec's ``space:`` form) for the best ``metric`` of
     ``train``: a function ``train(config, ctx)`` returning its metrics, a
     ``"module:function"``, a built-in trainer's name or a spec trainer mapping.
@@ -203,7 +235,11 @@ def tune(train: Any, space: Mapping[str, Any], *, metric: str = "val_accuracy",
     ``mode``: "max" or "min" (required but for val_accuracy); ``budget``: trials (or a
     cost, as in a spec); ``parallel``: trials at once; ``algorithm`` and ``search``:
     the spec's ``search:`` block (``warm_start``, ``enqueue`` and each algorithm's
-    settings); ``settings``: the trainer's fixed settings. It runs as a one-stage
+    settings); ``settings``: the trainer's fixed settings; ``constraints``: rules every
+    configuration must meet, expressions (``"lr * batch_size <= 8"``) or callables
+    given the configuration (its active parameters) and returning true where it is
+    allowed (``lambda c: c["a"] < c["b"]``), called on this process (the driver), never
+    on a worker; ``quiet``/``verbose``: the CLI's ``-q``/``-v``. It runs as a one-stage
     spec (saved in the run directory as spec.yaml) on a local Ray cluster, or the
     one at ``address``. Returns the :class:`Result`; raises :class:`NestorError`."""
     import yaml
@@ -218,6 +254,9 @@ def tune(train: Any, space: Mapping[str, Any], *, metric: str = "val_accuracy",
     if budget is not None:
         block["budget"] = dict(budget) if isinstance(budget, Mapping) else budget
     block.update(dict(search or {}))
+    if constraints is not None:
+        block["constraints"] = [*block.get("constraints", []),
+                                *_constraint_rules(constraints, code)]
     if parallel is not None and block["algorithm"] == "auto":
         block.setdefault("parallel", parallel)
     stage = {"name": "tune", "kind": "hpo", "trainer": trainer,
@@ -230,7 +269,7 @@ def tune(train: Any, space: Mapping[str, Any], *, metric: str = "val_accuracy",
     text = "# written by nestor.tune; run it again with `nestor run` on this file\n" + \
         yaml.safe_dump(spec, sort_keys=False)
     return _execute(None, run_dir=_new_dir(run_dir, name), spec_text=text, code=code,
-                    address=address, quiet=quiet, stage="tune")
+                    address=address, quiet=quiet, verbose=verbose, stage="tune")
 
 
 def _new_dir(run_dir: str | Path | None, name: str) -> Path:
@@ -241,7 +280,7 @@ def _new_dir(run_dir: str | Path | None, name: str) -> Path:
 
 def run(spec: str | Path | Mapping[str, Any], *, run_dir: str | Path | None = None,
         slots: int | None = None, address: str | None = None, stage: str | None = None,
-        quiet: bool = False) -> Result:
+        quiet: bool = False, verbose: bool = False) -> Result:
     """Run a workflow spec: a YAML file's path, or the spec as a dict (whose trainers
     may be given as functions: ``{"function": train}``). ``stage``: the stage whose
     best the Result gives (default: the last hpo stage, else the last)."""
@@ -256,15 +295,16 @@ def run(spec: str | Path | Mapping[str, Any], *, run_dir: str | Path | None = No
             yaml.safe_dump(data, sort_keys=False)
         name = str(data.get("name") or "run")
         return _execute(None, run_dir=_new_dir(run_dir, name), spec_text=text, code=code,
-                        slots=slots, address=address, quiet=quiet, stage=stage)
+                        slots=slots, address=address, quiet=quiet, verbose=verbose,
+                        stage=stage)
     return _execute(Path(spec), run_dir=Path(run_dir) if run_dir else None, slots=slots,
-                    address=address, quiet=quiet, stage=stage)
+                    address=address, quiet=quiet, verbose=verbose, stage=stage)
 
 
 def resume(run_dir: str | Path, *, budget: int | None = None, stage: str | None = None,
            retry: bool = False, train: Callable[..., Any] | None = None,
-           slots: int | None = None, address: str | None = None, quiet: bool = False
-           ) -> Result:
+           slots: int | None = None, address: str | None = None, quiet: bool = False,
+           verbose: bool = False) -> Result:
     """Go on with a run (`nestor resume`'s ``--budget``, ``--stage`` and ``--retry``):
     an interrupted one is finished, a search extended to ``budget`` trials, failed
     planned stages run again. ``train``: the ``__main__`` function again, to ship
@@ -276,4 +316,4 @@ def resume(run_dir: str | Path, *, budget: int | None = None, stage: str | None 
             code[name] = blob
     reopen = {"budget": budget, "stage": stage, "retry": retry} if budget or retry else None
     return _execute(None, run_dir=Path(run_dir), resume=True, reopen=reopen, code=code,
-                    slots=slots, address=address, quiet=quiet, stage=stage)
+                    slots=slots, address=address, quiet=quiet, verbose=verbose, stage=stage)

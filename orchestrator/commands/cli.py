@@ -20,6 +20,8 @@ from nestor.orchestrator.commands.console import (
     print_errors,
     private_files,
     run_status,
+    verbosity,
+    verbosity_options,
 )
 
 TRIALS_SHOWN = 20  # `nestor results` lists the best 20 trials a stage; the CSV every one
@@ -127,7 +129,8 @@ def plan(spec: Path, slots: int | None, stage: str | None, do_profile: bool, mea
         sys.exit(EXIT_SPEC_ERROR)
 
 
-def _run_options(fn):  # shared by run and resume
+def _run_options(fn):  # shared by run, resume and sweep
+    fn = verbosity_options(fn)
     fn = click.option("--slots", type=click.IntRange(min=1),
                       help="Slots to use when the spec gives no resources.slots"
                       " (default: all CPUs of the Ray cluster).")(fn)
@@ -145,7 +148,7 @@ def _run_options(fn):  # shared by run and resume
               help="Continue the run in --run-dir instead of starting a new one.")
 @_run_options
 def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
-        address: str | None) -> None:
+        address: str | None, quiet: bool, verbose: bool) -> None:
     """Run a workflow spec: every stage, its trials on Ray, each trial a Horovod job.
 
     Results go to a self-contained run directory: the spec, an fsynced journal
@@ -155,7 +158,7 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
     re-running finished trials. With --resume, SPEC must be the run's own spec, or
     differ only in one hpo stage's larger search.budget (the search is extended).
     """
-    _run(spec, run_dir, resume, slots, address)
+    _run(spec, run_dir, resume, slots, address, talk=verbosity(quiet, verbose))
 
 
 class _SweepCommand(click.Command):
@@ -174,15 +177,44 @@ class _SweepCommand(click.Command):
             self._derived = True
         return super().get_params(ctx)
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """Deprecated flags (``--algo``, ``--eta``...) read as their names now, noticed."""
+        from nestor.orchestrator.commands.sweep import renamed_args
+
+        return super().parse_args(ctx, renamed_args(args))
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The common options, then each algorithm's settings under its own heading
+        (settings several algorithms share under one naming them all)."""
+        from nestor.orchestrator.commands.sweep import search_flags
+        from nestor.orchestrator.spec.model import ALGORITHMS
+
+        owners = {f.dest: f.owners for f in search_flags()}
+        common: list[tuple[str, str]] = []
+        groups: dict[tuple[str, ...], list[tuple[str, str]]] = {}
+        for param in self.get_params(ctx):
+            record = param.get_help_record(ctx)
+            if record is not None:
+                key = owners.get(param.name or "")
+                (common if key is None else groups.setdefault(key, [])).append(record)
+        with formatter.section("Options"):
+            formatter.write_dl(common)
+        for key in sorted(groups, key=lambda k: (len(k) > 1, ALGORITHMS.index(k[0]), k)):
+            title = (f"{key[0]} settings (--algorithm {key[0]})" if len(key) == 1 else
+                     "Settings of every --algorithm" if set(key) == set(ALGORITHMS) else
+                     f"Settings of --algorithm {', '.join(key)}")
+            with formatter.section(title):
+                formatter.write_dl(groups[key])
+
 
 @cli.command(cls=_SweepCommand)
 @click.option("--trainer", metavar="NAME", help="A built-in trainer (see `nestor trainers`).")
-@click.option("--cmd", "command", metavar="COMMAND",
+@click.option("--command", "command", metavar="COMMAND",
               help="A program run per trial with --NAME=VALUE flags (never through a shell);"
               " it prints its result as 'FoM: <number>'.")
 @click.option("--param", "params", multiple=True, metavar="SPEC",
               help="A searched parameter: NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log]"
-              " or NAME=choice:A,B,C. Repeat for each. Names may start with dashes:"
+              " or NAME=categorical:A,B,C. Repeat for each. Names may start with dashes:"
               " --param=-a=float:-1:1 passes -a=VALUE.")
 @click.option("--when", "whens", multiple=True, metavar="NAME:PARENT=V[,V]",
               help="NAME exists only when PARENT takes one of these values, e.g."
@@ -192,7 +224,7 @@ class _SweepCommand(click.Command):
               " --constraint 'lr * batch_size <= 8'. Repeat for each.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
-@click.option("--algo", "algorithm",
+@click.option("--algorithm", "algorithm",
               type=click.Choice(["genetic", "bayesian", "random", "grid", "auto", "pbt",
                                  "asha", "hyperband"]),
               default="auto", show_default=True,
@@ -209,7 +241,7 @@ class _SweepCommand(click.Command):
               help="A setting of the spec's search block by its name (each has its flag"
               " too), value read as YAML; repeat for each: --search-set quantile=0.5 (pbt),"
               " --search-set"
-              " startup_trials=5 (bayesian), --search-set mode=mu_plus_lambda (genetic),"
+              " startup_trials=5 (bayesian), --search-set replacement=mu_plus_lambda (genetic),"
               " --search-set iterations=2 (hyperband); the README's spec table lists each"
               " algorithm's.")
 @click.option("--keep-checkpoints", type=click.IntRange(min=1), metavar="N",
@@ -217,15 +249,15 @@ class _SweepCommand(click.Command):
               " continue from (PBT's donors, promotable trials); remove the rest as the"
               " search goes (default: keep all).")
 @click.option("--checkpoints", is_flag=True,
-              help="--cmd: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
+              help="--command: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
               " names and, when NESTOR_CONTINUE_FROM names one, starts from it; pbt, asha"
               " and hyperband need this.")
 @click.option("--metric", help="Metric to optimize (default: val_accuracy; fom, the number"
-              " a --cmd prints, for --cmd).")
+              " a --command prints, for --command).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
               help="Direction: max (higher is better) or min (lower is better). Required for"
-              " every metric but val_accuracy (max), as in a spec, so --cmd needs it.")
-@click.option("--fom-pattern", metavar="REGEX",
+              " every metric but val_accuracy (max), as in a spec, so --command needs it.")
+@click.option("--result-pattern", metavar="REGEX",
               help=r"Regex whose group 1 is a command's result (default 'FoM: (\S+)').")
 @click.option("--dp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Data-parallel ranks per trial.")
@@ -246,23 +278,23 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           algorithm: str, budget: str | None,
           keep_checkpoints: int | None, search_settings: tuple[str, ...], checkpoints: bool,
           metric: str | None,
-          mode: str | None, fom_pattern: str | None, dp: int, mp: int, backend: str,
+          mode: str | None, result_pattern: str | None, dp: int, mp: int, backend: str,
           parallel: int | None, seed: int, run_dir: Path | None, slots: int | None,
-          address: str | None, **search_options: Any) -> None:
+          address: str | None, quiet: bool, verbose: bool, **search_options: Any) -> None:
     """Run a one-stage HPO sweep from flags, without writing a spec.
 
     \b
     nestor sweep --trainer cnn --set dataset=mnist5k --set epochs=1 --dp 2 \\
         --param lr=float:1e-3:0.2:log --param batch_size=int:32:128:log --budget 8
         [--backend torch]
-    nestor sweep --cmd "python3 fit.py" --mode min --param=-a=float:-1:1 --algo bayesian \\
+    nestor sweep --command "python3 fit.py" --mode min --param=-a=float:-1:1 --algorithm bayesian \\
         --budget 20
-    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \\
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algorithm pbt \\
         --population 8 --interval 1 --intervals 6 --parallel 2 [--explore pb2]
-    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \\
-        --min-budget 1 --max-budget 9 --eta 3 --sampler tpe --parallel 2
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algorithm hyperband \\
+        --min-budget 1 --max-budget 9 --reduction-factor 3 --sampler tpe --parallel 2
 
-    An option of another --algo than the one asked for is an error, not
+    An option of another --algorithm than the one asked for is an error, not
     ignored. The flags become a spec, saved in the run directory as spec.yaml, so the
     sweep can be resumed and rerun like any workflow.
     """
@@ -272,12 +304,13 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     from nestor.search._budget import parse_budget_text
 
     err = console(stderr=True)
+    talk = verbosity(quiet, verbose)
     try:
         amount = None if budget is None else parse_budget_text(budget)
         text = spec_yaml(build_spec(
             trainer=trainer, command=command, params=list(params), settings=list(settings),
             algorithm=algorithm, budget=amount, metric=metric, mode=mode,
-            fom_pattern=fom_pattern, dp=dp, mp=mp, backend=backend, parallel=parallel,
+            result_pattern=result_pattern, dp=dp, mp=mp, backend=backend, parallel=parallel,
             slots=slots, seed=seed, keep_checkpoints=keep_checkpoints,
             search_settings=list(search_settings), checkpoints=checkpoints,
             whens=list(whens), constraints=list(constraints), **search_options,
@@ -292,7 +325,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     # The spec is written into the run directory (as spec.yaml) only once it is
     # known to be new and locked: a refused sweep writes nothing.
     _run(None, run_dir or new_run_dir(Path("runs"), "sweep"), False, None, address,
-         spec_text=text)
+         spec_text=text, talk=talk)
 
 
 @cli.command()
@@ -307,7 +340,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
               " again, and the stages after them; the stages before are kept.")
 @_run_options
 def resume(run_dir: Path, budget: int | None, stage: str | None, retry: bool,
-           slots: int | None, address: str | None) -> None:
+           slots: int | None, address: str | None, quiet: bool, verbose: bool) -> None:
     """Finish an interrupted workflow run from its journal, or go on with a finished one.
 
     Finished trials are not run again; trials that were running when the
@@ -320,19 +353,19 @@ def resume(run_dir: Path, budget: int | None, stage: str | None, retry: bool,
                                             " give --budget N too"])
         sys.exit(EXIT_SPEC_ERROR)
     reopen = {"budget": budget, "stage": stage, "retry": retry} if budget or retry else None
-    _run(None, run_dir, True, slots, address, reopen=reopen)
+    _run(None, run_dir, True, slots, address, reopen=reopen, talk=verbosity(quiet, verbose))
 
 
 def _run(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
          address: str | None, spec_text: str | None = None,
-         reopen: dict[str, Any] | None = None) -> None:
+         reopen: dict[str, Any] | None = None, talk: int = 0) -> None:
     with private_files():
-        _run_privately(spec, run_dir, resume, slots, address, spec_text, reopen)
+        _run_privately(spec, run_dir, resume, slots, address, spec_text, reopen, talk)
 
 
 def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots: int | None,
                    address: str | None, spec_text: str | None,
-                   reopen: dict[str, Any] | None = None) -> None:
+                   reopen: dict[str, Any] | None = None, talk: int = 0) -> None:
     from nestor.orchestrator.commands.execute import RunFailed, execute, stages_without_result
     from nestor.orchestrator.projections.results import render_results
 
@@ -349,7 +382,7 @@ def _run_privately(spec: Path | None, run_dir: Path | None, resume: bool, slots:
     try:
         run_dir, results = execute(spec, run_dir=run_dir, resume=resume, slots=slots,
                                    address=address, err=err, spec_text=spec_text,
-                                   reopen=reopen, on_results=show)
+                                   reopen=reopen, on_results=show, verbosity=talk)
     except RunFailed as exc:
         if exc.errors:
             print_errors(err, exc.problems)

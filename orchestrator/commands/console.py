@@ -12,7 +12,9 @@ import os
 import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+
+import click
 
 if TYPE_CHECKING:
     from rich.console import Console
@@ -94,3 +96,22 @@ def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     if info["state"] == "interrupted":
         out.print(f"continue with: {interrupted_hint or f'nestor resume {run_dir}'}",
                   soft_wrap=True)
+
+
+def verbosity_options(fn: Any) -> Any:
+    """``-q/--quiet`` and ``-v/--verbose`` for a command that runs something; the
+    command gets ``verbosity``: -1 quiet, 0 default, 1 verbose (see :func:`verbosity`)."""
+    fn = click.option("-v", "--verbose", "verbose", is_flag=True,
+                      help="Say more: a line as each trial starts, ends or fails (its"
+                      " configuration, value, slot-seconds, why it failed) and as each stage"
+                      " starts and ends.")(fn)
+    return click.option("-q", "--quiet", "quiet", is_flag=True,
+                        help="No progress bar or notices: only errors and the final"
+                        " summary.")(fn)
+
+
+def verbosity(quiet: bool, verbose: bool) -> int:
+    """-1 (quiet), 0 or 1 (verbose); both at once is a usage error."""
+    if quiet and verbose:
+        raise click.UsageError("give at most one of -q/--quiet and -v/--verbose")
+    return -1 if quiet else 1 if verbose else 0

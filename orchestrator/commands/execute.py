@@ -32,17 +32,22 @@ def execute(spec: Path | None, *, run_dir: Path | None, resume: bool, slots: int
             address: str | None, err: Any, spec_text: str | None = None,
             reopen: dict[str, Any] | None = None,
             on_results: Callable[[Path, dict[str, Any]], None] | None = None,
-            function_code: dict[str, bytes] | None = None,
+            function_code: dict[str, bytes] | None = None, verbosity: int = 0,
             ) -> tuple[Path, dict[str, Any]]:
     """Run (or resume) a spec showing its progress on the console ``err``; returns the
     run directory and results. ``on_results`` is told them as soon as they are
-    journalled (the progress bars stopped first); a failure raises RunFailed."""
+    journalled (the progress bars stopped first); a failure raises RunFailed.
+
+    ``verbosity`` (``-q``/``-v``): -1 shows nothing on ``err`` as the run goes (no
+    progress bar, no notices, no MLflow wait: the failure is raised, the results are
+    the caller's to print); 1 adds a line as each trial starts, ends or fails and as
+    each stage starts and ends (:func:`orchestrator.commands.progress.event_line`)."""
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
     from nestor.orchestrator.backends import ClusterError
     from nestor.orchestrator.backends.ray.visibility import RunDirNotShared
     from nestor.orchestrator.backends.stopping import Interrupted, exit_code, install_handlers
     from nestor.orchestrator.backends.stopping import clear as clear_stop
-    from nestor.orchestrator.commands.progress import StageProgress, wait_for_mlflow
+    from nestor.orchestrator.commands.progress import StageProgress, event_line, wait_for_mlflow
     from nestor.orchestrator.commands.run import run_spec
     from nestor.orchestrator.commands.summary import sized_lines
     from nestor.orchestrator.engine.workflow import RunError
@@ -52,17 +57,28 @@ def execute(spec: Path | None, *, run_dir: Path | None, resume: bool, slots: int
 
     clear_stop()
     install_handlers()
+    if verbosity < 0:  # a console of its own: the caller's still prints the errors
+        from nestor.orchestrator.commands.console import console
+
+        err = console(stderr=True)
+        err.quiet = True
 
     def say(record: dict[str, Any]) -> None:
-        """What the run says as it goes: an auto search's pick and width, as built."""
+        """What the run says as it goes: an auto search's pick and width, as built;
+        verbose, each trial and stage as it starts and ends."""
+        if verbosity > 0:
+            line = event_line(record)
+            if line is not None:
+                err.print(line, soft_wrap=True)
         if record.get("event") == SearchSized.kind:  # the others unparsed: this is per event
             event = parse(record)
             assert isinstance(event, SearchSized)
             for line in sized_lines(event):
                 err.print(line, soft_wrap=True)
 
+    quiet_logs = _DriverWarnings(shown=verbosity >= 0)
     try:
-        with StageProgress(err) as progress:
+        with quiet_logs, StageProgress(err) as progress:
             def show(done_dir: Path, results: dict[str, Any]) -> None:
                 progress.progress.stop()
                 if on_results is not None:
@@ -92,6 +108,27 @@ def execute(spec: Path | None, *, run_dir: Path | None, resume: bool, slots: int
         raise RunFailed([f"stopped on {exc.reason}; finished trials are journalled."
                          f" Continue with: nestor resume{where}"], exit_code(exc.reason),
                         errors=False, run_dir=stopped_in) from None
+
+
+class _DriverWarnings:
+    """A quiet run (``-q``) hides the driver's own warnings (``nestor`` loggers: "going
+    on with stage ..."), errors still shown; restored afterwards."""
+
+    def __init__(self, shown: bool) -> None:
+        import logging
+
+        self.logger = logging.getLogger("nestor")
+        self.shown = shown
+        self.level = self.logger.level
+
+    def __enter__(self) -> None:
+        import logging
+
+        if not self.shown:
+            self.logger.setLevel(logging.ERROR)
+
+    def __exit__(self, *exc: object) -> None:
+        self.logger.setLevel(self.level)
 
 
 def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:

@@ -63,6 +63,37 @@ class StageProgress:
         )
 
 
+def _config(trial: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in (trial.get("config") or {}).items()) or "-"
+
+
+def event_line(record: dict[str, Any]) -> str | None:
+    """A verbose run's line for a journalled event (`-v`): a trial's start (its
+    configuration), end (status, value, slot-seconds, why it failed) or failed
+    attempt, a stage's start and end; None for the others."""
+    kind = record.get("event")
+    stage = record.get("stage")
+    trial = record.get("trial") if isinstance(record.get("trial"), dict) else {}
+    label = f"{stage}: trial {trial.get('id')}"
+    if kind == "trial_started":
+        again = f" (attempt {record['attempt']})" if record.get("attempt", 1) > 1 else ""
+        return f"{label} started{again}: {_config(trial)}"
+    if kind == "trial_finished":
+        value = record.get("value")
+        shown = f"{value:.6g}" if isinstance(value, float) else str(value)
+        why = f": {record['reason']}" if record.get("reason") else ""
+        return (f"{label} {record.get('status')}, value {shown},"
+                f" {record.get('slot_seconds', 0.0):.1f} slot-s{why}")
+    if kind == "trial_attempt_failed":
+        return f"{label} attempt {record.get('attempt')} failed: {record.get('reason')}"
+    if kind == "stage_started":
+        return f"stage {stage} ({record.get('stage_kind')}) started"
+    if kind == "stage_finished":
+        return f"stage {stage} finished"
+    return None
+
+
 class MlflowWait:
     """What a command still waits for once it printed its results: MLflow's copy of
     the journal. Shown with counts and an estimate, on one line that a terminal

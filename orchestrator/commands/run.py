@@ -16,7 +16,7 @@ from nestor.orchestrator.backends.factory import make_backend
 from nestor.orchestrator.engine import workflow as engine
 from nestor.orchestrator.engine.adoption import check_journal_covers
 from nestor.orchestrator.engine.reopen import ReopenError, edited_budget
-from nestor.orchestrator.engine.shipped import save_functions
+from nestor.orchestrator.engine.shipped import register_constraints, save_functions
 from nestor.orchestrator.projections.projector import Projector
 from nestor.orchestrator.spec import load_spec, load_spec_text
 
@@ -73,6 +73,7 @@ def run_spec(
     with lock:
         if function_code:
             save_functions(run_dir, function_code)
+        register_constraints(run_dir, workflow)  # __main__ ones, for the driver's search
         if resume:  # a damaged journal, or one that lost trials whose results are on disk
             check_journal_covers(run_dir, run_dir / engine.JOURNAL_FILE)
         # MLflow, off the loop; started first, so that its store opens while Ray starts.

@@ -4,18 +4,18 @@ The flags become an ordinary workflow spec (saved as the run's spec.yaml),
 so a sweep is validated, journalled, resumed and tracked exactly like
 `nestor run`. Urika-HPO-style use is a command and its parameters:
 
-    nestor sweep --cmd "python3 fit.py" --mode min --param=-a=float:-1:1 --param n=int:1:8 \
+    nestor sweep --command "python3 fit.py" --mode min --param=-a=float:-1:1 --param n=int:1:8 \
                  --budget 40          # auto (the default) picks the search
-    nestor sweep ... --algo genetic --population 8 --generations 4 --budget 2h
+    nestor sweep ... --algorithm genetic --population 8 --generations 4 --budget 2h
 
 Searches that continue trials from checkpoints take the trainer setting their
 budget sets (``--fidelity``, epochs by default) and their own schedule:
 
-    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo pbt \
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algorithm pbt \
                  --population 8 --interval 1 --intervals 6
-    nestor sweep ... --algo pbt --explore pb2      # PB2: a GP bandit picks the numbers
-    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algo hyperband \
-                 --min-budget 1 --max-budget 9 --eta 3 --sampler tpe      # BOHB
+    nestor sweep ... --algorithm pbt --explore pb2      # PB2: a GP bandit picks the numbers
+    nestor sweep --trainer cnn --param lr=float:1e-3:0.3:log --algorithm hyperband \
+                 --min-budget 1 --max-budget 9 --reduction-factor 3 --sampler tpe      # BOHB
 """
 
 from __future__ import annotations
@@ -31,16 +31,38 @@ import yaml
 if TYPE_CHECKING:
     from pydantic.fields import FieldInfo
 
-PARAM_FORMS = "NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log] or NAME=choice:A,B,..."
+PARAM_FORMS = "NAME=float:LOW:HIGH[:log], NAME=int:LOW:HIGH[:log] or NAME=categorical:A,B,..."
 
 OWN_FLAGS = ("seed", "budget", "parallel", "constraints")
 """Search fields that `nestor sweep` sets from flags of its own: --seed, --budget (with
 units), auto's ``parallel`` from --parallel (or --slots / ranks per trial), and
 ``constraints`` from --constraint (one expression a flag)."""
 
-RENAMED = {"reduction_factor": "--eta", "mode": "--genetic-mode"}
-"""A search field whose flag is not ``--field-name``: eta is what the papers call it,
-and --mode is the objective's direction."""
+DEPRECATED_FLAGS = {"--algo": "--algorithm", "--cmd": "--command",
+                    "--eta": "--reduction-factor", "--genetic-mode": "--replacement",
+                    "--fom-pattern": "--result-pattern"}
+"""Old flag -> its name now: a flag is the spec key it sets (``search.algorithm``,
+``trainer.command``, ``search.reduction_factor``, genetic ``search.replacement``,
+``trainer.result_pattern``). The old spellings still work, with a notice."""
+
+
+def renamed_args(args: list[str]) -> list[str]:
+    """`nestor sweep`'s arguments with each deprecated flag (``--eta 3``, ``--eta=3``)
+    spelt as its new name, saying so once (``orchestrator.spec.renamed.notice``)."""
+    from nestor.orchestrator.spec.renamed import notice
+
+    out = []
+    for arg in args:
+        if arg == "--":
+            out += args[len(out):]
+            break
+        flag, eq, value = arg.partition("=")
+        new = DEPRECATED_FLAGS.get(flag)
+        if new is not None:
+            notice(flag, new)
+            arg = new + eq + value
+        out.append(arg)
+    return out
 
 
 @dataclass(frozen=True)
@@ -53,7 +75,7 @@ class SearchFlag:
 
     field: str
     flag: str
-    owners: tuple[str, ...]  # the --algo values that have the field
+    owners: tuple[str, ...]  # the --algorithm values that have the field
     type: Any  # a click type
     help: str
     yaml: bool  # the value is read as YAML (lists, mappings, unions)
@@ -71,13 +93,14 @@ def search_flags() -> list[SearchFlag]:
     by_field: dict[str, list[tuple[str, FieldInfo]]] = {}
     for algorithm, model in SEARCH_MODELS.items():
         for name, info in model.model_fields.items():
-            if name != "algorithm" and name not in OWN_FLAGS:
-                by_field.setdefault(name, []).append((algorithm, info))
+            key = info.alias or name  # the spec's key (genetic mode's is replacement)
+            if key != "algorithm" and key not in OWN_FLAGS:
+                by_field.setdefault(key, []).append((algorithm, info))
     flags = []
     for name, owners in by_field.items():
         owners.sort(key=lambda owner: owner[1].get_default(call_default_factory=True) is None)
         kind, yaml_value = _click_type([info for _, info in owners])
-        flags.append(SearchFlag(name, RENAMED.get(name, "--" + name.replace("_", "-")),
+        flags.append(SearchFlag(name, "--" + name.replace("_", "-"),
                                 tuple(a for a, _ in owners), kind, _help(owners), yaml_value))
     return flags
 
@@ -169,13 +192,17 @@ def parse_param(text: str) -> tuple[str, dict[str, Any]]:
         low = _number(parts[0], number, f"--param {name} low")
         high = _number(parts[1], number, f"--param {name} high")
         return name, {"type": kind, "low": low, "high": high, "log": log}
-    if kind == "choice":
+    if kind in ("categorical", "choice"):  # choice: the old spelling
+        if kind == "choice":
+            from nestor.orchestrator.spec.renamed import notice
+
+            notice("--param NAME=choice:A,B", "--param NAME=categorical:A,B")
         values = [yaml.safe_load(v) for v in body.split(",") if v != ""]
         if not values:
-            raise ValueError(f"--param {name}: choice needs values A,B,..., but got none")
+            raise ValueError(f"--param {name}: categorical needs values A,B,..., but got none")
         return name, {"type": "categorical", "values": values}
     raise ValueError(
-        f"--param {name}: the type must be float, int or choice, but got {kind!r}"
+        f"--param {name}: the type must be float, int or categorical, but got {kind!r}"
         f" ({PARAM_FORMS})"
     )
 
@@ -185,7 +212,7 @@ WHEN_FORM = "NAME:PARENT=VALUE[,VALUE...]"
 
 def parse_when(text: str) -> tuple[str, str, Any]:
     """``momentum:optimizer=sgd`` -> ("momentum", "optimizer", "sgd"): the parameter
-    exists only when PARENT takes one of the values (read as YAML, as choice values
+    exists only when PARENT takes one of the values (read as YAML, as categorical values
     are); repeat --when for a second parent (all must hold)."""
     child, sep, rest = text.partition(":")
     parent, sep2, body = rest.partition("=")
@@ -210,14 +237,14 @@ def parse_setting(text: str, flag: str = "--set") -> tuple[str, Any]:
 def _search_settings(texts: list[str], search: dict[str, Any],
                      flags: dict[str, str]) -> dict[str, Any]:
     """``--search-set KEY=VALUE``: any field of the stage's ``search`` block that has
-    no flag of its own (``quantile=0.5``, ``startup_trials=5``, ``mode=mu_plus_lambda``,
+    no flag of its own (``quantile=0.5``, ``startup_trials=5``, ``replacement=mu_plus_lambda``,
     ``perturbation_factors=[0.7,1.3]``); the spec's own validation names a field
     the algorithm does not have, or a value it does not allow."""
     extra: dict[str, Any] = {}
     for text in texts:
         key, value = parse_setting(text, "--search-set")
         if key == "algorithm":
-            raise ValueError("--search-set cannot set algorithm: use --algo")
+            raise ValueError("--search-set cannot set algorithm: use --algorithm")
         if key in search or key in extra:
             flag = "--search-set" if key in extra else flags.get(key, f"--{key}")
             raise ValueError(f"--search-set {key}= is given twice (also by {flag})")
@@ -233,7 +260,7 @@ def sweep_objective(metric: str | None, mode: str | None, *, command: bool) -> d
     """The sweep's objective, by the rule a spec's ``objective:`` follows: only
     ``val_accuracy`` has a direction by default (max); any other metric, and so a
     command's figure of merit, needs ``--mode``. A direction that differed by entry
-    point (``--cmd`` once minimised silently) turns an accuracy search upside down."""
+    point (``--command`` once minimised silently) turns an accuracy search upside down."""
     from nestor.orchestrator.spec.model import DEFAULT_METRIC
 
     name = metric or (COMMAND_METRIC if command else DEFAULT_METRIC)
@@ -259,7 +286,7 @@ def build_spec(
     budget: int | dict[str, float] | None,
     metric: str | None,
     mode: str | None,
-    fom_pattern: str | None,
+    result_pattern: str | None,
     dp: int,
     mp: int,
     parallel: int | None,
@@ -282,7 +309,7 @@ def build_spec(
     ``--population`` to genetic, pbt and bayesian (CMA-ES's generation);
     ``--fidelity`` to pbt, asha, hyperband and auto, which may then pick ASHA
     over it): silently dropping one would run another search than the one the
-    command line reads as. ``--algo auto`` plans for the trials ``--parallel``
+    command line reads as. ``--algorithm auto`` plans for the trials ``--parallel``
     (or ``--slots`` / ranks per trial) runs at once. ``--search-set KEY=VALUE``
     sets any field of the spec's search block too, so a sweep can say
     everything a spec can. ``checkpoints``: the command saves to its checkpoint
@@ -294,7 +321,7 @@ def build_spec(
     if unknown:
         raise TypeError(f"build_spec() got unexpected keyword arguments {unknown}")
     if (trainer is None) == (command is None):
-        raise ValueError("give exactly one of --trainer NAME or --cmd COMMAND")
+        raise ValueError("give exactly one of --trainer NAME or --command COMMAND")
     if not params:
         raise ValueError(f"give at least one --param ({PARAM_FORMS})")
     space = dict(parse_param(p) for p in params)
@@ -307,8 +334,8 @@ def build_spec(
     fixed = dict(parse_setting(s) for s in settings)
     if command is not None:
         spec_trainer: dict[str, Any] = {"command": command}
-        if fom_pattern:
-            spec_trainer["result_pattern"] = fom_pattern
+        if result_pattern:
+            spec_trainer["result_pattern"] = result_pattern
     else:
         spec_trainer = {"name": trainer}
     objective = sweep_objective(metric, mode, command=command is not None)
@@ -318,11 +345,11 @@ def build_spec(
         spec_trainer["checkpoints"] = True
     elif command is not None and algorithm in ("pbt", "asha", "hyperband"):
         raise ValueError(
-            f"--algo {algorithm} continues trials from their checkpoints: the command must"
+            f"--algorithm {algorithm} continues trials from their checkpoints: the command must"
             " save to the folder NESTOR_CHECKPOINT_DIR names and load the one"
             " NESTOR_CONTINUE_FROM names (when set); give --checkpoints to say it does")
     elif checkpoints:
-        raise ValueError("--checkpoints applies to --cmd: a built-in trainer always saves"
+        raise ValueError("--checkpoints applies to --command: a built-in trainer always saves"
                          " checkpoints")
     search: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
     if budget is not None:
@@ -336,14 +363,14 @@ def build_spec(
         for flag in misplaced:
             by_owners.setdefault(flag.owners, []).append(flag.flag)
         clauses = [
-            f"{' and '.join(names)} {'applies' if len(names) == 1 else 'apply'} to --algo"
+            f"{' and '.join(names)} {'applies' if len(names) == 1 else 'apply'} to --algorithm"
             f" {' or '.join(owners)}" for owners, names in by_owners.items()
         ]
         raise ValueError(f"{', '.join(clauses)}, not {algorithm}")
     sampler = given.get("sampler")
     if sampler is not None and algorithm in ("asha", "hyperband") and sampler != "tpe":
         raise ValueError(
-            f"--sampler for --algo {algorithm} must be tpe (BOHB-style; leave it out for"
+            f"--sampler for --algorithm {algorithm} must be tpe (BOHB-style; leave it out for"
             f" random configurations), but got {sampler}"
         )
     for dest, flag in flags.items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from nestor.orchestrator.journal.safe import UnsafeRunData, check_id
 from nestor.trainers.durable import replace_durably
@@ -38,7 +39,24 @@ def save_functions(run_dir: Path, code: dict[str, bytes]) -> None:
         replace_durably(path, lambda handle, blob=blob: handle.write(blob))
 
 
-def shipped_code(run_dir: Path, function: str | None) -> bytes | None:
+def register_constraints(run_dir: Path, workflow: Any) -> None:
+    """Read each ``__main__:NAME`` constraint of ``workflow``'s searches from the run
+    directory (a RuntimeError saying what to do where it lacks one) and register it
+    for the driver's searches to call (``orchestrator.spec.shipped_rules``)."""
+    import pickle
+
+    from nestor.orchestrator.spec.shipped_rules import register
+
+    for stage in workflow.stages:
+        for rule in getattr(getattr(stage, "search", None), "constraints", None) or []:
+            name = getattr(rule, "function", None)
+            if name is not None and name.startswith(MAIN):
+                code = shipped_code(run_dir, name, what="constraint")
+                assert code is not None
+                register(name, pickle.loads(code))  # the user's own, checked as a trainer's
+
+
+def shipped_code(run_dir: Path, function: str | None, what: str = "trainer") -> bytes | None:
     """The pickled function a ``__main__:NAME`` trainer runs (None: another trainer);
     a RuntimeError saying what to do when the run directory lacks it."""
     if function is None or not function.startswith(MAIN):
@@ -46,7 +64,7 @@ def shipped_code(run_dir: Path, function: str | None) -> bytes | None:
     path = function_file(run_dir, function)
     if not path.is_file() or path.is_symlink():
         raise RuntimeError(
-            f"trainer function {function!r} is defined in a script's __main__ or a notebook:"
+            f"{what} function {function!r} is defined in a script's __main__ or a notebook:"
             " no worker can import it by that name. Give the function itself to"
             " nestor.tune/nestor.run (it is shipped by value), or name an importable"
             " module ('package.module:function')")
@@ -54,7 +72,7 @@ def shipped_code(run_dir: Path, function: str | None) -> bytes | None:
         found = os.fstat(handle.fileno())
         if found.st_uid != os.getuid() or found.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise UnsafeRunData(
-                f"{path}: the pickled trainer function is owned by uid {found.st_uid} with"
+                f"{path}: the pickled {what} function is owned by uid {found.st_uid} with"
                 f" mode {stat.filemode(found.st_mode)}; nestor loads a pickle (which runs"
                 " code) only when it is yours and nobody else may write it. Check who"
                 " changed it, then chmod go-w / chown it, or run again from Python")

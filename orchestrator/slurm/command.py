@@ -14,6 +14,8 @@ from pathlib import Path
 
 import click
 
+from nestor.orchestrator.commands.console import verbosity, verbosity_options
+
 EXIT_ERROR = 2
 
 
@@ -82,13 +84,14 @@ def _check_run(spec: Path | None, resume: Path | None, run_dir: Path | None) -> 
 @click.option("--template", type=click.Path(path_type=Path, dir_okay=False, exists=True),
               metavar="PATH", help="Your site's sbatch template instead of nestor's"
               " slurm/nestor.sbatch.tmpl (same $names; `--dry-run` shows the result).")
+@verbosity_options
 @click.option("--dry-run", is_flag=True,
               help="Print the sbatch command and script; submit nothing.")
 def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str | None,
            account: str | None, cpus_per_node: int | None, gpus_per_node: int | None,
            sbatch_args: tuple[str, ...], run_dir: Path | None, resume: Path | None,
            requeue: bool, warn_s: int, boot_timeout_s: int, template: Path | None,
-           dry_run: bool) -> None:
+           dry_run: bool, quiet: bool, verbose: bool) -> None:
     """Submit a workflow as a Slurm batch job: Ray across the job's nodes, nestor on top.
 
     \b
@@ -121,6 +124,7 @@ def submit(spec: Path | None, nodes: int, time_limit: str | None, partition: str
             warn_s=warn_s, boot_timeout_s=boot_timeout_s,
             python=sys.executable, nestor=str(bin_dir / "nestor"),
             template=template.resolve() if template else None,
+            verbosity=verbosity(quiet, verbose),
         )
         script = render_script(opts)
     except SubmitError as exc:

@@ -78,6 +78,7 @@ class SubmitOptions:
     python: str = ""
     nestor: str = ""
     template: Path | None = None
+    verbosity: int = 0  # -1: the driver runs with --quiet, 1: --verbose
 
     def __post_init__(self) -> None:
         if self.nodes < 1:

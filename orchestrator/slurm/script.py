@@ -77,6 +77,7 @@ def render_script(opts: SubmitOptions) -> str:
         "boot_timeout_s": str(opts.boot_timeout_s),
         "grace_s": str(opts.grace_s),
         "requeue": "1" if opts.requeue else "0",
+        "verbosity": {-1: "--quiet", 1: "--verbose"}.get(opts.verbosity, ""),
     }
     template = opts.template or default_template()
     try:

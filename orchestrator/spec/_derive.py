@@ -74,13 +74,18 @@ def _bounded(kind: Any, bounds: dict[str, float], items: dict[str, float],
     return kind
 
 
-def search_model(name: str, algorithm: str, settings: type, base: type[BaseModel]) -> Any:
+def search_model(name: str, algorithm: str, settings: type, base: type[BaseModel],
+                 keys: dict[str, str] | None = None) -> Any:
     """The model of a ``search:`` block with ``algorithm``: ``base``'s fields and
-    checks, then the searcher's public settings as fields (seed and budget first)."""
+    checks, then the searcher's public settings as fields (seed and budget first).
+    ``keys``: a setting's spec key where it is not the searcher's own name (the
+    field's alias: the spec reads and reports the key, the searcher gets its name)."""
     fields: dict[str, Any] = {}
     for setting in declared(settings, public_only=True):
         default = setting.default
         extra: dict[str, Any] = {"description": setting.info.help}
+        if keys and setting.name in keys:
+            extra["alias"] = keys[setting.name]
         if setting.info.min_length is not None:
             extra["min_length"] = setting.info.min_length
         if isinstance(default, list):

@@ -27,6 +27,7 @@ from pydantic import (
 )
 
 from nestor.orchestrator.spec._derive import search_model
+from nestor.orchestrator.spec.renamed import SEARCH_KEYS, renamed_search_keys
 from nestor.search import one_objective_only, settings_class
 from nestor.search._auto import AutoChoice, choose_search
 from nestor.search._genetic import plan_generations
@@ -353,8 +354,13 @@ def _check_budget(value: Any) -> Any:
 _STARTS = ("warm_start", "enqueue")  # how a search starts: the stage's, not the searcher's
 
 
+FUNCTION_NAME = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*")
+"""``package.module:function``: a constraint string that names a function."""
+
+
 class ConstraintFunction(Strict):
-    """A constraint written in Python: ``{function: pkg.mod:fn}``, called with a
+    """A constraint written in Python: ``{function: pkg.mod:fn}`` (or the string
+    ``pkg.mod:fn``; ``__main__:NAME``: one the Python API shipped), called with a
     configuration's active parameters; true where the configuration is allowed."""
 
     function: str = Field(min_length=1, description="package.module:function")
@@ -384,8 +390,18 @@ class _SearchBase(Strict):
         description="expressions over the space's parameters that every configuration"
         " must satisfy, e.g. \"lr * batch_size <= 8\" (arithmetic, comparisons, and/or/not,"
         " abs/min/max/log/exp/sqrt; a constraint naming an inactive parameter holds), or"
-        " {function: pkg.mod:fn}, a Python function given the configuration (its active"
-        " parameters) that returns true where it is allowed")
+        " \"pkg.mod:fn\" (or {function: pkg.mod:fn}), a Python function given the"
+        " configuration (its active parameters) that returns true where it is allowed")
+
+    @field_validator("constraints", mode="before", check_fields=False)
+    @classmethod
+    def _function_names(cls, value: Any) -> Any:
+        """A string that is a ``package.module:function`` name (an expression has no
+        ``:``) is that function, as ``{function: ...}`` says it."""
+        if not isinstance(value, list):
+            return value
+        return [{"function": rule} if isinstance(rule, str) and FUNCTION_NAME.fullmatch(rule)
+                else rule for rule in value]
 
     @field_validator("constraints", check_fields=False)
     @classmethod
@@ -400,9 +416,11 @@ class _SearchBase(Strict):
     def constraint_rules(self) -> list[Any]:
         """The constraints as ``SearchSpace`` takes them: expression strings, and each
         ``{function: ...}`` imported (on the driver, where the search runs)."""
+        from nestor.orchestrator.spec.shipped_rules import MAIN, ShippedRule
         from nestor.trainers.function import resolve_function
 
-        return [rule if isinstance(rule, str) else resolve_function(rule.function)
+        return [rule if isinstance(rule, str) else ShippedRule(rule.function)
+                if rule.function.startswith(MAIN) else resolve_function(rule.function)
                 for rule in self.constraints]
 
     def settings(self) -> dict[str, Any]:
@@ -575,7 +593,8 @@ _RULES: dict[str, type[_SearchBase]] = {
 ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto", "pbt", "asha", "hyperband")
 SEARCH_MODELS: dict[str, Any] = {
     algorithm: search_model(f"{algorithm.capitalize()}Search", algorithm,
-                            settings_class(algorithm), _RULES[algorithm])
+                            settings_class(algorithm), _RULES[algorithm],
+                            keys=SEARCH_KEYS.get(algorithm))
     for algorithm in ALGORITHMS
 }
 """The model of a ``search:`` block, by algorithm, built from the searcher's settings."""
@@ -851,7 +870,7 @@ class HpoStage(_StageBase):
         the old default, ranked 11th."""
         if isinstance(value, dict) and "algorithm" not in value:
             return {"algorithm": "auto", **value}
-        return value
+        return renamed_search_keys(value)
 
     @model_validator(mode="after")
     def _fidelity_is_honoured(self) -> HpoStage:

@@ -22,7 +22,8 @@ NESTOR = str(Path(sys.executable).parent / "nestor")
         ("lr=float:1e-4:0.1:log", ("lr", {"type": "float", "low": 1e-4, "high": 0.1, "log": True})),
         ("n=int:1:8", ("n", {"type": "int", "low": 1, "high": 8, "log": False})),
         ("-a=float:-1:1", ("-a", {"type": "float", "low": -1.0, "high": 1.0, "log": False})),
-        ("act=choice:relu,tanh,1", ("act", {"type": "categorical", "values": ["relu", "tanh", 1]})),
+        ("act=categorical:relu,tanh,1",
+         ("act", {"type": "categorical", "values": ["relu", "tanh", 1]})),
     ],
 )
 def test_param_forms(text: str, expected: tuple) -> None:
@@ -33,10 +34,10 @@ def test_param_forms(text: str, expected: tuple) -> None:
     ("text", "message"),
     [
         ("lr", "--param must look like"),
-        ("lr=flot:1:2", "the type must be float, int or choice, but got 'flot'"),
+        ("lr=flot:1:2", "the type must be float, int or categorical, but got 'flot'"),
         ("n=int:1.5:3", "--param n low must be an integer, but got '1.5'"),
         ("lr=float:1:2:linear", "LOW:HIGH or LOW:HIGH:log"),
-        ("c=choice:", "choice needs values"),
+        ("c=categorical:", "categorical needs values"),
     ],
 )
 def test_bad_params_say_what_is_wrong(text: str, message: str) -> None:
@@ -48,7 +49,7 @@ def sweep_spec(**overrides: object) -> dict:
     args: dict = dict(trainer="cnn", command=None, params=["lr=float:0.01:0.1:log"],
                       settings=["dataset=digits", "epochs=2"], algorithm="genetic",
                       budget=None, population=6, generations=2, metric=None, mode=None,
-                      fom_pattern=None, dp=2, mp=1, parallel=None, slots=None, seed=4)
+                      result_pattern=None, dp=2, mp=1, parallel=None, slots=None, seed=4)
     args.update(overrides)
     return build_spec(**args)
 
@@ -102,7 +103,7 @@ def test_no_direction_but_val_accuracys_is_guessed(overrides: dict, what: str) -
 
 def test_the_cli_asks_a_command_sweep_for_its_direction(tmp_path: Path) -> None:
     result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", "/bin/echo FoM: 0.5", "--param", "x=float:0:1",
+        [NESTOR, "sweep", "--command", "/bin/echo FoM: 0.5", "--param", "x=float:0:1",
          "--budget", "2", "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
@@ -113,10 +114,10 @@ def test_the_cli_asks_a_command_sweep_for_its_direction(tmp_path: Path) -> None:
 
 
 def test_conflicting_flags_are_refused() -> None:
-    with pytest.raises(ValueError, match="exactly one of --trainer NAME or --cmd"):
+    with pytest.raises(ValueError, match="exactly one of --trainer NAME or --command"):
         sweep_spec(command="python3 fit.py", mode="min")
-    message = ("--population applies to --algo genetic or pbt or bayesian, --generations applies to"
-               " --algo genetic, not random")
+    message = ("--population applies to --algorithm genetic or pbt or bayesian, --generations"
+               " applies to --algorithm genetic, not random")
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="random")
 
@@ -132,11 +133,11 @@ def test_sampler_schedule_and_demes_reach_the_search() -> None:
 
 
 def test_algorithm_options_must_belong_to_the_algorithm() -> None:
-    with pytest.raises(ValueError, match="--sampler applies to --algo bayesian or asha or"
+    with pytest.raises(ValueError, match="--sampler applies to --algorithm bayesian or asha or"
                                          " hyperband, not genetic"):
         sweep_spec(sampler="gp")
-    message = ("--schedule applies to --algo genetic or bayesian, --demes applies to --algo"
-               " genetic, not auto")
+    message = ("--schedule applies to --algorithm genetic or bayesian, --demes applies to"
+               " --algorithm genetic, not auto")
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="auto", population=None, generations=None, schedule="async", demes=2)
 
@@ -194,14 +195,14 @@ def test_explore_pb2_reaches_the_pbt_search_and_its_label() -> None:
     assert stage.search.explore == "pb2"
     assert stage.search_label() == "pb2 4 members, exploit every 1 epochs"
     assert stage.planned_trials() == 12
-    with pytest.raises(ValueError, match="--explore applies to --algo pbt, not asha"):
+    with pytest.raises(ValueError, match="--explore applies to --algorithm pbt, not asha"):
         continuing("asha", explore="pb2")
 
 
 @pytest.mark.parametrize("algorithm", ["asha", "hyperband"])
 def test_halving_flags_reach_the_search(algorithm: str) -> None:
     stage = load_spec_text(spec_yaml(continuing(
-        algorithm, min_budget=1, max_budget=9, eta=3, budget=20,
+        algorithm, min_budget=1, max_budget=9, reduction_factor=3, budget=20,
     ))).stage("sweep")
     search = stage.search
     assert (search.min_budget, search.max_budget, search.reduction_factor) == (1, 9, 3)
@@ -211,7 +212,7 @@ def test_halving_flags_reach_the_search(algorithm: str) -> None:
 
 def test_sampler_tpe_makes_hyperband_bohb() -> None:
     stage = load_spec_text(spec_yaml(continuing(
-        "hyperband", sampler="tpe", min_budget=1, max_budget=4, eta=2,
+        "hyperband", sampler="tpe", min_budget=1, max_budget=4, reduction_factor=2,
     ))).stage("sweep")
     assert stage.search.sampler == "tpe"
     assert stage.search_label() == "hyperband 1-4 epochs, eta 2, TPE"
@@ -220,16 +221,17 @@ def test_sampler_tpe_makes_hyperband_bohb() -> None:
 @pytest.mark.parametrize(
     ("algorithm", "overrides", "message"),
     [
-        ("random", {"eta": 3}, "--eta applies to --algo asha or hyperband, not random"),
-        ("bayesian", {"interval": 1.0}, "--interval applies to --algo pbt, not bayesian"),
-        ("asha", {"intervals": 4}, "--intervals applies to --algo pbt, not asha"),
+        ("random", {"reduction_factor": 3},
+         "--reduction-factor applies to --algorithm asha or hyperband, not random"),
+        ("bayesian", {"interval": 1.0}, "--interval applies to --algorithm pbt, not bayesian"),
+        ("asha", {"intervals": 4}, "--intervals applies to --algorithm pbt, not asha"),
         ("pbt", {"min_budget": 1.0, "max_budget": 9.0},
-         "--min-budget and --max-budget apply to --algo asha or hyperband, not pbt"),
-        ("pbt", {"generations": 3}, "--generations applies to --algo genetic, not pbt"),
+         "--min-budget and --max-budget apply to --algorithm asha or hyperband, not pbt"),
+        ("pbt", {"generations": 3}, "--generations applies to --algorithm genetic, not pbt"),
         ("genetic", {"fidelity": "epochs"},
-         "--fidelity applies to --algo pbt or asha or hyperband or auto, not genetic"),
-        ("hyperband", {"sampler": "cmaes"}, "--sampler for --algo hyperband must be tpe"),
-        ("pbt", {"sampler": "tpe"}, "--sampler applies to --algo bayesian or asha or"
+         "--fidelity applies to --algorithm pbt or asha or hyperband or auto, not genetic"),
+        ("hyperband", {"sampler": "cmaes"}, "--sampler for --algorithm hyperband must be tpe"),
+        ("pbt", {"sampler": "tpe"}, "--sampler applies to --algorithm bayesian or asha or"
                                     " hyperband, not pbt"),
     ],
 )
@@ -243,18 +245,19 @@ def test_rungs_that_do_not_fit_are_a_spec_error() -> None:
     from nestor.orchestrator.spec import SpecError
 
     with pytest.raises(SpecError, match="at least min_budget x reduction_factor"):
-        load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=2, eta=3)))
+        load_spec_text(spec_yaml(continuing("asha", min_budget=1, max_budget=2,
+                                            reduction_factor=3)))
 
 
 def test_cli_refuses_a_wrong_combination_with_exit_2() -> None:
     result = subprocess.run([NESTOR, "sweep", "--trainer", "cnn", "--param", "lr=float:0.01:0.1",
-                             "--algo", "random", "--interval", "2"],
+                             "--algorithm", "random", "--interval", "2"],
                             capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 2
-    assert "--interval applies to --algo pbt, not random" in result.stderr
+    assert "--interval applies to --algorithm pbt, not random" in result.stderr
     assert "Traceback" not in result.stderr
     result = subprocess.run([NESTOR, "sweep", "--trainer", "cnn", "--param", "lr=float:0.01:0.1",
-                             "--algo", "hyperband", "--max-budget", "2"],
+                             "--algorithm", "hyperband", "--max-budget", "2"],
                             capture_output=True, text=True, check=False, timeout=60)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert "max_budget must be at least min_budget x reduction_factor" in result.stderr
@@ -265,7 +268,7 @@ def test_help_explains_the_continuing_searches() -> None:
                             check=False, timeout=60)
     text = " ".join(result.stdout.split())
     assert result.returncode == 0
-    for flag in ("--interval", "--intervals", "--min-budget", "--max-budget", "--eta",
+    for flag in ("--interval", "--intervals", "--min-budget", "--max-budget", "--reduction-factor",
                  "--fidelity"):
         assert flag in text
     assert "BOHB" in text and "checkpoints" in text
@@ -294,7 +297,7 @@ def fit_sweep(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
     fit.write_text(FIT)
     env = dict(os.environ, FIT_LOG=str(tmp_path / "argv.log"))
     return subprocess.run(
-        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--mode", "min",
+        [NESTOR, "sweep", "--command", f"{sys.executable} {fit}", "--mode", "min",
          "--param=-a=float:-1:1", *flags, "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, env=env, check=False, timeout=300,
     )
@@ -303,7 +306,7 @@ def fit_sweep(tmp_path: Path, *flags: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.slow
 def test_a_command_sweep_passes_dashed_names_literally(tmp_path: Path) -> None:
     log = tmp_path / "argv.log"
-    result = fit_sweep(tmp_path, "--algo", "bayesian", "--budget", "6", "--parallel", "2")
+    result = fit_sweep(tmp_path, "--algorithm", "bayesian", "--budget", "6", "--parallel", "2")
     assert result.returncode == 0, result.stderr
     lines = log.read_text().splitlines()
     assert len(lines) == 6 and all(line.startswith("-a=") for line in lines)
@@ -317,7 +320,7 @@ def test_a_command_sweep_passes_dashed_names_literally(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_an_auto_sweep_runs_what_it_picked(tmp_path: Path) -> None:
-    result = fit_sweep(tmp_path, "--algo", "auto", "--budget", "12", "--parallel", "2")
+    result = fit_sweep(tmp_path, "--algorithm", "auto", "--budget", "12", "--parallel", "2")
     assert result.returncode == 0, result.stderr
     spec = (tmp_path / "run" / "spec.yaml").read_text()
     assert "algorithm: auto" in spec and "parallel: 2" in spec
@@ -333,7 +336,7 @@ def test_a_sweep_whose_every_trial_fails_exits_non_zero_and_says_why(tmp_path: P
     fit = tmp_path / "broken.py"
     fit.write_text("import sys\nsys.exit('no licence for the solver')\n")
     result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", f"{sys.executable} {fit}", "--mode", "min",
+        [NESTOR, "sweep", "--command", f"{sys.executable} {fit}", "--mode", "min",
          "--param=a=float:-1:1", "--budget", "2", "--parallel", "1",
          "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, check=False, timeout=300,
@@ -351,7 +354,7 @@ def test_an_asha_sweep_continues_promoted_trials_from_their_checkpoints(tmp_path
     result = subprocess.run(
         [NESTOR, "sweep", "--trainer", "mlp", "--set", "dataset=digits",
          "--set", "max_train_samples=300", "--param", "lr=float:0.005:0.2:log",
-         "--algo", "asha", "--min-budget", "1", "--max-budget", "2", "--eta", "2",
+         "--algorithm", "asha", "--min-budget", "1", "--max-budget", "2", "--reduction-factor", "2",
          "--budget", "5", "--parallel", "2", "--seed", "1", "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, check=False, timeout=600,
     )
@@ -375,7 +378,7 @@ def test_a_pb2_sweep_trains_a_population_and_reports_it_as_pbt_does(tmp_path: Pa
     result = subprocess.run(
         [NESTOR, "sweep", "--trainer", "mlp", "--set", "dataset=digits",
          "--set", "max_train_samples=300", "--param", "lr=float:0.005:0.2:log",
-         "--param", "momentum=float:0.5:0.95", "--algo", "pbt", "--explore", "pb2",
+         "--param", "momentum=float:0.5:0.95", "--algorithm", "pbt", "--explore", "pb2",
          "--population", "4", "--intervals", "4", "--parallel", "2", "--seed", "1",
          "--run-dir", str(run_dir)],
         capture_output=True, text=True, check=False, timeout=600,
@@ -400,7 +403,8 @@ def test_search_set_says_what_no_flag_does() -> None:
     stage = load_spec_text(spec_yaml(pbt)).stage("sweep")
     assert (stage.search.quantile, stage.search.resample_probability) == (0.5, 0)
     assert list(stage.search.perturbation_factors) == [0.7, 1.3]
-    genetic = sweep_spec(search_settings=["mode=mu_plus_lambda", "offspring=3", "patience=2"])
+    genetic = sweep_spec(search_settings=["replacement=mu_plus_lambda", "offspring=3",
+                                          "patience=2"])
     stage = load_spec_text(spec_yaml(genetic)).stage("sweep")
     assert (stage.search.mode, stage.search.offspring, stage.search.patience) == (
         "mu_plus_lambda", 3, 2)
@@ -414,7 +418,7 @@ def test_search_set_says_what_no_flag_does() -> None:
     ("settings", "message"),
     [
         (["population=3"], "--search-set population= is given twice (also by --population)"),
-        (["algorithm=pbt"], "--search-set cannot set algorithm: use --algo"),
+        (["algorithm=pbt"], "--search-set cannot set algorithm: use --algorithm"),
         (["patience"], "--search-set must look like KEY=VALUE, but got 'patience'"),
         (["patience=[1"], "--search-set patience= must be a YAML value"),
         (["patience=1", "patience=2"], "--search-set patience= is given twice"),
@@ -446,7 +450,7 @@ def test_auto_is_the_default_search_and_budgets_take_units() -> None:
 
 @pytest.mark.slow
 def test_a_sweep_without_algo_says_what_auto_picked_and_spends_a_cost(tmp_path: Path) -> None:
-    """No --algo: auto, named with its reason as the run starts; --budget 6epochs with
+    """No --algorithm: auto, named with its reason as the run starts; --budget 6epochs with
     epochs=2 per trial runs 3 trials (each told its 2 epochs), not the default 20."""
     result = fit_sweep(tmp_path, "--set", "epochs=2", "--budget", "6epochs", "--parallel", "1")
     assert result.returncode == 0, result.stderr
@@ -464,7 +468,7 @@ def test_a_sweep_does_not_advise_turning_the_clusters_token_off(tmp_path: Path) 
     # RAY_AUTH_MODE=disabled to opt out") tells every user how to remove what keeps
     # the cluster nestor starts private to its run.
     result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", "/bin/echo FoM: 0.5", "--mode", "min",
+        [NESTOR, "sweep", "--command", "/bin/echo FoM: 0.5", "--mode", "min",
          "--param", "x=float:0:1", "--budget", "4", "--parallel", "2",
          "--run-dir", str(tmp_path / "run")],
         capture_output=True, text=True, check=False, timeout=300,
@@ -477,7 +481,7 @@ def test_a_sweep_does_not_advise_turning_the_clusters_token_off(tmp_path: Path) 
 def test_when_and_constraint_flags_make_a_conditional_constrained_space() -> None:
     stage = load_spec_text(spec_yaml(sweep_spec(
         algorithm="random", population=None, generations=None,
-        params=["optimizer=choice:sgd,adam", "momentum=float:0.5:0.99",
+        params=["optimizer=categorical:sgd,adam", "momentum=float:0.5:0.99",
                 "lr=float:0.01:0.1:log"],
         whens=["momentum:optimizer=sgd"], constraints=["lr * 10 <= momentum + 1"],
     ))).stages[0]
@@ -495,5 +499,5 @@ def test_when_and_constraint_flags_make_a_conditional_constrained_space() -> Non
 def test_bad_when_flags_say_what_is_wrong(whens: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="random", population=None, generations=None,
-                   params=["optimizer=choice:sgd,adam", "momentum=float:0.5:0.99"],
+                   params=["optimizer=categorical:sgd,adam", "momentum=float:0.5:0.99"],
                    whens=whens)

@@ -204,8 +204,8 @@ def test_a_command_sweep_goes_the_way_mode_says_and_shows_it(tmp_path: Path) -> 
     script = tmp_path / "train_acc.py"
     script.write_text(textwrap.dedent(ACCURACY_CMD))
     run_dir = tmp_path / "run"
-    result = nestor("sweep", "--cmd", f"{sys.executable} {script}", "--mode", "max",
-                    "--param", "lr=float:1e-4:1:log", "--algo", "random", "--budget", "4",
+    result = nestor("sweep", "--command", f"{sys.executable} {script}", "--mode", "max",
+                    "--param", "lr=float:1e-4:1:log", "--algorithm", "random", "--budget", "4",
                     "--parallel", "2", "--run-dir", str(run_dir), env=dict(os.environ))
     assert result.returncode == 0, result.stderr
     (stage,) = json.loads((run_dir / "results.json").read_text())["stages"]

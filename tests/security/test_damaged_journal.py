@@ -117,8 +117,8 @@ def finished_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
     (where / "fit.py").write_text(FIT)
     log = where / "fit.log"
     done = subprocess.run(
-        [NESTOR, "sweep", "--cmd", f"{sys.executable} {where / 'fit.py'}",
-         "--param", "x=float:-1:1", "--mode", "min", "--algo", "random", "--budget", "4",
+        [NESTOR, "sweep", "--command", f"{sys.executable} {where / 'fit.py'}",
+         "--param", "x=float:-1:1", "--mode", "min", "--algorithm", "random", "--budget", "4",
          "--parallel", "1",
          "--run-dir", str(where / "run")],
         capture_output=True, text=True, env=dict(os.environ, FIT_LOG=str(log)),

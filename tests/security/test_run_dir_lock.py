@@ -112,7 +112,7 @@ def test_a_sweep_into_an_existing_run_writes_nothing(tmp_path: Path) -> None:
     (run_dir / "spec.yaml").write_text("# the first run's spec\n")
     before = {p.name: p.read_bytes() for p in run_dir.iterdir()}
     result = subprocess.run(
-        [NESTOR, "sweep", "--cmd", "true", "--param", "x=float:0:1", "--mode", "min",
+        [NESTOR, "sweep", "--command", "true", "--param", "x=float:0:1", "--mode", "min",
          "--budget", "1", "--run-dir", str(run_dir)],
         capture_output=True, text=True, check=False, timeout=120)
     assert result.returncode == 2, result.stderr

@@ -30,8 +30,8 @@ ray.init = init
 
 def sweep_args(tmp_path: Path, budget: int = 2) -> list[str]:
     (tmp_path / "fit.py").write_text(FIT)
-    return ["sweep", "--cmd", f"{sys.executable} {tmp_path / 'fit.py'}", "--param",
-            "x=float:-1:1", "--mode", "min", "--algo", "random", "--budget", str(budget),
+    return ["sweep", "--command", f"{sys.executable} {tmp_path / 'fit.py'}", "--param",
+            "x=float:-1:1", "--mode", "min", "--algorithm", "random", "--budget", str(budget),
             "--parallel", "1",
             "--run-dir", str(tmp_path / "run")]
 

@@ -93,7 +93,7 @@ def test_sensible_names_values_and_bounds_still_validate(tmp_path: Path) -> None
 
 
 def test_a_sweep_param_with_an_empty_name_is_refused(tmp_path: Path) -> None:
-    done = subprocess.run([NESTOR, "sweep", "--cmd", "true", "--param", "=float:0:1",
+    done = subprocess.run([NESTOR, "sweep", "--command", "true", "--param", "=float:0:1",
                            "--mode", "min", "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, check=False, timeout=120)
     refused(done, "--param must look like NAME=")

@@ -141,7 +141,7 @@ def test_the_bundle_installs_offline_beside_torch_and_runs_a_sweep(tmp_path: Pat
     swept = subprocess.run(
         [*prefix, str(node / "bin" / "nestor"), "sweep", "--trainer", "mlp", "--set",
          "dataset=synthetic", "--set", "epochs=1", "--param", "lr=float:0.01:0.1:log",
-         "--algo", "random", "--budget", "3", "--backend", "torch", "--run-dir", str(run_dir)],
+         "--algorithm", "random", "--budget", "3", "--backend", "torch", "--run-dir", str(run_dir)],
         capture_output=True, text=True, check=False, cwd=tmp_path, env=env, timeout=600)
     assert swept.returncode == 0, swept.stdout[-3000:] + swept.stderr[-3000:]
     (stage,) = json.loads((run_dir / "results.json").read_text())["stages"]

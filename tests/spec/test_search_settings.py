@@ -47,7 +47,7 @@ def test_a_searcher_built_from_the_spec_defaults_is_the_default_searcher(algorit
 def sweep(algorithm: str, **options: object) -> dict:
     return build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
                       settings=[], algorithm=algorithm, budget=None, metric=None, mode="min",
-                      fom_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
+                      result_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
                       checkpoints=True, **options)
 
 
@@ -86,7 +86,7 @@ ADDED = textwrap.dedent("""
     field = PbtSearch.model_fields["lag_limit"]
     print("DEFAULT", field.default, "|", field.description)
     spec = build_spec(trainer="cnn", command=None, params=["lr=float:0.01:0.1"], settings=[],
-                      algorithm="pbt", budget=None, metric=None, mode=None, fom_pattern=None,
+                      algorithm="pbt", budget=None, metric=None, mode=None, result_pattern=None,
                       dp=1, mp=1, parallel=None, slots=None, seed=0, lag_limit=3)
     print("SWEEP", load_spec_text(spec_yaml(spec)).stage("sweep").search.lag_limit)
     spec["stages"][0]["search"]["lag_limit"] = 1
@@ -134,7 +134,7 @@ BOUND = textwrap.dedent("""
     except ValueError as exc:
         print("SEARCHER", exc)
     spec = build_spec(trainer="cnn", command=None, params=["lr=float:0.01:0.1"], settings=[],
-                      algorithm="pbt", budget=None, metric=None, mode=None, fom_pattern=None,
+                      algorithm="pbt", budget=None, metric=None, mode=None, result_pattern=None,
                       dp=1, mp=1, parallel=None, slots=None, seed=0)
     spec["stages"][0]["search"]["lag_limit"] = 1
     try:

@@ -84,10 +84,10 @@ def test_a_sweep_of_a_command_says_it_saves_checkpoints_with_a_flag():
     def sweep(**options: object) -> dict:
         return build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
                           settings=[], algorithm="pbt", budget=None, metric=None, mode="max",
-                          fom_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
+                          result_pattern=None, dp=1, mp=1, parallel=None, slots=None, seed=0,
                           **options)
 
-    with pytest.raises(ValueError, match=r"--algo pbt continues trials from their checkpoints"
+    with pytest.raises(ValueError, match=r"--algorithm pbt continues trials from their checkpoints"
                                          r".*give --checkpoints to say it does"):
         sweep()
     spec = sweep(checkpoints=True)
