@@ -551,7 +551,7 @@ def status(target: str) -> None:
     from nestor.orchestrator.slurm import is_job_id
 
     if is_job_id(target) and not Path(target).is_dir():
-        from nestor.orchestrator.slurm.command import job_status
+        from nestor.orchestrator.commands.submit import job_status
 
         job_status(target)
         return
@@ -730,7 +730,7 @@ def doctor(fmt: str, address: str | None, no_ray: bool, run_dir: Path | None,
 
 
 def _slurm_commands() -> None:
-    from nestor.orchestrator.slurm.command import submit
+    from nestor.orchestrator.commands.submit import submit
 
     cli.add_command(submit)
 

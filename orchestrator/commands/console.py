@@ -1,8 +1,8 @@
 """What every `nestor` command prints with, and the exit statuses they share.
 
-Apart from ``orchestrator.commands.cli`` so that command groups defined elsewhere
-(``orchestrator.slurm.command``) use them without importing the CLI that
-registers them: the imports run one way.
+Apart from ``orchestrator.commands.cli`` so that commands defined in their own
+modules (``commands.submit``) use them without importing the CLI that registers
+them: the imports run one way.
 """
 
 from __future__ import annotations
