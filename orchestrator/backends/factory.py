@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from nestor.orchestrator.backends._base import Backend
+from nestor.orchestrator.backends.interface import Backend
 
 
 def make_backend(workflow: Any, run_dir: Path, *, slots: int | None = None,

@@ -21,8 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from nestor.orchestrator.backends import Backend, Ended
-from nestor.orchestrator.backends._base import BEAT_EVERY_S
+from nestor.orchestrator.backends.interface import BEAT_EVERY_S, Backend, Ended
 from nestor.orchestrator.backends.shape import Shape
 
 log = logging.getLogger(__name__)

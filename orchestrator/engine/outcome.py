@@ -9,7 +9,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from nestor.orchestrator.backends import Ended
+from nestor.orchestrator.backends.interface import Ended
 from nestor.orchestrator.engine.attempts import Attempt
 from nestor.orchestrator.journal.journal import DiskFull
 from nestor.orchestrator.journal.text import first_line

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
-from nestor.orchestrator.backends import Backend
+from nestor.orchestrator.backends.interface import Backend
 from nestor.orchestrator.backends.shape import Shape
 from nestor.orchestrator.journal.events import Event, StagePlanned, StageReplanned
 from nestor.orchestrator.journal.journal import Journal

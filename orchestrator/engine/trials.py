@@ -36,8 +36,14 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from nestor.orchestrator.backends import Backend, Ended, Event, Launch, Started
-from nestor.orchestrator.backends._base import EarlyStopping
+from nestor.orchestrator.backends.interface import (
+    Backend,
+    EarlyStopping,
+    Ended,
+    Event,
+    Launch,
+    Started,
+)
 from nestor.orchestrator.backends.shape import Shape
 from nestor.orchestrator.engine.adoption import ResultFiles, attempts_heard
 from nestor.orchestrator.engine.attempts import Attempt, AttemptPolicy

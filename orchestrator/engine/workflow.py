@@ -17,7 +17,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from nestor.orchestrator.backends import Backend, TaskDone
+from nestor.orchestrator.backends.interface import Backend, TaskDone
 from nestor.orchestrator.backends.stopping import (
     Interrupted,
     on_stop_request,

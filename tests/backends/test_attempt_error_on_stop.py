@@ -17,7 +17,7 @@ from types import SimpleNamespace
 import pytest
 
 from nestor.orchestrator.backends import stopping
-from nestor.orchestrator.backends._base import Ended, Launch
+from nestor.orchestrator.backends.interface import Ended, Launch
 from nestor.orchestrator.backends.ray.backend import RayBackend
 from nestor.orchestrator.backends.ray.gangs import Shape
 

@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 from nestor.orchestrator.backends import stopping
-from nestor.orchestrator.backends._base import (
+from nestor.orchestrator.backends.interface import (
     Backend,
     EarlyStopping,
     Ended,

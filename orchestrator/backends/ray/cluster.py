@@ -20,7 +20,7 @@ from typing import Any
 
 import ray
 
-from nestor.orchestrator.backends._base import ClusterError
+from nestor.orchestrator.backends.interface import ClusterError
 from nestor.orchestrator.backends.ray.backend import RayBackend
 from nestor.orchestrator.backends.ray.gangs import (
     GangPool,

@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from nestor.orchestrator.backends._base import (
+from nestor.orchestrator.backends.interface import (
     BEAT_EVERY_S,  # a rank sends at most one beat this often
 )
 

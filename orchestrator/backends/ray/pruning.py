@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from nestor.orchestrator.backends._base import EarlyStopping
+from nestor.orchestrator.backends.interface import EarlyStopping
 
 
 class EarlyStopper:

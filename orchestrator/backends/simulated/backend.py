@@ -63,7 +63,7 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from nestor.orchestrator.backends import stopping
-from nestor.orchestrator.backends._base import Backend, Ended, Event, Launch, Started, TaskDone
+from nestor.orchestrator.backends.interface import Backend, Ended, Event, Launch, Started, TaskDone
 from nestor.orchestrator.backends.shape import Shape
 
 DEFAULT_STARTUP_S = 30.0  # a new gang: placement, rendezvous, importing torch in each rank
