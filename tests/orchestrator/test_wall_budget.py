@@ -133,3 +133,33 @@ def test_a_stage_resumed_past_its_limit_runs_nothing_more(tmp_path: Path) -> Non
     assert {e["status"] for e in finished} == {"stopped"}
     assert max(e["elapsed_s"] for e in finished) == pytest.approx(150.0)
     assert tune["stop_reason"] == "wall budget 150s reached"
+
+
+def test_sweep_and_tune_take_a_wall_limit_and_refuse_a_bad_one(tmp_path: Path) -> None:
+    """`nestor sweep --wall` and `nestor.tune(wall=...)` write the spec's form; a bad
+    duration is the spec's error, naming the field, exit 2, no traceback, nothing run."""
+    from click.testing import CliRunner
+
+    import nestor
+    from nestor.orchestrator.commands.cli import cli
+    from nestor.orchestrator.commands.sweep import build_spec, spec_yaml
+    from nestor.orchestrator.spec.budget import with_wall
+
+    spec = build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
+                      settings=[], algorithm="random", budget=with_wall(5, "2h"),
+                      metric=None, mode="max", fom_pattern=None, dp=1, mp=1, parallel=None,
+                      slots=None, seed=0)
+    search = load_spec_text(spec_yaml(spec)).stage("sweep").search
+    assert (search.budget, search.wall_s) == (5, 7200.0)
+    assert with_wall("3slot-h", "30m") == {"slot_hours": 3.0, "wall": "30m"}
+    result = CliRunner().invoke(cli, ["sweep", "--cmd", "python3 fit.py", "--mode", "max",
+                                      "--param", "x=float:0:1", "--wall", "2x",
+                                      "--run-dir", str(tmp_path / "never")])
+    assert result.exit_code == 2, result.output
+    assert "search.budget" in result.output and "budget.wall must be" in result.output
+    assert "Traceback" not in result.output and not (tmp_path / "never").exists()
+    with pytest.raises(nestor.NestorError, match=r"budget\.wall must be positive"):
+        nestor.tune("nestor.orchestrator.simulate:simulated_trial",
+                    {"x": {"type": "float", "low": 0.0, "high": 1.0}}, wall="0m",
+                    run_dir=tmp_path / "never")
+    assert not (tmp_path / "never").exists()
