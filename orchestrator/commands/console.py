@@ -81,13 +81,13 @@ def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     driver = f", driver pid {info['driver_pid']}" if info["driver_pid"] else ""
     out.print(f"{run_dir}: {info['state']}{driver}; last event {info['last_event_age_s']} s ago")
     table = Table(box=None, header_style="bold")
-    walled = any(stage["stopped"] for stage in info["stages"])  # a wall budget's stops
+    walled = any(stage.get("stopped") for stage in info["stages"])  # a wall budget's stops
     for column in ("stage", "state", "completed", "failed", *(["stopped"] if walled else []),
                    "running"):
         table.add_column(column)
     for stage in info["stages"]:
         table.add_row(stage["name"], stage["state"], str(stage["completed"]),
-                      str(stage["failed"]), *([str(stage["stopped"])] if walled else []),
+                      str(stage["failed"]), *([str(stage.get("stopped", 0))] if walled else []),
                       str(stage["running"]))
     out.print(table)
     if walled:

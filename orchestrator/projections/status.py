@@ -56,7 +56,8 @@ def workflow_status(run_dir: Path) -> dict[str, Any]:
         stopped = stage.count("stopped")  # at its wall budget: not failed
         stages.append({
             "name": stage.name, "state": state, "completed": completed,
-            "failed": sum(stage.finished.values()) - completed - stopped, "stopped": stopped,
+            "failed": sum(stage.finished.values()) - completed - stopped,
+            **({"stopped": stopped} if stopped else {}),
             "running": len(stage.running) if alive or stage.state == "running" else 0,
         })
     state = "finished" if finished else ("running" if alive else "interrupted")

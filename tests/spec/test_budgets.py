@@ -98,3 +98,14 @@ def test_slot_hours_have_their_own_name_and_hours_still_work_saying_so(
     assert same.cost_budget.limit == 7 * 3600.0
     notices = [r.getMessage() for r in caplog.records]
     assert len(notices) == 1 and "{slot_hours: 7}" in notices[0] and "7slot-h" in notices[0]
+
+
+def test_validate_shows_a_wall_limit_in_place_of_a_trial_count(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from nestor.orchestrator.commands.cli import cli
+
+    path = tmp_path / "wall.yaml"
+    path.write_text(SPEC.format(search="{algorithm: random, budget: {wall: 2h}}"))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0 and "until 2h" in result.output, result.output
