@@ -116,6 +116,14 @@ def test_the_run_ends_cleanly_and_says_why(walled: dict) -> None:
             if line.split() and line.split()[0] in ("cmd", "fn")}
     assert rows["fn"][0] == "finished" and rows["fn"][2] == "0", status.stdout  # not failed
     assert int(rows["fn"][3]) >= 1, status.stdout  # stopped
+    import mlflow
+
+    client = mlflow.MlflowClient(f"sqlite:///{walled['run'] / 'mlflow.db'}")
+    runs = {r.info.run_name: r for e in client.search_experiments()
+            for r in client.search_runs([e.experiment_id], max_results=200)}
+    assert runs["fn"].data.tags["nestor.stop_reason"] == "wall budget 20s reached"
+    assert runs["cmd"].data.tags["nestor.stop_reason"].startswith("wall budget 8s")
+    assert runs["fn/0"].info.status == "KILLED"  # the minute-long trial: stopped, not failed
 
 
 @pytest.mark.slow
