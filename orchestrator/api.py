@@ -226,14 +226,16 @@ def tune(train: Any, space: Mapping[str, Any], *, metric: str = "val_accuracy",
          search: Mapping[str, Any] | None = None, settings: Mapping[str, Any] | None = None,
          name: str = "tune", run_dir: str | Path | None = None, seed: int = 0,
          slots: int | None = None, address: str | None = None, quiet: bool = False,
-         verbose: bool = False,
+         verbose: bool = False, wall: str | None = None,
          constraints: Sequence[str | Callable[[dict[str, Any]], Any]] | None = None) -> Result:
     """Search ``space`` (the spec's ``space:`` form) for the best ``metric`` of
     ``train``: a function ``train(config, ctx)`` returning its metrics, a
     ``"module:function"``, a built-in trainer's name or a spec trainer mapping.
 
     ``mode``: "max" or "min" (required but for val_accuracy); ``budget``: trials (or a
-    cost, as in a spec); ``parallel``: trials at once; ``algorithm`` and ``search``:
+    cost, as in a spec); ``wall``: a wall-clock limit beside it ("90s", "30m", "2h";
+    whichever comes first: ``budget=None`` for the wall clock alone); ``parallel``:
+    trials at once; ``algorithm`` and ``search``:
     the spec's ``search:`` block (``warm_start``, ``enqueue`` and each algorithm's
     settings); ``settings``: the trainer's fixed settings; ``constraints``: rules every
     configuration must meet, expressions (``"lr * batch_size <= 8"``) or callables
@@ -251,6 +253,13 @@ def tune(train: Any, space: Mapping[str, Any], *, metric: str = "val_accuracy",
                                " lower (mode='min')? Only val_accuracy defaults to max"])
         mode = "max"
     block: dict[str, Any] = {"algorithm": algorithm, "seed": seed}
+    if wall is not None:
+        from nestor.orchestrator.spec.budget import with_wall
+
+        try:
+            budget = with_wall(budget, wall)
+        except ValueError as exc:
+            raise NestorError([str(exc)]) from None
     if budget is not None:
         block["budget"] = dict(budget) if isinstance(budget, Mapping) else budget
     block.update(dict(search or {}))

@@ -1,7 +1,8 @@
 """Budgets in the units people plan in: trials, slot-seconds, hours or epochs.
 
 ``budget: 40`` counts trials, as before. ``budget: {slot_seconds: S}``,
-``{hours: H}`` (slot-hours, 3,600 slot-seconds each) or ``{epochs: E}``
+``{slot_hours: H}`` (3,600 slot-seconds each; ``{hours: H}``, the older spelling,
+means the same) or ``{epochs: E}``
 (fidelity units: what a trial's ``budget`` counts, epochs unless the stage maps
 it to another setting) is a *cost* budget: the search asks for trials while the
 next one still fits and stops once it cannot, so it never leaves more than one
@@ -18,8 +19,8 @@ nothing is predicted (the first asks fill every slot).
 
 >>> parse_budget({"hours": 2})
 (None, CostBudget(unit='slot_seconds', limit=7200.0))
->>> parse_budget_text("600slot-s"), parse_budget_text("30h"), parse_budget_text("40")
-({'slot_seconds': 600.0}, {'hours': 30.0}, 40)
+>>> parse_budget_text("600slot-s"), parse_budget_text("30slot-h"), parse_budget_text("40")
+({'slot_seconds': 600.0}, {'slot_hours': 30.0}, 40)
 """
 
 from __future__ import annotations
@@ -30,21 +31,24 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-UNITS = {"slot_seconds": ("slot_seconds", 1.0), "hours": ("slot_seconds", 3600.0),
-         "epochs": ("epochs", 1.0)}  # fmt: skip
-"""A cost budget's keys: the unit the search counts in, and the factor to it."""
+UNITS = {"slot_seconds": ("slot_seconds", 1.0), "slot_hours": ("slot_seconds", 3600.0),
+         "hours": ("slot_seconds", 3600.0), "epochs": ("epochs", 1.0)}  # fmt: skip
+"""A cost budget's keys: the unit the search counts in, and the factor to it.
+``hours`` is the older spelling of ``slot_hours`` (a spec says so when it reads it)."""
 
 UNLIMITED_TRIALS = 1_000_000_000
 """The trial count a search plans under a cost budget: the cost decides when it ends."""
 
-FORMS = "a positive integer (trials), {slot_seconds: S}, {hours: H} or {epochs: E}"
+FORMS = "a positive integer (trials), {slot_seconds: S}, {slot_hours: H} or {epochs: E}"
 
 _TEXT = re.compile(
     r"^\s*(?P<number>[0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*"
-    r"(?P<unit>|h|hours?|slot-?s|slot[-_]seconds?|ep|epochs?)\s*$", re.IGNORECASE
+    r"(?P<unit>|h|hours?|slot-?h|slot[-_]hours?|slot-?s|slot[-_]seconds?|ep|epochs?)\s*$",
+    re.IGNORECASE,
 )
 _TEXT_UNITS = {"h": "hours", "hour": "hours", "hours": "hours", "ep": "epochs",
                "epoch": "epochs", "epochs": "epochs"}  # fmt: skip
+_SLOT_HOURS = re.compile(r"^slot[-_]?hours?$|^slot-?h$")
 
 
 @dataclass(frozen=True)
@@ -72,9 +76,8 @@ def parse_budget(value: Any) -> tuple[int | None, CostBudget | None]:
     if isinstance(value, Mapping):
         if len(value) != 1 or next(iter(value)) not in UNITS:
             keys = ", ".join(map(str, value)) or "none"
-            raise ValueError(
-                f"budget must be {FORMS}: one key of {', '.join(UNITS)}, but got {keys}"
-            )
+            named = ", ".join(u for u in UNITS if u != "hours")
+            raise ValueError(f"budget must be {FORMS}: one key of {named}, but got {keys}")
         key, amount = next(iter(value.items()))
         if (not isinstance(amount, int | float) or isinstance(amount, bool)
                 or not math.isfinite(amount) or amount <= 0):  # fmt: skip
@@ -85,12 +88,13 @@ def parse_budget(value: Any) -> tuple[int | None, CostBudget | None]:
 
 
 def parse_budget_text(text: str) -> int | dict[str, float]:
-    """A command line's budget: ``40`` (trials), ``30h``, ``600slot-s``, ``300epochs``."""
+    """A command line's budget: ``40`` (trials), ``30slot-h``, ``600slot-s``,
+    ``300epochs`` (and ``30h``, the older spelling of slot-hours)."""
     match = _TEXT.match(text)
     if match is None:
         raise ValueError(
-            "--budget must be a number of trials (40), hours (30h), slot-seconds (600slot-s)"
-            f" or epochs (300epochs), but got {text!r}"
+            "--budget must be a number of trials (40), slot-hours (30slot-h), slot-seconds"
+            f" (600slot-s) or epochs (300epochs), but got {text!r}"
         )
     number, unit = match["number"], match["unit"].lower()
     if not unit:
@@ -100,6 +104,8 @@ def parse_budget_text(text: str) -> int | dict[str, float]:
     amount = float(number)
     if amount <= 0:
         raise ValueError(f"--budget must be positive, but got {text!r}")
+    if _SLOT_HOURS.match(unit):
+        return {"slot_hours": amount}
     return {_TEXT_UNITS.get(unit, "slot_seconds"): amount}
 
 

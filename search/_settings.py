@@ -104,8 +104,9 @@ def declared(cls: type, public_only: bool = False) -> list[Declared]:
     return found
 
 
-BUDGET_HELP = ("most trials to run, or a cost: {slot_seconds: S}, {hours: H} (slot-hours) or"
-               " {epochs: E} (fidelity units), also written 600slot-s, 30h, 300epochs")
+BUDGET_HELP = ("most trials to run, or a cost: {slot_seconds: S}, {slot_hours: H} or"
+               " {epochs: E} (fidelity units), also written 600slot-s, 30slot-h, 300epochs;"
+               " in a spec, with a wall-clock limit too: {trials: N, wall: 2h}")
 
 
 def budget_setting(default: int | None) -> Any:

@@ -235,8 +235,14 @@ class _SweepCommand(click.Command):
 @click.option("--budget", metavar="AMOUNT",
               help="Most trials to run (40; pbt, asha, hyperband: each interval or promotion,"
               " continuing a checkpoint, is a trial of its own), or a cost the search"
-              " spends until the next trial cannot fit: slot-hours (30h), slot-seconds"
-              " (600slot-s) or epochs of the --fidelity setting (300epochs).")
+              " spends until the next trial cannot fit: slot-hours (30slot-h; 30h, the older"
+              " spelling, still means slot-hours), slot-seconds (600slot-s) or epochs of the"
+              " --fidelity setting (300epochs).")
+@click.option("--wall", metavar="DURATION",
+              help="A wall-clock limit beside --budget (whichever comes first): 90s, 30m,"
+              " 2h. No trial starts that could not finish by it (judged by the median of"
+              " the trials finished so far); at it the running trials are stopped and the"
+              " sweep ends, exit 0. A resumed sweep counts the time already spent.")
 @click.option("--search-set", "search_settings", multiple=True, metavar="KEY=VALUE",
               help="A setting of the spec's search block by its name (each has its flag"
               " too), value read as YAML; repeat for each: --search-set quantile=0.5 (pbt),"
@@ -275,7 +281,7 @@ class _SweepCommand(click.Command):
 @_run_options
 def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
           whens: tuple[str, ...], constraints: tuple[str, ...], settings: tuple[str, ...],
-          algorithm: str, budget: str | None,
+          algorithm: str, budget: str | None, wall: str | None,
           keep_checkpoints: int | None, search_settings: tuple[str, ...], checkpoints: bool,
           metric: str | None,
           mode: str | None, result_pattern: str | None, dp: int, mp: int, backend: str,
@@ -301,12 +307,13 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     from nestor.orchestrator.commands.sweep import build_spec, spec_yaml
     from nestor.orchestrator.engine.workflow import new_run_dir
     from nestor.orchestrator.spec import SpecError, load_spec_text
+    from nestor.orchestrator.spec.budget import with_wall
     from nestor.search._budget import parse_budget_text
 
     err = console(stderr=True)
     talk = verbosity(quiet, verbose)
     try:
-        amount = None if budget is None else parse_budget_text(budget)
+        amount = with_wall(None if budget is None else parse_budget_text(budget), wall)
         text = spec_yaml(build_spec(
             trainer=trainer, command=command, params=list(params), settings=list(settings),
             algorithm=algorithm, budget=amount, metric=metric, mode=mode,

@@ -83,12 +83,18 @@ def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     driver = f", driver pid {info['driver_pid']}" if info["driver_pid"] else ""
     out.print(f"{run_dir}: {info['state']}{driver}; last event {info['last_event_age_s']} s ago")
     table = Table(box=None, header_style="bold")
-    for column in ("stage", "state", "completed", "failed", "running"):
+    walled = any(stage.get("stopped") for stage in info["stages"])  # a wall budget's stops
+    for column in ("stage", "state", "completed", "failed", *(["stopped"] if walled else []),
+                   "running"):
         table.add_column(column)
     for stage in info["stages"]:
         table.add_row(stage["name"], stage["state"], str(stage["completed"]),
-                      str(stage["failed"]), str(stage["running"]))
+                      str(stage["failed"]), *([str(stage.get("stopped", 0))] if walled else []),
+                      str(stage["running"]))
     out.print(table)
+    if walled:
+        out.print("stopped: trials stopped at their stage's wall budget (search.budget.wall;"
+                  f" `nestor results {run_dir}` says why each stage stopped)", soft_wrap=True)
     failed = [stage["name"] for stage in info["stages"] if stage["state"] == "failed"]
     if failed:
         out.print(f"every trial of {', '.join(failed)} failed; `nestor results {run_dir}`"

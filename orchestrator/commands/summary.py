@@ -46,7 +46,7 @@ def render_plan(console: Console, file: str, workflow: Workflow, slots: int | No
             ", ".join(stage.from_) or "-",
             workflow.trainer_of(name).describe(),
             stage.search_label(None if width is None else width.trials),
-            str(workflow.planned_trials(name)),
+            _trials(workflow, name),
             f"{parallel.ranks} ({parallel.data}x{parallel.model})"
             + ("" if workflow.backend_of(name) == "horovod" or parallel.ranks == 1
                else f" {workflow.backend_of(name)}"),
@@ -107,3 +107,17 @@ def sized_lines(event: SearchSized) -> list[str]:
                 f"  planned for {width}"]
     return [f"stage {event.stage}: resumed, auto keeps {event.pick}, the search built for"
             f" {width}; these slots run {event.resumed_at} at once"]
+
+
+def _trials(workflow: Any, name: str) -> str:
+    """The trials a stage plans, and its wall-clock limit where it has one: "until 2h"
+    where the wall clock alone ends its search."""
+    from nestor.orchestrator.spec.budget import describe_wall
+
+    search = getattr(workflow.stage(name), "search", None)
+    wall = getattr(search, "wall_s", None)
+    if wall is None:
+        return str(workflow.planned_trials(name))
+    if search.budget is None:
+        return f"until {describe_wall(wall)}"
+    return f"{workflow.planned_trials(name)}, <= {describe_wall(wall)}"

@@ -6,7 +6,7 @@ so a sweep is validated, journalled, resumed and tracked exactly like
 
     nestor sweep --command "python3 fit.py" --mode min --param=-a=float:-1:1 --param n=int:1:8 \
                  --budget 40          # auto (the default) picks the search
-    nestor sweep ... --algorithm genetic --population 8 --generations 4 --budget 2h
+    nestor sweep ... --algorithm genetic --population 8 --generations 4 --budget 2slot-h
 
 Searches that continue trials from checkpoints take the trainer setting their
 budget sets (``--fidelity``, epochs by default) and their own schedule:

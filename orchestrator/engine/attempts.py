@@ -46,6 +46,7 @@ class Attempt:
     deadline: float | None = None
     progress_due: float | None = None  # when to ask whether it still makes progress
     cancelled: str | None = None  # why the driver killed it (a timeout, no progress)
+    stopped: bool = False  # killed at its stage's wall budget: stopped, not failed
     # created just before the runner adds it to ``running``: deadlines that fall due
     # together are acted on in that order, as a scan of ``running`` would
     order: int = field(default_factory=lambda: next(_order))

@@ -93,6 +93,7 @@ class TrialRecords(dict[str, TrialRecord]):
     def totals(self) -> dict[str, Any]:
         """The summary's counts and slot time over every trial."""
         finished = [r for r in self.values() if r.status != "running"]
+        stopped = sum(1 for r in finished if r.status == "stopped")  # at a wall budget
         return {
             "n_trials": len(self),
             "n_runs": sum(r.attempts for r in self.values()),
@@ -100,4 +101,5 @@ class TrialRecords(dict[str, TrialRecord]):
             "n_pruned": sum(1 for r in finished if r.status == "pruned"),
             "slot_seconds": round(sum(r.slot_seconds for r in self.values()), 3),
             "startup_slot_seconds": round(sum(r.startup_slot_seconds for r in self.values()), 3),
+            **({"n_stopped": stopped} if stopped else {}),
         }

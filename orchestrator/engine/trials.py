@@ -20,7 +20,10 @@ own module and testable alone:
   driver listened, adopted on resume;
 - :class:`~orchestrator.engine.shaping.StageShape`: the trials' gang shape, planned
   for ``parallel: auto`` and journalled;
-- :func:`~orchestrator.engine.outcome.outcome`: what an attempt's end means.
+- :func:`~orchestrator.engine.outcome.outcome`: what an attempt's end means;
+- :class:`~orchestrator.engine.wall.WallBudget`: a stage's wall-clock limit
+  (``search.budget: {wall: 2h}``): no trial starts that could not finish by it,
+  and at it the running trials are stopped and the stage ends.
 
 A kind (``orchestrator.engine.kinds``) supplies its trials (a searcher, or a
 fixed plan) and a :class:`KindTrials` that the runner holds: per-trial request
@@ -61,6 +64,7 @@ from nestor.orchestrator.engine.records import TrialRecord, TrialRecords
 from nestor.orchestrator.engine.search_log import SearchLog
 from nestor.orchestrator.engine.shaping import StageShape
 from nestor.orchestrator.engine.shipped import shipped_code
+from nestor.orchestrator.engine.wall import WallBudget
 from nestor.orchestrator.journal.events import (
     CheckpointRemoved,
     StagePlanned,
@@ -210,6 +214,8 @@ class TrialRunner:
         self.exhausted = False  # the source has nothing more to give
         self.stopper: EarlyStopping | None = None  # the backend's, if the stage sets one
         self.preparing = False  # waiting for its preparing task before any trial
+        self.wall: WallBudget | None = None  # the stage's wall budget (set on restore)
+        self.wall_stop: str | None = None  # why the wall budget ended the stage
         # What the stage needs of a function or command trainer (a built-in gives it
         # all), checked as each trial completes; a trial that breaks it fails the run.
         self.needs = [] if trainer_spec.name is not None else stage.needs(workflow)
@@ -238,6 +244,7 @@ class TrialRunner:
     def restore(self, events: JournalSoFar | list[dict[str, Any]]) -> None:
         """Rebuild from the searcher's snapshot and the journal of this stage."""
         mine = stage_events(events, self.stage.name)
+        self.wall = WallBudget.of(self.stage, mine, self.backend.now())
         self.shaping.restore(mine)
         self.part.restoring(self, mine)
         self.search_log.restore(mine)
@@ -285,7 +292,8 @@ class TrialRunner:
         if (trial.id, number) not in begun:  # killed before it journalled the start
             self.journal.record(TrialStarted(
                 stage=self.stage.name, trial=trial.to_dict(), attempt=number, gang=None,
-                shape=str(self.shape), adopted=True, comm=self.shape.backend))
+                shape=str(self.shape), adopted=True, comm=self.shape.backend,
+                elapsed_s=self._elapsed()))
         self._finish_attempt(attempt, attempt_outcome(attempt, event, self.objectives), event,
                              adopted=True)
         return True
@@ -309,7 +317,7 @@ class TrialRunner:
             self.journal.record(TrialStarted(
                 stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
                 gang=event.gang, shape=str(attempt.shape), startup_s=round(event.startup_s, 3),
-                comm=attempt.shape.backend))
+                comm=attempt.shape.backend, elapsed_s=self._elapsed()))
         elif isinstance(event, Ended):
             del self.running[trial_id]
             self._busy_ranks -= attempt.shape.ranks
@@ -320,12 +328,40 @@ class TrialRunner:
             self.on_progress(self)
 
     def next_deadline(self) -> float | None:
-        return self.policy.next_deadline()
+        deadline = self.policy.next_deadline()
+        if self.wall is None or self.wall_stop is not None or not self.running:
+            return deadline
+        return self.wall.deadline() if deadline is None else min(deadline, self.wall.deadline())
 
     def check_deadlines(self) -> None:
         """Kill the attempts past their timeout, or silent past their progress
-        timeout; their Ended events follow."""
+        timeout, and every one at the stage's wall budget; their Ended events follow."""
         self.policy.check(self.running)
+        if (self.wall is not None and self.wall_stop is None and self.running
+                and self.wall.reached(self.backend.now())):
+            self._stop_at_wall()
+
+    def _elapsed(self) -> float | None:
+        """The stage's seconds so far under a wall budget (journalled: a resume goes on
+        from them); None without one."""
+        return None if self.wall is None else round(self.wall.elapsed(self.backend.now()), 3)
+
+    def _stop_at_wall(self) -> None:
+        """End the stage at its wall budget: the running trials are stopped (their Ended
+        events journal them as stopped), the queued ones journalled stopped unstarted."""
+        assert self.wall is not None and self.wall.reason is not None
+        self.wall_stop = reason = self.wall.reason
+        running = f"; {len(self.running)} running trial(s) stopped" if self.running else ""
+        log.warning("stage %s: %s%s", self.stage.name, reason, running)
+        for attempt in self.running.values():
+            if attempt.cancelled is None:
+                attempt.stopped = True
+                self.policy.cancel(attempt, reason)
+        queued, self.queue = self.queue, []
+        for trial, number in queued:
+            record = self.records.of(trial.to_dict())
+            record.attempts = max(number - 1, 0)
+            self._skip(trial, record, f"{reason} before it started", status="stopped")
 
     @property
     def holding(self) -> bool:
@@ -338,7 +374,7 @@ class TrialRunner:
             self.backend.cancel(attempt.key)
             self.journal.record(TrialInterrupted(
                 stage=self.stage.name, trial=attempt.trial.to_dict(), attempt=attempt.number,
-                reason=reason))
+                reason=reason, elapsed_s=self._elapsed()))
         self.running.clear()
         self._busy_ranks = 0
         self.keys.clear()
@@ -350,6 +386,13 @@ class TrialRunner:
         self.exhausted = False
         started = 0
         if self.holding or self.preparing:
+            return 0
+        if self.wall is not None and (self.wall_stop is not None
+                                      or not self.wall.may_start(self.backend.now())):
+            if not self.running:  # nothing left to wait for: the stage ends here
+                if self.wall_stop is None:
+                    self._stop_at_wall()
+                self.exhausted = True
             return 0
         while limit is None or started < limit:
             checked = False  # the backend was asked just now whether the shape fits
@@ -434,16 +477,23 @@ class TrialRunner:
         self.backend.launch(Launch(key, self.shape, request, hooks, self.policy.beat_every_s,
                                    gate=self.journal.gate()))
 
-    def _skip(self, trial: Any, record: TrialRecord, reason: str) -> None:
-        record.status, record.reason, record.finished_at = "failed", reason, time.time()
+    def _skip(self, trial: Any, record: TrialRecord, reason: str,
+              status: str = "failed") -> None:
+        record.status, record.reason, record.finished_at = status, reason, time.time()
         self.journal.record(TrialFinished(
             stage=self.stage.name, trial=trial.to_dict(), attempt=record.attempts,
-            status="failed", value=None, metrics={}, reason=reason, slot_seconds=0.0))
+            status=status, value=None, metrics={}, reason=reason, slot_seconds=0.0,
+            elapsed_s=self._elapsed()))
         self._tell(trial, record)
 
     def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any],
                         ended: Ended, adopted: bool = False) -> None:
         trial = attempt.trial
+        if attempt.stopped and outcome["status"] == "failed":  # at the wall: not its fault
+            outcome = {**outcome, "status": "stopped", "reason": attempt.cancelled,
+                       "repeats": False}
+        elif self.wall is not None and outcome["status"] in ("completed", "pruned"):
+            self.wall.finished(ended.at - attempt.launched)
         if outcome["status"] == "failed" and disk_full(outcome.get("reason")):
             # The machine's fault, not the trial's: stop, and run it again on resume.
             raise TrialDiskFull(self.run_dir, f"{self.stage.name}/{trial.id}", outcome["reason"])
@@ -484,7 +534,7 @@ class TrialRunner:
             status=record.status, value=record.value, metrics=record.metrics,
             reason=record.reason, slot_seconds=slot_seconds,
             startup_slot_seconds=startup_slot_seconds, checkpoint=record.checkpoint,
-            history=record.history, logs=logs, adopted=adopted,
+            history=record.history, logs=logs, adopted=adopted, elapsed_s=self._elapsed(),
             logged=journalled_logs(outcome.get("logged"),
                                    f"{ARTIFACTS}/{self.stage.name}/{trial.id}")))
         self._tell(trial, record)
@@ -579,7 +629,7 @@ class TrialRunner:
             "kind": self.stage.kind,
             "objective": {"metric": self.objectives[0].metric, "mode": self.objectives[0].mode},
             "objectives": [{"metric": o.metric, "mode": o.mode} for o in self.objectives],
-            "stop_reason": self.searcher.stop_reason,
+            "stop_reason": self.wall_stop or self.searcher.stop_reason,
             "best": None if best_record is None else {
                 "id": best_record.id,
                 "config": best_record.config,

@@ -123,6 +123,9 @@ class TrialStarted(Event):
     startup_s: float = 0.0  # starting a new gang for it: slot time, not the trial's
     adopted: bool = _optional(False)  # journalled by a resumed driver that found its result
     comm: str = _optional("horovod")  # what its ranks communicate over: horovod or torch
+    # A stage under a wall budget: its seconds so far (orchestrator.engine.wall), which a
+    # resumed driver goes on from.
+    elapsed_s: float | None = _optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -142,7 +145,8 @@ class TrialAttemptFailed(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class TrialFinished(Event):
-    """A trial's last word: completed, pruned or failed for good."""
+    """A trial's last word: completed, pruned or failed for good, or stopped by its
+    stage's wall budget (``status: stopped``, never retried)."""
 
     kind: ClassVar[str] = "trial_finished"
     stage: str
@@ -163,6 +167,9 @@ class TrialFinished(Event):
     # the run, "path": the file, relative to the run directory, "sha256", "bytes"}],
     # "problems": [...]}; left out when it logged nothing (and in older journals).
     logged: dict[str, Any] | None = field(default=None, metadata={"optional": True})
+    # A stage under a wall budget: its seconds so far (orchestrator.engine.wall), which a
+    # resumed driver goes on from.
+    elapsed_s: float | None = _optional()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -172,6 +179,9 @@ class TrialInterrupted(Event):
     trial: dict[str, Any]
     attempt: int
     reason: str
+    # A stage under a wall budget: its seconds so far (orchestrator.engine.wall), which a
+    # resumed driver goes on from.
+    elapsed_s: float | None = _optional()
 
 
 @dataclass(frozen=True, kw_only=True)

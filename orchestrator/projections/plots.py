@@ -24,7 +24,7 @@ from nestor.orchestrator.journal.state import Attempt, RunState, fold
 from nestor.orchestrator.projections.explain import completed, first_value, pareto_front
 
 STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
-                 "interrupted": "tab:gray", "running": "tab:blue"}
+                 "interrupted": "tab:gray", "running": "tab:blue", "stopped": "tab:purple"}
 # A slot-use chart names each attempt on its bar up to this many attempts; beyond,
 # the names would overlap into ink, and each is an artist that costs its drawing.
 LABELLED_BARS = 200

@@ -73,7 +73,7 @@ from nestor.trainers.logged import MAX_TAG_VALUE, artifact_name_problem, digest,
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
-ENDED = {"completed": "FINISHED", "pruned": "KILLED"}  # anything else: FAILED
+ENDED = {"completed": "FINISHED", "pruned": "KILLED", "stopped": "KILLED"}  # else FAILED
 # A trial's events: gathered, per batch, into one set of writes to its run.
 GATHERED = (TrialStarted, TrialAttemptFailed, TrialFinished, TrialInterrupted)
 # Events per batch at most (a trial's events are gathered within one): a batch is one

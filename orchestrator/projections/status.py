@@ -34,7 +34,8 @@ def _all_failed(finished: dict[str, int]) -> bool:
 
 def workflow_status(run_dir: Path) -> dict[str, Any]:
     """Per stage: its state (running, finished, failed: every trial failed, or
-    interrupted) and how many trials completed, failed and are running.
+    interrupted) and how many trials completed, failed, were stopped at its wall budget
+    and are running.
 
     Read from the journal's fold (:class:`RunState`, its stages alone), whose
     snapshot in the run directory makes a second look at a big run read only what
@@ -52,9 +53,11 @@ def workflow_status(run_dir: Path) -> dict[str, Any]:
         elif state == "finished" and _all_failed(stage.finished):
             state = "failed"
         completed = stage.count("completed")
+        stopped = stage.count("stopped")  # at its wall budget: not failed
         stages.append({
             "name": stage.name, "state": state, "completed": completed,
-            "failed": sum(stage.finished.values()) - completed,
+            "failed": sum(stage.finished.values()) - completed - stopped,
+            **({"stopped": stopped} if stopped else {}),
             "running": len(stage.running) if alive or stage.state == "running" else 0,
         })
     state = "finished" if finished else ("running" if alive else "interrupted")

@@ -44,6 +44,7 @@ from nestor.search.space import (
 from nestor.trainers import TrainerRef
 from nestor.trainers.catalog import DATASETS, TRAINERS
 
+from .budget import say_deprecated, split_budget
 from .errors import allowed, did_you_mean, option_mismatch, short
 from .needs import Need
 
@@ -342,12 +343,17 @@ PARAM_TYPES = ("float", "int", "categorical", "constant")
 
 
 def _check_budget(value: Any) -> Any:
-    """A budget as trials or as one cost (``search._budget``), in the search's own words."""
-    from nestor.search._budget import parse_budget, parse_budget_text
+    """A budget as trials or as one cost (``search._budget``), in the search's own words;
+    a mapping with a wall-clock limit (``.budget``) that reaches this check is wrong,
+    and the check says how, on the budget's line."""
+    from nestor.search._budget import UNITS, parse_budget, parse_budget_text
 
     if isinstance(value, str):
         value = parse_budget_text(value)
+    if isinstance(value, dict) and not (len(value) == 1 and next(iter(value)) in UNITS):
+        split_budget(value)  # raises: _SearchBase._wall_apart splits what it can
     parse_budget(value)
+    say_deprecated(value)
     return value
 
 
@@ -379,6 +385,28 @@ class _SearchBase(Strict):
     enqueue: list[dict[str, Any]] = Field(
         default_factory=list, description="configurations (parameter: value) the search"
         " asks first, in order, before its own")
+
+    wall_s: float | None = Field(
+        None, description="the stage's wall-clock limit in seconds, written in the budget:"
+        " {wall: 2h}, {trials: 50, wall: 30m}: no trial starts that could not finish by it"
+        " (judged by the median of the trials finished so far), and at it the running"
+        " trials are stopped and the stage ends")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _wall_apart(cls, data: Any) -> Any:
+        """``budget: {wall: 2h, ...}``: the wall clock to ``wall_s`` (the engine's), the
+        rest to ``budget`` (the search's). A budget that does not split is left for its
+        own check, which names it on its line."""
+        if isinstance(data, dict) and isinstance(data.get("budget"), dict):
+            budget = data["budget"]
+            if "wall" in budget or "trials" in budget:
+                try:
+                    searched, wall = split_budget(budget)
+                except ValueError:
+                    return data
+                return {**data, "budget": searched, "wall_s": wall}
+        return data
 
     @field_validator("budget", mode="before", check_fields=False)
     @classmethod
@@ -425,7 +453,7 @@ class _SearchBase(Strict):
 
     def settings(self) -> dict[str, Any]:
         """The searcher's own settings (``search.make_searcher``'s keywords)."""
-        return self.model_dump(exclude={"algorithm", "constraints", *_STARTS})
+        return self.model_dump(exclude={"algorithm", "constraints", "wall_s", *_STARTS})
 
     def trials_budget(self) -> int | None:
         """The budget where it counts trials (None: none, or a cost budget)."""
@@ -531,7 +559,8 @@ class _AutoRules(_SearchBase):
     def settings(self) -> dict[str, Any]:
         """The fidelity is the stage's business: the searcher gets its full value
         (``HpoStage.search_settings``)."""
-        return self.model_dump(exclude={"algorithm", "fidelity", "constraints", *_STARTS})
+        return self.model_dump(exclude={"algorithm", "fidelity", "constraints", "wall_s",
+                                        *_STARTS})
 
     def choose(
         self, space: SearchSpace, objectives: Any, max_fidelity: int | None = None,
@@ -564,7 +593,8 @@ class _ContinuingSearch(_SearchBase):
 
     def settings(self) -> dict[str, Any]:
         """The fidelity is the stage's business, not the searcher's."""
-        return self.model_dump(exclude={"algorithm", "fidelity", "constraints", *_STARTS})
+        return self.model_dump(exclude={"algorithm", "fidelity", "constraints", "wall_s",
+                                        *_STARTS})
 
     def planned_trials(self, space: SearchSpace) -> int:
         from nestor.search import make_searcher
@@ -1094,6 +1124,10 @@ class HpoStage(_StageBase):
         trials the stage runs at once) as the ``parallel`` of a search that sizes
         itself by it where the spec leaves that out."""
         settings = self.search.settings()
+        if self.search.wall_s is not None and settings.get("budget") is None:
+            from nestor.search._budget import UNLIMITED_TRIALS  # the wall clock ends it
+
+            settings["budget"] = UNLIMITED_TRIALS
         if isinstance(self.search, AutoSearch) and self.search.fidelity is not None:
             settings["max_fidelity"] = self.max_fidelity()
         if width is not None and "parallel" in settings and settings["parallel"] is None:

@@ -104,7 +104,7 @@ def test_an_auto_search_runs_and_restores() -> None:
         ({"population": 8}, "auto search settings must be among seed, budget, parallel"),
         ({"parallel": 0}, "parallel must be a positive integer, but got 0"),
         ({"budget": 0}, r"budget must be a positive integer \(trials\), .* but got 0"),
-        ({"budget": {"days": 2}}, "budget must be .*: one key of slot_seconds, hours, epochs"),
+        ({"budget": {"days": 2}}, "budget must be .*: one key of slot_seconds, slot_hours, epochs"),
         ({"max_fidelity": 2.5}, "max_fidelity must be a positive integer or None, but got 2.5"),
         ({"max_fidelity": 0}, "max_fidelity must be a positive integer or None, but got 0"),
         ({"prefer": "fast"}, "prefer must be one of anytime, final, but got 'fast'"),

@@ -133,7 +133,8 @@ def test_bad_budget_text_says_what_is_allowed(value: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("value", "message"),
     [({"epochs": 0}, "budget.epochs must be a positive number, but got 0"),
-     ({"epochs": 5, "hours": 1}, "one key of slot_seconds, hours, epochs, but got epochs, hours"),
+     ({"epochs": 5, "hours": 1},
+      "one key of slot_seconds, slot_hours, epochs, but got epochs, hours"),
      (2.5, "budget must be a positive integer")],
 )
 def test_bad_budgets_are_refused(value: Any, message: str) -> None:

@@ -55,5 +55,57 @@ def test_a_genetic_budget_above_its_generations_is_honoured() -> None:
 
 
 def test_a_bad_budget_names_the_field() -> None:
-    with pytest.raises(SpecError, match=r"stages\[0\].search.budget.*one key of slot_seconds"):
+    with pytest.raises(SpecError,
+                       match=r"stages\[0\].search.budget.*\(minutes: not one of trials"):
         stage("{algorithm: random, budget: {minutes: 3}}")
+
+
+@pytest.mark.parametrize(
+    ("search", "budget", "wall_s"),
+    [("{algorithm: random, budget: {wall: 2h}}", None, 7200.0),
+     ("{algorithm: random, budget: {trials: 50, wall: 30m}}", 50, 1800.0),
+     ("{algorithm: genetic, budget: {slot_hours: 3, wall: 90s}}", {"slot_hours": 3}, 90.0),
+     ("{algorithm: random, budget: {trials: 7}}", 7, None)],
+)
+def test_a_wall_clock_limit_is_the_stages_and_never_reaches_the_searcher(
+        search: str, budget: object, wall_s: float | None) -> None:
+    """budget: {wall: ...} beside a count or a cost: the wall clock goes to the stage
+    (the engine stops on it), the rest to the searcher, which never sees a wall."""
+    tune = stage(search)
+    assert (tune.search.budget, tune.search.wall_s) == (budget, wall_s)
+    settings = tune.search_settings()
+    assert "wall_s" not in settings and "wall" not in str(settings)
+    searcher = make_searcher(tune.search.algorithm, tune.search_space(), [("val", "max")],
+                             **settings)
+    if budget is None:  # the wall clock alone: the search asks until it ends the stage
+        assert searcher.planned >= 1_000_000
+    elif isinstance(budget, int):
+        assert searcher.planned == budget
+
+
+def test_slot_hours_have_their_own_name_and_hours_still_work_saying_so(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """{slot_hours: H} and 30slot-h are slot-hours, silently; {hours: H} and 30h, the older
+    spellings, mean the same and say once which spelling to use instead."""
+    with caplog.at_level("WARNING"):
+        assert stage("{algorithm: random, budget: {slot_hours: 2}}").search.budget == {
+            "slot_hours": 2}
+        assert stage("{algorithm: random, budget: 2slot-h}").search.budget == {
+            "slot_hours": 2.0}
+        assert not caplog.records
+        old = stage("{algorithm: random, budget: {hours: 7}}")
+    same = make_searcher("random", old.search_space(), [("v", "max")], **old.search_settings())
+    assert same.cost_budget.limit == 7 * 3600.0
+    notices = [r.getMessage() for r in caplog.records]
+    assert len(notices) == 1 and "{slot_hours: 7}" in notices[0] and "7slot-h" in notices[0]
+
+
+def test_validate_shows_a_wall_limit_in_place_of_a_trial_count(tmp_path) -> None:
+    from click.testing import CliRunner
+
+    from nestor.orchestrator.commands.cli import cli
+
+    path = tmp_path / "wall.yaml"
+    path.write_text(SPEC.format(search="{algorithm: random, budget: {wall: 2h}}"))
+    result = CliRunner().invoke(cli, ["validate", str(path)])
+    assert result.exit_code == 0 and "until 2h" in result.output, result.output

@@ -18,7 +18,8 @@ from nestor.search import make_searcher, settings_class
 from nestor.search._settings import Declared, declared
 from nestor.search.space import FloatParam, SearchSpace
 
-SPEC_ONLY = {"algorithm", "fidelity", "warm_start", "enqueue", "constraints"}  # the stage's
+SPEC_ONLY = {"algorithm", "fidelity", "warm_start", "enqueue", "constraints",
+             "wall_s"}  # the stage's
 
 
 def defaults(algorithm: str) -> dict:

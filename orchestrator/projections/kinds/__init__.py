@@ -140,6 +140,7 @@ def stage_report(summary: dict[str, Any], objectives: list[Any] | None = None) -
     report = Report(f"stage {summary.get('name', '?')} ({kind})")
     for label, key in (("trials", "n_trials"), ("runs (attempts)", "n_runs"),
                        ("failed", "n_failed"), ("pruned", "n_pruned"),
+                       ("stopped at the wall budget", "n_stopped"),
                        ("slot-seconds", "slot_seconds"), ("wall time s", "wall_time_s"),
                        ("time to threshold s", "time_to_threshold_s"),
                        ("stopped because", "stop_reason")):
