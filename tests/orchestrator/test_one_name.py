@@ -67,7 +67,7 @@ def _spec(params: dict) -> dict:
     from nestor.orchestrator.commands.sweep import build_spec
 
     return build_spec(**{k: list(v) if isinstance(v, tuple) else v for k, v in params.items()
-                         if k not in ("budget", "run_dir", "address", "quiet", "verbose")},
+                         if k not in ("budget", "wall", "run_dir", "address", "quiet", "verbose")},
                       budget=None)
 
 

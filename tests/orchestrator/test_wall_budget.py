@@ -147,12 +147,12 @@ def test_sweep_and_tune_take_a_wall_limit_and_refuse_a_bad_one(tmp_path: Path) -
 
     spec = build_spec(trainer=None, command="python3 fit.py", params=["x=float:0:1"],
                       settings=[], algorithm="random", budget=with_wall(5, "2h"),
-                      metric=None, mode="max", fom_pattern=None, dp=1, mp=1, parallel=None,
+                      metric=None, mode="max", result_pattern=None, dp=1, mp=1, parallel=None,
                       slots=None, seed=0)
     search = load_spec_text(spec_yaml(spec)).stage("sweep").search
     assert (search.budget, search.wall_s) == (5, 7200.0)
     assert with_wall("3slot-h", "30m") == {"slot_hours": 3.0, "wall": "30m"}
-    result = CliRunner().invoke(cli, ["sweep", "--cmd", "python3 fit.py", "--mode", "max",
+    result = CliRunner().invoke(cli, ["sweep", "--command", "python3 fit.py", "--mode", "max",
                                       "--param", "x=float:0:1", "--wall", "2x",
                                       "--run-dir", str(tmp_path / "never")])
     assert result.exit_code == 2, result.output
