@@ -15,9 +15,9 @@ import pytest
 
 from nestor.orchestrator.engine.kinds import KINDS, StageKind, stage_kind
 from nestor.orchestrator.journal.state import RunState
-from nestor.orchestrator.projections.kinds import KindReport, kind_report, report_of
+from nestor.orchestrator.projections.kinds import KindReport, kind_report, report_of, stage_report
 from nestor.orchestrator.projections.products import Product
-from nestor.orchestrator.projections.tables import stage_report, to_markdown
+from nestor.orchestrator.projections.tables import to_markdown
 from nestor.orchestrator.spec.model import STAGE_KINDS, Stage
 
 ROOT = Path(__file__).parents[2]
