@@ -18,7 +18,9 @@ set -euo pipefail
 DIR=${NESTOR_SLURM_DIR:-/var/spool/nestor-slurm}
 CONF=$DIR/slurm.conf
 HOST=$(hostname -s)
-CPUS=$(nproc)
+# nproc honours OMP_NUM_THREADS, which Ray sets to 1 in any process that started it (a
+# test run's, a user's notebook): the nodes would then offer 1 CPU each.
+CPUS=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 MEM_MB=$(( $(awk '/MemTotal/ {print $2}' /proc/meminfo) / 1024 / 2 ))
 
 die() { echo "local-slurm: $*" >&2; exit 1; }
