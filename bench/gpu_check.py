@@ -257,12 +257,12 @@ def timeline(run_dir: Path) -> dict[str, Any]:
     """When the trials ran, from the journal: the run's start to the first trial, each
     trial's seconds, and how many ran at once at most (packing helps only if they overlap
     and the GPU work, not each trial's start-up, fills them)."""
-    events = [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines()
-              if line.strip()]
+    from nestor.orchestrator.journal.journal import read_events
+
+    events = read_events(run_dir / "journal.jsonl")
     begun = next(e["time"] for e in events if e["event"] == "workflow_started")
     started = {e["trial"]["id"]: e["time"] for e in events if e["event"] == "trial_started"}
-    ended = {e["trial"]["id"] if isinstance(e.get("trial"), dict) else e.get("trial"): e["time"]
-             for e in events if e["event"] == "trial_finished"}
+    ended = {e["trial"]["id"]: e["time"] for e in events if e["event"] == "trial_finished"}
     spans = [(started[t], ended[t]) for t in started if t in ended]
     at_once = max((sum(a <= s < b for a, b in spans) for s, _ in spans), default=0)
     return {"to_first_trial_s": round(min((s for s, _ in spans), default=begun) - begun, 1),
