@@ -48,9 +48,9 @@ SHORT_VENV = .venv-py$(subst python,,$(notdir $(SHORT_PYTHON)))-torch$(SHORT_TOR
 # that is not slow, the slow ones that run the ranks' collectives and DDP
 # (test_trainer_parallel), the warm gangs, and the search tests that are not slow.
 # SHORT_TESTS=... runs what you name instead (the whole trainers, gangs and search
-# tests: tests/trainers tests/orchestrator/test_gangs.py tests/search).
+# tests: tests/trainers tests/backends/ray/test_gangs.py tests/search).
 SHORT_TESTS := -m "not slow" tests/trainers tests/search
-SHORT_SLOW := tests/trainers/test_trainer_parallel.py tests/orchestrator/test_gangs.py
+SHORT_SLOW := tests/trainers/test_trainer_parallel.py tests/backends/ray/test_gangs.py
 test-short:
 	@NESTOR_PYTHON=$(SHORT_PYTHON) NESTOR_TORCH=$(SHORT_TORCH) NESTOR_VENV=$(SHORT_VENV) scripts/setup.sh
 	$(SHORT_VENV)/bin/python -m pytest $(SHORT_TESTS)

@@ -43,9 +43,9 @@ class Mutant:
     tests: tuple[str, ...]  # pytest arguments: the tests that stand for the guarantee
 
 
-KILL = "tests/orchestrator/test_kill_after_a_result.py"
-PROJECTOR = "tests/orchestrator/test_projector.py"
-JOURNAL = "tests/orchestrator/test_journal.py"
+KILL = "tests/orchestrator/engine/test_kill_after_a_result.py"
+PROJECTOR = "tests/orchestrator/projections/test_projector.py"
+JOURNAL = "tests/orchestrator/journal/test_journal.py"
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("journal-fsync", "the journal makes events durable (fsync) before it says so",
@@ -92,7 +92,7 @@ MUTANTS: tuple[Mutant, ...] = (
            "orchestrator/engine/trials.py",
            "return record.slot_seconds + record.startup_slot_seconds",
            "return record.slot_seconds",
-           ("tests/orchestrator/test_budget_paid.py",)),
+           ("tests/orchestrator/engine/test_budget_paid.py",)),
 )
 
 

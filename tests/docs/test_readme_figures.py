@@ -6,7 +6,7 @@ code uses. Changing either alone fails here: the README cannot drift from the co
 code's defaults were 10 s and 120 s). Measured figures live in bench/REPORT.md,
 rendered from bench/results; behaviour the README promises is asserted by the tests
 it names (the 2 s grace in tests/reliability/test_engine_events.py, the progress
-timeout's default in tests/orchestrator/test_trial_defaults.py, the lq-CMA-ES regret
+timeout's default in tests/orchestrator/engine/test_trial_defaults.py, the lq-CMA-ES regret
 in tests/search/test_lq_cmaes.py).
 """
 

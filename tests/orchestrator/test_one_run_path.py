@@ -27,8 +27,8 @@ from nestor.orchestrator.journal.events import (
 )
 from nestor.orchestrator.journal.journal import read_events
 from nestor.orchestrator.spec import load_spec_text
-from tests.orchestrator import sim_contract_trainer as trainer
-from tests.orchestrator.test_simulated import CONTRACT
+from tests.backends.simulated import sim_contract_trainer as trainer
+from tests.backends.simulated.test_simulated import CONTRACT
 
 SHAPE_OF = (WorkflowStarted, StageStarted, TrialStarted, TrialAttemptFailed, TrialFinished,
             StageFinished, WorkflowFinished)

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.test_workflow import NESTOR, events, nestor
+from tests.orchestrator.workflow_helpers import NESTOR, events, nestor
 
 pytestmark = pytest.mark.slow
 

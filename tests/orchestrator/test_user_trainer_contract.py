@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.orchestrator.test_workflow import events, nestor
+from tests.orchestrator.workflow_helpers import events, nestor
 
 pytestmark = pytest.mark.slow
 

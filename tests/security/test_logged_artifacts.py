@@ -28,7 +28,7 @@ from nestor.orchestrator.journal.events import (
 )
 from nestor.orchestrator.journal.journal import Journal
 from nestor.orchestrator.projections.tracking import KEY_TAG
-from tests.orchestrator.test_projector import project, trial, workflow
+from tests.orchestrator.projections.test_projector import project, trial, workflow
 
 
 def sha256(path: Path) -> str:

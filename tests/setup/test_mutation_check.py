@@ -43,7 +43,7 @@ def test_a_mutant_its_tests_let_through_fails_the_check(tmp_path: Path) -> None:
     harmless = check.Mutant("comment", "nothing", "orchestrator/journal/journal.py",
                             "One writer (the driver) appends; anything may read.",
                             "One writer appends.",
-                            ("tests/orchestrator/test_journal.py", "-k", "round_trip"))
+                            ("tests/orchestrator/journal/test_journal.py", "-k", "round_trip"))
     before = (ROOT / harmless.path).read_text()
     check.MUTANTS = (harmless,)
     assert check.main([]) == 1

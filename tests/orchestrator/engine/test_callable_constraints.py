@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.test_workflow import events, nestor
+from tests.orchestrator.workflow_helpers import events, nestor
 
 pytestmark = pytest.mark.slow
 

@@ -20,7 +20,7 @@ from nestor.orchestrator.projections.products import Product
 from nestor.orchestrator.projections.tables import to_markdown
 from nestor.orchestrator.spec.model import STAGE_KINDS, Stage
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 # A comparison of something with a stage kind's name: `kind == "hpo"`,
 # `.get("kind") == "ensemble"`, `kind in ("hpo", ...)`, `isinstance(stage, TransferStage)`.
 NAMES = "|".join(KINDS)

@@ -26,7 +26,7 @@ from nestor.orchestrator.backends.simulated.backend import Draw
 from nestor.orchestrator.engine.reopen import ReopenError, edited_budget
 from nestor.orchestrator.engine.workflow import RunError, run_workflow
 from nestor.orchestrator.spec import load_spec_text
-from tests.orchestrator.test_kill_after_a_result import events, tells
+from tests.orchestrator.engine.test_kill_after_a_result import events, tells
 
 
 def spec(search: str, more: str = "") -> str:

@@ -14,7 +14,7 @@ from nestor.orchestrator.projections.artifacts import publish_stage
 from nestor.orchestrator.projections.kinds import stage_report
 from nestor.orchestrator.projections.tables import to_html, to_markdown
 from nestor.search import Objective
-from tests.orchestrator.test_plots import ENSEMBLE, TRANSFER, finished, started
+from tests.orchestrator.projections.test_plots import ENSEMBLE, TRANSFER, finished, started
 
 
 class Stage:

@@ -53,7 +53,7 @@ def test_ensemble_predictions_run_as_ray_tasks_not_in_the_driver(tmp_path: Path,
     spec.write_text(greedy_ensemble_spec(slots=2, epochs=2))
     run_dir = tmp_path / "run"
     driver = nestor_with_fault(NO_PREDICTIONS_IN_THE_DRIVER, "run", str(spec), "--run-dir",
-                               str(run_dir), timeout=600, cwd=str(Path(__file__).parents[2]))
+                               str(run_dir), timeout=600, cwd=str(Path(__file__).parents[3]))
     assert driver.returncode == 0, driver.stderr
     assert "Traceback" not in driver.stderr
     results = json.loads((run_dir / "results.json").read_text())

@@ -87,7 +87,7 @@ def test_resume_reads_and_restores_with_the_collector_paused(tmp_path, monkeypat
     from nestor.orchestrator.engine import history
     from nestor.orchestrator.engine.search_log import SearchLog
     from nestor.orchestrator.engine.workflow import run_workflow
-    from tests.orchestrator.test_run_state import two_stages
+    from tests.orchestrator.journal.test_run_state import two_stages
 
     run = tmp_path / "run"
     with pytest.raises(Interrupted):
@@ -186,7 +186,7 @@ def test_the_scheduler_loop_runs_the_collector_sparsely(tmp_path):
     from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
     from nestor.orchestrator.engine.history import SPARSE_GC_THRESHOLD
     from nestor.orchestrator.engine.workflow import run_workflow
-    from tests.orchestrator.test_run_state import two_stages
+    from tests.orchestrator.journal.test_run_state import two_stages
 
     class Watched(SimulatedBackend):
         def wait(self, timeout):  # the loop's every turn blocks here

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.orchestrator.test_workflow import nestor
+from tests.orchestrator.workflow_helpers import nestor
 
 pytestmark = pytest.mark.slow
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from test_simulated import journal, kill_and_resume_population
-
 from nestor.orchestrator.spec import load_spec_text
 from nestor.search import Objective, make_searcher
+from tests.backends.simulated.test_simulated import journal, kill_and_resume_population
 
 SPEC = textwrap.dedent("""
     name: pb2

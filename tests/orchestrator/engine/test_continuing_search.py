@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.orchestrator.test_workflow import events, nestor
+from tests.orchestrator.workflow_helpers import events, nestor
 
 pytestmark = pytest.mark.slow
 

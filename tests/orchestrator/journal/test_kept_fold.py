@@ -21,7 +21,7 @@ from nestor.orchestrator.engine.workflow import run_workflow
 from nestor.orchestrator.journal import kept
 from nestor.orchestrator.journal.state import STAGES_SNAPSHOT, RunState
 from nestor.orchestrator.projections.status import workflow_status
-from tests.orchestrator.test_run_state import two_stages
+from tests.orchestrator.journal.test_run_state import two_stages
 
 
 def heads(state: RunState) -> Any:

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from nestor.orchestrator.projections.projector import Projector
-from tests.orchestrator.test_projector import workflow
+from tests.orchestrator.projections.test_projector import workflow
 
 
 def test_the_store_is_open_before_the_first_event(tmp_path: Path) -> None:

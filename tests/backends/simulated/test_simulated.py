@@ -428,7 +428,7 @@ name: contract
 stages:
   - name: tune
     kind: hpo
-    trainer: {function: "tests.orchestrator.sim_contract_trainer:quadratic"}
+    trainer: {function: "tests.backends.simulated.sim_contract_trainer:quadratic"}
     search: {algorithm: grid}
     space: {x: {type: categorical, values: [0.1, 0.5, 0.9, 0.3]}}
     objective: {metric: val_accuracy, mode: max}
@@ -457,7 +457,7 @@ def test_the_same_scenario_gives_the_same_sweep_on_ray_and_in_simulation(
         tmp_path: Path, ray_local: object) -> None:
     from nestor.orchestrator.backends import RayBackend
     from nestor.orchestrator.backends.ray.gangs import GangPool
-    from tests.orchestrator import sim_contract_trainer as trainer
+    from tests.backends.simulated import sim_contract_trainer as trainer
 
     def model(config: Any, rng: random.Random) -> Draw:
         if float(config["x"]) > trainer.FAILING_X:

@@ -5,11 +5,10 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from test_simulated import finished
-
 from nestor.orchestrator.backends import SimulatedBackend, lognormal_trials
 from nestor.orchestrator.engine.workflow import run_workflow
 from nestor.orchestrator.spec import load_spec_text
+from tests.backends.simulated.test_simulated import finished
 
 SPEC = textwrap.dedent("""
     name: autofid

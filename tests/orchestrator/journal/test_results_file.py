@@ -25,7 +25,7 @@ from nestor.orchestrator.journal.results_file import (
     write_results,
 )
 from nestor.orchestrator.projections.results import load_results, render_results
-from tests.orchestrator.test_run_state import two_stages
+from tests.orchestrator.journal.test_run_state import two_stages
 
 
 def tables(results: dict[str, Any]) -> str:

@@ -27,7 +27,10 @@ from nestor.orchestrator.journal.events import (
 from nestor.orchestrator.journal.journal import Journal
 from nestor.orchestrator.projections.projector import CURSOR_FILE, Projector
 from nestor.orchestrator.spec import load_spec
-from tests.orchestrator.journal_in_mlflow import assert_mlflow_shows_every_event, journal_events
+from tests.orchestrator.projections.journal_in_mlflow import (
+    assert_mlflow_shows_every_event,
+    journal_events,
+)
 
 
 def workflow(tmp_path: Path):

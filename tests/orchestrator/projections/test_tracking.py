@@ -58,7 +58,7 @@ def test_a_moved_run_directory_keeps_its_artifacts_its_own(tmp_path: Path) -> No
         "import sys; from pathlib import Path; from nestor.orchestrator.projections.tracking import Tracker\n"  # noqa: E501
         "t = Tracker(Path(sys.argv[1]), 'demo')\n"
         "t.log_artifact(sys.argv[2], Path(sys.argv[3]), folder='later'); t.close()"),
-        str(moved), stage, str(note)], check=True, cwd=Path(__file__).parents[2])
+        str(moved), stage, str(note)], check=True, cwd=Path(__file__).parents[3])
     again = Tracker(moved, "demo")
     run = again.client.get_run(stage)
     # The store holds a location relative to the artifact root (nothing rewritten by the
@@ -106,14 +106,14 @@ Tracker(Path(sys.argv[1]), "demo").start_run("tune")
         # A cache of its own: with a schema template there would be no migration to cut.
         env = dict(os.environ, NESTOR_CACHE_DIR=str(tmp_path / f"cache-{delay}"))
         child = subprocess.run([sys.executable, "-c", script, str(run_dir), delay],
-                               cwd=Path(__file__).parents[2], capture_output=True, check=False,
+                               cwd=Path(__file__).parents[3], capture_output=True, check=False,
                                env=env)
         assert child.returncode == -9, child.stderr  # it died in the upgrade
         if list((tmp_path / f"cache-{delay}").rglob("*.db")):  # killed after it was made
             # A template left is whole: a store copied from it opens, no migration run.
             fresh = subprocess.run([sys.executable, "-c", NO_MIGRATION,
                                     str(tmp_path / f"fresh-{delay}")],
-                                   cwd=Path(__file__).parents[2], capture_output=True,
+                                   cwd=Path(__file__).parents[3], capture_output=True,
                                    check=False, env=env)
             assert fresh.returncode == 0, fresh.stderr.decode()
         tracker = Tracker(run_dir, "demo")  # what the resumed driver does

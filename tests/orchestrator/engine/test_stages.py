@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tests.orchestrator.test_workflow import FIT, NESTOR, events, nestor
+from tests.orchestrator.workflow_helpers import FIT, NESTOR, events, nestor
 
 pytestmark = pytest.mark.slow
 
@@ -298,7 +298,7 @@ def test_hierarchical_transfer_trains_sub_models_then_fine_tunes_their_average(
     run_dir = tmp_path / "run"
     result = nestor_with_fault(NO_CHECKPOINTS_IN_THE_DRIVER, "run", str(tmp_path / "spec.yaml"),
                                "--run-dir", str(run_dir), timeout=900,
-                               cwd=str(Path(__file__).parents[2]))
+                               cwd=str(Path(__file__).parents[3]))
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     log = events(run_dir)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tests.orchestrator.test_workflow import (
+from tests.orchestrator.workflow_helpers import (
     DIES_BEFORE_JOURNALLING_A_RESULT,
     events,
     finished,

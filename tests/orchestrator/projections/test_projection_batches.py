@@ -18,7 +18,7 @@ from nestor.orchestrator.journal.events import (
 from nestor.orchestrator.journal.journal import Journal
 from nestor.orchestrator.projections.projector import Projector
 from nestor.orchestrator.projections.tracking import RunWrites, Tracker
-from tests.orchestrator.test_projector import trial, workflow
+from tests.orchestrator.projections.test_projector import trial, workflow
 
 
 def writes(key: str, parent: str) -> RunWrites:

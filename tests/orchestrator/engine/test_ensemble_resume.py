@@ -22,9 +22,9 @@ from nestor.orchestrator.engine.kinds.ensemble import KIND
 from nestor.orchestrator.journal.events import PlanState, TrialStarted, parse
 from nestor.orchestrator.journal.journal import Journal, read_events
 from nestor.orchestrator.spec import load_spec_text
-from tests.orchestrator.test_stage_tasks import greedy_ensemble_spec
-from tests.orchestrator.test_stages import stage
-from tests.orchestrator.test_workflow import events, nestor
+from tests.orchestrator.engine.test_stage_tasks import greedy_ensemble_spec
+from tests.orchestrator.engine.test_stages import stage
+from tests.orchestrator.workflow_helpers import events, nestor
 
 SPEC = greedy_ensemble_spec(slots=1, epochs=1)
 MEMBERS = ["member-0", "member-1"]
