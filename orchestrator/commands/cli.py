@@ -109,7 +109,7 @@ def plan(spec: Path, slots: int | None, stage: str | None, do_profile: bool, mea
     --measure, measured ones beside them.
     """
     from nestor.orchestrator.planning import NoFeasibleShape, ProfileError
-    from nestor.orchestrator.planning._report import render
+    from nestor.orchestrator.planning.report import render
     from nestor.orchestrator.spec import SpecError, default_slots, load_spec
 
     err = console(stderr=True)

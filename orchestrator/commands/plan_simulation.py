@@ -111,7 +111,7 @@ def simulate_row(model: Any, candidate: Any, *, runs: int, generation: int | Non
 def row_simulator(model: Any, *, per_rank_batch: int, epochs: int, slots: int,
                   slots_per_node: int = SLOTS_PER_NODE
                   ) -> Callable[[Any, int, int | None, bool], tuple[float | None, str | None]]:
-    """``simulate(candidate, runs, generation, concurrent)`` for ``planning._report.render``:
+    """``simulate(candidate, runs, generation, concurrent)`` for ``planning.report.render``:
     a row's virtual seconds on ``slots`` simulated slots, or None and why not."""
     made = 0
 

@@ -8,6 +8,7 @@ The pieces, one job each (none imports torch or Ray at import time):
 - `_cost`: the alpha-beta cost model, fitted to a profile, and its checks;
 - `_planner`: the choice under the batch cap, memory and slots, and re-planning;
 - `_stage`: a spec stage's inputs to the planner; `_table`: `nestor plan`'s table;
+- `report`: `nestor plan`'s whole answer (public: the CLI renders it);
 - `_simulated`: simulated trials that last what the cost model predicts.
 
 >>> from nestor.orchestrator.planning import Goal, Limits, choose   # doctest: +SKIP

@@ -68,7 +68,7 @@ def test_plan_of_a_bad_stage_name_exits_2(spec: Path) -> None:
 
 
 def test_planning_imports_neither_torch_nor_ray() -> None:
-    code = ("import sys, nestor.orchestrator.planning, nestor.orchestrator.planning._report\n"
+    code = ("import sys, nestor.orchestrator.planning, nestor.orchestrator.planning.report\n"
             "heavy = [m for m in ('torch', 'ray', 'horovod', 'mlflow') if m in sys.modules]\n"
             "assert not heavy, heavy\n"
             "import nestor.orchestrator.commands.cli\n")
@@ -154,7 +154,7 @@ def test_simulated_rows_take_the_prediction_plus_one_gang_start(tmp_path: Path) 
 
     from nestor.orchestrator.commands.plan_simulation import row_simulator
     from nestor.orchestrator.planning import GANG_START_S
-    from nestor.orchestrator.planning._report import render
+    from nestor.orchestrator.planning.report import render
     from nestor.orchestrator.spec import load_spec
 
     for slots in (8, 16):
