@@ -37,7 +37,7 @@ launcher that starts the ranks itself (``horovodrun``, ``torchrun``,
 ``{master_addr}``, ``{master_port}``, ``{nnodes}``, ``{nproc_per_node}``) and
 ``WORLD_SIZE``, ``MASTER_ADDR``, ``MASTER_PORT``, ``NESTOR_HOSTS``,
 ``NESTOR_NP`` and torchrun's ``PET_*`` say where the gang's slots are
-(:mod:`trainers._launch`). A command that names ``{node_rank}`` runs instead
+(:mod:`trainers.launch`). A command that names ``{node_rank}`` runs instead
 once per node, on each node's first rank (:func:`run_command_rank`), with
 ``NODE_RANK`` and ``PET_NODE_RANK`` set too; the logs of node k > 0 go to
 ``<log_dir>/node<k>/``.
@@ -60,7 +60,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from nestor.trainers._launch import (
+from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers.gpu import gpu_granted, gpu_metrics
+from nestor.trainers.history import BoundedHistory
+from nestor.trainers.launch import (
     PLACEHOLDERS,
     Layout,
     Node,
@@ -70,9 +73,6 @@ from nestor.trainers._launch import (
     per_node,
     share_port,
 )
-from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
-from nestor.trainers.gpu import gpu_granted, gpu_metrics
-from nestor.trainers.history import BoundedHistory
 from nestor.trainers.logged import ARTIFACTS_ENV, Logged, prepare_artifacts
 from nestor.trainers.outputs import left_checkpoint, prepare_folder
 from nestor.trainers.warden import Warden

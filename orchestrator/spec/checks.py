@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from nestor.trainers._launch import PLACEHOLDERS, unknown_placeholders
 from nestor.trainers.catalog import TRAINERS
+from nestor.trainers.launch import PLACEHOLDERS, unknown_placeholders
 
 from .errors import allowed, did_you_mean, option_mismatch, short
 from .leaks import check_splits

@@ -206,7 +206,7 @@ stages:
 """)
     result = CliRunner().invoke(cli, ["validate", str(spec)])
     assert result.exit_code == 0, result.output
-    from nestor.trainers._launch import per_node
+    from nestor.trainers.launch import per_node
 
     argv = load_spec(spec).stage("tune").trainer.argv
     assert per_node(argv) and not per_node([w for w in argv if w != "{node_rank}"])

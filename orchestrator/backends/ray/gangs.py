@@ -747,7 +747,7 @@ class GroupedRanks:
 
     def layout_env(self, hostnames: Sequence[str]) -> dict[str, str]:
         """Where the gang's ranks are, for a command trainer's launcher in rank 0
-        (``trainers._launch``): ranks per host in rank order, the address of
+        (``trainers.launch``): ranks per host in rank order, the address of
         rank 0's node (``MASTER_ADDR``, where torchrun's rendezvous listens), and
         each rank's Ray node (numbered by first rank: a per-node launch runs on
         each node's first rank).
@@ -756,7 +756,7 @@ class GroupedRanks:
         stay where they are, trial after trial."""
         import ray
 
-        from nestor.trainers._launch import (
+        from nestor.trainers.launch import (
             GANG_ADDR_ENV,
             GANG_HOSTS_ENV,
             GANG_NODES_ENV,
