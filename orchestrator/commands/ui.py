@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from nestor.orchestrator.projections.tracking import ARTIFACTS_DIR, STORE_FILE
+from nestor.orchestrator.projections.store_paths import ARTIFACTS_DIR, STORE_FILE
 from nestor.orchestrator.projections.ui_gate import (
     COOKIE_ENV,
     ENTRY_POINT,

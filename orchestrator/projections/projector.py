@@ -59,12 +59,11 @@ from nestor.orchestrator.journal.journal import JournalError, event_of, write_at
 from nestor.orchestrator.journal.safe import inside_or_warn
 from nestor.orchestrator.journal.text import first_line
 from nestor.orchestrator.projections.cursor import CURSOR_FILE, read_cursor
+from nestor.orchestrator.projections.local_store import copy_cursor, default_tracking_uri
 from nestor.orchestrator.projections.products import objective_label
 from nestor.orchestrator.projections.tracking import (
     RunWrites,
     Tracker,
-    copy_cursor,
-    default_tracking_uri,
     derived_key,
     permanent,
 )

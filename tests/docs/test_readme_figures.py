@@ -78,7 +78,7 @@ def _answer() -> float:
 
 
 def _store_copy() -> float:
-    from nestor.orchestrator.projections.tracking import SYNC_INTERVAL_S
+    from nestor.orchestrator.projections.local_store import SYNC_INTERVAL_S
 
     return SYNC_INTERVAL_S
 

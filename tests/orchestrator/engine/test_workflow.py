@@ -68,7 +68,7 @@ def test_a_sweep_journals_tracks_and_reports_every_trial(sweep) -> None:
     assert all(r.data.tags["nestor.status"] == "completed" for r in children)
     from mlflow.tracking import MlflowClient
 
-    from nestor.orchestrator.projections.tracking import list_artifacts
+    from nestor.orchestrator.projections.store_paths import list_artifacts
 
     client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
     logged = [a.path for a in list_artifacts(client, run_dir, children[0].info.run_id,
@@ -423,7 +423,7 @@ def test_builtin_cnn_trials_run_as_two_rank_horovod_jobs(tmp_path: Path) -> None
     experiment = client.get_experiment_by_name("cnn-digits")
     (stage_run,) = [r for r in client.search_runs([experiment.experiment_id])
                     if "mlflow.parentRunId" not in r.data.tags]
-    from nestor.orchestrator.projections.tracking import list_artifacts
+    from nestor.orchestrator.projections.store_paths import list_artifacts
 
     assert list_artifacts(client, tmp_path / "run", stage_run.info.run_id, "best_checkpoint")
     assert len({e["gang"] for e in started}) == 1  # the second trial reused the warm gang

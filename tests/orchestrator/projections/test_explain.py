@@ -199,7 +199,7 @@ def test_a_finished_run_explains_itself_in_results_best_trials_plots_and_mlflow(
             if r.data.tags.get("nestor.stage") == "tune" and "nestor.trial" not in r.data.tags]
     stage_runs = [r for r in runs if "importance.x" in r.data.metrics]
     assert len(stage_runs) == 1, [r.data.metrics for r in runs]
-    from nestor.orchestrator.projections.tracking import list_artifacts
+    from nestor.orchestrator.projections.store_paths import list_artifacts
 
     logged = {a.path for a in list_artifacts(client, run_dir, stage_runs[0].info.run_id,
                                              "plots")}

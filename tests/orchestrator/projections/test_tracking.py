@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from nestor.orchestrator.projections.tracking import Tracker, artifact_location
+from nestor.orchestrator.projections.store_paths import artifact_location
+from nestor.orchestrator.projections.tracking import Tracker
 
 
 def test_nested_runs_with_params_metrics_and_tags(tmp_path: Path) -> None:
@@ -126,7 +127,7 @@ def test_a_new_store_is_a_copy_of_the_schema_built_once(tmp_path: Path, monkeypa
     # scheduling loop: only the first store of an MLflow version runs them.
     import mlflow.store.db.utils as db_utils
 
-    from nestor.orchestrator.projections.tracking import make_store, schema_template
+    from nestor.orchestrator.projections.store_schema import make_store, schema_template
 
     monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)

@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from nestor.orchestrator.projections import tracking
-from nestor.orchestrator.projections.tracking import Tracker, filesystem_type, on_network_filesystem
+from nestor.orchestrator.projections import filesystems
+from nestor.orchestrator.projections.filesystems import filesystem_type, on_network_filesystem
+from nestor.orchestrator.projections.tracking import Tracker
 
 MOUNTS = r"""overlay / overlay rw,relatime,lowerdir=/a:/b 0 0
 proc /proc proc rw,nosuid,nodev,noexec,relatime 0 0
@@ -70,7 +71,7 @@ def nfs_run_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     mounts = tmp_path / "mounts"
     mounts.write_text(Path("/proc/mounts").read_text()
                       + f"server:/export {(tmp_path / 'nfs').resolve()} nfs4 rw,hard 0 0\n")
-    monkeypatch.setattr(tracking, "MOUNTS", mounts)
+    monkeypatch.setattr(filesystems, "MOUNTS", mounts)
     monkeypatch.delenv("NESTOR_MLFLOW_LOCAL_STORE", raising=False)
     monkeypatch.setenv("NESTOR_LOCAL_STORE_DIR", str(tmp_path / "node-a"))
     return run_dir

@@ -121,7 +121,7 @@ def read_artifact(run_dir: Path, run: Any, name: str, into: Path) -> str:
     """An artifact's content, fetched through MLflow's artifact repository."""
     from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
 
-    from nestor.orchestrator.projections.tracking import artifact_location
+    from nestor.orchestrator.projections.store_paths import artifact_location
 
     repository = get_artifact_repository(artifact_location(run_dir, run.info.artifact_uri))
     into.mkdir(parents=True, exist_ok=True)
@@ -131,7 +131,7 @@ def read_artifact(run_dir: Path, run: Any, name: str, into: Path) -> str:
 def assert_mlflow_holds_what_each_trial_logged(run_dir: Path, tmp_path: Path) -> None:
     from mlflow.tracking import MlflowClient
 
-    from nestor.orchestrator.projections.tracking import list_artifacts
+    from nestor.orchestrator.projections.store_paths import list_artifacts
 
     done = finished(run_dir)
     assert len(done) == 4 and all(e["status"] == "completed" for e in done.values()), done
