@@ -117,10 +117,16 @@ def importance(summary: dict[str, Any], seed: int = 0) -> Importance | None:
             rated.append(name)
     if not rated or len({first_value(t) for t in trials}) < 2:
         return None  # nothing varied, or every trial scored alike: nothing to apportion
-    try:
-        shares = _fanova_once(trials, rated, seed)
-    except (RuntimeError, ValueError):  # a forest with no variance to split, say
-        return None
+    if len(rated) == 1:
+        # One parameter varied: it explains whatever the forest would apportion, so its
+        # normalised share is 1 without fitting one (seconds of the stage's publication,
+        # which a run's exit waits for, at a few thousand trials).
+        shares = {rated[0]: 1.0}
+    else:
+        try:
+            shares = _fanova_once(trials, rated, seed)
+        except (RuntimeError, ValueError):  # a forest with no variance to split, say
+            return None
     return Importance(dict(sorted(shares.items(), key=lambda kv: -kv[1])), len(trials), unrated)
 
 

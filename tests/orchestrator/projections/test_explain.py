@@ -82,6 +82,17 @@ def test_importance_names_a_conditional_or_constant_parameter_as_not_rated() -> 
     assert explain.importance(summary_of(alike, [("acc", "max")])) is None
 
 
+def test_one_varied_parameter_has_all_the_importance_without_a_forest(monkeypatch) -> None:
+    fits: list[int] = []
+    fit = explain._fanova
+    monkeypatch.setattr(explain, "_fanova", lambda *a: fits.append(1) or fit(*a))
+    rows = [({"x": i / 50, "fixed": 1}, (i / 50) ** 2) for i in range(50)]
+    found = explain.importance(summary_of(rows, [("loss", "min")]))
+    assert found is not None and found.shares == {"x": 1.0} and found.trials == 50
+    assert "fixed" in found.unrated
+    assert not fits, "one rated parameter: its share is 1 without fitting fANOVA's forest"
+
+
 @pytest.mark.parametrize("modes", [("max", "min"), ("min", "min"), ("max", "max")])
 def test_the_pareto_front_is_every_trial_no_other_beats_in_all_objectives(
         modes: tuple[str, str]) -> None:
