@@ -28,6 +28,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from bench import heldout_ledger
 from bench.machine import RESULTS, ROOT
 from bench.steps import measured_paths
 
@@ -42,9 +43,27 @@ SEED_COMBINED = ("The seed's combined table was an estimate, \"calculated by mul
                  " row is measured, and the product is shown beside it")
 
 
+RESULTS_FILE = "_results_file"  # the file a loaded result came from (the ledger's key)
+
+
+def _read(path: Path) -> dict[str, Any]:
+    """A results file, marked with its name so that a section can say what
+    ``bench/heldout_ledger.py`` records of it."""
+    data = json.loads(path.read_text())
+    data[RESULTS_FILE] = path.name
+    return data
+
+
 def _load(results: Path, name: str) -> dict[str, Any] | None:
     path = results / f"{name}.json"
-    return json.loads(path.read_text()) if path.is_file() else None
+    return _read(path) if path.is_file() else None
+
+
+def _ledger_lines(result: dict[str, Any]) -> list[str]:
+    """What the held-out ledger says of a result's run (which revision of auto it
+    judged, and whether on a fresh or a reused set; or what was fitted on it)."""
+    text = heldout_ledger.label(result.get(RESULTS_FILE, ""))
+    return [text, ""] if text else []
 
 
 def _finished_at(data: dict[str, Any]) -> str:
@@ -209,6 +228,123 @@ def stale_problems(results: Path, report_text: str) -> list[str]:
             problems.append(f"{figure} ({_provenance(result)['command']}):"
                             f" {label.split('**: ')[1]}")
     return problems
+
+
+# -- held out means held out; no figure from uncommitted code -----------------------------
+
+
+def dirty_results(results: Path) -> list[str]:
+    """The committed results made on a tree with uncommitted changes (``dirty: true`` in
+    their machine block): no figure of REPORT.md may come from one, and every results
+    file is rendered somewhere in it (or read by none: kept for no figure)."""
+    found = []
+    for path in sorted(results.glob("*.json")):
+        m = _provenance(json.loads(path.read_text()))
+        if isinstance(m, dict) and m.get("dirty") is True:
+            found.append(f"{path.name}: made at `{str(m.get('commit'))[:10]}` with uncommitted"
+                         " changes in the tree; rerun it at a commit, or remove it")
+    return found
+
+
+def _bench_of(m: Any) -> str | None:
+    """The bench script a result's command ran (``many_at_once_bench``), or None."""
+    command = m.get("command", "") if isinstance(m, dict) else ""
+    found = re.search(r"bench[/.](\w+?)(?:\.py)?(?:\s|$)", command)
+    return found.group(1) if found else None
+
+
+def _problem_ids(data: dict[str, Any]) -> set[str] | None:
+    """A result's problems as the ledger names them (``BENCH:NAME``; the bare name where
+    the result records no command), or None where it records no problems."""
+    names = data.get("problems")
+    if not isinstance(names, list | dict):
+        return None
+    bench = _bench_of(_provenance(data))
+    return {f"{bench}:{n}" if bench else str(n) for n in names}
+
+
+def _matches(recorded: set[str], ledger: frozenset[str]) -> set[str]:
+    """``ledger``'s problems as ``recorded`` names them (bare names for a result that
+    records no command)."""
+    return set(ledger) if any(":" in p for p in recorded) else {
+        p.split(":", 1)[1] for p in ledger}
+
+
+def _ledger_result(results: Path, name: str) -> dict[str, Any] | None:
+    """A result the ledger names: a file in ``results``, or ``COMMIT:PATH``, a version
+    since overwritten (read from git; None where it cannot be)."""
+    if ":" not in name:
+        path = results / name
+        return json.loads(path.read_text()) if path.is_file() else None
+    text = _git("show", name)
+    return json.loads(text) if text else None
+
+
+def _runs_revision(commit: str, revision: str, following: str | None) -> str | None:
+    """Why results made at ``commit`` did not run ``revision`` (None: they did, or git
+    cannot say): it lacks the revision's commit, or has the next revision's."""
+    if _git("cat-file", "-e", f"{commit}^{{commit}}") is None:
+        return f"made at `{commit[:10]}`, a commit not in this repository's history"
+    if _git("merge-base", "--is-ancestor", revision, commit) is None:
+        return f"made at `{commit[:10]}`, before `{revision}`"
+    if following and _git("merge-base", "--is-ancestor", following, commit) is not None:
+        return f"made at `{commit[:10]}`, which has the next revision `{following}` too"
+    return None
+
+
+COMMITTED = ROOT / "bench" / "results"  # the results the ledger describes
+
+
+def ledger_problems(results: Path,
+                    ledger: tuple[heldout_ledger.Revision, ...] = heldout_ledger.LEDGER,
+                    committed: bool | None = None) -> list[str]:
+    """Where ``bench/heldout_ledger.py`` and the results disagree: the ledger itself
+    (:func:`heldout_ledger.problems`), and, for the committed results (``committed``;
+    by default whether ``results`` is bench/results, not a scratch folder), a result it
+    names that is missing or ran other problems, a judgement made on code of another
+    revision, and a result on the ledger's problems that it does not name (a
+    judgement not recorded)."""
+    found = heldout_ledger.problems(ledger)
+    if committed is None:
+        committed = results.resolve() == COMMITTED.resolve()
+    if not committed:
+        return found
+    git = _git("rev-parse", "HEAD") is not None
+    named: set[str] = set()
+    for k, revision in enumerate(ledger):
+        following = ledger[k + 1].commit if k + 1 < len(ledger) else None
+        uses = [(name, revision.fitted_on, False) for name in revision.fit_results]
+        uses += [(name, j.problems, True) for j in revision.judged_by for name in j.results]
+        for name, problems, judged in uses:
+            named.add(name)
+            if ":" in name and not git:
+                continue
+            data = _ledger_result(results, name)
+            if data is None:
+                found.append(f"{revision.name}: {name} is not in {results} (or git)")
+                continue
+            recorded = _problem_ids(data)
+            if recorded is not None:
+                expected = _matches(recorded, problems)
+                if recorded != expected if judged else not recorded <= expected:
+                    found.append(f"{revision.name}: {name} ran {', '.join(sorted(recorded))};"
+                                 f" the ledger says {', '.join(sorted(expected))}")
+            m = _provenance(data)
+            if judged and git and has_provenance(m):
+                why = _runs_revision(m["commit"], revision.commit, following)
+                if why:
+                    found.append(f"{name} is recorded as judging {revision.name}"
+                                 f" (`{revision.commit}`) but was {why}: record the"
+                                 " revision it judged (a fresh held-out set is due)")
+    known = frozenset().union(*(r.fitted_on for r in ledger),
+                              *(j.problems for r in ledger for j in r.judged_by))
+    for path in sorted(results.glob("*.json")):
+        recorded = _problem_ids(json.loads(path.read_text()))
+        if path.name not in named and recorded and recorded & known:
+            found.append(f"{path.name} ran problems the ledger tracks"
+                         f" ({', '.join(sorted(recorded & known))}) but the ledger does not"
+                         " name it: record what it fitted or judged")
+    return found
 
 
 def machine_line(m: dict[str, Any] | str | None) -> str:
@@ -633,6 +769,8 @@ def headline(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         label = stale_label(m)
         if label is not None:
             out.append(label)
+        if heldout_ledger.judgement_of(result.get(RESULTS_FILE, "")) is not None:
+            out.append(f"  - {heldout_ledger.label(result[RESULTS_FILE])}")
     if len(out) == 4 and not missing:
         out.append("None: no results file is committed (`make bench-quick` writes them).")
     if missing:
@@ -941,7 +1079,7 @@ def render_text(results: Path, out: Path) -> str:
         MF_HELDOUT_TITLE, "", "Not run.", ""]
     for path in sorted(results.glob("multifidelity_heldout_*.json")):  # more seeds, apart
         lines += [f"### {path.name}: a further run", ""]
-        lines += mf_heldout_section(json.loads(path.read_text()))[1:]
+        lines += mf_heldout_section(_read(path))[1:]
     lines += (mf_heldout_section(r["mf_dev"], MF_DEV_TITLE, "bench/multifidelity_dev_bench.py")
               if r["mf_dev"] else [MF_DEV_TITLE, "", "Not run.", ""])
     lines += mf_auto_section(r["mf_auto"]) if r["mf_auto"] else [MF_AUTO_TITLE, "", "Not run.",
@@ -1112,7 +1250,7 @@ def heldout_section(h: dict[str, Any]) -> list[str]:
     from bench.stats import Spread
 
     who = ["auto", *h["competitors"]]
-    lines = [HELDOUT_TITLE, "", machine_line(h["machine"]), "",
+    lines = [HELDOUT_TITLE, "", *_ledger_lines(h), machine_line(h["machine"]), "",
              "Problems fixed in `bench/auto_heldout_bench.py` before its results were seen,"
              " none of them among those `search/_auto.py`'s rules were fitted to (sine-fit,"
              " `bench/auto_suite_bench.py`'s nine). Regret: the noise-free value of the trial"
@@ -1238,7 +1376,7 @@ def many_verdict(rows: list[dict[str, Any]]) -> str:
 def many_at_once_section(r: dict[str, Any]) -> list[str]:
     """bench/many_at_once_bench.py: auto, Optuna's TPE with the constant liar and
     random search at 16 to 1,024 pending trials, on a virtual clock."""
-    lines = [MANY_TITLE, "", machine_line(r["machine"]), "",
+    lines = [MANY_TITLE, "", *_ledger_lines(r), machine_line(r["machine"]), "",
              ("Problems fixed in `bench/many_at_once_bench.py` before any search ran on them: "
               if _held_out(r) else
               "Dev problems (`--problems " + r["problem_set"] + "`; auto's rules were fitted"
@@ -1298,7 +1436,7 @@ def _held_out(r: dict[str, Any]) -> bool:
 def _further_many_runs(results: Path) -> list[tuple[Path, dict[str, Any]]]:
     """The further many-at-once runs: held-out ones first, newest first, then the dev
     sweeps that chose auto's rules, newest first."""
-    runs = [(path, json.loads(path.read_text()))
+    runs = [(path, _read(path))
             for path in results.glob("many_at_once_*.json")
             if not path.name.startswith(ENGINE_NAME)]  # fmt: skip
     runs.sort(key=lambda run: run[1]["machine"].get("started", ""), reverse=True)
@@ -1396,7 +1534,7 @@ def mf_heldout_section(h: dict[str, Any], title: str = MF_HELDOUT_TITLE,
     on problems nestor's rules were not tuned on, at 25, 50 and 100 % of the budget (the
     dev suite, ``script`` bench/multifidelity_dev_bench.py, runs the same searches)."""
     fractions = list(h["rows"][0]["mean_rank"]) if h["rows"] else []
-    lines = [title, "", machine_line(h["machine"]), "",
+    lines = [title, "", *_ledger_lines(h), machine_line(h["machine"]), "",
              f"Synthetic problems fixed in `{script}` before any"
              " search ran on them (" + ", ".join(h["problems"]) + "): a configuration trained"
              " t epochs (1 to 100) reports a loss that falls towards its floor at its own pace,"
@@ -1456,7 +1594,7 @@ def mf_auto_section(h: dict[str, Any]) -> list[str]:
     """bench/multifidelity_auto_bench.py: auto with a fidelity at 1, 4 and 16 at once
     against nestor's searches, Optuna's and Syne Tune's, on problems auto was not fitted
     to, at 25, 50 and 100 % of the budget."""
-    lines = [MF_AUTO_TITLE, "", machine_line(h["machine"]), "",
+    lines = [MF_AUTO_TITLE, "", *_ledger_lines(h), machine_line(h["machine"]), "",
              "Problems written for this bench and fixed before any search ran on them"
              " (`bench/multifidelity_auto_bench.py`: " + ", ".join(h["problems_fixed"])
              + "; this run: " + ", ".join(h["problems"]) + "); they judge " + h["judges"]
@@ -2087,9 +2225,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--results", type=Path, default=RESULTS)
     p.add_argument("--out", type=Path, default=ROOT / "bench" / "REPORT.md")
     p.add_argument("--check", action="store_true",
-                   help="render to a scratch directory and exit 1 if --out differs, or if"
+                   help="render to a scratch directory and exit 1 if --out differs, if"
                         " it leaves a headline figure older than the code it measures"
-                        " (bench/steps.py's MEASURES) without its stale label")
+                        " (bench/steps.py's MEASURES) without its stale label, if a result"
+                        " comes from uncommitted code, or if bench/heldout_ledger.py and"
+                        " the held-out runs disagree")
     p.add_argument("--same-run", action="store_true",
                    help="also exit 1 unless every headline figure comes from one run of"
                         " bench/steps.py at one clean commit on one machine")
@@ -2108,14 +2248,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def check(results: Path, report: Path) -> int:
     """0 when ``report`` is exactly what ``results`` render and labels every headline
-    figure made before the last change to the code it measures stale, else 1 with a
-    diff or the figures."""
+    figure made before the last change to the code it measures stale, no result comes
+    from a dirty tree and the held-out ledger agrees with the results, else 1 with
+    what differs."""
     import difflib
     import tempfile
 
     with tempfile.TemporaryDirectory() as scratch:
         expected = render_text(results, Path(scratch))
     actual = report.read_text() if report.is_file() else ""
+    unfit = dirty_results(results) + ledger_problems(results)
+    if unfit:
+        print("\n".join([f"{results}: results from uncommitted code, or held-out runs the"
+                         " ledger (bench/heldout_ledger.py) does not record as they ran:",
+                         *unfit]))
+        return 1
     stale = stale_problems(results, actual)
     if stale:
         print("\n".join([f"{report}: headline figures older than the code they measure,"

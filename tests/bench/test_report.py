@@ -52,8 +52,17 @@ MULTI = {"seeds": 2, "parallel": 4, "max_epochs": 27, "quality": 5.0, "rows": [
      "per_seed": [{"epochs": 100.0, "reached": True}, {"epochs": 140.0, "reached": False}]}]}
 
 
+def _clean_commit(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Results written by these tests record HEAD as clean, as on a committed tree
+    (``--check`` refuses results from uncommitted code; the tests may run on one)."""
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.strip()
+    monkeypatch.setattr(machine, "commit", lambda: {"commit": head, "dirty": False})
+
+
 def test_check_fails_when_the_report_differs_from_the_results(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _clean_commit(monkeypatch)
     monkeypatch.setattr(machine, "RESULTS", tmp_path / "results")
     machine.write_result("multifidelity", MULTI)
     out = tmp_path / "REPORT.md"
@@ -386,7 +395,7 @@ def test_check_fails_on_a_figure_older_than_the_code_it_measures_until_labelled(
                                       "--seeds", "2"])
     machine.write_result("multifidelity", MULTI)
     data = json.loads((results / "multifidelity.json").read_text())
-    data["machine"]["commit"] = measured
+    data["machine"]["commit"], data["machine"]["dirty"] = measured, False
     (results / "multifidelity.json").write_text(json.dumps(data))
     out = tmp_path / "REPORT.md"
     report.render(results, out)
