@@ -57,7 +57,7 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +77,7 @@ from nestor.orchestrator.journal.events import (
     TrialFinished,
     TrialInterrupted,
     TrialStarted,
+    UnknownEvent,
     WorkflowFinished,
     WorkflowInterrupted,
     WorkflowResumed,
@@ -84,7 +85,7 @@ from nestor.orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from nestor.orchestrator.journal.journal import damaged_line, unsummed
+from nestor.orchestrator.journal.journal import JournalError, damaged_line, event_of, unsummed
 
 SNAPSHOT = "journal.fold.json"
 STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
@@ -240,38 +241,90 @@ class RunState:
         (a torn tail waits for the next call), or to byte ``until`` (a line boundary);
         returns the lines folded."""
         before = self.events
+        for line in self._lines(path, until):
+            number = self.events + 1  # blank lines aside, which nestor never writes
+            size = len(line)
+            try:
+                line = unsummed(line, path, number)
+                kind = _kind(line)
+                if kind in SKIPPED:
+                    stamp = _time(line)
+                else:
+                    event = read(json.loads(_head(line, kind)))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise damaged_line(path, number, "is not a journal event") from None
+            self.offset += size
+            if kind in SKIPPED:
+                self.events += 1
+                self._stamp(stamp)
+                continue
+            self.apply(event)
+        return self.events - before
+
+    def fold_new(self, path: str | os.PathLike[str], limit: int,
+                 damaged: Callable[[JournalError], None] | None = None,
+                 ) -> tuple[list[tuple[int, Event | None]], bool]:
+        """Fold on from ``self.offset``, about ``limit`` bytes of complete lines (a
+        longer line whole), and say what is new: each line's (seq, typed event), every
+        field parsed (the searchers' logs and a stage's summary too: a reader that
+        shows them, the MLflow projector), and whether the journal holds more.
+
+        An event of a kind this version does not know, or with fields its class lacks,
+        is (seq, None): counted, not folded. With ``damaged``, a line that is not as it
+        was written is handed to it (as JournalError) and is (its index, None) too;
+        without, it raises, as :meth:`fold` does."""
+        new: list[tuple[int, Event | None]] = []
+        read_bytes = 0
+        for line in self._lines(path, None, limit):
+            at, size = self.events, len(line)
+            read_bytes += size
+            try:
+                record = event_of(line, path, at + 1)
+            except JournalError as exc:
+                if damaged is None:
+                    raise
+                damaged(exc)
+                record = None
+            self.offset += size
+            if record is None:
+                self.events += 1
+                new.append((at, None))
+                continue
+            seq = int(record.get("seq", at))
+            try:
+                event = parse(record)
+            except (UnknownEvent, TypeError):
+                self.events += 1
+                self._stamp(record.get("time"))
+                new.append((seq, None))
+                continue
+            self.apply(event)
+            new.append((seq, event))
+        return new, read_bytes >= limit
+
+    def _lines(self, path: str | os.PathLike[str], until: int | None,
+               limit: int | None = None) -> Iterator[bytes]:
+        """The journal's complete lines from ``self.offset`` (blank ones passed over),
+        to byte ``until`` or about ``limit`` bytes on; the caller moves ``offset`` past
+        each line it takes. The CRC-32 of what is read follows ``offset``."""
         if not Path(path).exists():
-            return 0
+            return
         with Path(path).open("rb") as handle:
             handle.seek(self.offset)
+            start = self.offset
             for line in handle:
                 if not line.endswith(b"\n") or (until is not None
                                                  and self.offset + len(line) > until):
                     break  # torn, still being written, or past ``until``
+                if limit is not None and self.offset - start >= limit:
+                    break
                 if self._summed_to == self.offset:
                     self.crc = zlib.crc32(line, self.crc)
                     self._summed_to += len(line)
                 if not line.strip():
                     self.offset += len(line)
                     continue
-                number = self.events + 1  # blank lines aside, which nestor never writes
-                size = len(line)
-                try:
-                    line = unsummed(line, path, number)
-                    kind = _kind(line)
-                    if kind in SKIPPED:
-                        stamp = _time(line)
-                    else:
-                        event = read(json.loads(_head(line, kind)))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    raise damaged_line(path, number, "is not a journal event") from None
-                self.offset += size
-                if kind in SKIPPED:
-                    self.events += 1
-                    self._stamp(stamp)
-                    continue
-                self.apply(event)
-        return self.events - before
+                yield line
 
     def timeline(self) -> Iterator[tuple[str, Any]]:
         """("start", Attempt), ("end", Attempt) and ("resume", time), in journal order."""
