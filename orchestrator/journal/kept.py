@@ -59,11 +59,16 @@ class FoldKeeper:
         self._gave_up = False  # the earlier journal did not fold: keep nothing
         self._saved_at = time.monotonic()
 
-    def start(self, size: int) -> None:
+    def start(self, size: int, folded: RunState | None = None) -> None:
         """Fold the journal's first ``size`` bytes (what was there before this driver),
-        off the driver's thread: a resumed driver need not wait for it."""
+        off the driver's thread: a resumed driver need not wait for it. ``folded``: the
+        stages' fold of them that the driver made already (its resume reads them
+        through it): taken as it is, and folded on, if it covers exactly those bytes."""
         if size == 0:
             self._base = RunState(trials=False)
+            return
+        if folded is not None and not folded.trials and folded.offset == size:
+            self._base = folded
             return
         self._thread = threading.Thread(target=self._fold_before, args=(size,), daemon=True,
                                         name="nestor-fold-keeper")
