@@ -14,13 +14,15 @@ covers and a digest of the bytes before it (:meth:`RunState.load` checks them),
 so one that no longer matches the journal (a machine crash that lost unsynced
 events, a journal cut by hand) is folded afresh, and any reader may delete it.
 
-What this driver's journal held before it started (a resumed run) is folded
-on a thread of its own from the last snapshot, so the resume does not wait
-for it; the driver's own events are kept until it is done, then folded after it.
+What this driver's journal held before it started (a resumed run) the resume has
+folded already, to read the journal through it (``engine.history``): the keeper
+takes that fold (``start(size, folded)``). Without one, it is folded on a thread of
+its own from the last snapshot, so the driver does not wait for it; the driver's
+own events are kept until it is done, then folded after it.
 
     keeper = FoldKeeper(run_dir)
     journal = Journal(run_dir / "journal.jsonl", on_written=keeper.written)
-    keeper.start(journal.size)
+    keeper.start(journal.size, resume_fold)   # or without: folded on a thread
     ...
     journal.close(); keeper.close()
 """
