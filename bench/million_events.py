@@ -76,9 +76,9 @@ workflow = load_spec_text(simulate.spec_text(workload, schedule, generations))
 events = JournalSoFar.read(run_dir / "journal.jsonl")
 read = time.perf_counter() - began
 backend = SimulatedBackend(nodes, simulate.SLOTS_PER_NODE, lognormal_trials(60.0, 0.5))
-keeper = FoldKeeper(run_dir)  # as run_workflow: the journal before it folded on a thread
+keeper = FoldKeeper(run_dir)  # as run_workflow: takes the fold the read made
 with Journal(run_dir / "journal.jsonl", on_written=keeper.written) as journal:
-    keeper.start(journal.size)
+    keeper.start(journal.size, events.heads)  # as run_workflow: the read's fold handed on
     scheduler = StageScheduler(workflow, run_dir=run_dir, backend=backend, journal=journal,
                                events=events, on_progress=None)
     scheduler._start_ready_stages()

@@ -50,7 +50,7 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     with trial_env(request.env):
         result, rank = _run_kind(request, report, should_stop, heartbeat, started)
     if request.result_path and rank == 0:
-        from nestor.trainers.durable import write_json_durably
+        from nestor.durable import write_json_durably
 
         try:
             write_json_durably(request.result_path, result.to_dict())

@@ -28,7 +28,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from nestor.trainers.durable import replace_durably
+from nestor.durable import replace_durably
 
 FORMAT = "nestor.trainers/1"
 _NAME = re.compile(r"^epoch-(\d{5,})\.pt$")

@@ -1,13 +1,15 @@
-"""What a resumed driver needs of the journal so far, read in one streamed pass.
+"""What a resumed driver needs of the journal so far: the run's fold, and each stage's
+events.
 
 A million-event journal is hundreds of MiB of dicts when read all at once, and
 every stage's runner then scanned all of it again for its own events. Instead
-the journal is read line by line, each line parsed once into its typed event
-(``events.parse``) and kept only where resume uses it: the run's start, each
-finished stage's summary (its dependants' sources), which stages started, and
-the events of every stage (its runner's restore). Read for a resumed driver
-(:meth:`JournalSoFar.read`), a finished stage's events are let go as soon as
-its ``StageFinished`` is read: the scheduler never builds its runner again.
+the run's stages are read from the journal's one fold (``journal.state.RunState``,
+their heads: which started, finished, where each summary lies, which were reopened;
+from the snapshot the driver keeps, folding only the journal after it), and then
+the lines of the stages that have not finished are read, each parsed once into its
+typed event (``events.parse``) and kept by stage (its runner's restore), while the
+lines of finished stages are skipped unparsed: the scheduler never builds their
+runners again. A finished stage's summary is parsed from its line when looked up.
 """
 
 from __future__ import annotations
@@ -24,12 +26,11 @@ from nestor.orchestrator.journal.events import (
     Event,
     StageFinished,
     StageReopened,
-    StageStarted,
     WorkflowStarted,
-    kinds_of,
     parse,
 )
-from nestor.orchestrator.journal.journal import damaged_line, event_of, iter_events, kind_of_line
+from nestor.orchestrator.journal.journal import damaged_line, event_of, iter_events
+from nestor.orchestrator.journal.state import RunState
 
 __all__ = ["JournalSoFar", "Summaries", "paused_gc", "sparse_gc"]
 
@@ -161,7 +162,12 @@ def sparse_gc(threshold: int = SPARSE_GC_THRESHOLD) -> Iterator[None]:
 
 
 class JournalSoFar:
-    """The journal's events as a resumed run uses them, typed and kept by stage."""
+    """The journal's events as a resumed run uses them, typed and kept by stage.
+
+    The run's fold (:class:`RunState`, its stages' heads: ``heads``) says which stages
+    started, finished (where each summary's line is) or were reopened, and where the
+    run's start is; this keeps, beside it, each stage's own events, in journal order,
+    for its runner's restore."""
 
     def __init__(self, records: Iterable[dict[str, Any]] = (), *,
                  finished: bool = True) -> None:
@@ -169,12 +175,13 @@ class JournalSoFar:
         ``finished``: keep the events of finished stages too (a report that rebuilds
         a finished stage's runner needs them; a resumed scheduler does not)."""
         self.finished = finished
+        self.heads = RunState(trials=False)  # the one fold of the journal's events
         self.started: WorkflowStarted | None = None
         self.summaries = Summaries()  # finished stages, by name
         self.stages_started: set[str] = set()
         self._mine: dict[str, list[Event]] = {}  # each stage's events, typed
-        # Stages a StageReopened names (found by read's first pass): their events
-        # before an earlier StageFinished are kept, a resumed runner restores from them.
+        # Stages a StageReopened names: their events before an earlier StageFinished
+        # are kept, a resumed runner restores from them.
         self.reopened: set[str] = set()
         for record in records:
             self.add(parse(record))
@@ -183,18 +190,26 @@ class JournalSoFar:
     @paused_gc()
     def read(cls, path: Path) -> JournalSoFar:
         """The journal file at ``path`` (none yet: empty), streamed: never a list of
-        every line's dict at once. The finished stages are found first, so the lines
-        of their trials and searches (most of a long run's journal) are not parsed."""
+        every line's dict at once. The stages' heads come first, from the run's fold
+        (its snapshot, which the driver keeps, and the journal after it), so the lines
+        of finished stages' trials and searches (most of a long run's journal) are not
+        even parsed by the pass that keeps each stage's events."""
         so_far = cls(finished=False)
-        for found in _starts_and_ends(path):
-            if isinstance(found, Event):
-                so_far.add(found)
-            else:  # a stage's end, its summary left unparsed until it is looked up
-                so_far.ended(*found, path)
-        # The second pass reads every line of an unfinished stage again, from the start:
-        # a reopened stage's summary is taken again and dropped again, in journal order.
-        # Journal.append writes a stage event's stage first, after its kind: the line's
-        # first "stage" key (a trial's config may hold another, further on).
+        heads = so_far.heads = RunState.of(path.parent, path.name, trials=False)
+        if heads.workflow.start_offset is not None:
+            started = parse(_line_at(path, heads.workflow.start_offset))
+            so_far.started = started if isinstance(started, WorkflowStarted) else None
+        ends = sorted((stage.summary_at, name) for name, stage in heads.stages.items()
+                      if stage.state == "finished" and stage.summary_at is not None)
+        for offset, name in ends:  # in the order they finished; summaries parsed if needed
+            so_far.summaries.found(name, path, offset)
+        so_far.stages_started = {name for name, stage in heads.stages.items()
+                                 if stage.started_at is not None or stage.summary_at is not None}
+        so_far.reopened = {name for name, stage in heads.stages.items() if stage.reopened}
+        # The second pass reads every line of an unfinished stage: a reopened stage's
+        # summary is taken again and dropped again, in journal order. Journal.append
+        # writes a stage event's stage first, after its kind: the line's first "stage"
+        # key (a trial's config may hold another, further on).
         names = {json.dumps(name).encode() + b"," for name in so_far.summaries}
 
         def finished_stage(line: bytes) -> bool:
@@ -205,16 +220,8 @@ class JournalSoFar:
             return line[at:line.find(b",", at) + 1] in names
 
         for record in iter_events(path, skip=finished_stage if names else None):
-            so_far.add(_parsed(record, path))
+            so_far.keep(_parsed(record, path))
         return so_far
-
-    def ended(self, stage: str, offset: int, path: Path) -> None:
-        """``stage`` finished: its StageFinished is the line at ``offset`` of ``path``
-        (as :meth:`add` of it, its summary parsed when first looked up)."""
-        self.summaries.found(stage, path, offset)
-        self.stages_started.add(stage)
-        if not self.finished and stage not in self.reopened:
-            self._mine.pop(stage, None)
 
     @classmethod
     def of(cls, events: JournalSoFar | Iterable[dict[str, Any]] | None) -> JournalSoFar:
@@ -222,8 +229,18 @@ class JournalSoFar:
         return events if isinstance(events, JournalSoFar) else cls(events or ())
 
     def add(self, event: Event) -> None:
-        """Take the next event (an event seen again, as read takes its first pass's
-        ``WorkflowStarted`` and ``StageFinished``, changes nothing)."""
+        """Fold the next event into the heads, and keep it."""
+        self.heads.apply(event)
+        stage = self.heads.stages.get(getattr(event, "stage", None) or "")
+        if stage is not None:
+            if stage.started_at is not None or stage.summary_at is not None:
+                self.stages_started.add(stage.name)
+            if stage.reopened:
+                self.reopened.add(stage.name)
+        self.keep(event)
+
+    def keep(self, event: Event) -> None:
+        """Keep the next event where resume uses it (the heads have folded it)."""
         if isinstance(event, WorkflowStarted):
             if self.started is None:
                 self.started = event
@@ -233,15 +250,11 @@ class JournalSoFar:
             return
         if isinstance(event, StageFinished):
             self.summaries[event.stage] = event.summary
-            self.stages_started.add(event.stage)  # its start may go unread (read skips it)
             if not self.finished and event.stage not in self.reopened:
                 self._mine.pop(event.stage, None)
             return
         if isinstance(event, StageReopened):
-            self.reopened.add(event.stage)
             self.summaries.pop(event.stage, None)  # its summary so far no longer stands
-        if isinstance(event, StageStarted):
-            self.stages_started.add(event.stage)
         if self.finished or event.stage not in self.summaries:
             self._mine.setdefault(event.stage, []).append(event)
 
@@ -253,6 +266,13 @@ class JournalSoFar:
         return [e for e in mine if isinstance(e, classes)]
 
 
+def _line_at(path: Path, offset: int) -> dict[str, Any]:
+    """The journal line that starts at byte ``offset``, parsed."""
+    with path.open("rb") as handle:
+        handle.seek(offset)
+        return event_of(handle.readline(), path, f"at byte {offset}")
+
+
 def _parsed(record: dict[str, Any], path: Path) -> Event:
     """A journal line's record as its typed event; JournalError (naming its seq) where
     its kind or fields are not an event's."""
@@ -261,37 +281,3 @@ def _parsed(record: dict[str, Any], path: Path) -> Event:
     except (ValueError, TypeError, KeyError):
         raise damaged_line(path, f"with seq {record.get('seq')!r}",
                            f"({record.get('event')!r}) is not a journal event") from None
-
-
-_ENDS = kinds_of(WorkflowStarted, StageFinished, StageReopened)
-
-
-def _starts_and_ends(path: Path) -> Iterator[Event | tuple[str, int]]:
-    """The run's start (parsed) and each stage's end: its name and its line's offset,
-    the summary unparsed; the lines ``iter_events(path, kinds)`` would yield for those
-    two kinds, in order (a line whose stage is not where Journal.append writes it is
-    parsed whole)."""
-    if not path.exists():
-        return
-    decoder = json.JSONDecoder()
-    offset = 0
-    with path.open("rb") as handle:
-        for number, line in enumerate(handle, start=1):
-            at, offset = offset, offset + len(line)
-            if line[-1:] != b"\n" or line.isspace():
-                continue  # a torn tail (the last line), or an empty one
-            found = kind_of_line(line)
-            if found is not None:
-                kind, end = found
-                if kind == b"stage_finished" and line.startswith(b',"stage":', end + 1):
-                    with contextlib.suppress(ValueError):  # else: the line parsed whole
-                        head = line[end + 10:end + 10 + STAGE_WITHIN].decode("ascii")
-                        name, _ = decoder.raw_decode(head)
-                        if isinstance(name, str):
-                            yield name, at
-                            continue
-                elif kind not in (b"workflow_started", b"stage_finished", b"stage_reopened"):
-                    continue
-            record = event_of(line, path, number)
-            if record["event"] in _ENDS:
-                yield _parsed(record, path)

@@ -17,8 +17,8 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from nestor.durable import replace_durably
 from nestor.orchestrator.journal.safe import UnsafeRunData, check_id
-from nestor.trainers.durable import replace_durably
 
 FUNCTIONS_DIR = "functions"
 MAIN = "__main__:"

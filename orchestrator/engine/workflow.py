@@ -276,7 +276,7 @@ def _drive(workflow: Workflow, backend: Backend, run_dir: Path, *, resume: bool,
     journal = Journal(run_dir / JOURNAL_FILE, on_append,
                       fsync=not backend.virtual if fsync is None else fsync,
                       on_written=keeper.written, new=not resume)
-    keeper.start(journal.size)
+    keeper.start(journal.size, events.heads)  # the resume's fold of the journal so far
     began, began_at, clock0 = time.perf_counter(), time.time(), backend.now()
     try:
         started = events.started

@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nestor.durable import replace_durably
 from nestor.orchestrator.journal.errors import DamagedRun, JournalError  # noqa: F401 (theirs to import from here)
 
 if TYPE_CHECKING:
@@ -243,10 +244,8 @@ def verify(path: str | os.PathLike[str]) -> int:
 
 def write_atomic(path: Path, data: str) -> None:
     """Replace ``path`` with ``data`` all at once: a reader (or a resume after a
-    kill) sees the old content or the new, never a mix (trainers.durable, which
-    the ranks use for checkpoints and results). A full disk is DiskFull."""
-    from nestor.trainers.durable import replace_durably
-
+    kill) sees the old content or the new, never a mix (``nestor.durable``, which
+    the ranks use for checkpoints and results too). A full disk is DiskFull."""
     payload = data.encode()
     try:
         replace_durably(path, lambda handle: handle.write(payload))

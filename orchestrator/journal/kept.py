@@ -14,13 +14,15 @@ covers and a digest of the bytes before it (:meth:`RunState.load` checks them),
 so one that no longer matches the journal (a machine crash that lost unsynced
 events, a journal cut by hand) is folded afresh, and any reader may delete it.
 
-What this driver's journal held before it started (a resumed run) is folded
-on a thread of its own from the last snapshot, so the resume does not wait
-for it; the driver's own events are kept until it is done, then folded after it.
+What this driver's journal held before it started (a resumed run) the resume has
+folded already, to read the journal through it (``engine.history``): the keeper
+takes that fold (``start(size, folded)``). Without one, it is folded on a thread of
+its own from the last snapshot, so the driver does not wait for it; the driver's
+own events are kept until it is done, then folded after it.
 
     keeper = FoldKeeper(run_dir)
     journal = Journal(run_dir / "journal.jsonl", on_written=keeper.written)
-    keeper.start(journal.size)
+    keeper.start(journal.size, resume_fold)   # or without: folded on a thread
     ...
     journal.close(); keeper.close()
 """
@@ -59,11 +61,16 @@ class FoldKeeper:
         self._gave_up = False  # the earlier journal did not fold: keep nothing
         self._saved_at = time.monotonic()
 
-    def start(self, size: int) -> None:
+    def start(self, size: int, folded: RunState | None = None) -> None:
         """Fold the journal's first ``size`` bytes (what was there before this driver),
-        off the driver's thread: a resumed driver need not wait for it."""
+        off the driver's thread: a resumed driver need not wait for it. ``folded``: the
+        stages' fold of them that the driver made already (its resume reads them
+        through it): taken as it is, and folded on, if it covers exactly those bytes."""
         if size == 0:
             self._base = RunState(trials=False)
+            return
+        if folded is not None and not folded.trials and folded.offset == size:
+            self._base = folded
             return
         self._thread = threading.Thread(target=self._fold_before, args=(size,), daemon=True,
                                         name="nestor-fold-keeper")

@@ -9,12 +9,15 @@ journal and can be kept up to date by folding only what was appended since
     for stage in state.stages.values():
         print(stage.name, stage.state, stage.count("completed"), len(stage.running))
 
-API (for ``nestor status``, the plots, and later resume and the projector):
+API (``nestor status``, the plots, the resume and the MLflow projector read through it):
 
 - ``RunState()`` then ``apply(event)`` for each typed event (``events.parse``),
   or ``apply_record(record)`` for a raw journal line's dict; ``fold(path)``
   reads the journal file from ``state.offset`` (bytes) to its last complete
   line and applies what it holds, so calling it again folds only new lines.
+- ``fold_new(path, limit)``: the same, a part at a time, saying what is new: each
+  line's (seq, typed event), parsed whole (the searchers' logs, a stage's summary),
+  and whether the journal holds more. The MLflow projector tails the journal so.
 - ``RunState.of(run_dir)``: the state of a run directory, from the snapshot
   ``journal.fold.json`` when it still matches the journal (same bytes before
   its offset), folding only the tail, and writing the snapshot again (best
@@ -22,31 +25,29 @@ API (for ``nestor status``, the plots, and later resume and the projector):
   do the snapshot alone. ``RunState(trials=False)`` (and ``of(..., trials=False)``,
   snapshot ``journal.fold-stages.json``) folds the stages' heads alone: their
   state, counts and running ids, not a record per trial; a snapshot of a few KiB
-  whatever the journal's size, which is what ``nestor status`` reads.
+  whatever the journal's size, which is what ``nestor status`` and a resume read,
+  and what a driver keeps current (``journal.kept``).
 - ``state.workflow`` (name, slots, pid of the last driver, run key, finished,
-  interrupted reason, resumes), ``state.first_time``/``last_time`` (any event's
-  stamp), ``state.events`` (lines folded), ``state.stages[name]``:
-  :class:`StageState` with its ``trials`` (:class:`TrialState` by id, each with
-  its :class:`Attempt` list), ``running`` (trial ids started and not finished),
-  ``finished`` (TrialFinished counts by status), ``runs`` (every attempt that
+  interrupted reason, resumes, where the first start's line is), ``state.first_time``/
+  ``last_time`` (any event's stamp), ``state.events`` (lines folded),
+  ``state.stages[name]``: :class:`StageState` with its ``trials`` (:class:`TrialState`
+  by id, each with its :class:`Attempt` list), ``running`` (trial ids started and not
+  finished), ``finished`` (TrialFinished counts by status), ``runs`` (every attempt that
   ended, finished or failed-and-retried, in the order they ended: what a search
-  paid for), ``plan``/``replans``, ``threshold_at`` and ``removed`` checkpoints.
+  paid for), ``plan``/``replans``, ``threshold_at`` and ``removed`` checkpoints,
+  ``summary_at`` (where its standing summary's line is) and ``reopened``.
 - ``state.timeline()``: every attempt's start and end and every driver restart
   in journal order, for anything that replays slot use.
 
-Adopting it. Resume needs, beyond what is here, each finished trial's trial
-dict, metrics, history and reason: keep the parsed TrialFinished on its
-TrialState (a reference, not a copy) rather than a second pass over records; and
-the searchers' log, which the fold skips: read it with ``iter_events(path,
-kinds=kinds_of(SearchLogged))``. The projector's cursor is ``offset``: call
-``fold`` on each wake, and take the new typed events from ``apply`` (override it,
-or fold a reader's own records with ``apply_record``).
+The resume (``engine.history.JournalSoFar``) takes the stages' heads from here,
+then reads the lines of the unfinished stages alone, keeping each stage's typed
+events for its runner's restore (the searchers' logs among them), and parses a
+finished stage's summary from ``summary_at`` when it is looked up.
 
 Folded, not parsed: the searchers' logs (``SearchLogged``, most of a big
-journal) are skipped unparsed (their stamp is still read), and a stage's summary
-(``StageFinished``: every trial again, tens of MiB on a big run) is not kept,
-since results.json holds it. Resume needs the search log: it reads those lines
-itself, with ``iter_events(kinds=...)``.
+journal) are skipped unparsed by ``fold`` (their stamp is still read), and a
+stage's summary (``StageFinished``: every trial again, tens of MiB on a big run)
+is not kept, since results.json holds it and ``summary_at`` says where it is.
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ import hashlib
 import json
 import os
 import zlib
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,7 @@ from nestor.orchestrator.journal.events import (
     TrialFinished,
     TrialInterrupted,
     TrialStarted,
+    UnknownEvent,
     WorkflowFinished,
     WorkflowInterrupted,
     WorkflowResumed,
@@ -84,11 +86,11 @@ from nestor.orchestrator.journal.events import (
     kinds_of,
     parse,
 )
-from nestor.orchestrator.journal.journal import damaged_line, unsummed
+from nestor.orchestrator.journal.journal import JournalError, damaged_line, event_of, unsummed
 
 SNAPSHOT = "journal.fold.json"
 STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
-VERSION = 2  # of the snapshot's layout: another version is folded afresh
+VERSION = 3  # of the snapshot's layout: another version is folded afresh
 CHECK_BYTES = 4096  # the journal's bytes before the offset that a snapshot must match
 SKIPPED = kinds_of(SearchLogged)  # lines the fold reads only the stamp of
 # The last field of a kind, not kept and so not parsed: the line is cut before it.
@@ -153,6 +155,10 @@ class StageState:
     replans: list[dict[str, Any]] = field(default_factory=list)
     threshold_at: float | None = None
     removed: set[str] = field(default_factory=set)  # trials whose checkpoint went
+    # Where its StageFinished's line starts in the journal, while that summary stands
+    # (None again once reopened): a reader parses the summary there if it needs it.
+    summary_at: int | None = None
+    reopened: bool = False  # a StageReopened named it: its events before then count
 
     def count(self, status: str) -> int:
         return self.finished.get(status, 0)
@@ -169,6 +175,7 @@ class WorkflowState:
     finished: bool = False
     interrupted: str | None = None  # the last WorkflowInterrupted's reason
     resumes: list[tuple[int, float]] = field(default_factory=list)  # (index, time)
+    start_offset: int | None = None  # where the first WorkflowStarted's line starts
 
 
 class RunState:
@@ -192,12 +199,15 @@ class RunState:
     # -- folding --------------------------------------------------------------------
 
     def apply(self, event: Event) -> None:
-        """Fold one typed event, the next in journal order."""
+        """Fold one typed event, the next in journal order; ``offset`` is where its line
+        starts (as :meth:`fold` and a driver's :class:`~.kept.FoldKeeper` call it)."""
         index = self.events
         self.events += 1
         self._stamp(event.time)
         if isinstance(event, WorkflowStarted | WorkflowResumed):
             self._driver(event, index)
+            if isinstance(event, WorkflowStarted) and self.workflow.start_offset is None:
+                self.workflow.start_offset = self.offset
             return
         if isinstance(event, WorkflowFinished):
             self.workflow.finished = True
@@ -215,8 +225,10 @@ class RunState:
                                                            list(event.sources or []), event.time)
         elif isinstance(event, StageFinished):
             stage.state, stage.finished_at, stage.running = "finished", event.time, set()
+            stage.summary_at = self.offset
         elif isinstance(event, StageReopened):  # a resume goes on with it (--budget, --retry)
-            stage.state, stage.finished_at = "running", None
+            stage.state, stage.finished_at, stage.summary_at = "running", None, None
+            stage.reopened = True
         elif isinstance(event, StagePlanned):
             stage.plan = {"dp": event.dp, "mp": event.mp, "slots": event.slots}
         elif isinstance(event, StageReplanned):
@@ -240,38 +252,91 @@ class RunState:
         (a torn tail waits for the next call), or to byte ``until`` (a line boundary);
         returns the lines folded."""
         before = self.events
+        for line in self._lines(path, until):
+            number = self.events + 1  # blank lines aside, which nestor never writes
+            size = len(line)
+            try:
+                line = unsummed(line, path, number)
+                kind = _kind(line)
+                if kind in SKIPPED:
+                    stamp = _time(line)
+                else:
+                    event = read(json.loads(_head(line, kind)))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                raise damaged_line(path, number, "is not a journal event") from None
+            if kind in SKIPPED:
+                self.events += 1
+                self._stamp(stamp)
+            else:
+                self.apply(event)
+            self.offset += size
+        return self.events - before
+
+    def fold_new(self, path: str | os.PathLike[str], limit: int,
+                 damaged: Callable[[JournalError], None] | None = None,
+                 ) -> tuple[list[tuple[int, Event | None]], bool]:
+        """Fold on from ``self.offset``, about ``limit`` bytes of complete lines (a
+        longer line whole), and say what is new: each line's (seq, typed event), every
+        field parsed (the searchers' logs and a stage's summary too: a reader that
+        shows them, the MLflow projector), and whether the journal holds more.
+
+        An event of a kind this version does not know, or with fields its class lacks,
+        is (seq, None): counted, not folded. With ``damaged``, a line that is not as it
+        was written is handed to it (as JournalError) and is (its index, None) too;
+        without, it raises, as :meth:`fold` does."""
+        new: list[tuple[int, Event | None]] = []
+        read_bytes = 0
+        for line in self._lines(path, None, limit):
+            at, size = self.events, len(line)
+            read_bytes += size
+            try:
+                record = event_of(line, path, at + 1)
+            except JournalError as exc:
+                if damaged is None:
+                    raise
+                damaged(exc)
+                record = None
+            if record is None:
+                self.events += 1
+                new.append((at, None))
+            else:
+                seq = int(record.get("seq", at))
+                try:
+                    event: Event | None = parse(record)
+                except (UnknownEvent, TypeError):
+                    event = None
+                if event is None:
+                    self.events += 1
+                    self._stamp(record.get("time"))
+                else:
+                    self.apply(event)
+                new.append((seq, event))
+            self.offset += size
+        return new, read_bytes >= limit
+
+    def _lines(self, path: str | os.PathLike[str], until: int | None,
+               limit: int | None = None) -> Iterator[bytes]:
+        """The journal's complete lines from ``self.offset`` (blank ones passed over),
+        to byte ``until`` or about ``limit`` bytes on; the caller moves ``offset`` past
+        each line it takes. The CRC-32 of what is read follows ``offset``."""
         if not Path(path).exists():
-            return 0
+            return
         with Path(path).open("rb") as handle:
             handle.seek(self.offset)
+            start = self.offset
             for line in handle:
                 if not line.endswith(b"\n") or (until is not None
                                                  and self.offset + len(line) > until):
                     break  # torn, still being written, or past ``until``
+                if limit is not None and self.offset - start >= limit:
+                    break
                 if self._summed_to == self.offset:
                     self.crc = zlib.crc32(line, self.crc)
                     self._summed_to += len(line)
                 if not line.strip():
                     self.offset += len(line)
                     continue
-                number = self.events + 1  # blank lines aside, which nestor never writes
-                size = len(line)
-                try:
-                    line = unsummed(line, path, number)
-                    kind = _kind(line)
-                    if kind in SKIPPED:
-                        stamp = _time(line)
-                    else:
-                        event = read(json.loads(_head(line, kind)))
-                except (ValueError, KeyError, TypeError, AttributeError):
-                    raise damaged_line(path, number, "is not a journal event") from None
-                self.offset += size
-                if kind in SKIPPED:
-                    self.events += 1
-                    self._stamp(stamp)
-                    continue
-                self.apply(event)
-        return self.events - before
+                yield line
 
     def timeline(self) -> Iterator[tuple[str, Any]]:
         """("start", Attempt), ("end", Attempt) and ("resume", time), in journal order."""

@@ -51,12 +51,11 @@ from nestor.orchestrator.journal.events import (
     TrialFinished,
     TrialInterrupted,
     TrialStarted,
-    UnknownEvent,
     WorkflowStarted,
-    parse,
 )
-from nestor.orchestrator.journal.journal import JournalError, event_of, write_atomic
+from nestor.orchestrator.journal.journal import JournalError, write_atomic
 from nestor.orchestrator.journal.safe import inside_or_warn
+from nestor.orchestrator.journal.state import RunState
 from nestor.orchestrator.journal.text import first_line
 from nestor.orchestrator.projections.cursor import CURSOR_FILE, read_cursor
 from nestor.orchestrator.projections.local_store import copy_cursor, default_tracking_uri
@@ -114,8 +113,9 @@ class Projector:
                 # Said at once: the store's next copy records the cursor file's position.
                 write_atomic(self.run_dir / CURSOR_FILE, str(behind))
         self._saved, self._saved_at = self.done, time.monotonic()  # what the cursor file says
-        self.seen = 0  # events read from the journal file
-        self._offset = 0
+        # The journal folded so far (its stages' heads): how far the projector read,
+        # by byte and by event, and what was new in each read (``_read_new``).
+        self._state = RunState(trials=False)
         self._count_lock = threading.Lock()  # the journal's lines, as last counted:
         self._counted_bytes = self._counted_lines = 0
         self._pending: list[tuple[int, Event | None]] = []  # (seq, event; None: unknown)
@@ -309,34 +309,16 @@ class Projector:
             self._saved, self._saved_at = self.done, now
 
     def _read_new(self) -> tuple[list[tuple[int, Event | None]], bool]:
-        """The complete lines after what was read, ``READ_BYTES`` of them at most (a
-        longer line whole), and whether the journal holds more."""
-        try:
-            with open(self.journal_path, "rb") as handle:
-                handle.seek(self._offset)
-                data = handle.read(READ_BYTES)
-                more = len(data) == READ_BYTES
-                if more and b"\n" not in data:  # one line longer than a part: all of it
-                    data += handle.readline()
-        except FileNotFoundError:
-            return [], False
-        end = data.rfind(b"\n") + 1  # a line still being written waits for the next read
-        more = more and end > 0
-        events = [self._typed_line(line, self.seen + n)
-                  for n, line in enumerate(line for line in data[:end].splitlines()
-                                           if line.strip())]
-        self._offset += end
-        self.seen += len(events)
-        return events, more
+        """The events after what was read, ``READ_BYTES`` of lines at most (a longer
+        line whole), and whether the journal holds more: the run's fold, carried on
+        from its offset (a damaged line is counted but not shown; the driver,
+        ``nestor status`` and ``resume`` stop on it)."""
+        return self._state.fold_new(self.journal_path, READ_BYTES, damaged=_unshown)
 
-    def _typed_line(self, line: bytes, at: int) -> tuple[int, Event | None]:
-        """Journal line ``at`` (from 0) as (its seq, its typed event); a damaged line is
-        counted but not shown (the driver, ``nestor status`` and ``resume`` stop on it)."""
-        try:
-            return _typed(event_of(line, self.journal_path, at + 1), at)
-        except JournalError as exc:
-            log.warning("%s; MLflow does not show it", exc)
-            return at, None
+    @property
+    def seen(self) -> int:
+        """Events read from the journal file."""
+        return self._state.events
 
     def _count_on_disk(self) -> int:
         """The journal's complete lines (asked from the driver's thread, every 50 ms
@@ -627,14 +609,8 @@ def _finite(value: Any) -> bool:
         math.isfinite(value)
 
 
-def _typed(record: dict[str, Any], at: int) -> tuple[int, Event | None]:
-    """A journal record as (its seq, its typed event); a kind this version does not
-    know is None (nothing to show, but counted)."""
-    seq = int(record.get("seq", at))
-    try:
-        return seq, parse(record)
-    except (UnknownEvent, TypeError):
-        return seq, None
+def _unshown(exc: JournalError) -> None:
+    log.warning("%s; MLflow does not show it", exc)
 
 
 def transient(exc: BaseException) -> bool:

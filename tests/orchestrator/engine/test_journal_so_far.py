@@ -58,9 +58,9 @@ def test_records_handed_over_keep_the_finished_stages_events(tmp_path):
 
 
 def test_the_lines_of_a_finished_stage_are_not_even_parsed(tmp_path, monkeypatch):
-    """Most of a long run's journal is its finished stages' trials: resume skips them
-    unparsed, by the stage name at each line's start; a config key named "stage"
-    further on in another stage's line does not fool it."""
+    """Most of a long run's journal is its finished stages' trials: the pass that keeps
+    each stage's events skips them unparsed, by the stage name at each line's start; a
+    config key named "stage" further on in another stage's line does not fool it."""
     from nestor.orchestrator.engine import history
 
     write(tmp_path / "journal.jsonl")
@@ -73,6 +73,36 @@ def test_the_lines_of_a_finished_stage_are_not_even_parsed(tmp_path, monkeypatch
     so_far = JournalSoFar.read(tmp_path / "journal.jsonl")
     assert not [r for r in parsed if r.get("stage") == "a" and r["event"] != "stage_finished"]
     assert [e.trial["id"] for e in so_far.of_stage("b", TrialStarted)] == ["0", "1"]
+
+
+def test_the_stages_come_from_the_runs_fold_and_its_snapshot(tmp_path, monkeypatch):
+    """Which stages started, finished (and where their summaries lie) and were reopened,
+    resume reads from the journal's one fold (RunState, the stages' heads), the same
+    that ``nestor status`` reads: from the snapshot the driver keeps, with nothing
+    folded again when it covers the journal, so a finished stage's lines are parsed
+    by neither pass. The driver's fold keeper then takes that fold as it is."""
+    from nestor.orchestrator.journal.kept import FoldKeeper
+    from nestor.orchestrator.journal.state import STAGES_SNAPSHOT, RunState
+
+    path = tmp_path / "journal.jsonl"
+    write(path)
+    so_far = JournalSoFar.read(path)  # no snapshot yet: the journal folded, and saved
+    assert (tmp_path / STAGES_SNAPSHOT).exists() and so_far.heads.offset == path.stat().st_size
+    applied: list[object] = []
+    original = RunState.apply
+    monkeypatch.setattr(RunState, "apply", lambda self, e: (applied.append(e),
+                                                           original(self, e))[1])
+    again = JournalSoFar.read(path)
+    assert applied == []  # the snapshot covered it all
+    assert again.started is not None and again.started.run_key == "k"
+    assert again.summaries == {"a": {"name": "a", "n_runs": 1}}
+    assert again.stages_started == {"a", "b"} and again.reopened == set()
+    assert [type(e) for e in again.of_stage("b")] == [StageStarted, TrialStarted]
+    keeper = FoldKeeper(tmp_path)
+    keeper.start(path.stat().st_size, again.heads)
+    keeper.written({"seq": 9, "time": 2.0, "event": "workflow_finished"},
+                   path.stat().st_size + 10)
+    assert keeper.state is again.heads and keeper.state.workflow.finished
 
 
 def test_resume_reads_and_restores_with_the_collector_paused(tmp_path, monkeypatch):

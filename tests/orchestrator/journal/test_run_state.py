@@ -156,6 +156,19 @@ def journals(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     return {"sweep": root / "sweep", "limited": root / "limited"}
 
 
+def folded_afresh(journal: Path, trials: bool = True) -> RunState:
+    state = RunState(trials)
+    state.fold(journal)
+    return state
+
+
+def no_offsets(encoded: dict[str, Any]) -> dict[str, Any]:
+    """A fold's layout without where its lines lay in the file (which a fold of records
+    read beforehand cannot know)."""
+    return {**encoded, "workflow": {**encoded["workflow"], "start_offset": None},
+            "stages": [{**stage, "summary_at": None} for stage in encoded["stages"]]}
+
+
 def cut(run_dir: Path, share: float, into: Path) -> Path:
     """A copy of the run whose journal ends after ``share`` of its lines (a killed driver)."""
     lines = (run_dir / "journal.jsonl").read_bytes().splitlines(keepends=True)
@@ -222,7 +235,56 @@ def test_folding_from_an_offset_equals_folding_at_once(journals: dict[str, Path]
         folded += state.fold(growing)
         assert state.offset <= end and data[state.offset - 1:state.offset] in (b"\n", b"")
     assert folded == whole.events == len(data.splitlines())
+    at_once = RunState()
+    at_once.fold(growing)
+    assert state._encode() == at_once._encode()
+    assert no_offsets(state._encode()) == no_offsets(whole._encode())  # records: no offsets
+
+
+def test_what_is_new_is_every_event_since_the_offset_whole_and_in_order(
+        journals: dict[str, Path], tmp_path: Path) -> None:
+    """The MLflow projector reads through the fold: carried on from its offset, a part
+    at a time, each read says which events are new, each parsed whole (the searchers'
+    logs and the stages' summaries too), with the record's seq; what it folded is what
+    a fold at once has. A kind this version does not know, or a damaged line, is
+    counted as None (the damaged one told to the reader), not folded."""
+    from nestor.orchestrator.journal.events import parse
+    from nestor.orchestrator.journal.journal import JournalError
+
+    source = journals["limited"] / "journal.jsonl"
+    records = read_events(source)
+    data = source.read_bytes()
+    growing = tmp_path / "journal.jsonl"
+    growing.write_bytes(data[:len(data) // 3])  # a torn last line waits
+    state, new, parts = RunState(trials=False), [], 0
+    for grown in (False, True):
+        more = True
+        while more:
+            part, more = state.fold_new(growing, 4096)
+            new += part
+            parts += 1
+        if not grown:
+            assert len(new) == state.events < len(records)
+            growing.write_bytes(data)
+    assert parts > 3
+    assert [seq for seq, _ in new] == [r["seq"] for r in records]
+    assert [event for _, event in new] == [parse(r) for r in records]  # summaries, logs too
+    assert state.offset == len(data)
+    whole = RunState(trials=False)
+    whole.fold(growing)
     assert state._encode() == whole._encode()
+
+    with growing.open("ab") as handle:
+        handle.write(b'{"seq":%d,"time":1.0,"event":"from_a_later_nestor"}\n' % len(records))
+        handle.write(b'{"seq":%d,"time":1.0,"event":"stage_started","stage":"x"' % (
+            len(records) + 1) + b',"stage_kind":"hpo","sources":[],"crc":"00000000"}\n')
+    told: list[JournalError] = []
+    part, more = state.fold_new(growing, 1 << 20, damaged=told.append)
+    assert part == [(len(records), None), (len(records) + 1, None)] and not more
+    assert len(told) == 1 and "checksum" in str(told[0]) and "x" not in state.stages
+    assert state.events == len(records) + 2 and state.offset == growing.stat().st_size
+    with pytest.raises(JournalError):  # without a reader to tell: as the fold does
+        RunState(trials=False).fold_new(growing, 1 << 30)
 
 
 def test_a_snapshot_is_used_while_the_journal_still_holds_what_it_folded(
@@ -239,13 +301,13 @@ def test_a_snapshot_is_used_while_the_journal_still_holds_what_it_folded(
     again = RunState.of(run)
     tail = full[first.offset:].splitlines()
     assert 0 < len(applied) <= len(tail)  # the tail alone was read
-    assert again._encode() == fold(read_events(run / "journal.jsonl"))._encode()
+    assert again._encode() == folded_afresh(run / "journal.jsonl")._encode()
     # Another journal in its place (same length or longer): the snapshot is not trusted.
     other = (journals["limited"] / "journal.jsonl").read_bytes()
     (run / "journal.jsonl").write_bytes(other)
     applied.clear()
     replaced = RunState.of(run)
-    assert replaced._encode() == fold(read_events(run / "journal.jsonl"))._encode()
+    assert replaced._encode() == folded_afresh(run / "journal.jsonl")._encode()
     assert replaced.stages["wide"].finished != again.stages["wide"].finished or \
         replaced.workflow.run_key != again.workflow.run_key
 

@@ -3,6 +3,12 @@
 The new content goes to a temporary file beside the final one, is fsynced,
 then renamed over it, and the directory is fsynced: a reader, or a driver
 resumed after a kill, sees the old file or the new one, never a torn mix.
+
+It lies below the three packages, at the namespace's root, because both ends use
+it: the ranks (``nestor.trainers``: checkpoints, results), which may not import
+the orchestrator, and the journal, the orchestrator's bottom layer (its cursor and
+snapshot files), which should not borrow a trainer's helper. It imports the
+standard library alone (a contract in pyproject.toml says so).
 """
 
 from __future__ import annotations
