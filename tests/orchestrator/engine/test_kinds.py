@@ -42,7 +42,7 @@ VALIDATE = """
 import json
 import sys
 from pathlib import Path
-from nestor.orchestrator.planning._report import pick_stage
+from nestor.orchestrator.planning.report import pick_stage
 from nestor.orchestrator.spec import load_spec
 for path in sorted(Path("configs").glob("*.yaml")) + sorted(Path("tests/spec/bad").glob("*.yaml")):
     try:
@@ -62,7 +62,7 @@ def test_the_spec_checks_each_kind_of_stage_without_the_engine() -> None:
     assert result.returncode == 0, result.stderr
     loaded = json.loads(result.stdout)
     assert "nestor.orchestrator.spec.checks" in loaded
-    assert "nestor.orchestrator.planning._report" in loaded
+    assert "nestor.orchestrator.planning.report" in loaded
     above = [m for m in loaded if m.split(".")[1] in ("engine", "projections", "commands")]
     assert not above, above
 
