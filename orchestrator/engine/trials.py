@@ -78,6 +78,7 @@ from nestor.orchestrator.journal.events import (
 from nestor.orchestrator.journal.events import Event as JournalEvent
 from nestor.orchestrator.journal.journal import Journal
 from nestor.orchestrator.journal.safe import check_id
+from nestor.orchestrator.journal.status import SCORED, TrialStatus
 from nestor.orchestrator.spec import Workflow
 
 log = logging.getLogger(__name__)
@@ -260,7 +261,7 @@ class TrialRunner:
         # A result journalled just before the kill may be missing from the state file.
         pending = {t.id: t for t in self.searcher.pending}
         for record in self.records.values():
-            if record.status != "running" and record.id in pending:
+            if record.status != TrialStatus.RUNNING and record.id in pending:
                 self._tell(pending.pop(record.id), record)
         # Trials that were running when the driver died: a result their rank 0 wrote
         # meanwhile is adopted; the others run again, as new attempts.
@@ -361,7 +362,7 @@ class TrialRunner:
         for trial, number in queued:
             record = self.records.of(trial.to_dict())
             record.attempts = max(number - 1, 0)
-            self._skip(trial, record, f"{reason} before it started", status="stopped")
+            self._skip(trial, record, f"{reason} before it started", status=TrialStatus.STOPPED)
 
     @property
     def holding(self) -> bool:
@@ -478,7 +479,7 @@ class TrialRunner:
                                    gate=self.journal.gate()))
 
     def _skip(self, trial: Any, record: TrialRecord, reason: str,
-              status: str = "failed") -> None:
+              status: TrialStatus = TrialStatus.FAILED) -> None:
         record.status, record.reason, record.finished_at = status, reason, time.time()
         self.journal.record(TrialFinished(
             stage=self.stage.name, trial=trial.to_dict(), attempt=record.attempts,
@@ -489,12 +490,13 @@ class TrialRunner:
     def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any],
                         ended: Ended, adopted: bool = False) -> None:
         trial = attempt.trial
-        if attempt.stopped and outcome["status"] == "failed":  # at the wall: not its fault
-            outcome = {**outcome, "status": "stopped", "reason": attempt.cancelled,
+        # Stopped at the wall: not its fault.
+        if attempt.stopped and outcome["status"] == TrialStatus.FAILED:
+            outcome = {**outcome, "status": TrialStatus.STOPPED, "reason": attempt.cancelled,
                        "repeats": False}
-        elif self.wall is not None and outcome["status"] in ("completed", "pruned"):
+        elif self.wall is not None and outcome["status"] in SCORED:
             self.wall.finished(ended.at - attempt.launched)
-        if outcome["status"] == "failed" and disk_full(outcome.get("reason")):
+        if outcome["status"] == TrialStatus.FAILED and disk_full(outcome.get("reason")):
             # The machine's fault, not the trial's: stop, and run it again on resume.
             raise TrialDiskFull(self.run_dir, f"{self.stage.name}/{trial.id}", outcome["reason"])
         record = self.records[trial.id]
@@ -505,7 +507,7 @@ class TrialRunner:
         unmet = unmet_need(outcome, self.needs,
                            f"{self.trainer_spec.kind} trainer {self.trainer.describe()!r}")
         if unmet is not None:  # it would fail again: no retry, the run stops
-            outcome = {**outcome, "status": "failed", "reason": unmet, "value": None}
+            outcome = {**outcome, "status": TrialStatus.FAILED, "reason": unmet, "value": None}
             self.broken = f"stage {self.stage.name!r}, trial {trial.id}: {unmet}"
         elif self.policy.retries_after(outcome, attempt.number):
             self.journal.record(TrialAttemptFailed(
@@ -519,7 +521,7 @@ class TrialRunner:
         if self.stopper is not None:
             first = outcome.get("value")
             first = first[0] if isinstance(first, list) else first
-            self.stopper.finish(trial.id, first, outcome["status"] == "pruned")
+            self.stopper.finish(trial.id, first, outcome["status"] == TrialStatus.PRUNED)
         record.status = outcome["status"]
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})
@@ -545,9 +547,9 @@ class TrialRunner:
         # Only a search under a cost budget is told costs (a train stage's Plan is not).
         cost = self._cost(trial, record)
         paid = {} if cost is None else {"cost": cost}
-        if record.status in ("completed", "pruned"):
+        if record.status in SCORED:
             self.searcher.tell(trial.id, record.value, **paid)
-            if (record.status == "completed" and self.threshold_at is None
+            if (record.status == TrialStatus.COMPLETED and self.threshold_at is None
                     and self._reached(record.value)):
                 self.threshold_at = time.time()
                 self.journal.record(ThresholdReached(stage=self.stage.name, trial=trial.id))

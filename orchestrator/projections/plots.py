@@ -21,10 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from nestor.orchestrator.journal.state import Attempt, RunState, fold
+from nestor.orchestrator.journal.status import SCORED, TrialStatus
 from nestor.orchestrator.projections.explain import completed, first_value, pareto_front
 
-STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
-                 "interrupted": "tab:gray", "running": "tab:blue", "stopped": "tab:purple"}
+STATUS_COLORS = {TrialStatus.COMPLETED: "tab:green", TrialStatus.PRUNED: "tab:orange",
+                 TrialStatus.FAILED: "tab:red", TrialStatus.INTERRUPTED: "tab:gray",
+                 TrialStatus.RUNNING: "tab:blue", TrialStatus.STOPPED: "tab:purple"}
 # A slot-use chart names each attempt on its bar up to this many attempts; beyond,
 # the names would overlap into ink, and each is an artist that costs its drawing.
 LABELLED_BARS = 200
@@ -73,7 +75,7 @@ def best_so_far(events: RunState | Iterable[dict[str, Any]], stage: str,
     best, curve = None, []
     found = state.stages.get(stage)
     for runs, run in enumerate(found.runs if found else [], start=1):
-        if run.status != "completed":
+        if run.status != TrialStatus.COMPLETED:
             continue
         value = _first(run.value)
         if value is not None and (best is None or _better(value, best, mode)):
@@ -108,7 +110,7 @@ def best_so_far_from_summary(summary: dict[str, Any], mode: str) -> list[tuple[i
     for trial in summary.get("trials", []):
         runs += max(int(trial.get("attempts") or 1), 1)
         value = _first(trial.get("value"))
-        if trial.get("status") == "completed" and value is not None and (
+        if trial.get("status") == TrialStatus.COMPLETED and value is not None and (
             best is None or _better(value, best, mode)
         ):
             best = value
@@ -168,9 +170,9 @@ def plot_generations(summary: dict[str, Any], metric: str, mode: str, path: Path
     for trial in summary.get("trials", []):
         value = _first(trial.get("value"))
         generation = int(trial.get("generation") or 0)
-        if trial.get("status") in ("completed", "pruned") and value is not None:
+        if trial.get("status") in SCORED and value is not None:
             by_generation.setdefault(generation, []).append(value)
-        elif trial.get("status") == "failed":
+        elif trial.get("status") == TrialStatus.FAILED:
             failed.append(generation)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     generations = sorted(by_generation)
@@ -208,7 +210,8 @@ def plot_pareto(summary: dict[str, Any], objectives: Sequence[Any], path: Path) 
     points, ids = [], []
     for trial in summary.get("trials", []):
         value = trial.get("value")
-        if trial.get("status") == "completed" and isinstance(value, list) and len(value) >= 2:
+        if (trial.get("status") == TrialStatus.COMPLETED and isinstance(value, list)
+                and len(value) >= 2):
             points.append((float(value[0]), float(value[1])))
             ids.append(str(trial["id"]))
     front = pareto_front(points, modes) if points else []
@@ -274,9 +277,9 @@ def slot_intervals(events: RunState | Iterable[dict[str, Any]], stage: str | Non
             taken[id(attempt)] = (attempt, free.take(_ranks(attempt.shape)))
         elif what == "end" and id(attempt) in taken:
             done.append(_interval(*taken.pop(id(attempt)), free, attempt.ended,
-                                  attempt.outcome or "completed"))
+                                  attempt.outcome or TrialStatus.COMPLETED))
     for attempt, held in taken.values():  # never ended: the driver was killed
-        done.append(_interval(attempt, held, free, last, "running"))
+        done.append(_interval(attempt, held, free, last, TrialStatus.RUNNING))
     used = max((s for i in done for s in i.slots), default=-1) + 1
     mine = [i for i in done if stage is None or i.stage == stage]
     return sorted(mine, key=lambda i: (i.start, i.slots)), max(slots, used)

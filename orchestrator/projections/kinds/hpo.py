@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.journal.status import StageStatus
 from nestor.orchestrator.projections.explain import importance, importance_line, pareto_trials
 from nestor.orchestrator.projections.kinds import KindReport, PlotMaker
 from nestor.orchestrator.projections.products import Product
@@ -201,7 +202,7 @@ def _algorithm(stage: Any) -> str:
 def _other_searches(run_dir: Path, state: RunState, name: str, metric: str,
                     mode: str) -> list[Any]:
     """The run's finished hpo stages, other than ``name``, that chase the same metric."""
-    finished = {n for n, stage in state.stages.items() if stage.state == "finished"}
+    finished = {n for n, stage in state.stages.items() if stage.state == StageStatus.FINISHED}
     if not finished or not (run_dir / SPEC_FILE).exists():
         return []
     from nestor.orchestrator.spec import HpoStage, SpecError, load_spec
