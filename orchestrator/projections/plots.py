@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.engine.kinds.summaries import PbtSummary
 from nestor.orchestrator.journal.state import Attempt, RunState, fold
 from nestor.orchestrator.journal.status import SCORED, TrialStatus
 from nestor.orchestrator.projections.explain import completed, first_value, pareto_front
@@ -424,28 +425,28 @@ def plot_ensemble(name: str, ensemble: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_population(name: str, pbt: dict[str, Any], path: Path) -> Path:
+def plot_population(name: str, pbt: PbtSummary, path: Path) -> Path:
     """A population's hyperparameter schedules: per numeric hyperparameter, each
     member's value over the budget, an x where it copied a better member, and the
     winner's lineage (the schedule to replay) in black."""
     plt = _pyplot()
-    members = pbt.get("members") or {}
+    members = pbt.members
     steps = [s for history in members.values() for s in history]
-    keys = sorted({k for s in steps for k, v in (s.get("config") or {}).items()
+    keys = sorted({k for s in steps for k, v in (s.config or {}).items()
                    if isinstance(v, int | float) and not isinstance(v, bool)})
     fig, axes = plt.subplots(max(1, len(keys)), 1, figsize=(8, 2.6 * max(1, len(keys))),
                              dpi=110, squeeze=False)
     for ax, key in zip(axes[:, 0], keys or ["-"], strict=True):
         for member, history in sorted(members.items(), key=lambda m: int(m[0])):
-            xs = [x for s in history for x in (s["start"], s["until"])]
-            ys = [s["config"].get(key) for s in history for _ in (0, 1)]
+            xs = [x for s in history for x in (s.start, s.until)]
+            ys = [s.config.get(key) for s in history for _ in (0, 1)]
             line, = ax.plot(xs, ys, linewidth=1, alpha=0.7, label=f"member {member}")
-            copied = [s for s in history if s.get("copied_from") is not None]
-            ax.scatter([s["start"] for s in copied], [s["config"].get(key) for s in copied],
+            copied = [s for s in history if s.copied_from is not None]
+            ax.scatter([s.start for s in copied], [s.config.get(key) for s in copied],
                        marker="x", color=line.get_color(), zorder=3)
-        best = pbt.get("schedule") or []
-        ax.plot([x for s in best for x in (s["start"], s["until"])],
-                [s["config"].get(key) for s in best for _ in (0, 1)], color="black",
+        best = pbt.schedule
+        ax.plot([x for s in best for x in (s.start, s.until)],
+                [s.config.get(key) for s in best for _ in (0, 1)], color="black",
                 linewidth=2.5, label="winner's schedule")
         ax.set_ylabel(key)
         if key in ("lr",) and all(v and v > 0 for v in ax.get_lines()[0].get_ydata()):

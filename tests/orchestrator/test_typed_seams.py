@@ -96,3 +96,99 @@ def test_a_trainer_result_status_is_a_member_and_reads_back_as_one() -> None:
     assert type(back.status) is ResultStatus and not back.ok
     with pytest.raises(ValueError, match="'completed' is not a valid ResultStatus"):
         TrialResult.from_dict({"trial_id": "t", "status": "completed"})
+
+
+# -- each kind's part of the summary ------------------------------------------------------
+
+PBT = """
+name: seams
+stages:
+  - name: tune
+    kind: hpo
+    trainer: {function: "nestor.orchestrator.simulate:simulated_trial", checkpoints: true}
+    search: {algorithm: pbt, population: 4, interval: 1, intervals: 3, quantile: 0.5, seed: 3}
+    space:
+      x: {type: float, low: 0, high: 1}
+  - name: final
+    kind: train
+    from: [tune]
+    replay: true
+"""
+
+
+def finished_summaries(run_dir: Path) -> dict[str, dict[str, Any]]:
+    return {e["stage"]: e["summary"] for e in read_events(run_dir / "journal.jsonl")
+            if e["event"] == "stage_finished"}
+
+
+def test_a_pbt_and_a_train_summary_round_trip_through_the_journal(tmp_path: Path) -> None:
+    """A population-based search and the train stage that replays its winner, on the
+    simulated cluster: each kind's entry in the journalled summary reads back as its
+    dataclass and writes out again to the same JSON (keys, order, values), the train
+    stage replayed the schedule the dataclass reads, and the entries' keys are the ones
+    every earlier journal has (the journalled form did not change)."""
+    from nestor.orchestrator.engine.kinds.summaries import PbtSummary, TrainSummary
+    from nestor.search import ScheduleStep
+
+    backend = SimulatedBackend(nodes=1, slots_per_node=4, seed=0,
+                               trial_model=fixed_trials(60.0, lambda c: c["x"]))
+    run_workflow(load_spec_text(PBT), backend, tmp_path / "run")
+    summaries = finished_summaries(tmp_path / "run")
+    pbt = PbtSummary.from_json(summaries["tune"]["pbt"])
+    assert pbt.schedule and all(isinstance(s, ScheduleStep) for s in pbt.schedule)
+    assert sorted(pbt.members) == ["0", "1", "2", "3"]
+    assert json.dumps(pbt.to_json()) == json.dumps(summaries["tune"]["pbt"])
+    assert list(summaries["tune"]["pbt"]) == ["schedule", "members"]
+    assert list(summaries["tune"]["pbt"]["schedule"][0]) == [
+        "trial_id", "member", "interval", "start", "until", "config", "continue_from",
+        "copied_from", "value"]
+    train = TrainSummary.from_json(summaries["final"]["train"])
+    assert json.dumps(train.to_json()) == json.dumps(summaries["final"]["train"])
+    assert list(summaries["final"]["train"]) == ["data", "config", "test_value", "val_value",
+                                                 "checkpoint"]
+    # The train stage replayed the winner's schedule as the dataclass reads it: one
+    # trial per step, the last one its config.
+    replayed = [e for e in read_events(tmp_path / "run" / "journal.jsonl")
+                if e["event"] == "trial_finished" and e["stage"] == "final"]
+    assert len(replayed) == len(pbt.schedule)
+    assert train.config == pbt.schedule[-1].config
+
+
+def test_every_kind_summary_round_trips_through_a_journal_line(tmp_path: Path) -> None:
+    """Each kind's dataclass written into a StageFinished, journalled, and read back
+    (the journal's own reader and parser) is the dataclass it was; an entry from an
+    older journal that lacks a field reads as None there, not as an error."""
+    from nestor.orchestrator.engine.kinds.summaries import (
+        AutoPick,
+        EnsembleMember,
+        EnsembleSummary,
+        PbtSummary,
+        TrainSummary,
+        TransferSummary,
+    )
+    from nestor.orchestrator.journal.events import StageFinished, parse
+    from nestor.search import ScheduleStep
+
+    step = ScheduleStep("3", 1, 0, 0.0, 1.0, {"lr": 0.1}, None, None, 0.5)
+    kept = {
+        "auto": AutoPick("asha", "many at once", 16, "search.parallel"),
+        "pbt": PbtSummary([step], {"1": [step]}),
+        "train": TrainSummary("train+val", {"lr": 0.1}, 0.9, None, "checkpoints/a/final"),
+        "transfer": TransferSummary("finetune", 0.8, 0.7, 0.6, 0.5, 12.5,
+                                    {"pretrain": [{"epoch": 1, "val_accuracy": 0.4}],
+                                     "finetune": [], "scratch": []}),
+        "ensemble": EnsembleSummary("greedy", 0.9, 0.8, 0.85, 0.75, 0.7, [
+            EnsembleMember("t1", {"seed": 1}, 1, 0.5, 0.85, 0.75, "checkpoints/e/t1")]),
+    }
+    with Journal(tmp_path / "journal.jsonl", fsync=False) as journal:
+        journal.record(StageFinished(stage="s", summary={
+            "name": "s", **{name: entry.to_json() for name, entry in kept.items()}}))
+    line, = read_events(tmp_path / "journal.jsonl")
+    event = parse(line)
+    assert isinstance(event, StageFinished)
+    for name, entry in kept.items():
+        assert type(entry).from_json(event.summary[name]) == entry, name
+    assert list(line["summary"]["ensemble"]["members"][0]) == [
+        "id", "config", "seed", "weight", "val_value", "test_value", "checkpoint"]
+    old = TransferSummary.from_json({"mode": "finetune", "test_value": 0.8})
+    assert old.curves is None and old.scratch_test_value is None

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.engine.kinds.summaries import PbtSummary
 from nestor.orchestrator.journal.state import RunState
 from nestor.orchestrator.journal.status import StageStatus
 from nestor.orchestrator.projections.explain import importance, importance_line, pareto_trials
@@ -54,11 +55,11 @@ class HpoReport(KindReport):
         if best:
             config = ", ".join(f"{k}={fmt(v)}" for k, v in best["config"].items())
             lines.append(f"best of {name} ({best['id']}): {config}")
-        schedule = (summary.get("pbt") or {}).get("schedule") or []
+        schedule = PbtSummary.from_json(summary.get("pbt") or {}).schedule
         if schedule:
             steps = "; ".join(
-                f"{s['start']:g}-{s['until']:g}: "
-                + ", ".join(f"{k}={fmt(v)}" for k, v in s["config"].items()) for s in schedule)
+                f"{s.start:g}-{s.until:g}: "
+                + ", ".join(f"{k}={fmt(v)}" for k, v in s.config.items()) for s in schedule)
             lines.append(f"winner's schedule (a train stage from: {name} replays it): {steps}")
         lines += replanned_lines(summary)
         lines.append(f"{name} stopped: {summary.get('stop_reason')}")
@@ -113,8 +114,9 @@ class HpoReport(KindReport):
             makers.append(("slices", lambda: plot_slices(
                 summary, metric, mode, plots / f"{name}-slices.png")))
         if summary.get("pbt"):
+            pbt = PbtSummary.from_json(summary["pbt"])
             makers.append(("population", lambda: plot_population(
-                name, summary["pbt"], plots / f"{name}-population.png")))
+                name, pbt, plots / f"{name}-population.png")))
         return makers
 
 
