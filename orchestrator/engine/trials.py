@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from nestor.orchestrator.backends.interface import (
     Backend,
@@ -64,6 +64,7 @@ from nestor.orchestrator.engine.records import TrialRecord, TrialRecords
 from nestor.orchestrator.engine.search_log import SearchLog
 from nestor.orchestrator.engine.shaping import StageShape
 from nestor.orchestrator.engine.shipped import shipped_code
+from nestor.orchestrator.engine.source import TrialSource
 from nestor.orchestrator.engine.wall import WallBudget
 from nestor.orchestrator.journal.events import (
     CheckpointRemoved,
@@ -79,7 +80,11 @@ from nestor.orchestrator.journal.events import Event as JournalEvent
 from nestor.orchestrator.journal.journal import Journal
 from nestor.orchestrator.journal.safe import check_id
 from nestor.orchestrator.journal.status import SCORED, TrialStatus
-from nestor.orchestrator.spec import Workflow
+from nestor.orchestrator.spec import EnsembleStage, HpoStage, TrainStage, TransferStage, Workflow
+from nestor.orchestrator.spec import Trainer as TrainerSpec
+
+if TYPE_CHECKING:
+    from nestor.search import Objective
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +92,11 @@ ARTIFACTS = "artifacts"  # RUN/artifacts/STAGE/TRIAL/: a trial's artifact folder
 NOT_RETRIED = "not retried: a rerun would fail the same way (trial.retry_on: any retries it)"
 
 __all__ = ["Attempt", "KindTrials", "SkipTrial", "TrialRecord", "TrialRunner"]
+
+# The stage a runner runs: any kind's model in the spec; a kind's own runner knows
+# which (``TrialRunner[TrainStage]``) and reads its own fields.
+AnyStage = HpoStage | EnsembleStage | TransferStage | TrainStage
+StageT = TypeVar("StageT", bound=AnyStage)
 
 
 class SkipTrial(Exception):
@@ -145,7 +155,7 @@ class KindTrials:
         return runner.summary()
 
 
-class TrialRunner:
+class TrialRunner(Generic[StageT]):
     """Runs one stage's trials on the shared gang pool, one step at a time.
 
     Whatever the stage kind, its trials come from an ask/tell source (a
@@ -160,20 +170,22 @@ class TrialRunner:
     def __init__(
         self,
         workflow: Workflow,
-        stage: Any,
+        stage: StageT,
         *,
         run_dir: Path,
         backend: Backend,
         journal: Journal,
-        searcher: Any,
-        objectives: list[Any],
-        trainer_spec: Any,
+        searcher: TrialSource | None,
+        objectives: list[Objective],
+        trainer_spec: TrainerSpec,
         part: KindTrials | None = None,
-        on_progress: Callable[[TrialRunner], None] | None = None,
+        on_progress: Callable[[TrialRunner[Any]], None] | None = None,
         events: JournalSoFar | list[dict[str, Any]] | None = None,
     ) -> None:
-        """``part``: what the stage's kind adds (nothing by default); ``events``: the
-        journal so far (a resumed stage's plan is in it)."""
+        """``searcher``: where its trials come from, a search or a fixed plan (None: the
+        kind's part builds it before the first ask, as an hpo stage's does once the
+        trials' shape is known); ``part``: what the stage's kind adds (nothing by
+        default); ``events``: the journal so far (a resumed stage's plan is in it)."""
         from nestor.trainers import TrainerRef
 
         self.workflow = workflow
@@ -222,17 +234,26 @@ class TrialRunner:
         self.needs = [] if trainer_spec.name is not None else stage.needs(workflow)
 
     @property
-    def searcher(self) -> Any:
+    def searcher(self) -> TrialSource:
         """Where the stage's trials come from: a searcher, or a fixed plan."""
+        if self._searcher is None:
+            raise RuntimeError(f"stage {self.stage.name!r}: its trials' source is not built"
+                               " yet (its kind builds it before the first ask)")
         return self._searcher
 
     @searcher.setter
-    def searcher(self, searcher: Any) -> None:
+    def searcher(self, searcher: TrialSource) -> None:
         """A kind may plan its trials only once its preparing task is done (a greedy
         ensemble's members): its search log then journals, and restores, that plan,
         not the one the runner was built with."""
         self._searcher = searcher
         self.search_log.follow(searcher)
+
+    @property
+    def has_searcher(self) -> bool:
+        """Whether the source of its trials is built (an hpo stage's is, once the shape
+        of its trials is known)."""
+        return self._searcher is not None
 
     @property
     def shape(self) -> Shape:
@@ -269,8 +290,8 @@ class TrialRunner:
         for trial in list(self.searcher.pending):
             if self._adopt(trial, ended, begun):
                 continue
-            record = self.records.get(trial.id)
-            self.queue.append((trial, (record.attempts if record else 0) + 1))
+            before = self.records.get(trial.id)
+            self.queue.append((trial, (before.attempts if before else 0) + 1))
 
     def _adopt(self, trial: Any, ended: set[tuple[str, int]],
                begun: set[tuple[str, int]]) -> bool:
@@ -568,7 +589,7 @@ class TrialRunner:
             return None
         if budget.unit == "slot_seconds":
             return record.slot_seconds + record.startup_slot_seconds
-        fidelity = getattr(self.stage.search, "fidelity", None) or "epochs"
+        fidelity = getattr(getattr(self.stage, "search", None), "fidelity", None) or "epochs"
         length = self.settings.get(fidelity)
         if length is None and self.trainer_spec.name:
             from nestor.trainers.catalog import TRAINERS

@@ -192,3 +192,85 @@ def test_every_kind_summary_round_trips_through_a_journal_line(tmp_path: Path) -
         "id", "config", "seed", "weight", "val_value", "test_value", "checkpoint"]
     old = TransferSummary.from_json({"mode": "finetune", "test_value": 0.8})
     assert old.curves is None and old.scratch_test_value is None
+
+
+# -- where a stage's trials come from ------------------------------------------------------
+
+
+def _members(protocol: type) -> set[str]:
+    return {name for klass in protocol.__mro__ if klass not in (object,)
+            and klass.__name__ not in ("Protocol", "Generic")
+            for name in vars(klass) if not name.startswith("_")}
+
+
+def test_a_search_and_a_plan_both_offer_what_the_engine_asks_of_a_trial_source() -> None:
+    """The runner asks its source through TrialSource: a search and a fixed plan both
+    have every member of it; only the search is a LoggedSearch, which is how the search
+    log tells them apart (a plan is journalled whole)."""
+    from nestor.orchestrator.engine.plan import Plan, PlannedTrial
+    from nestor.orchestrator.engine.source import LoggedSearch, TrialSource
+    from nestor.search import Objective, make_searcher
+    from nestor.search.space import FloatParam, SearchSpace
+
+    objective = Objective("val_accuracy", "max")
+    search = make_searcher("random", SearchSpace([FloatParam("x", 0.0, 1.0)]), [objective],
+                           budget=2, seed=1)
+    plan = Plan([[PlannedTrial("a", {"x": 1})]], objective)
+    wanted = _members(TrialSource)
+    assert {"ask", "tell", "done", "best", "pending", "planned", "n_asked", "stop_reason",
+            "state", "restore"} <= wanted
+    for source in (search, plan):
+        assert not wanted - set(dir(source)), (type(source).__name__, wanted - set(dir(source)))
+    assert isinstance(search, LoggedSearch) and not isinstance(plan, LoggedSearch)
+    # Both take a cost (the runner passes one only under a cost budget, which a plan
+    # never has) and count what they handed out.
+    trial, = plan.ask(1)
+    plan.tell(trial.id, 0.5, cost=3.0)
+    assert plan.n_asked == 1 and plan.done() and plan.best() is not None
+
+
+def test_telling_a_search_from_a_plan_evaluates_none_of_its_properties() -> None:
+    """isinstance against a runtime Protocol reads every member with hasattr on Python
+    3.11, which would run a property (a search's stop_reason runs its done()): the
+    Protocol the search log checks has methods only."""
+    from nestor.orchestrator.engine.source import LoggedSearch
+
+    class Touchy:
+        @property
+        def stop_reason(self) -> str:
+            raise AssertionError("a property was evaluated")
+
+        def log_since(self, start: int) -> list[dict[str, Any]]:
+            return []
+
+        def snapshot(self) -> None:
+            return None
+
+        def state(self) -> dict[str, Any]:
+            return {}
+
+        def restore(self, state: Any, snapshot: Any = None) -> int:
+            return 0
+
+    assert isinstance(Touchy(), LoggedSearch)
+
+
+def test_a_runner_whose_source_is_not_built_says_so(tmp_path: Path) -> None:
+    """An hpo runner builds its search once its trials' shape is known; asking for the
+    source before then is a clear error, not an AttributeError on None."""
+    from nestor.orchestrator.engine.trials import TrialRunner
+
+    workflow = load_spec_text(SWEEP)
+    stage = workflow.stages[0]
+    backend = SimulatedBackend(nodes=1, slots_per_node=2, seed=1,
+                               trial_model=fixed_trials(60.0, 0.5))
+    with Journal(tmp_path / "journal.jsonl", fsync=False) as journal:
+        from nestor.search import Objective
+
+        runner = TrialRunner(workflow, stage, run_dir=tmp_path, backend=backend,
+                             journal=journal, searcher=None,
+                             objectives=[Objective("val_accuracy", "max")],
+                             trainer_spec=workflow.trainer_of(stage.name))
+        assert not runner.has_searcher and runner.search_log.is_plan
+        with pytest.raises(RuntimeError, match="'tune': its trials' source is not built"):
+            runner.searcher  # noqa: B018

@@ -53,7 +53,7 @@ class HpoTrials(KindTrials):
         from nestor.search import make_searcher
 
         width = self.kept or run_width(runner)
-        if runner.searcher is not None and width == self.width:
+        if runner.has_searcher and width == self.width:
             return
         self.width = width
         stage = runner.stage
@@ -89,11 +89,13 @@ class HpoTrials(KindTrials):
         if choice is not None and self.width is not None:  # what auto built, for how many
             summary["auto"] = AutoPick(choice.label(), choice.reason, self.width.trials,
                                        self.width.source).to_json()
-        if hasattr(searcher, "best_schedule"):
+        best_schedule = getattr(searcher, "best_schedule", None)  # a population's search
+        if best_schedule is not None:
             population = getattr(searcher, "population", 0)
+            history = searcher.history  # type: ignore[attr-defined]
             summary["pbt"] = PbtSummary(
-                schedule=searcher.best_schedule(),
-                members={str(m): searcher.history(m) for m in range(population)},
+                schedule=best_schedule(),
+                members={str(m): history(m) for m in range(population)},
             ).to_json()
         return summary
 

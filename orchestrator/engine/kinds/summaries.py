@@ -53,8 +53,8 @@ class AutoPick(_Json):
 
 
 def _step(data: Mapping[str, Any]) -> ScheduleStep:
-    names = [f.name for f in dataclasses.fields(ScheduleStep)]
-    return ScheduleStep(**{name: data.get(name) for name in names})
+    fields: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(ScheduleStep)}
+    return ScheduleStep(**fields)
 
 
 def _step_json(step: ScheduleStep) -> dict[str, Any]:
@@ -144,6 +144,6 @@ class EnsembleSummary:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> EnsembleSummary:
-        fields = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
+        fields: dict[str, Any] = {f.name: data.get(f.name) for f in dataclasses.fields(cls)}
         fields["members"] = [EnsembleMember.from_json(m) for m in data.get("members") or []]
         return cls(**fields)

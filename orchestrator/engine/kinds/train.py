@@ -38,7 +38,8 @@ class TrainTrials(PlannedTrials):
         schedule = _schedule(sources) if stage.replay else []
         if not schedule:
             return [[PlannedTrial(TRIAL, {**best_config(sources), **stage.config})]]
-        phases, previous = [], ()
+        phases: list[list[PlannedTrial]] = []
+        previous: tuple[str, ...] = ()
         for i, step in enumerate(schedule):
             trial_id = TRIAL if i == len(schedule) - 1 else f"step-{i}"
             self._untils[trial_id] = step.until
