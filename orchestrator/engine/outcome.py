@@ -40,7 +40,7 @@ class TrialDiskFull(DiskFull):
 def disk_full(reason: str | None) -> bool:
     """Whether a failure was the machine's (a full disk or quota), not the trial's: such
     a trial is not journalled as failed but run again once there is space."""
-    return bool(reason) and any(words in reason for words in DISK_FULL_WORDS)
+    return reason is not None and any(words in reason for words in DISK_FULL_WORDS)
 
 
 def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, Any]:

@@ -114,13 +114,13 @@ class KindTrials:
     runner holds one and asks it, passing itself (its stage, records, searcher).
     The defaults add nothing: an hpo stage's trials need little more."""
 
-    def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
+    def request_extras(self, runner: TrialRunner[Any], trial: Any) -> dict[str, Any]:
         """Per-trial additions to the request: ``settings`` to merge over the
         stage's, and TrialRequest fields such as ``init_from`` and ``freeze``.
         Raise SkipTrial when the trial cannot run."""
         return {}
 
-    def restored(self, runner: TrialRunner, mine: list[JournalEvent]) -> None:
+    def restored(self, runner: TrialRunner[Any], mine: list[JournalEvent]) -> None:
         """The searcher and the trial records are restored from ``mine`` (none: a new
         stage), before any trial is queued: a reopened plan's failed trials are asked
         again (``nestor resume --retry``: :mod:`orchestrator.engine.reopen`)."""
@@ -128,28 +128,28 @@ class KindTrials:
 
         retry_plan(runner, mine)
 
-    def restoring(self, runner: TrialRunner, mine: list[JournalEvent]) -> None:
+    def restoring(self, runner: TrialRunner[Any], mine: list[JournalEvent]) -> None:
         """The runner is about to restore its searcher from ``mine`` (this stage's
         events; none for a new stage), its trials' shape planned: the last moment to
         change the searcher before its first ask (an hpo stage's is built for the
         trials that shape runs at once)."""
 
-    def preparing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+    def preparing_task(self, runner: TrialRunner[Any]) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop before the stage's first trial, whose
         TaskDone event ``prepared`` then gets; None: none (a planned stage measures
         its trainer first: :class:`StageShape`)."""
         return runner.shaping.preparing_task()
 
-    def prepared(self, runner: TrialRunner, done: Any) -> None:
+    def prepared(self, runner: TrialRunner[Any], done: Any) -> None:
         """The preparing task is done; the stage may plan its trials now."""
         runner.shaping.prepared(done)
 
-    def finishing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+    def finishing_task(self, runner: TrialRunner[Any]) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop once the trials are done, whose
         TaskDone event ``finalize`` then gets; None when the stage needs none."""
         return None
 
-    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
+    def finalize(self, runner: TrialRunner[Any], done: Any) -> dict[str, Any]:
         """The stage's summary once its trials (and its finishing task) are done,
         with the kind's own results added."""
         return runner.summary()

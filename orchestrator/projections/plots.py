@@ -25,9 +25,10 @@ from nestor.orchestrator.journal.state import Attempt, RunState, fold
 from nestor.orchestrator.journal.status import SCORED, TrialStatus
 from nestor.orchestrator.projections.explain import completed, first_value, pareto_front
 
-STATUS_COLORS = {TrialStatus.COMPLETED: "tab:green", TrialStatus.PRUNED: "tab:orange",
-                 TrialStatus.FAILED: "tab:red", TrialStatus.INTERRUPTED: "tab:gray",
-                 TrialStatus.RUNNING: "tab:blue", TrialStatus.STOPPED: "tab:purple"}
+STATUS_COLORS: dict[str, str] = {
+    TrialStatus.COMPLETED: "tab:green", TrialStatus.PRUNED: "tab:orange",
+    TrialStatus.FAILED: "tab:red", TrialStatus.INTERRUPTED: "tab:gray",
+    TrialStatus.RUNNING: "tab:blue", TrialStatus.STOPPED: "tab:purple"}
 # A slot-use chart names each attempt on its bar up to this many attempts; beyond,
 # the names would overlap into ink, and each is an artist that costs its drawing.
 LABELLED_BARS = 200

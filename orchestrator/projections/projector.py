@@ -74,8 +74,8 @@ from nestor.trainers.logged import MAX_TAG_VALUE, artifact_name_problem, digest,
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
-ENDED = {TrialStatus.COMPLETED: "FINISHED", TrialStatus.PRUNED: "KILLED",
-         TrialStatus.STOPPED: "KILLED"}  # else FAILED
+ENDED: dict[str, str] = {TrialStatus.COMPLETED: "FINISHED", TrialStatus.PRUNED: "KILLED",
+                         TrialStatus.STOPPED: "KILLED"}  # else FAILED
 # A trial's events: gathered, per batch, into one set of writes to its run.
 GATHERED = (TrialStarted, TrialAttemptFailed, TrialFinished, TrialInterrupted)
 # Events per batch at most (a trial's events are gathered within one): a batch is one
