@@ -19,9 +19,12 @@ demo: setup
 system-deps:
 	@scripts/system-deps.sh
 
+# ruff, the layers' contracts (import-linter) and the types (mypy: lenient on the whole of
+# orchestrator/, search/ and trainers/, strict on the seams; pyproject's [tool.mypy]).
 lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy
 
 # The whole set-up, then every test. The sub-make keeps the order (system
 # packages before .venv, whose Horovod build needs cmake and g++) under -j too.

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from nestor.trainers._types import (
     DEFAULT_FLAG_PREFIX,
     DEFAULT_RESULT_PATTERN,
+    ResultStatus,
     TrainerRef,
     TrialRequest,
     TrialResult,
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_FLAG_PREFIX",
     "DEFAULT_RESULT_PATTERN",
+    "ResultStatus",
     "TrainerRef",
     "TrialContext",
     "TrialRequest",

@@ -8,7 +8,14 @@ import time
 import traceback
 from collections.abc import Iterator, Mapping
 
-from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers._types import (
+    Heartbeat,
+    Report,
+    ResultStatus,
+    ShouldStop,
+    TrialRequest,
+    TrialResult,
+)
 
 
 def run_trial(request: TrialRequest, *, report: Report | None = None,
@@ -43,7 +50,7 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
     Every rank returns a result; rank 0's carries the metrics, and is first
     written to ``request.result_path`` when one is given. Failures (bad
     options, missing data, a crashing user function, a diverging loss) come
-    back as ``status="failed"`` with a one-line ``reason`` and the traceback
+    back as ``status=ResultStatus.FAILED`` with a one-line ``reason`` and the traceback
     in ``details``.
     """
     started = time.perf_counter()
@@ -56,7 +63,7 @@ def run_trial(request: TrialRequest, *, report: Report | None = None,
             write_json_durably(request.result_path, result.to_dict())
         except OSError as exc:  # a full or lost disk: the result still goes back by Ray
             result = TrialResult(
-                trial_id=request.trial_id, status="failed",
+                trial_id=request.trial_id, status=ResultStatus.FAILED,
                 reason=f"could not write the result file {request.result_path}: {exc}",
                 metrics=result.metrics, history=result.history, details=traceback.format_exc())
     return result
@@ -93,7 +100,7 @@ def _run_kind(request: TrialRequest, report: Report | None, should_stop: ShouldS
                                        "GpuUnusable"):
             reason = f"{type(exc).__name__}: {reason}"
         result = TrialResult(
-            trial_id=request.trial_id, status="failed", reason=reason,
+            trial_id=request.trial_id, status=ResultStatus.FAILED, reason=reason,
             metrics={"wall_time": time.perf_counter() - started},
             details=traceback.format_exc(), repeats=error_repeats(exc),
             logged=getattr(exc, "nestor_logged", None) or {},  # a function's, before it failed

@@ -14,6 +14,7 @@ import re
 import shlex
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any, Literal
 
 DEFAULT_RESULT_PATTERN = r"FoM: (\S+)"
@@ -233,11 +234,20 @@ class TrialRequest:
         return self.data_parallel * self.model_parallel
 
 
+class ResultStatus(StrEnum):
+    """How a trainer says its trial ended (``TrialResult.status``); a string like
+    ``"ok"``, so a result file reads as before. The orchestrator's statuses of a
+    trial (``completed``, ``pruned``, ...) are its own: trainers do not import it."""
+
+    OK = "ok"
+    FAILED = "failed"
+
+
 @dataclass
 class TrialResult:
     """How a trial ended.
 
-    ``status`` is ``"ok"`` or ``"failed"`` (then ``reason`` says why, in one
+    ``status`` is ``ResultStatus.OK`` or ``FAILED`` (then ``reason`` says why, in one
     line, and ``details`` may hold a traceback or the tail of a log).
     ``metrics`` are the final figures: for built-in trainers ``test_accuracy``,
     ``test_loss``, ``val_accuracy``, ``val_loss``, ``train_loss`` (last epoch),
@@ -258,7 +268,7 @@ class TrialResult:
     """
 
     trial_id: str
-    status: Literal["ok", "failed"]
+    status: ResultStatus
     reason: str | None = None
     metrics: dict[str, float] = field(default_factory=dict)
     history: list[dict[str, float]] = field(default_factory=list)
@@ -272,7 +282,7 @@ class TrialResult:
 
     @property
     def ok(self) -> bool:
-        return self.status == "ok"
+        return self.status == ResultStatus.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -293,4 +303,7 @@ class TrialResult:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TrialResult:
         """The inverse of ``to_dict`` (a result read back from ``result_path``)."""
-        return cls(**{name: data[name] for name in cls.__dataclass_fields__ if name in data})
+        fields = {name: data[name] for name in cls.__dataclass_fields__ if name in data}
+        if "status" in fields:
+            fields["status"] = ResultStatus(fields["status"])
+        return cls(**fields)

@@ -28,7 +28,14 @@ import torch
 import torch.nn.functional as F
 
 from nestor.trainers import checkpoint as ckpt
-from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers._types import (
+    Heartbeat,
+    Report,
+    ResultStatus,
+    ShouldStop,
+    TrialRequest,
+    TrialResult,
+)
 from nestor.trainers.catalog import resolve_options
 from nestor.trainers.data import epoch_batches, shard_slice, splits_of, steps_per_epoch
 from nestor.trainers.feed import Feed
@@ -298,6 +305,6 @@ def run_builtin(request: TrialRequest, par: Parallel, report: Report | None,
     final["wall_time"] = time.perf_counter() - started
     final.update(device_metrics(device))
     return TrialResult(
-        trial_id=request.trial_id, status="ok", metrics=final, history=history,
+        trial_id=request.trial_id, status=ResultStatus.OK, metrics=final, history=history,
         stopped_early=stopped, checkpoint=last_checkpoint, resumed_from_epoch=start_epoch,
     )

@@ -60,7 +60,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers._types import (
+    Heartbeat,
+    Report,
+    ResultStatus,
+    ShouldStop,
+    TrialRequest,
+    TrialResult,
+)
 from nestor.trainers.gpu import gpu_granted, gpu_metrics
 from nestor.trainers.history import BoundedHistory
 from nestor.trainers.launch import (
@@ -265,13 +272,13 @@ def run_command_rank(request: TrialRequest, rank: int, report: Report | None = N
     if not per_node(request.trainer.argv or ()):
         if rank == 0:
             return run_command(request, report, should_stop, heartbeat)
-        return TrialResult(trial_id=request.trial_id, status="ok")
+        return TrialResult(trial_id=request.trial_id, status=ResultStatus.OK)
     try:
         node = Node.here(rank, np)
     except ValueError as exc:
         return _failed_early(request, str(exc), time.perf_counter())
     if not node.leader:  # the command on this node's first rank starts this one
-        return TrialResult(trial_id=request.trial_id, status="ok")
+        return TrialResult(trial_id=request.trial_id, status=ResultStatus.OK)
     return run_command(request, report if rank == 0 else None, should_stop, heartbeat,
                        node=node, launch=launch)
 
@@ -382,7 +389,7 @@ def _on_node(node: Node | None, reason: str) -> str:
 
 
 def _failed_early(request: TrialRequest, reason: str, started: float) -> TrialResult:
-    return TrialResult(trial_id=request.trial_id, status="failed", reason=reason,
+    return TrialResult(trial_id=request.trial_id, status=ResultStatus.FAILED, reason=reason,
                        metrics={"wall_time": time.perf_counter() - started})
 
 
@@ -439,7 +446,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             return logged.record(request.artifact_dir)
 
     def failed(reason: str, **extra: Any) -> TrialResult:
-        return TrialResult(trial_id=request.trial_id, status="failed", reason=reason,
+        return TrialResult(trial_id=request.trial_id, status=ResultStatus.FAILED, reason=reason,
                            metrics={**device, "wall_time": time.perf_counter() - started},
                            history=history, logged=record(), **extra)
 
@@ -538,7 +545,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         return failed(reason, logs=logs, details=details,
                       repeats=returncode > 0 and exit_repeats(returncode, last))
     if not need_result:
-        return TrialResult(trial_id=request.trial_id, status="ok",
+        return TrialResult(trial_id=request.trial_id, status=ResultStatus.OK,
                            metrics={"wall_time": time.perf_counter() - started},
                            stopped_early=ended_by == "stop", logs=logs)
     found = out.last_match or err.last_match
@@ -555,6 +562,6 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
                       details=details, repeats=number == "is not a number")
     metrics = {**device, trainer.result_metric: number,
                "wall_time": time.perf_counter() - started}
-    return TrialResult(trial_id=request.trial_id, status="ok", metrics=metrics, history=history,
-                       stopped_early=ended_by == "stop", logs=logs,
+    return TrialResult(trial_id=request.trial_id, status=ResultStatus.OK, metrics=metrics,
+                       history=history, stopped_early=ended_by == "stop", logs=logs,
                        checkpoint=left_checkpoint(request.checkpoint_dir), logged=record())

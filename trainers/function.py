@@ -45,7 +45,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from nestor.trainers._types import Heartbeat, Report, ShouldStop, TrialRequest, TrialResult
+from nestor.trainers._types import (
+    Heartbeat,
+    Report,
+    ResultStatus,
+    ShouldStop,
+    TrialRequest,
+    TrialResult,
+)
 from nestor.trainers.gpu import device_metrics, select_device
 from nestor.trainers.history import BoundedHistory
 from nestor.trainers.logged import Logged, copy_artifact, prepare_artifacts
@@ -272,9 +279,11 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     for key, value in device_metrics(device).items():
         metrics.setdefault(key, value)
     bad = sorted(k for k, v in metrics.items() if not math.isfinite(v))
-    status, reason = "ok", None
+    status = ResultStatus.OK
+    reason: str | None = None
     if bad:
-        status, reason = "failed", f"function returned non-finite metrics: {', '.join(bad)}"
+        status = ResultStatus.FAILED
+        reason = f"function returned non-finite metrics: {', '.join(bad)}"
     # Whatever the function left in its folder is the trial's checkpoint (rank 0's
     # result is the trial's; other ranks leave the folder to it).
     checkpoint = left_checkpoint(request.checkpoint_dir) if par.is_root else None

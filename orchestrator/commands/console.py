@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
+from nestor.orchestrator.journal.status import StageStatus
+
 if TYPE_CHECKING:
     from rich.console import Console
     from rich.text import Text
@@ -95,11 +97,11 @@ def run_status(run_dir: Path, interrupted_hint: str | None = None) -> None:
     if walled:
         out.print("stopped: trials stopped at their stage's wall budget (search.budget.wall;"
                   f" `nestor results {run_dir}` says why each stage stopped)", soft_wrap=True)
-    failed = [stage["name"] for stage in info["stages"] if stage["state"] == "failed"]
+    failed = [stage["name"] for stage in info["stages"] if stage["state"] == StageStatus.FAILED]
     if failed:
         out.print(f"every trial of {', '.join(failed)} failed; `nestor results {run_dir}`"
                   " lists each with its reason", soft_wrap=True)
-    if info["state"] == "interrupted":
+    if info["state"] == StageStatus.INTERRUPTED:
         out.print(f"continue with: {interrupted_hint or f'nestor resume {run_dir}'}",
                   soft_wrap=True)
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nestor.orchestrator.commands.console import EXIT_DISK_FULL, EXIT_SPEC_ERROR
+from nestor.orchestrator.journal.status import TrialStatus
 
 
 class RunFailed(Exception):
@@ -137,7 +138,7 @@ def stages_without_result(results: dict[str, Any], run_dir: Path) -> list[str]:
     lines = []
     for stage in results["stages"]:
         trials = stage.get("trials") or []
-        if trials and all(t.get("status") == "failed" for t in trials):
+        if trials and all(t.get("status") == TrialStatus.FAILED for t in trials):
             reason = next((t["reason"] for t in trials if t.get("reason")), "no reason recorded")
             lines.append(
                 f"stage {stage['name']}: all {len(trials)} trials failed; the first said:"

@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.text import Text
 
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.projections.products import objective_label
 
 # Seconds between two redraws of one stage's line while its trials run. Each redraw
@@ -56,8 +57,8 @@ class StageProgress:
             total = None if cost is not None else runner.searcher.planned
             self.tasks[name] = self.progress.add_task("", total=total, stage=name, detail="")
         records = runner.records.values()
-        done = sum(1 for r in records if r.status != "running")
-        failed = sum(1 for r in records if r.status == "failed")
+        done = sum(1 for r in records if r.status != TrialStatus.RUNNING)
+        failed = sum(1 for r in records if r.status == TrialStatus.FAILED)
         best = runner.searcher.best()
         first = None if best is None else (
             best.value[0] if isinstance(best.value, list | tuple) else best.value)

@@ -23,6 +23,7 @@ from typing import Any
 
 from nestor.orchestrator.backends.interface import BEAT_EVERY_S, Backend, Ended
 from nestor.orchestrator.backends.shape import Shape
+from nestor.orchestrator.journal.status import TrialStatus
 
 log = logging.getLogger(__name__)
 
@@ -82,7 +83,7 @@ class AttemptPolicy:
         """Does a trial whose attempt ``number`` ended so (:func:`outcome.outcome`) run
         again? A failure while retries last, unless it would repeat (and the stage
         retries only what may pass)."""
-        return (outcome["status"] == "failed" and number <= self.retries
+        return (outcome["status"] == TrialStatus.FAILED and number <= self.retries
                 and not self.not_retried(outcome))
 
     def not_retried(self, outcome: dict[str, Any]) -> bool:

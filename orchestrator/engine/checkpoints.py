@@ -17,6 +17,7 @@ from typing import Any
 from nestor.orchestrator.journal.events import CheckpointRemoved
 from nestor.orchestrator.journal.journal import Journal
 from nestor.orchestrator.journal.safe import check_id, inside
+from nestor.orchestrator.journal.status import TrialStatus
 
 
 class CheckpointKeeper:
@@ -49,7 +50,8 @@ class CheckpointKeeper:
             return
         needed = self.needed(searcher)
         for record in records.values():
-            if record.checkpoint and record.status != "running" and record.id not in needed:
+            if (record.checkpoint and record.status != TrialStatus.RUNNING
+                    and record.id not in needed):
                 self.journal.record(CheckpointRemoved(
                     stage=self.stage, trial=record.id, path=record.checkpoint))
                 self.journal.sync()  # the files go only once the journal says so for good

@@ -31,6 +31,7 @@ from nestor.orchestrator.journal.events import (
 )
 from nestor.orchestrator.journal.journal import damaged_line, event_of, iter_events
 from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.journal.status import StageStatus
 
 __all__ = ["JournalSoFar", "Summaries", "paused_gc", "sparse_gc"]
 
@@ -200,7 +201,7 @@ class JournalSoFar:
             started = parse(_line_at(path, heads.workflow.start_offset))
             so_far.started = started if isinstance(started, WorkflowStarted) else None
         ends = sorted((stage.summary_at, name) for name, stage in heads.stages.items()
-                      if stage.state == "finished" and stage.summary_at is not None)
+                      if stage.state == StageStatus.FINISHED and stage.summary_at is not None)
         for offset, name in ends:  # in the order they finished; summaries parsed if needed
             so_far.summaries.found(name, path, offset)
         so_far.stages_started = {name for name, stage in heads.stages.items()

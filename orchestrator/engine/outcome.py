@@ -12,6 +12,7 @@ from typing import Any
 from nestor.orchestrator.backends.interface import Ended
 from nestor.orchestrator.engine.attempts import Attempt
 from nestor.orchestrator.journal.journal import DiskFull
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.journal.text import first_line
 from nestor.orchestrator.spec.needs import Need, what_to_do
 from nestor.trainers.history import bounded
@@ -39,7 +40,7 @@ class TrialDiskFull(DiskFull):
 def disk_full(reason: str | None) -> bool:
     """Whether a failure was the machine's (a full disk or quota), not the trial's: such
     a trial is not journalled as failed but run again once there is space."""
-    return bool(reason) and any(words in reason for words in DISK_FULL_WORDS)
+    return reason is not None and any(words in reason for words in DISK_FULL_WORDS)
 
 
 def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, Any]:
@@ -52,14 +53,15 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
     a failure): a rerun would fail the same way, as the trainer judged its failure
     (``TrialResult.repeats``), or the trainer reported no metric the stage needs."""
     if attempt.cancelled is not None:
-        return {"status": "failed", "reason": attempt.cancelled}
+        return {"status": TrialStatus.FAILED, "reason": attempt.cancelled}
     if ended.result is None:
-        return {"status": "failed", "reason": _short(ended.failure or "the gang failed")}
+        return {"status": TrialStatus.FAILED, "reason": _short(ended.failure or "the gang failed")}
     result = ended.result
     files = {"logs": dict(result.logs), "checkpoint": result.checkpoint,
              "logged": dict(result.logged or {})}
     if not result.ok:
-        return {"status": "failed", "reason": _short(result.reason or "the trainer failed"),
+        return {"status": TrialStatus.FAILED,
+                "reason": _short(result.reason or "the trainer failed"),
                 "metrics": dict(result.metrics), "history": bounded(result.history),
                 "repeats": result.repeats, **files}
     values = []
@@ -68,17 +70,17 @@ def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, 
         if value is None:  # a metric the trainer logged (nestor.metric, ctx.log_metrics)
             value = last_logged(result.logged, objective.metric)
         if value is None:
-            return {"status": "failed", "metrics": dict(result.metrics), "repeats": True,
+            return {"status": TrialStatus.FAILED, "metrics": dict(result.metrics), "repeats": True,
                     "reason": f"the trainer reported no {objective.metric!r}"
                     f" (it reported: {', '.join(sorted(result.metrics)) or 'nothing'})"}
         if not isinstance(value, int | float) or not math.isfinite(value):
-            return {"status": "failed", "metrics": dict(result.metrics),
+            return {"status": TrialStatus.FAILED, "metrics": dict(result.metrics),
                     "reason": f"{objective.metric} is {value!r}, not a finite number"}
         values.append(float(value))
     return {
         # A pruned trial keeps the value it had when stopped: the search learns
         # that the configuration was poor, the results show it was cut short.
-        "status": "pruned" if result.stopped_early else "completed",
+        "status": TrialStatus.PRUNED if result.stopped_early else TrialStatus.COMPLETED,
         "value": values[0] if len(values) == 1 else values,
         "metrics": dict(result.metrics),
         "history": bounded(result.history),
@@ -108,7 +110,7 @@ def unmet_need(done: dict[str, Any], needs: list[Need], trainer: str) -> str | N
     nothing: PBT would quietly become random search."""
     from nestor.trainers.outputs import PREDICTIONS_FILE
 
-    if done["status"] != "completed":
+    if done["status"] != TrialStatus.COMPLETED:
         return None
     checkpoint = done.get("checkpoint")
     for need in needs:

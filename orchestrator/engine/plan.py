@@ -52,6 +52,10 @@ class Plan:
         return len(self.trials)
 
     @property
+    def n_asked(self) -> int:
+        return len(self.asked)
+
+    @property
     def pending(self) -> list[Trial]:
         return [t for t in self.trials if t.id in self.asked and t.id not in self.told]
 
@@ -70,7 +74,8 @@ class Plan:
         self.asked.extend(t.id for t in given)
         return given
 
-    def tell(self, trial_id: str, result: Any) -> None:
+    def tell(self, trial_id: str, result: Any, *, cost: float | None = None) -> None:
+        """A trial's result (a plan has no cost budget: ``cost`` is not kept)."""
         if trial_id not in self.asked or trial_id in self.told:
             raise ValueError(f"trial {trial_id!r} must be asked and not yet told")
         self.told[trial_id] = None if isinstance(result, Failure) else float(result)
@@ -87,11 +92,12 @@ class Plan:
         return len(self.told) == len(self.trials)
 
     def best(self) -> Outcome | None:
-        done = [(t, self.told[t.id]) for t in self.trials if self.told.get(t.id) is not None]
+        done = [(t, value) for t in self.trials
+                if (value := self.told.get(t.id)) is not None]
         if not done:
             return None
         trial, value = min(done, key=lambda tv: self.objective.sign * tv[1])
-        return Outcome(trial, value)  # type: ignore[arg-type]
+        return Outcome(trial, value)
 
     def state(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, "trials": [t.id for t in self.trials],

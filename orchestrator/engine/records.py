@@ -14,6 +14,7 @@ from nestor.orchestrator.journal.events import (
     TrialFinished,
     TrialStarted,
 )
+from nestor.orchestrator.journal.status import TrialStatus
 
 
 @dataclass
@@ -25,7 +26,7 @@ class TrialRecord:
     generation: int
     deme: int
     parents: list[str]
-    status: str = "running"
+    status: str = TrialStatus.RUNNING
     value: float | list[float] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     reason: str | None = None
@@ -92,13 +93,13 @@ class TrialRecords(dict[str, TrialRecord]):
 
     def totals(self) -> dict[str, Any]:
         """The summary's counts and slot time over every trial."""
-        finished = [r for r in self.values() if r.status != "running"]
-        stopped = sum(1 for r in finished if r.status == "stopped")  # at a wall budget
+        finished = [r for r in self.values() if r.status != TrialStatus.RUNNING]
+        stopped = sum(1 for r in finished if r.status == TrialStatus.STOPPED)  # at a wall budget
         return {
             "n_trials": len(self),
             "n_runs": sum(r.attempts for r in self.values()),
-            "n_failed": sum(1 for r in finished if r.status == "failed"),
-            "n_pruned": sum(1 for r in finished if r.status == "pruned"),
+            "n_failed": sum(1 for r in finished if r.status == TrialStatus.FAILED),
+            "n_pruned": sum(1 for r in finished if r.status == TrialStatus.PRUNED),
             "slot_seconds": round(sum(r.slot_seconds for r in self.values()), 3),
             "startup_slot_seconds": round(sum(r.startup_slot_seconds for r in self.values()), 3),
             **({"n_stopped": stopped} if stopped else {}),

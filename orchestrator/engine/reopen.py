@@ -15,6 +15,7 @@ from typing import Any
 
 from nestor.orchestrator.engine.history import JournalSoFar
 from nestor.orchestrator.journal.events import Event, PlanState, StageReopened
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.spec import Workflow
 
 
@@ -104,7 +105,7 @@ def _retries(workflow: Workflow, events: JournalSoFar, taken: set[str]) -> list[
         if name not in events.summaries or _searches(workflow.stage(name)):
             continue
         trials = events.summaries[name].get("trials") or []
-        if any(t.get("status") == "failed" for t in trials):
+        if any(t.get("status") == TrialStatus.FAILED for t in trials):
             failed.append(name)
     if not failed:
         raise ReopenError("--retry found no finished stage with a failed trial to run again"
@@ -134,7 +135,7 @@ def retry_plan(runner: Any, mine: list[Event]) -> None:
         return
     if any(isinstance(e, PlanState) for e in after):
         return
-    failed = [r.id for r in runner.records.values() if r.status == "failed"]
+    failed = [r.id for r in runner.records.values() if r.status == TrialStatus.FAILED]
     runner.searcher.retry(failed)
     runner.search_log.record()
 

@@ -13,6 +13,7 @@ from typing import Any
 from nestor.orchestrator.engine.workflow import JOURNAL_FILE
 from nestor.orchestrator.journal.events import TrialFinished, kinds_of, parse
 from nestor.orchestrator.journal.journal import iter_events
+from nestor.orchestrator.journal.status import TrialStatus
 
 
 class SeedError(ValueError):
@@ -68,7 +69,7 @@ def _from_run(run_dir: Path, objectives: Any) -> list[tuple[dict, Any]]:
     for record in iter_events(journal, kinds_of(TrialFinished)):
         event = parse(record)
         assert isinstance(event, TrialFinished)
-        if event.status == "completed" and event.value is not None:
+        if event.status == TrialStatus.COMPLETED and event.value is not None:
             found.append((dict(event.trial.get("config") or {}),
                           _result(event.metrics or {}, event.value, objectives)))
     return found

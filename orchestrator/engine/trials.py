@@ -37,7 +37,7 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from nestor.orchestrator.backends.interface import (
     Backend,
@@ -64,6 +64,7 @@ from nestor.orchestrator.engine.records import TrialRecord, TrialRecords
 from nestor.orchestrator.engine.search_log import SearchLog
 from nestor.orchestrator.engine.shaping import StageShape
 from nestor.orchestrator.engine.shipped import shipped_code
+from nestor.orchestrator.engine.source import TrialSource
 from nestor.orchestrator.engine.wall import WallBudget
 from nestor.orchestrator.journal.events import (
     CheckpointRemoved,
@@ -78,7 +79,12 @@ from nestor.orchestrator.journal.events import (
 from nestor.orchestrator.journal.events import Event as JournalEvent
 from nestor.orchestrator.journal.journal import Journal
 from nestor.orchestrator.journal.safe import check_id
-from nestor.orchestrator.spec import Workflow
+from nestor.orchestrator.journal.status import SCORED, TrialStatus
+from nestor.orchestrator.spec import EnsembleStage, HpoStage, TrainStage, TransferStage, Workflow
+from nestor.orchestrator.spec import Trainer as TrainerSpec
+
+if TYPE_CHECKING:
+    from nestor.search import Objective
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +92,11 @@ ARTIFACTS = "artifacts"  # RUN/artifacts/STAGE/TRIAL/: a trial's artifact folder
 NOT_RETRIED = "not retried: a rerun would fail the same way (trial.retry_on: any retries it)"
 
 __all__ = ["Attempt", "KindTrials", "SkipTrial", "TrialRecord", "TrialRunner"]
+
+# The stage a runner runs: any kind's model in the spec; a kind's own runner knows
+# which (``TrialRunner[TrainStage]``) and reads its own fields.
+AnyStage = HpoStage | EnsembleStage | TransferStage | TrainStage
+StageT = TypeVar("StageT", bound=AnyStage)
 
 
 class SkipTrial(Exception):
@@ -103,13 +114,13 @@ class KindTrials:
     runner holds one and asks it, passing itself (its stage, records, searcher).
     The defaults add nothing: an hpo stage's trials need little more."""
 
-    def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
+    def request_extras(self, runner: TrialRunner[Any], trial: Any) -> dict[str, Any]:
         """Per-trial additions to the request: ``settings`` to merge over the
         stage's, and TrialRequest fields such as ``init_from`` and ``freeze``.
         Raise SkipTrial when the trial cannot run."""
         return {}
 
-    def restored(self, runner: TrialRunner, mine: list[JournalEvent]) -> None:
+    def restored(self, runner: TrialRunner[Any], mine: list[JournalEvent]) -> None:
         """The searcher and the trial records are restored from ``mine`` (none: a new
         stage), before any trial is queued: a reopened plan's failed trials are asked
         again (``nestor resume --retry``: :mod:`orchestrator.engine.reopen`)."""
@@ -117,34 +128,34 @@ class KindTrials:
 
         retry_plan(runner, mine)
 
-    def restoring(self, runner: TrialRunner, mine: list[JournalEvent]) -> None:
+    def restoring(self, runner: TrialRunner[Any], mine: list[JournalEvent]) -> None:
         """The runner is about to restore its searcher from ``mine`` (this stage's
         events; none for a new stage), its trials' shape planned: the last moment to
         change the searcher before its first ask (an hpo stage's is built for the
         trials that shape runs at once)."""
 
-    def preparing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+    def preparing_task(self, runner: TrialRunner[Any]) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop before the stage's first trial, whose
         TaskDone event ``prepared`` then gets; None: none (a planned stage measures
         its trainer first: :class:`StageShape`)."""
         return runner.shaping.preparing_task()
 
-    def prepared(self, runner: TrialRunner, done: Any) -> None:
+    def prepared(self, runner: TrialRunner[Any], done: Any) -> None:
         """The preparing task is done; the stage may plan its trials now."""
         runner.shaping.prepared(done)
 
-    def finishing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
+    def finishing_task(self, runner: TrialRunner[Any]) -> tuple[Any, ...] | None:
         """``(fn, *args)`` to run off the loop once the trials are done, whose
         TaskDone event ``finalize`` then gets; None when the stage needs none."""
         return None
 
-    def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
+    def finalize(self, runner: TrialRunner[Any], done: Any) -> dict[str, Any]:
         """The stage's summary once its trials (and its finishing task) are done,
         with the kind's own results added."""
         return runner.summary()
 
 
-class TrialRunner:
+class TrialRunner(Generic[StageT]):
     """Runs one stage's trials on the shared gang pool, one step at a time.
 
     Whatever the stage kind, its trials come from an ask/tell source (a
@@ -159,20 +170,22 @@ class TrialRunner:
     def __init__(
         self,
         workflow: Workflow,
-        stage: Any,
+        stage: StageT,
         *,
         run_dir: Path,
         backend: Backend,
         journal: Journal,
-        searcher: Any,
-        objectives: list[Any],
-        trainer_spec: Any,
+        searcher: TrialSource | None,
+        objectives: list[Objective],
+        trainer_spec: TrainerSpec,
         part: KindTrials | None = None,
-        on_progress: Callable[[TrialRunner], None] | None = None,
+        on_progress: Callable[[TrialRunner[Any]], None] | None = None,
         events: JournalSoFar | list[dict[str, Any]] | None = None,
     ) -> None:
-        """``part``: what the stage's kind adds (nothing by default); ``events``: the
-        journal so far (a resumed stage's plan is in it)."""
+        """``searcher``: where its trials come from, a search or a fixed plan (None: the
+        kind's part builds it before the first ask, as an hpo stage's does once the
+        trials' shape is known); ``part``: what the stage's kind adds (nothing by
+        default); ``events``: the journal so far (a resumed stage's plan is in it)."""
         from nestor.trainers import TrainerRef
 
         self.workflow = workflow
@@ -221,17 +234,26 @@ class TrialRunner:
         self.needs = [] if trainer_spec.name is not None else stage.needs(workflow)
 
     @property
-    def searcher(self) -> Any:
+    def searcher(self) -> TrialSource:
         """Where the stage's trials come from: a searcher, or a fixed plan."""
+        if self._searcher is None:
+            raise RuntimeError(f"stage {self.stage.name!r}: its trials' source is not built"
+                               " yet (its kind builds it before the first ask)")
         return self._searcher
 
     @searcher.setter
-    def searcher(self, searcher: Any) -> None:
+    def searcher(self, searcher: TrialSource) -> None:
         """A kind may plan its trials only once its preparing task is done (a greedy
         ensemble's members): its search log then journals, and restores, that plan,
         not the one the runner was built with."""
         self._searcher = searcher
         self.search_log.follow(searcher)
+
+    @property
+    def has_searcher(self) -> bool:
+        """Whether the source of its trials is built (an hpo stage's is, once the shape
+        of its trials is known)."""
+        return self._searcher is not None
 
     @property
     def shape(self) -> Shape:
@@ -260,7 +282,7 @@ class TrialRunner:
         # A result journalled just before the kill may be missing from the state file.
         pending = {t.id: t for t in self.searcher.pending}
         for record in self.records.values():
-            if record.status != "running" and record.id in pending:
+            if record.status != TrialStatus.RUNNING and record.id in pending:
                 self._tell(pending.pop(record.id), record)
         # Trials that were running when the driver died: a result their rank 0 wrote
         # meanwhile is adopted; the others run again, as new attempts.
@@ -268,8 +290,8 @@ class TrialRunner:
         for trial in list(self.searcher.pending):
             if self._adopt(trial, ended, begun):
                 continue
-            record = self.records.get(trial.id)
-            self.queue.append((trial, (record.attempts if record else 0) + 1))
+            before = self.records.get(trial.id)
+            self.queue.append((trial, (before.attempts if before else 0) + 1))
 
     def _adopt(self, trial: Any, ended: set[tuple[str, int]],
                begun: set[tuple[str, int]]) -> bool:
@@ -361,7 +383,7 @@ class TrialRunner:
         for trial, number in queued:
             record = self.records.of(trial.to_dict())
             record.attempts = max(number - 1, 0)
-            self._skip(trial, record, f"{reason} before it started", status="stopped")
+            self._skip(trial, record, f"{reason} before it started", status=TrialStatus.STOPPED)
 
     @property
     def holding(self) -> bool:
@@ -478,7 +500,7 @@ class TrialRunner:
                                    gate=self.journal.gate()))
 
     def _skip(self, trial: Any, record: TrialRecord, reason: str,
-              status: str = "failed") -> None:
+              status: TrialStatus = TrialStatus.FAILED) -> None:
         record.status, record.reason, record.finished_at = status, reason, time.time()
         self.journal.record(TrialFinished(
             stage=self.stage.name, trial=trial.to_dict(), attempt=record.attempts,
@@ -489,12 +511,13 @@ class TrialRunner:
     def _finish_attempt(self, attempt: Attempt, outcome: dict[str, Any],
                         ended: Ended, adopted: bool = False) -> None:
         trial = attempt.trial
-        if attempt.stopped and outcome["status"] == "failed":  # at the wall: not its fault
-            outcome = {**outcome, "status": "stopped", "reason": attempt.cancelled,
+        # Stopped at the wall: not its fault.
+        if attempt.stopped and outcome["status"] == TrialStatus.FAILED:
+            outcome = {**outcome, "status": TrialStatus.STOPPED, "reason": attempt.cancelled,
                        "repeats": False}
-        elif self.wall is not None and outcome["status"] in ("completed", "pruned"):
+        elif self.wall is not None and outcome["status"] in SCORED:
             self.wall.finished(ended.at - attempt.launched)
-        if outcome["status"] == "failed" and disk_full(outcome.get("reason")):
+        if outcome["status"] == TrialStatus.FAILED and disk_full(outcome.get("reason")):
             # The machine's fault, not the trial's: stop, and run it again on resume.
             raise TrialDiskFull(self.run_dir, f"{self.stage.name}/{trial.id}", outcome["reason"])
         record = self.records[trial.id]
@@ -505,7 +528,7 @@ class TrialRunner:
         unmet = unmet_need(outcome, self.needs,
                            f"{self.trainer_spec.kind} trainer {self.trainer.describe()!r}")
         if unmet is not None:  # it would fail again: no retry, the run stops
-            outcome = {**outcome, "status": "failed", "reason": unmet, "value": None}
+            outcome = {**outcome, "status": TrialStatus.FAILED, "reason": unmet, "value": None}
             self.broken = f"stage {self.stage.name!r}, trial {trial.id}: {unmet}"
         elif self.policy.retries_after(outcome, attempt.number):
             self.journal.record(TrialAttemptFailed(
@@ -519,7 +542,7 @@ class TrialRunner:
         if self.stopper is not None:
             first = outcome.get("value")
             first = first[0] if isinstance(first, list) else first
-            self.stopper.finish(trial.id, first, outcome["status"] == "pruned")
+            self.stopper.finish(trial.id, first, outcome["status"] == TrialStatus.PRUNED)
         record.status = outcome["status"]
         record.value = outcome.get("value")
         record.metrics = outcome.get("metrics", {})
@@ -545,9 +568,9 @@ class TrialRunner:
         # Only a search under a cost budget is told costs (a train stage's Plan is not).
         cost = self._cost(trial, record)
         paid = {} if cost is None else {"cost": cost}
-        if record.status in ("completed", "pruned"):
+        if record.status in SCORED:
             self.searcher.tell(trial.id, record.value, **paid)
-            if (record.status == "completed" and self.threshold_at is None
+            if (record.status == TrialStatus.COMPLETED and self.threshold_at is None
                     and self._reached(record.value)):
                 self.threshold_at = time.time()
                 self.journal.record(ThresholdReached(stage=self.stage.name, trial=trial.id))
@@ -566,7 +589,7 @@ class TrialRunner:
             return None
         if budget.unit == "slot_seconds":
             return record.slot_seconds + record.startup_slot_seconds
-        fidelity = getattr(self.stage.search, "fidelity", None) or "epochs"
+        fidelity = getattr(getattr(self.stage, "search", None), "fidelity", None) or "epochs"
         length = self.settings.get(fidelity)
         if length is None and self.trainer_spec.name:
             from nestor.trainers.catalog import TRAINERS

@@ -36,6 +36,7 @@ from nestor.orchestrator.journal.events import (
     TrialInterrupted,
     TrialStarted,
 )
+from nestor.orchestrator.journal.status import SCORED
 from nestor.orchestrator.spec.budget import describe_wall
 
 
@@ -68,7 +69,7 @@ class WallBudget:
             if isinstance(event, TrialStarted):
                 begun[key] = elapsed
             elif (isinstance(event, TrialFinished) and key in begun
-                  and event.status in ("completed", "pruned")):
+                  and event.status in SCORED):
                 wall.durations.append(elapsed - begun[key])
         wall.spent_s = spent
         return wall

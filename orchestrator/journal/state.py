@@ -87,6 +87,7 @@ from nestor.orchestrator.journal.events import (
     parse,
 )
 from nestor.orchestrator.journal.journal import JournalError, damaged_line, event_of, unsummed
+from nestor.orchestrator.journal.status import StageStatus, TrialStatus
 
 SNAPSHOT = "journal.fold.json"
 STAGES_SNAPSHOT = "journal.fold-stages.json"  # the fold without its trials
@@ -130,7 +131,7 @@ class Run:
 class TrialState:
     id: str
     attempts: int = 0
-    status: str = "running"  # until TrialFinished: completed, pruned or failed
+    status: str = TrialStatus.RUNNING  # until TrialFinished: completed, pruned or failed
     value: Any = None
     shape: str | None = None
     slot_seconds: float = 0.0
@@ -144,7 +145,7 @@ class StageState:
     name: str
     kind: str | None = None
     sources: list[str] = field(default_factory=list)
-    state: str = "running"  # or "finished"
+    state: str = StageStatus.RUNNING  # or finished
     started_at: float | None = None
     finished_at: float | None = None
     trials: dict[str, TrialState] = field(default_factory=dict)
@@ -224,10 +225,10 @@ class RunState:
             stage.kind, stage.sources, stage.started_at = (event.stage_kind,
                                                            list(event.sources or []), event.time)
         elif isinstance(event, StageFinished):
-            stage.state, stage.finished_at, stage.running = "finished", event.time, set()
+            stage.state, stage.finished_at, stage.running = StageStatus.FINISHED, event.time, set()
             stage.summary_at = self.offset
         elif isinstance(event, StageReopened):  # a resume goes on with it (--budget, --retry)
-            stage.state, stage.finished_at, stage.summary_at = "running", None, None
+            stage.state, stage.finished_at, stage.summary_at = StageStatus.RUNNING, None, None
             stage.reopened = True
         elif isinstance(event, StagePlanned):
             stage.plan = {"dp": event.dp, "mp": event.mp, "slots": event.slots}
@@ -373,7 +374,8 @@ class RunState:
         flow.resumes.append((index, event.time))
         flow.finished = False  # a finished run resumed goes on (an extended search)
         for attempt in self._open.values():  # a restart ended whatever was running
-            attempt.ended, attempt.end_index, attempt.outcome = event.time, index, "interrupted"
+            attempt.ended, attempt.end_index, attempt.outcome = (event.time, index,
+                                                                TrialStatus.INTERRUPTED)
         self._open.clear()
 
     def _stage(self, name: str) -> StageState:
@@ -407,19 +409,19 @@ class RunState:
         if not self.trials:
             if isinstance(event, TrialFinished):
                 stage.running.discard(str(event.trial["id"]))
-                outcome = event.status or "completed"
+                outcome = event.status or TrialStatus.COMPLETED
                 stage.finished[outcome] = stage.finished.get(outcome, 0) + 1
             return
         trial = self._trial(stage, event.trial)
         number = int(event.attempt or 1)
         trial.attempts = max(trial.attempts, number)
         if isinstance(event, TrialInterrupted):
-            outcome = "interrupted"
+            outcome = TrialStatus.INTERRUPTED
         elif isinstance(event, TrialAttemptFailed):
-            outcome = "failed"
+            outcome = TrialStatus.FAILED
             stage.runs.append(Run(trial.id, number, "retried", None))
         else:
-            outcome = event.status or "completed"
+            outcome = event.status or TrialStatus.COMPLETED
             stage.runs.append(Run(trial.id, number, outcome, event.value))
             stage.running.discard(trial.id)
             if trial.finished_at is not None:  # a failed trial run again (--retry)

@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.search import Objective, non_dominated
 
 # fewer completed trials than this and a forest says little: no importance is given
@@ -52,7 +53,7 @@ def completed(summary: dict[str, Any]) -> list[dict[str, Any]]:
     for trial in summary.get("trials") or []:
         value = trial.get("value")
         values = value if isinstance(value, list) else [value]
-        if trial.get("status") == "completed" and values and all(
+        if trial.get("status") == TrialStatus.COMPLETED and values and all(
                 isinstance(v, int | float) and math.isfinite(v) for v in values):
             out.append(trial)
     return out

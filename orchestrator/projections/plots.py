@@ -20,11 +20,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.engine.kinds.summaries import PbtSummary
 from nestor.orchestrator.journal.state import Attempt, RunState, fold
+from nestor.orchestrator.journal.status import SCORED, TrialStatus
 from nestor.orchestrator.projections.explain import completed, first_value, pareto_front
 
-STATUS_COLORS = {"completed": "tab:green", "pruned": "tab:orange", "failed": "tab:red",
-                 "interrupted": "tab:gray", "running": "tab:blue", "stopped": "tab:purple"}
+STATUS_COLORS: dict[str, str] = {
+    TrialStatus.COMPLETED: "tab:green", TrialStatus.PRUNED: "tab:orange",
+    TrialStatus.FAILED: "tab:red", TrialStatus.INTERRUPTED: "tab:gray",
+    TrialStatus.RUNNING: "tab:blue", TrialStatus.STOPPED: "tab:purple"}
 # A slot-use chart names each attempt on its bar up to this many attempts; beyond,
 # the names would overlap into ink, and each is an artist that costs its drawing.
 LABELLED_BARS = 200
@@ -73,7 +77,7 @@ def best_so_far(events: RunState | Iterable[dict[str, Any]], stage: str,
     best, curve = None, []
     found = state.stages.get(stage)
     for runs, run in enumerate(found.runs if found else [], start=1):
-        if run.status != "completed":
+        if run.status != TrialStatus.COMPLETED:
             continue
         value = _first(run.value)
         if value is not None and (best is None or _better(value, best, mode)):
@@ -108,7 +112,7 @@ def best_so_far_from_summary(summary: dict[str, Any], mode: str) -> list[tuple[i
     for trial in summary.get("trials", []):
         runs += max(int(trial.get("attempts") or 1), 1)
         value = _first(trial.get("value"))
-        if trial.get("status") == "completed" and value is not None and (
+        if trial.get("status") == TrialStatus.COMPLETED and value is not None and (
             best is None or _better(value, best, mode)
         ):
             best = value
@@ -168,9 +172,9 @@ def plot_generations(summary: dict[str, Any], metric: str, mode: str, path: Path
     for trial in summary.get("trials", []):
         value = _first(trial.get("value"))
         generation = int(trial.get("generation") or 0)
-        if trial.get("status") in ("completed", "pruned") and value is not None:
+        if trial.get("status") in SCORED and value is not None:
             by_generation.setdefault(generation, []).append(value)
-        elif trial.get("status") == "failed":
+        elif trial.get("status") == TrialStatus.FAILED:
             failed.append(generation)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=110)
     generations = sorted(by_generation)
@@ -208,7 +212,8 @@ def plot_pareto(summary: dict[str, Any], objectives: Sequence[Any], path: Path) 
     points, ids = [], []
     for trial in summary.get("trials", []):
         value = trial.get("value")
-        if trial.get("status") == "completed" and isinstance(value, list) and len(value) >= 2:
+        if (trial.get("status") == TrialStatus.COMPLETED and isinstance(value, list)
+                and len(value) >= 2):
             points.append((float(value[0]), float(value[1])))
             ids.append(str(trial["id"]))
     front = pareto_front(points, modes) if points else []
@@ -274,9 +279,9 @@ def slot_intervals(events: RunState | Iterable[dict[str, Any]], stage: str | Non
             taken[id(attempt)] = (attempt, free.take(_ranks(attempt.shape)))
         elif what == "end" and id(attempt) in taken:
             done.append(_interval(*taken.pop(id(attempt)), free, attempt.ended,
-                                  attempt.outcome or "completed"))
+                                  attempt.outcome or TrialStatus.COMPLETED))
     for attempt, held in taken.values():  # never ended: the driver was killed
-        done.append(_interval(attempt, held, free, last, "running"))
+        done.append(_interval(attempt, held, free, last, TrialStatus.RUNNING))
     used = max((s for i in done for s in i.slots), default=-1) + 1
     mine = [i for i in done if stage is None or i.stage == stage]
     return sorted(mine, key=lambda i: (i.start, i.slots)), max(slots, used)
@@ -421,28 +426,28 @@ def plot_ensemble(name: str, ensemble: dict[str, Any], path: Path) -> Path:
     return _save(fig, path)
 
 
-def plot_population(name: str, pbt: dict[str, Any], path: Path) -> Path:
+def plot_population(name: str, pbt: PbtSummary, path: Path) -> Path:
     """A population's hyperparameter schedules: per numeric hyperparameter, each
     member's value over the budget, an x where it copied a better member, and the
     winner's lineage (the schedule to replay) in black."""
     plt = _pyplot()
-    members = pbt.get("members") or {}
+    members = pbt.members
     steps = [s for history in members.values() for s in history]
-    keys = sorted({k for s in steps for k, v in (s.get("config") or {}).items()
+    keys = sorted({k for s in steps for k, v in (s.config or {}).items()
                    if isinstance(v, int | float) and not isinstance(v, bool)})
     fig, axes = plt.subplots(max(1, len(keys)), 1, figsize=(8, 2.6 * max(1, len(keys))),
                              dpi=110, squeeze=False)
     for ax, key in zip(axes[:, 0], keys or ["-"], strict=True):
         for member, history in sorted(members.items(), key=lambda m: int(m[0])):
-            xs = [x for s in history for x in (s["start"], s["until"])]
-            ys = [s["config"].get(key) for s in history for _ in (0, 1)]
+            xs = [x for s in history for x in (s.start, s.until)]
+            ys = [s.config.get(key) for s in history for _ in (0, 1)]
             line, = ax.plot(xs, ys, linewidth=1, alpha=0.7, label=f"member {member}")
-            copied = [s for s in history if s.get("copied_from") is not None]
-            ax.scatter([s["start"] for s in copied], [s["config"].get(key) for s in copied],
+            copied = [s for s in history if s.copied_from is not None]
+            ax.scatter([s.start for s in copied], [s.config.get(key) for s in copied],
                        marker="x", color=line.get_color(), zorder=3)
-        best = pbt.get("schedule") or []
-        ax.plot([x for s in best for x in (s["start"], s["until"])],
-                [s["config"].get(key) for s in best for _ in (0, 1)], color="black",
+        best = pbt.schedule
+        ax.plot([x for s in best for x in (s.start, s.until)],
+                [s.config.get(key) for s in best for _ in (0, 1)], color="black",
                 linewidth=2.5, label="winner's schedule")
         ax.set_ylabel(key)
         if key in ("lr",) and all(v and v > 0 for v in ax.get_lines()[0].get_ydata()):

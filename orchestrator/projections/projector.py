@@ -56,6 +56,7 @@ from nestor.orchestrator.journal.events import (
 from nestor.orchestrator.journal.journal import JournalError, write_atomic
 from nestor.orchestrator.journal.safe import inside_or_warn
 from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.journal.text import first_line
 from nestor.orchestrator.projections.cursor import CURSOR_FILE, read_cursor
 from nestor.orchestrator.projections.local_store import copy_cursor, default_tracking_uri
@@ -71,7 +72,8 @@ from nestor.trainers.logged import MAX_TAG_VALUE, artifact_name_problem, digest,
 log = logging.getLogger(__name__)
 
 RETRY_FIRST_S, RETRY_MAX_S = 1.0, 30.0
-ENDED = {"completed": "FINISHED", "pruned": "KILLED", "stopped": "KILLED"}  # else FAILED
+ENDED: dict[str, str] = {TrialStatus.COMPLETED: "FINISHED", TrialStatus.PRUNED: "KILLED",
+                         TrialStatus.STOPPED: "KILLED"}  # else FAILED
 # A trial's events: gathered, per batch, into one set of writes to its run.
 GATHERED = (TrialStarted, TrialAttemptFailed, TrialFinished, TrialInterrupted)
 # Events per batch at most (a trial's events are gathered within one): a batch is one
@@ -398,7 +400,7 @@ class Projector:
                 "nestor.generation": trial.get("generation", 0),
                 "nestor.deme": trial.get("deme", 0),
                 "nestor.parents": ",".join(trial.get("parents", [])),
-                "nestor.status": "running"}
+                "nestor.status": TrialStatus.RUNNING}
 
     def _gather(self, writes: dict[str, RunWrites], event: TrialStarted | TrialAttemptFailed
                 | TrialFinished | TrialInterrupted) -> None:
@@ -429,11 +431,11 @@ class Projector:
             run.tags |= tags | self._finished_tags(event)
             run.end = (ENDED.get(event.status, "FAILED"), at)
         else:
-            run.tags["nestor.status"] = "interrupted"
+            run.tags["nestor.status"] = TrialStatus.INTERRUPTED
 
     @staticmethod
     def _started_tags(event: TrialStarted) -> dict[str, Any]:
-        return {"nestor.status": "running", "nestor.attempts": event.attempt,
+        return {"nestor.status": TrialStatus.RUNNING, "nestor.attempts": event.attempt,
                 "nestor.shape": event.shape or "", "nestor.backend": event.comm or "horovod",
                 "nestor.gang": event.gang}
 
@@ -491,7 +493,7 @@ class Projector:
             tracker.set_tags(run, tags | self._finished_tags(event))
             tracker.finish(run, ENDED.get(event.status, "FAILED"), at=at)
         elif isinstance(event, TrialInterrupted):
-            tracker.set_tags(self._trial_run(event), {"nestor.status": "interrupted"})
+            tracker.set_tags(self._trial_run(event), {"nestor.status": TrialStatus.INTERRUPTED})
         elif isinstance(event, ThresholdReached):
             tracker.set_tags(self._stage_run(event.stage),
                              {"nestor.threshold_trial": event.trial})

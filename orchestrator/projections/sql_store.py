@@ -203,7 +203,8 @@ class _Rows:
         if run["lifecycle_stage"] != LifecycleStage.ACTIVE:
             raise MlflowException(f"The run {run_id} must be active, but it is deleted",
                                   INVALID_PARAMETER_VALUE)
-        numbers, odd = [], {}
+        numbers: list[Any] = []
+        odd: dict[str, str] = {}
         for values, step, at in writes.metrics:
             found, strange = metric_entities(values, step, at)
             numbers += found

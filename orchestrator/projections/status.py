@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.journal.status import StageStatus, TrialStatus
 
 
 def _alive(pid: int | None) -> bool:
@@ -29,7 +30,7 @@ def _alive(pid: int | None) -> bool:
 def _all_failed(finished: dict[str, int]) -> bool:
     """A stage whose every trial failed (none completed, none pruned with a value) made
     nothing: it failed, whatever ended it."""
-    return bool(finished) and set(finished) == {"failed"}
+    return bool(finished) and set(finished) == {TrialStatus.FAILED}
 
 
 def workflow_status(run_dir: Path) -> dict[str, Any]:
@@ -48,21 +49,22 @@ def workflow_status(run_dir: Path) -> dict[str, Any]:
     stages = []
     for stage in run.stages.values():
         state = stage.state
-        if state == "running" and not alive:
-            state = "interrupted"
-        elif state == "finished" and _all_failed(stage.finished):
-            state = "failed"
-        completed = stage.count("completed")
-        stopped = stage.count("stopped")  # at its wall budget: not failed
+        if state == StageStatus.RUNNING and not alive:
+            state = StageStatus.INTERRUPTED
+        elif state == StageStatus.FINISHED and _all_failed(stage.finished):
+            state = StageStatus.FAILED
+        completed = stage.count(TrialStatus.COMPLETED)
+        stopped = stage.count(TrialStatus.STOPPED)  # at its wall budget: not failed
         stages.append({
             "name": stage.name, "state": state, "completed": completed,
             "failed": sum(stage.finished.values()) - completed - stopped,
             **({"stopped": stopped} if stopped else {}),
-            "running": len(stage.running) if alive or stage.state == "running" else 0,
+            "running": len(stage.running) if alive or stage.state == StageStatus.RUNNING else 0,
         })
-    state = "finished" if finished else ("running" if alive else "interrupted")
-    if finished and any(stage["state"] == "failed" for stage in stages):
-        state = "failed"  # as the run's exit status said: not one result from a stage
+    state = StageStatus.FINISHED if finished else (
+        StageStatus.RUNNING if alive else StageStatus.INTERRUPTED)
+    if finished and any(stage["state"] == StageStatus.FAILED for stage in stages):
+        state = StageStatus.FAILED  # as the run's exit status said: not one result from a stage
     return {
         "run_dir": str(run_dir),
         "state": state,

@@ -153,6 +153,6 @@ def sqlite_pragmas(uri: str, *pragmas: str) -> Any:
         cursor.close()
 
     event.listen(engine, "connect", setup)
-    engine._nestor_pragmas = pragmas
+    engine._nestor_pragmas = pragmas  # type: ignore[attr-defined]  # a mark of ours on it
     engine.dispose()  # connections opened before, without them
     return engine

@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.projections.products import objective_label
 
 
@@ -43,7 +44,7 @@ def best_first(trials: list[dict[str, Any]], mode: str) -> list[dict[str, Any]]:
     def key(trial: dict[str, Any]) -> tuple[int, float]:
         value = trial.get("value")
         first = value[0] if isinstance(value, list) and value else value
-        if trial.get("status") == "completed" and isinstance(first, int | float):
+        if trial.get("status") == TrialStatus.COMPLETED and isinstance(first, int | float):
             return (0, sign * first)
         return (1, 0.0)
 

@@ -26,6 +26,7 @@ from nestor.orchestrator.journal.events import (
     parse,
 )
 from nestor.orchestrator.journal.journal import damaged_line, iter_events
+from nestor.orchestrator.journal.status import TrialStatus
 
 JOURNAL_FILE = "journal.jsonl"
 SPEC_FILE = "spec.yaml"
@@ -89,7 +90,7 @@ def _partial(name: str, kind: str | None, at: float) -> dict[str, Any]:
 def _trial_event(stage: dict[str, Any], event: Any) -> None:
     trial = event.trial if isinstance(event.trial, dict) else {"id": event.trial}
     row = stage["trials"].setdefault(str(trial.get("id")), {
-        "id": str(trial.get("id")), "status": "running", "value": None,
+        "id": str(trial.get("id")), "status": TrialStatus.RUNNING, "value": None,
         "config": dict(trial.get("config") or {}), "generation": trial.get("generation", 0),
         "attempts": 0, "slot_seconds": 0.0, "reason": None, "metrics": {},
         "checkpoint": None, "shape": None})
@@ -107,9 +108,9 @@ def _summary(stage: dict[str, Any], objective: tuple[str, str] | None, last: flo
              interrupted: str | None) -> dict[str, Any]:
     """A stage's summary so far, in the layout of a finished one's."""
     rows = list(stage["trials"].values())
-    done = [r for r in rows if r["status"] != "running"]
+    done = [r for r in rows if r["status"] != TrialStatus.RUNNING]
     metric, mode = objective or ("value", "max")
-    scored = [r for r in done if r["status"] == "completed"
+    scored = [r for r in done if r["status"] == TrialStatus.COMPLETED
               and isinstance(r["value"], int | float) and not isinstance(r["value"], bool)]
     best = (min if mode == "min" else max)(scored, key=lambda r: r["value"], default=None)
     running = len(rows) - len(done)
@@ -124,8 +125,8 @@ def _summary(stage: dict[str, Any], objective: tuple[str, str] | None, last: flo
             "test_value": best["metrics"].get("test_accuracy"), "checkpoint": best["checkpoint"]},
         "trials": rows,
         "n_trials": len(rows), "n_runs": sum(r["attempts"] for r in rows),
-        "n_failed": sum(1 for r in done if r["status"] == "failed"),
-        "n_pruned": sum(1 for r in done if r["status"] == "pruned"),
+        "n_failed": sum(1 for r in done if r["status"] == TrialStatus.FAILED),
+        "n_pruned": sum(1 for r in done if r["status"] == TrialStatus.PRUNED),
         "slot_seconds": round(sum(r["slot_seconds"] for r in rows), 3),
         "wall_time_s": None if last is None else round(last - stage["started_at"], 3),
         "time_to_threshold_s": None,

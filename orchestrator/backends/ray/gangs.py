@@ -59,6 +59,7 @@ from nestor.orchestrator.backends.ray.listening import establish_rendezvous, pri
 # Shape and place() live beside the Backend interface; still importable from here.
 from nestor.orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
 from nestor.orchestrator.journal.text import first_line
+from nestor.trainers import ResultStatus
 
 log = logging.getLogger(__name__)
 # How long Horovod waits for Ray to place a new gang's ranks before the attempt fails.
@@ -151,7 +152,8 @@ def horovod_broke(result: Any) -> bool:
     """Did this rank's trial fail inside its backend's collectives (a Horovod stall
     shutdown, a lost peer, a torch.distributed timeout)?"""
     text = f"{getattr(result, 'reason', '') or ''}\n{getattr(result, 'details', '') or ''}"
-    return getattr(result, "status", None) == "failed" and any(w in text for w in HOROVOD_BROKE)
+    return (getattr(result, "status", None) == ResultStatus.FAILED
+            and any(w in text for w in HOROVOD_BROKE))
 
 
 def how_it_died(exc: BaseException) -> str:

@@ -462,10 +462,11 @@ class SimulatedBackend(Backend):
         record, launch, draw = payload
         if record.ended is not None:
             return
-        from nestor.trainers import TrialResult
+        from nestor.trainers import ResultStatus, TrialResult
 
         result = TrialResult(
-            trial_id=_trial_id(launch), status="failed" if draw.failure else "ok",
+            trial_id=_trial_id(launch),
+            status=ResultStatus.FAILED if draw.failure else ResultStatus.OK,
             reason=draw.failure, metrics={**draw.metrics, "wall_time": draw.seconds},
             # where a real trial leaves its checkpoint: later trials may carry on from it
             checkpoint=None if draw.failure else getattr(launch.request, "checkpoint_dir", None))
@@ -477,11 +478,11 @@ class SimulatedBackend(Backend):
         record, launch, rank = payload
         if record.ended is not None:
             return
-        from nestor.trainers import TrialResult
+        from nestor.trainers import ResultStatus, TrialResult
 
         # As the real backend reports it: the failing rank's result, its peers killed,
         # the gang thrown away.
-        result = TrialResult(trial_id=_trial_id(launch), status="failed",
+        result = TrialResult(trial_id=_trial_id(launch), status=ResultStatus.FAILED,
                              reason=f"rank {rank}: simulated rank failure")
         _, gang = self._running[launch.key]
         self._close(record, gang, "rank_failed", keep_gang=False)

@@ -8,6 +8,7 @@ from typing import Any
 
 from nestor.orchestrator.engine.plan import Plan, PlannedTrial
 from nestor.orchestrator.engine.trials import KindTrials, TrialRunner
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.spec import Workflow
 
 
@@ -37,7 +38,7 @@ def completed(summary: dict[str, Any], objective: Any) -> list[dict[str, Any]]:
     (``objective``, as :func:`source_objective` reads it), with that value as
     ``value``: a multi-objective search's trials rank as its best trial was chosen."""
     done = [{**t, "value": first_value(t.get("value"))} for t in summary.get("trials", [])
-            if t["status"] == "completed" and first_value(t.get("value")) is not None]
+            if t["status"] == TrialStatus.COMPLETED and first_value(t.get("value")) is not None]
     return sorted(done, key=lambda t: objective.sign * t["value"])
 
 

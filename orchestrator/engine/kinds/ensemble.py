@@ -13,10 +13,12 @@ import numpy as np
 
 from nestor.orchestrator.engine.kinds import StageError, StageKind
 from nestor.orchestrator.engine.kinds._planned import PlannedTrials, completed
+from nestor.orchestrator.engine.kinds.summaries import EnsembleMember, EnsembleSummary
 from nestor.orchestrator.engine.plan import Plan, PlannedTrial
 from nestor.orchestrator.engine.trials import TrialRunner
 from nestor.orchestrator.journal.journal import write_atomic
 from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.spec import EnsembleStage, Workflow
 from nestor.orchestrator.spec.needs import what_to_do
 
@@ -127,7 +129,7 @@ class EnsembleTrials(PlannedTrials):
     @staticmethod
     def _members(runner: TrialRunner) -> list[Any]:
         members = [r for r in runner.records.values()
-                   if r.status == "completed" and r.checkpoint]
+                   if r.status == TrialStatus.COMPLETED and r.checkpoint]
         return sorted(members, key=lambda r: r.id)
 
     def finishing_task(self, runner: TrialRunner) -> tuple[Any, ...] | None:
@@ -159,21 +161,22 @@ class EnsembleTrials(PlannedTrials):
         member_val = [accuracy(p, val_labels) for p in val_p]
         member_test = [accuracy(p, test_labels) for p in test_p]
         best = int(np.argmax(member_val))  # chosen on validation, reported on test
-        ensemble = {
-            "combine": stage.combine,
-            "val_value": accuracy(blend(val_p, weights), val_labels),
-            "test_value": accuracy(blend(test_p, weights), test_labels),
-            "best_member_val_value": member_val[best],
-            "best_member_test_value": member_test[best],
-            "mean_member_test_value": float(np.mean(member_test)),
-            "members": [
-                {"id": r.id, "config": r.config, "seed": r.config.get("seed"),
-                 "weight": float(w), "val_value": mv, "test_value": mt,
-                 "checkpoint": str(Path(r.checkpoint).resolve().relative_to(  # type: ignore[arg-type]
-                     runner.run_dir.resolve()))}
+        ensemble = EnsembleSummary(
+            combine=stage.combine,
+            val_value=accuracy(blend(val_p, weights), val_labels),
+            test_value=accuracy(blend(test_p, weights), test_labels),
+            best_member_val_value=member_val[best],
+            best_member_test_value=member_test[best],
+            mean_member_test_value=float(np.mean(member_test)),
+            members=[
+                EnsembleMember(
+                    id=r.id, config=r.config, seed=r.config.get("seed"), weight=float(w),
+                    val_value=mv, test_value=mt,
+                    checkpoint=str(Path(r.checkpoint).resolve().relative_to(  # type: ignore[arg-type]
+                        runner.run_dir.resolve())))
                 for r, w, mv, mt in zip(members, weights, member_val, member_test, strict=True)
             ],
-        }
+        ).to_json()
         write_atomic(ensemble_file(runner.run_dir, stage.name), json.dumps(ensemble, indent=2))
         summary["ensemble"] = ensemble
         return summary

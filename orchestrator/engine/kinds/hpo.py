@@ -4,14 +4,15 @@ the best trial is the stage's product (its report: orchestrator/projections/kind
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import asdict
 from typing import Any
 
 from nestor.orchestrator.engine.kinds import StageKind
+from nestor.orchestrator.engine.kinds.summaries import AutoPick, PbtSummary
 from nestor.orchestrator.engine.search_width import kept_width, run_width, sized_event
 from nestor.orchestrator.engine.trials import KindTrials, SkipTrial, TrialRunner, stage_events
 from nestor.orchestrator.journal.events import Event, SearchLogged, SearchSized
 from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.spec import HpoStage, Workflow
 from nestor.orchestrator.spec.width import SearchWidth
 
@@ -52,7 +53,7 @@ class HpoTrials(KindTrials):
         from nestor.search import make_searcher
 
         width = self.kept or run_width(runner)
-        if runner.searcher is not None and width == self.width:
+        if runner.has_searcher and width == self.width:
             return
         self.width = width
         stage = runner.stage
@@ -86,15 +87,16 @@ class HpoTrials(KindTrials):
         searcher = runner.searcher
         choice = getattr(searcher, "auto_choice", None)
         if choice is not None and self.width is not None:  # what auto built, for how many
-            summary["auto"] = {"pick": choice.label(), "reason": choice.reason,
-                               "width": self.width.trials, "width_source": self.width.source}
-        if hasattr(searcher, "best_schedule"):
+            summary["auto"] = AutoPick(choice.label(), choice.reason, self.width.trials,
+                                       self.width.source).to_json()
+        best_schedule = getattr(searcher, "best_schedule", None)  # a population's search
+        if best_schedule is not None:
             population = getattr(searcher, "population", 0)
-            summary["pbt"] = {
-                "schedule": [asdict(s) for s in searcher.best_schedule()],
-                "members": {str(m): [asdict(s) for s in searcher.history(m)]
-                            for m in range(population)},
-            }
+            history = searcher.history  # type: ignore[attr-defined]
+            summary["pbt"] = PbtSummary(
+                schedule=best_schedule(),
+                members={str(m): history(m) for m in range(population)},
+            ).to_json()
         return summary
 
     def request_extras(self, runner: TrialRunner, trial: Any) -> dict[str, Any]:
@@ -110,7 +112,7 @@ class HpoTrials(KindTrials):
             extras["settings"] = {fidelity: budget}
         if trial.continue_from is not None:
             parent = runner.records.get(trial.continue_from)
-            if parent is None or parent.status != "completed" or not parent.checkpoint:
+            if parent is None or parent.status != TrialStatus.COMPLETED or not parent.checkpoint:
                 raise SkipTrial(f"{trial.continue_from} left no checkpoint to continue from")
             extras["continue_from"] = str(inside(runner.run_dir, parent.checkpoint))
         return extras

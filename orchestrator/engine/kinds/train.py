@@ -13,10 +13,13 @@ from nestor.orchestrator.engine.kinds._planned import (
     trial_test_value,
     trial_val_value,
 )
+from nestor.orchestrator.engine.kinds.summaries import PbtSummary, TrainSummary
 from nestor.orchestrator.engine.plan import PlannedTrial
 from nestor.orchestrator.engine.trials import SkipTrial, TrialRunner
 from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.spec import TrainStage, Workflow
+from nestor.search import ScheduleStep
 
 TRIAL = "final"
 
@@ -35,11 +38,12 @@ class TrainTrials(PlannedTrials):
         schedule = _schedule(sources) if stage.replay else []
         if not schedule:
             return [[PlannedTrial(TRIAL, {**best_config(sources), **stage.config})]]
-        phases, previous = [], ()
+        phases: list[list[PlannedTrial]] = []
+        previous: tuple[str, ...] = ()
         for i, step in enumerate(schedule):
             trial_id = TRIAL if i == len(schedule) - 1 else f"step-{i}"
-            self._untils[trial_id] = step["until"]
-            phases.append([PlannedTrial(trial_id, {**step["config"], **stage.config},
+            self._untils[trial_id] = step.until
+            phases.append([PlannedTrial(trial_id, {**step.config, **stage.config},
                                         origin="replay", parents=previous)])
             previous = (trial_id,)
         return phases
@@ -62,7 +66,7 @@ class TrainTrials(PlannedTrials):
         extras["settings"] = settings
         if trial.parents:
             record = runner.records.get(trial.parents[0])
-            if record is None or record.status != "completed" or not record.checkpoint:
+            if record is None or record.status != TrialStatus.COMPLETED or not record.checkpoint:
                 raise SkipTrial(f"{trial.parents[0]} did not complete: nothing to carry on from")
             extras["continue_from"] = str(inside(runner.run_dir, record.checkpoint))
         return extras
@@ -70,22 +74,22 @@ class TrainTrials(PlannedTrials):
     def finalize(self, runner: TrialRunner, done: Any) -> dict[str, Any]:
         summary = runner.summary()
         record = runner.records.get(TRIAL)
-        summary["train"] = {
-            "data": runner.stage.data,
-            "config": record.config if record else None,
-            "test_value": trial_test_value(runner, TRIAL),
-            "val_value": trial_val_value(runner, TRIAL),
-            "checkpoint": record.checkpoint if record else None,
-        }
+        summary["train"] = TrainSummary(
+            data=runner.stage.data,
+            config=record.config if record else None,
+            test_value=trial_test_value(runner, TRIAL),
+            val_value=trial_val_value(runner, TRIAL),
+            checkpoint=record.checkpoint if record else None,
+        ).to_json()
         return summary
 
 
-def _schedule(sources: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _schedule(sources: list[dict[str, Any]]) -> list[ScheduleStep]:
     """The first source's population-based winner's schedule, if it has one."""
     for source in sources:
-        schedule = (source.get("pbt") or {}).get("schedule")
+        schedule = PbtSummary.from_json(source.get("pbt") or {}).schedule
         if schedule:
-            return list(schedule)
+            return schedule
     return []
 
 

@@ -13,9 +13,11 @@ from nestor.orchestrator.engine.kinds._planned import (
     trial_test_value,
     trial_val_value,
 )
+from nestor.orchestrator.engine.kinds.summaries import TransferSummary
 from nestor.orchestrator.engine.plan import PlannedTrial
 from nestor.orchestrator.engine.trials import SkipTrial, TrialRunner
 from nestor.orchestrator.journal.safe import inside
+from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.spec import TransferStage, Workflow
 
 DEFAULT_LR = 0.05  # the built-in trainers' default, when the config names none
@@ -70,7 +72,7 @@ class TransferTrials(PlannedTrials):
         sources = []
         for parent in trial.parents:
             record = runner.records.get(parent)
-            if record is None or record.status != "completed" or not record.checkpoint:
+            if record is None or record.status != TrialStatus.COMPLETED or not record.checkpoint:
                 raise SkipTrial(f"{parent} did not complete, so there is nothing to fine-tune")
             sources.append(str(inside(runner.run_dir, record.checkpoint)))
         init_from: str | tuple[str, ...] = sources[0] if len(sources) == 1 else tuple(sources)
@@ -82,20 +84,19 @@ class TransferTrials(PlannedTrials):
         records = runner.records
         tuned = tuned_trial(runner.stage.mode)
         pretrained = [t for t in records if t == "pretrain" or t.startswith("group-")]
-        summary["transfer"] = {
-            "mode": runner.stage.mode,
-            "test_value": trial_test_value(runner, tuned),
-            "val_value": trial_val_value(runner, tuned),
-            "scratch_test_value": trial_test_value(runner, "scratch"),
-            "scratch_val_value": trial_val_value(runner, "scratch"),
-            "pretrain_slot_seconds": round(sum(records[t].slot_seconds
-                                               for t in pretrained), 3),
-            "curves": {
+        summary["transfer"] = TransferSummary(
+            mode=runner.stage.mode,
+            test_value=trial_test_value(runner, tuned),
+            val_value=trial_val_value(runner, tuned),
+            scratch_test_value=trial_test_value(runner, "scratch"),
+            scratch_val_value=trial_val_value(runner, "scratch"),
+            pretrain_slot_seconds=round(sum(records[t].slot_seconds for t in pretrained), 3),
+            curves={
                 "pretrain": _curve(runner, pretrained[0]) if pretrained else [],
                 "finetune": _curve(runner, tuned),
                 "scratch": _curve(runner, "scratch"),
             },
-        }
+        ).to_json()
         return summary
 
 

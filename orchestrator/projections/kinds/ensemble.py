@@ -8,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.engine.kinds.summaries import EnsembleSummary
 from nestor.orchestrator.journal.safe import inside
 from nestor.orchestrator.journal.state import RunState
 from nestor.orchestrator.projections.kinds import KindReport, NoModel, PlotMaker
@@ -20,47 +21,47 @@ class EnsembleReport(KindReport):
     combines = True
 
     def product(self, summary: dict[str, Any]) -> Product:
-        ensemble = summary.get("ensemble")
-        if not ensemble:
+        ensemble = _ensemble(summary)
+        if ensemble is None:
             return Product("no ensemble (no member completed)", "val_accuracy", None, None)
-        members = ensemble.get("members") or []
-        best = max(members, key=lambda m: m.get("val_value") or 0.0, default=None)
-        named = f" ({best['id']})" if best else ""
-        combine = f" ({ensemble['combine']})" if ensemble.get("combine") else ""
+        members = ensemble.members
+        best = max(members, key=lambda m: m.val_value or 0.0, default=None)
+        named = f" ({best.id})" if best else ""
+        combine = f" ({ensemble.combine})" if ensemble.combine else ""
         return Product(f"ensemble of {len(members)}{combine}", "val_accuracy",
-                       ensemble.get("val_value"), ensemble.get("test_value"),
-                       f"best member{named}", ensemble.get("best_member_test_value"))
+                       ensemble.val_value, ensemble.test_value,
+                       f"best member{named}", ensemble.best_member_test_value)
 
     def checkpoint(self, summary: dict[str, Any]) -> str | None:
         """Its best member's (the ensemble itself is ensemble.json and the members)."""
         return (summary.get("best") or {}).get("checkpoint")
 
     def lines(self, summary: dict[str, Any]) -> list[str]:
-        e, name = summary.get("ensemble"), summary["name"]
-        if not e:
+        e, name = _ensemble(summary), summary["name"]
+        if e is None:
             return [f"{name}: {summary.get('stop_reason')}"]
-        weights = ", ".join(f"{m['id']} {m['weight']:.2f}" for m in e["members"])
-        return [f"{name}: ensemble ({e['combine']}) test {fmt(e['test_value'])} against its"
-                f" best member's {fmt(e['best_member_test_value'])} and the members' mean"
-                f" {fmt(e['mean_member_test_value'])}; weights {weights}"]
+        weights = ", ".join(f"{m.id} {m.weight:.2f}" for m in e.members)
+        return [f"{name}: ensemble ({e.combine}) test {fmt(e.test_value)} against its"
+                f" best member's {fmt(e.best_member_test_value)} and the members' mean"
+                f" {fmt(e.mean_member_test_value)}; weights {weights}"]
 
     def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
         """One row per member (the ensemble's own figures are the product's)."""
-        ensemble = summary.get("ensemble")
-        if not ensemble:
+        ensemble = _ensemble(summary)
+        if ensemble is None:
             return super().detail(report, summary, objectives)
         report.facts.append(("members' mean: test accuracy",
-                             fmt(ensemble.get("mean_member_test_value"))))
-        members = ensemble.get("members", [])
-        names = sorted({k for m in members for k in (m.get("config") or {})})
+                             fmt(ensemble.mean_member_test_value)))
+        members = ensemble.members
+        names = sorted({k for m in members for k in (m.config or {})})
         report.columns = ["member", "seed", "weight", "validation", "test", *names,
                           "checkpoint"]
         for member in members:
-            config = member.get("config") or {}
+            config = member.config or {}
             report.rows.append([
-                fmt(member.get("id")), fmt(member.get("seed")), fmt(member.get("weight")),
-                fmt(member.get("val_value")), fmt(member.get("test_value")),
-                *[fmt(config.get(n)) for n in names], fmt(member.get("checkpoint")),
+                fmt(member.id), fmt(member.seed), fmt(member.weight),
+                fmt(member.val_value), fmt(member.test_value),
+                *[fmt(config.get(n)) for n in names], fmt(member.checkpoint),
             ])
         report.caption = f"{len(members)} members"
 
@@ -87,6 +88,12 @@ class EnsembleReport(KindReport):
         total = sum(m["weight"] for m in members)
         return [inside(run_dir, m["checkpoint"]) for m in members], [m["weight"] / total
                                                                for m in members]
+
+
+def _ensemble(summary: dict[str, Any]) -> EnsembleSummary | None:
+    """What the ensemble kind kept in the summary; None where it made no ensemble."""
+    kept = summary.get("ensemble")
+    return EnsembleSummary.from_json(kept) if kept else None
 
 
 REPORT = EnsembleReport()

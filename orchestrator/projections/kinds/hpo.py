@@ -10,7 +10,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.engine.kinds.summaries import PbtSummary
 from nestor.orchestrator.journal.state import RunState
+from nestor.orchestrator.journal.status import StageStatus
 from nestor.orchestrator.projections.explain import importance, importance_line, pareto_trials
 from nestor.orchestrator.projections.kinds import KindReport, PlotMaker
 from nestor.orchestrator.projections.products import Product
@@ -53,11 +55,11 @@ class HpoReport(KindReport):
         if best:
             config = ", ".join(f"{k}={fmt(v)}" for k, v in best["config"].items())
             lines.append(f"best of {name} ({best['id']}): {config}")
-        schedule = (summary.get("pbt") or {}).get("schedule") or []
+        schedule = PbtSummary.from_json(summary.get("pbt") or {}).schedule
         if schedule:
             steps = "; ".join(
-                f"{s['start']:g}-{s['until']:g}: "
-                + ", ".join(f"{k}={fmt(v)}" for k, v in s["config"].items()) for s in schedule)
+                f"{s.start:g}-{s.until:g}: "
+                + ", ".join(f"{k}={fmt(v)}" for k, v in s.config.items()) for s in schedule)
             lines.append(f"winner's schedule (a train stage from: {name} replays it): {steps}")
         lines += replanned_lines(summary)
         lines.append(f"{name} stopped: {summary.get('stop_reason')}")
@@ -112,8 +114,9 @@ class HpoReport(KindReport):
             makers.append(("slices", lambda: plot_slices(
                 summary, metric, mode, plots / f"{name}-slices.png")))
         if summary.get("pbt"):
+            pbt = PbtSummary.from_json(summary["pbt"])
             makers.append(("population", lambda: plot_population(
-                name, summary["pbt"], plots / f"{name}-population.png")))
+                name, pbt, plots / f"{name}-population.png")))
         return makers
 
 
@@ -201,7 +204,7 @@ def _algorithm(stage: Any) -> str:
 def _other_searches(run_dir: Path, state: RunState, name: str, metric: str,
                     mode: str) -> list[Any]:
     """The run's finished hpo stages, other than ``name``, that chase the same metric."""
-    finished = {n for n, stage in state.stages.items() if stage.state == "finished"}
+    finished = {n for n, stage in state.stages.items() if stage.state == StageStatus.FINISHED}
     if not finished or not (run_dir / SPEC_FILE).exists():
         return []
     from nestor.orchestrator.spec import HpoStage, SpecError, load_spec

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from nestor.orchestrator.engine.kinds.summaries import TrainSummary
 from nestor.orchestrator.projections.kinds import KindReport
 from nestor.orchestrator.projections.products import Product
 from nestor.orchestrator.projections.tables import fmt
@@ -13,11 +14,11 @@ class TrainReport(KindReport):
     name = "train"
 
     def product(self, summary: dict[str, Any]) -> Product:
-        train = summary.get("train") or {}
-        data = train.get("data") or "train"
+        train = _train(summary)
+        data = train.data or "train"
         held_out = data == "train"  # with train+val the validation split was trained on
         return Product(f"model trained on {data}", "val_accuracy",
-                       train.get("val_value") if held_out else None, train.get("test_value"))
+                       train.val_value if held_out else None, train.test_value)
 
     def product_trial(self, summary: dict[str, Any]) -> str | None:
         from nestor.orchestrator.engine.kinds.train import TRIAL  # the runner's: loaded when asked
@@ -25,13 +26,18 @@ class TrainReport(KindReport):
         return TRIAL
 
     def checkpoint(self, summary: dict[str, Any]) -> str | None:
-        return (summary.get("train") or {}).get("checkpoint") or super().checkpoint(summary)
+        return _train(summary).checkpoint or super().checkpoint(summary)
 
     def lines(self, summary: dict[str, Any]) -> list[str]:
-        t = summary.get("train") or {}
-        config = ", ".join(f"{k}={fmt(v)}" for k, v in (t.get("config") or {}).items())
-        return [f"{summary['name']}: trained on {t.get('data')} with {config}; test"
-                f" {fmt(t.get('test_value'))}"]
+        t = _train(summary)
+        config = ", ".join(f"{k}={fmt(v)}" for k, v in (t.config or {}).items())
+        return [f"{summary['name']}: trained on {t.data} with {config}; test"
+                f" {fmt(t.test_value)}"]
+
+
+def _train(summary: dict[str, Any]) -> TrainSummary:
+    """What the train kind kept in the summary (all None where it kept nothing)."""
+    return TrainSummary.from_json(summary.get("train") or {})
 
 
 REPORT = TrainReport()

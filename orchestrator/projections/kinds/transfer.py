@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.engine.kinds.summaries import TransferSummary
 from nestor.orchestrator.journal.state import RunState
 from nestor.orchestrator.projections.kinds import KindReport, PlotMaker
 from nestor.orchestrator.projections.products import Product
@@ -16,29 +17,28 @@ class TransferReport(KindReport):
     name = "transfer"
 
     def product(self, summary: dict[str, Any]) -> Product:
-        transfer = summary.get("transfer") or {}
-        what = ("combined sub-models, fine-tuned" if transfer.get("mode") == "hierarchical"
+        transfer = _transfer(summary)
+        what = ("combined sub-models, fine-tuned" if transfer.mode == "hierarchical"
                 else "fine-tuned model")
-        return Product(what, "val_accuracy", transfer.get("val_value"),
-                       transfer.get("test_value"), "from scratch, same budget",
-                       transfer.get("scratch_test_value"))
+        return Product(what, "val_accuracy", transfer.val_value, transfer.test_value,
+                       "from scratch, same budget", transfer.scratch_test_value)
 
     def product_trial(self, summary: dict[str, Any]) -> str | None:
         from nestor.orchestrator.engine.kinds.transfer import tuned_trial  # loaded when asked
 
-        return tuned_trial((summary.get("transfer") or {}).get("mode"))
+        return tuned_trial(_transfer(summary).mode)
 
     def lines(self, summary: dict[str, Any]) -> list[str]:
-        t = summary.get("transfer") or {}
-        return [f"{summary['name']}: {t.get('mode', 'finetune')} on the target, test"
-                f" {fmt(t.get('test_value'))}, against training from scratch on the same"
-                f" budget {fmt(t.get('scratch_test_value'))}"]
+        t = _transfer(summary)
+        return [f"{summary['name']}: {t.mode or 'finetune'} on the target, test"
+                f" {fmt(t.test_value)}, against training from scratch on the same"
+                f" budget {fmt(t.scratch_test_value)}"]
 
     def detail(self, report: Report, summary: dict[str, Any], objectives: list[Any]) -> None:
         """Learning curves, one row per epoch (the test accuracies are the product's)."""
         if not summary.get("transfer"):
             return super().detail(report, summary, objectives)
-        curves = summary["transfer"].get("curves") or {}
+        curves = _transfer(summary).curves or {}
         metrics = sorted({k for points in curves.values() for p in points for k in p
                           if k != "epoch"})
         report.columns = ["phase", "epoch", *metrics]
@@ -53,6 +53,11 @@ class TransferReport(KindReport):
         from nestor.orchestrator.projections.plots import plot_transfer
 
         return self.summary_plot(summary, run_dir, plot_transfer)
+
+
+def _transfer(summary: dict[str, Any]) -> TransferSummary:
+    """What the transfer kind kept in the summary (all None where it kept nothing)."""
+    return TransferSummary.from_json(summary.get("transfer") or {})
 
 
 REPORT = TransferReport()
