@@ -99,7 +99,8 @@ class Searcher(abc.ABC):
         if isinstance(budget, Mapping):
             budget = dict(budget)
         self._book = Book(space, self.objectives, self.algorithm)
-        self._costs = Costs(cost, self._book) if cost is not None else None
+        self._costs = (Costs(cost, self._book.trials, self._book.pending)
+                       if cost is not None else None)
         self._persistence = Persistence(self)
         self._stop_reason: str | None = None
         self._warm_started = False

@@ -4,8 +4,8 @@ Why apart from the algorithms: ids, "a trial is told once", results parsed one w
 the configurations a search was given to start from (a warm start, enqueued ones)
 and the event log that the state is made of are the same for every algorithm, so
 every algorithm behaves the same at the edges. An algorithm reads the book; only the
-searcher's ask, tell, warm start and enqueue write it (what Optuna keeps in its
-storage, apart from its samplers).
+searcher's own calls (ask, tell, warm start, enqueue, extend, and a restore's replay)
+write it: what Optuna keeps in its storage, apart from its samplers.
 """
 
 from __future__ import annotations

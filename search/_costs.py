@@ -9,9 +9,8 @@ has no gate (``Searcher._costs`` is None): its trial budget is its plan.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
-from nestor.search._book import Book
 from nestor.search._budget import CostBudget, Spend
 from nestor.search._records import Trial
 
@@ -19,10 +18,12 @@ from nestor.search._records import Trial
 class Costs:
     """What a search under a cost budget has spent, and whether a trial still fits."""
 
-    def __init__(self, budget: CostBudget, book: Book) -> None:
+    def __init__(self, budget: CostBudget, trials: Mapping[str, Trial],
+                 pending: Mapping[str, Trial]) -> None:
+        """``trials`` and ``pending``: the book's (search/_book.py), read as they grow."""
         self.budget = budget
         self.spend = Spend(budget)
-        self._book = book
+        self._trials, self._pending = trials, pending
 
     def size(self, trial: Trial) -> float | None:
         """The fidelity units ``trial`` trains (None: in full)."""
@@ -30,13 +31,13 @@ class Costs:
             return None
         start = 0.0
         if trial.continue_from is not None:
-            source = self._book.trials[trial.continue_from].budget
+            source = self._trials[trial.continue_from].budget
             start = float(source) if source is not None else 0.0
         return float(trial.budget) - start
 
     def fits(self, size: float | None) -> bool:
         """Whether a trial training ``size`` fits beside the spend and the pending."""
-        return self.spend.fits((self.size(t) for t in self._book.pending.values()), size)
+        return self.spend.fits((self.size(t) for t in self._pending.values()), size)
 
     def ask_within(self, ask: Callable[[int], list[Trial]],
                    next_size: Callable[[], float | None], n: int) -> list[Trial]:
@@ -51,7 +52,7 @@ class Costs:
 
     def check(self, trial_id: str, cost: float | None) -> None:
         """Refuse a pending trial's untold cost where nothing can estimate it."""
-        self.spend.check(trial_id, self.size(self._book.pending[trial_id]), cost)
+        self.spend.check(trial_id, self.size(self._pending[trial_id]), cost)
 
     def record(self, trial: Trial, cost: float | None) -> None:
         self.spend.record(trial.id, self.size(trial), cost)

@@ -11,15 +11,13 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nestor.search._genetic_genome import Individual
-
-if TYPE_CHECKING:
-    from nestor.search._genetic import GeneticSearch
+from nestor.search._genetic_view import GeneticView
 
 
-def internals(s: GeneticSearch) -> dict[str, Any] | None:
+def internals(s: GeneticView) -> dict[str, Any] | None:
     """Every individual the search can still reach (each once, by its place in a
     table, so the demes, halls of fame, queue and batch share them as here), the
     RNG's state and the counters. Not kept: caches rebuilt on use (each deme's
@@ -75,7 +73,7 @@ def internals(s: GeneticSearch) -> dict[str, Any] | None:
     }
 
 
-def resume(s: GeneticSearch, internals: Any) -> Callable[[], None]:
+def resume(s: GeneticView, internals: Any) -> Callable[[], None]:
     """Decode :func:`internals`' data (raising on malformed data before anything
     changes); returns the callable that puts it in place."""
     data = dict(internals)

@@ -15,20 +15,17 @@ from __future__ import annotations
 
 import bisect
 import heapq
-from typing import TYPE_CHECKING
 
 from nestor.search._genetic_genome import Individual
+from nestor.search._genetic_view import GeneticView
 from nestor.search._records import Trial
 from nestor.search._sampling import sample_config
-
-if TYPE_CHECKING:
-    from nestor.search._genetic import GeneticSearch
 
 
 class SteadyState:
     """Asks and inserts one individual at a time, for ``schedule="async"``."""
 
-    def __init__(self, search: GeneticSearch) -> None:
+    def __init__(self, search: GeneticView) -> None:
         self.search = search
         self.births = [0] * search.demes
         self.next_deme = 0

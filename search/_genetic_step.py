@@ -12,13 +12,11 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from nestor.search._genetic_genome import Individual
+from nestor.search._genetic_view import GeneticView
 from nestor.search._records import Observation
-
-if TYPE_CHECKING:
-    from nestor.search._genetic import GeneticSearch
 
 
 class DEControl:
@@ -61,7 +59,7 @@ class DEControl:
 class StepControl:
     """The Gaussian mutation's step (a share of each gene's range) and JADE's F and CR."""
 
-    def __init__(self, search: GeneticSearch) -> None:
+    def __init__(self, search: GeneticView) -> None:
         self.search = search
         self.scale = 1.0  # the one-fifth rule's factor on sigma
         self.de = DEControl()  # crossover "de": JADE's adapted F and CR

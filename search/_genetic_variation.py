@@ -17,15 +17,13 @@ from __future__ import annotations
 
 import math
 from operator import attrgetter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from deap import tools
 
 from nestor.search._genetic_genome import Gene, Individual, using
+from nestor.search._genetic_view import GeneticView
 from nestor.search.space import IntParam, Scalar
-
-if TYPE_CHECKING:
-    from nestor.search._genetic import GeneticSearch
 
 _FITNESS = attrgetter("fitness")
 DE_PBEST = 0.2  # the share of a deme whose members a DE child is pulled towards
@@ -35,7 +33,7 @@ DE_MEMBERS = 4  # results a deme needs before differences mean anything
 class Variation:
     """Breeds children from a deme's parents, and selects among individuals."""
 
-    def __init__(self, search: GeneticSearch) -> None:
+    def __init__(self, search: GeneticView) -> None:
         self.search = search
 
     def clone(self, ind: Individual, deme: int) -> Individual:

@@ -13,21 +13,44 @@ of what replaying would rebuild, where that is costly: a genetic search's demes)
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, Protocol
 
-from nestor.search._records import Trial, decode_result
-
-if TYPE_CHECKING:
-    from nestor.search._base import Searcher
+from nestor.search._book import Book
+from nestor.search._costs import Costs
+from nestor.search._records import Objective, Observation, Trial, decode_result
+from nestor.search.space import SearchSpace
 
 STATE_FORMAT = 1
+
+
+class Restorable(Protocol):
+    """What :class:`Persistence` reads and calls of its searcher (a ``Searcher``:
+    typed by this Protocol so that the imports run one way, base to part)."""
+
+    algorithm: str
+    space: SearchSpace
+    objectives: tuple[Objective, ...]
+    _settings: dict[str, Any]
+    _book: Book
+    _costs: Costs | None
+    _stop_reason: str | None
+    _recorded: dict[str, Trial] | None
+
+    def ask(self, n: int = 1) -> list[Trial]: ...
+    def tell(self, trial_id: str, result: Any, *, cost: float | None = None) -> Observation: ...
+    def warm_start(self, observations: Iterable[Any]) -> int: ...
+    def enqueue(self, configs: Iterable[Mapping[str, Any]]) -> int: ...
+    def extend(self, budget: int) -> None: ...
+    def _internals(self) -> dict[str, Any] | None: ...
+    def _resume(self, internals: Mapping[str, Any]) -> Any: ...
+    def _replay_ask(self, n: int, recorded: list[Trial], event: Mapping[str, Any]) -> None: ...
 
 
 class Persistence:
     """Writes and restores one searcher's state (see :meth:`Searcher.state`)."""
 
-    def __init__(self, searcher: Searcher) -> None:
+    def __init__(self, searcher: Restorable) -> None:
         self.searcher = searcher
 
     def state(self) -> dict[str, Any]:
