@@ -26,311 +26,35 @@ Algorithms whose asks are expensive to recompute (Bayesian) replay from the
 recorded trials instead of recomputing them.
 """
 
+
 from __future__ import annotations
 
 import abc
-import json
-import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar
 
-from nestor.search._budget import UNLIMITED_TRIALS, CostBudget, Spend, parse_budget
+from nestor.search._book import Book
+from nestor.search._budget import UNLIMITED_TRIALS, CostBudget, parse_budget
+from nestor.search._costs import Costs
+from nestor.search._pareto import best, dominates, minimised, non_dominated, pareto_front, ranked
+from nestor.search._persistence import STATE_FORMAT, Persistence
+from nestor.search._records import (
+    Failure,
+    Objective,
+    Observation,
+    Trial,
+    as_objectives,
+    observations_from_state,
+    parse_result,
+)
 from nestor.search._settings import SearchSettings
 from nestor.search.space import Scalar, SearchSpace
 
-STATE_FORMAT = 1
-
-
-@dataclass(frozen=True)
-class Objective:
-    """One metric to optimize: ``mode`` is "min" or "max".
-
-    ``threshold`` stops the search once a trial reaches it (at most it for
-    "min", at least it for "max"). With several objectives the search is
-    multi-objective and stops once one trial reaches every threshold given.
-    """
-
-    metric: str = "val_accuracy"
-    mode: Literal["min", "max"] = "max"
-    threshold: float | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.metric, str) or not self.metric:
-            raise ValueError(f"metric must be a non-empty string, but got {self.metric!r}")
-        if self.mode not in ("min", "max"):
-            raise ValueError(f"mode must be one of min, max, but got {self.mode!r}")
-        if self.threshold is not None:
-            if not _is_real(self.threshold) or not math.isfinite(self.threshold):
-                raise ValueError(f"threshold must be a finite number, but got {self.threshold!r}")
-            object.__setattr__(self, "threshold", float(self.threshold))
-
-    @property
-    def sign(self) -> float:
-        """+1 for "min", -1 for "max": ``sign * value`` is always minimized."""
-        return 1.0 if self.mode == "min" else -1.0
-
-    def reached(self, value: float) -> bool:
-        if self.threshold is None:
-            return False
-        return value <= self.threshold if self.mode == "min" else value >= self.threshold
-
-    @classmethod
-    def coerce(cls, value: Any) -> Objective:
-        """An Objective from itself, a (metric, mode[, threshold]) tuple, a mapping,
-        or any object with those attributes (the spec's pydantic model)."""
-        if isinstance(value, Objective):
-            return value
-        if isinstance(value, Mapping):
-            return cls(**value)
-        if isinstance(value, tuple | list):
-            return cls(*value)
-        if hasattr(value, "metric") and hasattr(value, "mode"):
-            return cls(value.metric, value.mode, getattr(value, "threshold", None))
-        raise ValueError(
-            "objectives must be Objective, (metric, mode, threshold) tuples or mappings,"
-            f" but got {value!r}"
-        )
-
-
-def as_objectives(objectives: Any) -> tuple[Objective, ...]:
-    """Normalize one objective or a sequence of them; metric names must differ."""
-    if isinstance(objectives, Objective | Mapping) or (
-        hasattr(objectives, "metric") and hasattr(objectives, "mode")
-    ):
-        objectives = [objectives]
-    if isinstance(objectives, tuple) and objectives and isinstance(objectives[0], str):
-        objectives = [objectives]  # a single (metric, mode) tuple
-    result = tuple(Objective.coerce(o) for o in objectives)
-    if not result:
-        raise ValueError("objectives must list at least one objective, but got none")
-    metrics = [o.metric for o in result]
-    if len(set(metrics)) != len(metrics):
-        raise ValueError(f"objective metrics must be distinct, but got {metrics}")
-    return result
-
-
-@dataclass(frozen=True)
-class Failure:
-    """The result of a trial that produced no usable value (crash, timeout, NaN)."""
-
-    reason: str = "failed"
-
-
-@dataclass(frozen=True)
-class Trial:
-    """A configuration to evaluate, with where it came from.
-
-    ``id`` is unique within its search and stable across ``restore``;
-    ``parents`` are the ids of the trials it was bred from (genetic search)
-    or continues (PBT, successive halving);
-    ``origin`` says how it was made: "random", "grid", "model" (Bayesian),
-    "crossover", "mutation", "crossover+mutation", "warm-start", "continue",
-    "exploit" (PBT), "promotion" (successive halving).
-    ``config`` holds every parameter of the space, constants included (in a
-    conditional space, the active ones only); treat it as read-only (it is the
-    searcher's record too).
-
-    Searches that use training itself (population-based training, successive
-    halving) also say how to train:
-
-    - ``continue_from``: the id of an earlier trial of this search whose
-      checkpoint (weights *and* optimizer state) this trial starts from,
-      instead of from scratch. None: from scratch.
-    - ``budget``: the training length to reach, in the search's budget unit
-      (epochs unless the stage maps it to another trainer setting): the
-      trainer trains from the checkpoint's own length up to ``budget``, so a
-      trial continuing a 3-epoch checkpoint with budget 9 trains 6 epochs.
-      None: the trainer's own setting (every other search).
-    - ``member``: the population member this trial belongs to (PBT).
-
-    PBT also uses ``generation`` for the interval index; successive halving
-    uses it for the rung and ``deme`` for the Hyperband bracket. The three
-    fields appear in :meth:`to_dict` only when set, so the journals of the
-    other searches are unchanged.
-    """
-
-    id: str
-    config: dict[str, Scalar]
-    generation: int = 0
-    deme: int = 0
-    parents: tuple[str, ...] = ()
-    origin: str = "random"
-    continue_from: str | None = None
-    budget: int | float | None = None
-    member: int | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        data: dict[str, Any] = {
-            "id": self.id,
-            "config": dict(self.config),
-            "generation": self.generation,
-            "deme": self.deme,
-            "parents": list(self.parents),
-            "origin": self.origin,
-        }
-        for name in ("continue_from", "budget", "member"):
-            if getattr(self, name) is not None:
-                data[name] = getattr(self, name)
-        return data
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Trial:
-        continue_from = data.get("continue_from")
-        member = data.get("member")
-        return cls(
-            id=str(data["id"]),
-            config=dict(data["config"]),
-            generation=int(data["generation"]),
-            deme=int(data["deme"]),
-            parents=tuple(data["parents"]),
-            origin=str(data["origin"]),
-            continue_from=None if continue_from is None else str(continue_from),
-            budget=data.get("budget"),
-            member=None if member is None else int(member),
-        )
-
-
-@dataclass(frozen=True)
-class Observation:
-    """A told trial: its objective values in objective order, or why it failed."""
-
-    trial: Trial
-    values: tuple[float, ...] | None
-    failure: str | None = None
-
-    @property
-    def failed(self) -> bool:
-        return self.values is None
-
-    @property
-    def config(self) -> dict[str, Scalar]:
-        return self.trial.config
-
-    @property
-    def value(self) -> float:
-        """The first objective's value (the only one in single-objective searches)."""
-        if self.values is None:
-            raise ValueError(f"trial {self.trial.id} failed ({self.failure}): it has no value")
-        return self.values[0]
-
-
-def _is_real(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def parse_result(
-    objectives: Sequence[Objective], result: Any
-) -> tuple[tuple[float, ...] | None, str | None]:
-    """(values, None) for a usable result, (None, reason) for a failure.
-
-    A result is a number (one objective), a sequence of numbers in objective
-    order, a mapping from metric name to number (extra metrics are ignored:
-    trainers report more than they are tuned on), or a :class:`Failure`.
-    NaN and infinite values are failures: a diverged training run is a failed
-    trial, and an infinity would poison the models and selections downstream.
-    """
-    if isinstance(result, Failure):
-        return None, result.reason
-    metrics = [o.metric for o in objectives]
-    if isinstance(result, Mapping):
-        missing = [m for m in metrics if m not in result]
-        if missing:
-            raise ValueError(
-                f"result must report the metrics {metrics}, but {missing} are missing"
-                f" from {sorted(result)}"
-            )
-        raw = [result[m] for m in metrics]
-    elif _is_real(result):
-        raw = [result]
-    elif isinstance(result, Sequence) and not isinstance(result, str):
-        raw = list(result)
-    else:
-        raise ValueError(
-            "result must be a number, a sequence of numbers, a mapping of metric to number"
-            f" or a Failure, but got {result!r}"
-        )
-    if len(raw) != len(metrics):
-        raise ValueError(
-            f"result must have {len(metrics)} value(s) ({', '.join(metrics)}),"
-            f" but got {len(raw)}: {raw!r}"
-        )
-    values = []
-    for metric, value in zip(metrics, raw, strict=True):
-        if not _is_real(value):
-            try:  # numpy scalars and the like
-                value = float(value)
-            except (TypeError, ValueError):
-                raise ValueError(f"{metric} must be a number, but got {value!r}") from None
-        if not math.isfinite(value):
-            return None, f"{metric} is {value}"
-        values.append(float(value))
-    return tuple(values), None
-
-
-def dominates(a: Sequence[float], b: Sequence[float], signs: Sequence[float]) -> bool:
-    """True if ``a`` is no worse than ``b`` in every objective and better in one."""
-    better = False
-    for x, y, s in zip(a, b, signs, strict=True):
-        if s * x > s * y:
-            return False
-        if s * x < s * y:
-            better = True
-    return better
-
-
-def non_dominated(points: Sequence[Sequence[float]], signs: Sequence[float]) -> list[int]:
-    """Indices of the points no other point dominates, in input order; equal points are
-    all kept. ``signs`` as :attr:`Objective.sign` (+1 minimised, -1 maximised). The one
-    Pareto rule: the searchers' fronts and the results' and plots' fronts use it."""
-    return [i for i, a in enumerate(points)
-            if not any(dominates(b, a, signs) for j, b in enumerate(points) if j != i)]
-
-
-def pareto_front(
-    observations: Iterable[Observation], objectives: Sequence[Objective]
-) -> list[Observation]:
-    """The non-dominated successful observations, in the order they were told."""
-    done = [o for o in observations if o.values is not None]
-    front = non_dominated([o.values for o in done],  # type: ignore[misc]
-                          [o.sign for o in objectives])
-    return [done[i] for i in front]
-
-
-def _encode_result(values: tuple[float, ...] | None, failure: str | None) -> dict[str, Any]:
-    return {"failure": failure} if values is None else {"values": list(values)}
-
-
-def _decode_result(data: Mapping[str, Any]) -> Any:
-    return Failure(data["failure"]) if "failure" in data else list(data["values"])
-
-
-def observations_from_state(state: Mapping[str, Any]) -> list[Observation]:
-    """The told trials recorded in a searcher's ``state()``, without rebuilding it.
-
-    This is what a new search is warm-started from: the previous run's journal.
-    """
-    asked: dict[str, Trial] = {}
-    result: list[Observation] = []
-    for event in state.get("events", []):
-        if event["event"] == "ask":
-            for data in event["trials"]:
-                asked[data["id"]] = Trial.from_dict(data)
-        elif event["event"] == "tell":
-            data = event["result"]
-            values = tuple(data["values"]) if "values" in data else None
-            result.append(Observation(asked[event["id"]], values, data.get("failure")))
-    return result
-
-
-@dataclass
-class _Book:
-    """What the base class keeps for every algorithm: trials, results, the log."""
-
-    trials: dict[str, Trial] = field(default_factory=dict)
-    pending: dict[str, Trial] = field(default_factory=dict)
-    observations: list[Observation] = field(default_factory=list)
-    events: list[dict[str, Any]] = field(default_factory=list)
+__all__ = [
+    "STATE_FORMAT", "Failure", "Objective", "Observation", "Searcher", "Trial",
+    "as_objectives", "dominates", "non_dominated", "observations_from_state",
+    "pareto_front", "parse_result",
+]
 
 
 class Searcher(abc.ABC):
@@ -338,9 +62,12 @@ class Searcher(abc.ABC):
 
     Subclasses implement :meth:`_ask` (propose up to n trials, made with
     :meth:`_new_trial`), :meth:`_tell` (learn from one observation) and
-    :attr:`planned` (how many trials the search means to run). Everything else
-    (id bookkeeping, result parsing, thresholds, the event log, restore) lives
-    here so that every algorithm behaves the same at the edges.
+    :attr:`planned` (how many trials the search means to run). The rest is
+    composed of parts every algorithm shares, so that every algorithm behaves the
+    same at the edges: the :class:`~nestor.search._book.Book` (ids, trials, results,
+    the event log), the cost budget's gate (:class:`~nestor.search._costs.Costs`),
+    the state (:class:`~nestor.search._persistence.Persistence`) and the Pareto rule
+    (:mod:`nestor.search._pareto`); this class holds the ask/tell loop and stopping.
     """
 
     algorithm: ClassVar[str] = ""
@@ -369,13 +96,14 @@ class Searcher(abc.ABC):
         # (subclasses plan generations, iterations, intervals from ``self.budget``).
         self.budget: int | None = UNLIMITED_TRIALS if cost is not None else trials
         self.cost_budget: CostBudget | None = cost
-        self._spend = Spend(cost) if cost is not None else None
         if isinstance(budget, Mapping):
             budget = dict(budget)
-        self._book = _Book()
+        self._book = Book(space, self.objectives, self.algorithm)
+        self._costs = (Costs(cost, self._book.trials, self._book.pending)
+                       if cost is not None else None)
+        self._persistence = Persistence(self)
         self._stop_reason: str | None = None
         self._warm_started = False
-        self._enqueued = 0  # configurations search.enqueue gave, asked before any other
         self._settings: dict[str, Any] = {"seed": seed, "budget": budget}
         # While restore replays an ask: the journal's trials by id, so a
         # subclass can take a costly model-based pick from the record instead
@@ -425,6 +153,19 @@ class Searcher(abc.ABC):
         searched = [p.name for p in self.space.searched]
         self._seeds[:0] = [{name: c[name] for name in searched} for c in configs]
 
+    def _internals(self) -> dict[str, Any] | None:
+        """The algorithm's own state (JSON data; None: it keeps none, replay the log)."""
+        return None
+
+    def _resume(self, internals: Mapping[str, Any]) -> Any:
+        """Decode :meth:`_internals`' data; returns a callable that puts it in place
+        (decoding raises on malformed data before anything changes)."""
+        raise ValueError(f"{self.algorithm} search keeps no internals to restore")
+
+    def _replay_ask(self, n: int, recorded: list[Trial], event: Mapping[str, Any]) -> None:
+        """Recompute an ask and check it matches the log (Bayesian overrides this)."""
+        self._persistence.replay_ask(n, recorded)
+
     # --- the public surface -----------------------------------------------------------
 
     @property
@@ -471,47 +212,23 @@ class Searcher(abc.ABC):
         room = self.planned - self.n_asked
         if self._stop_reason is not None or room <= 0:
             trials = []
-        elif self._spend is None:
+        elif self._costs is None:
             trials = self._ask(min(n, room))
         else:
-            trials = self._ask_within_cost(min(n, room))
+            trials = self._costs.ask_within(self._ask, self._next_size, min(n, room))
         if not trials:
             # Nothing changed (see _ask), so nothing to replay: a driver that polls a
             # search waiting at a generation barrier must not grow its journal.
             return trials
         event = {"event": "ask", "n": n, "trials": [t.to_dict() for t in trials]}
         event.update(self._event_extra(trials))
-        self._book.events.append(event)
+        self._book.record_ask(event)
         return trials
-
-    def _ask_within_cost(self, n: int) -> list[Trial]:
-        """One trial at a time while the next still fits the cost budget."""
-        trials: list[Trial] = []
-        while len(trials) < n and self._fits(self._next_size()):
-            got = self._ask(1)
-            if not got:
-                break
-            trials += got
-        return trials
-
-    def _size(self, trial: Trial) -> float | None:
-        """The fidelity units ``trial`` trains (None: in full)."""
-        if trial.budget is None:
-            return None
-        start = 0.0
-        if trial.continue_from is not None:
-            source = self._book.trials[trial.continue_from].budget
-            start = float(source) if source is not None else 0.0
-        return float(trial.budget) - start
-
-    def _fits(self, size: float | None) -> bool:
-        assert self._spend is not None
-        return self._spend.fits((self._size(t) for t in self._book.pending.values()), size)
 
     @property
     def cost_spent(self) -> float | None:
         """What the told trials cost, in the cost budget's unit (None without one)."""
-        return None if self._spend is None else self._spend.spent
+        return None if self._costs is None else self._costs.spend.spent
 
     def tell(self, trial_id: str, result: Any, *, cost: float | None = None) -> Observation:
         """Record the result of an asked trial: a value, values, metrics or a Failure.
@@ -519,38 +236,12 @@ class Searcher(abc.ABC):
         ``cost``: what the trial cost in the unit of the search's cost budget
         (slot-seconds for ``{slot_seconds}`` and ``{hours}``, epochs for
         ``{epochs}``); searches without a cost budget ignore it."""
-        trial, observation = self._record_tell(trial_id, result, cost)
+        trial, observation = self._book.record_tell(trial_id, result, cost, self._costs)
         self._tell(trial, observation)
         values = observation.values
         if values is not None and self._stop_reason is None and self._reached(values):
             self._stop(f"trial {trial.id} reached the threshold ({self._describe(values)})")
         return observation
-
-    def _record_tell(self, trial_id: Any, result: Any,
-                     cost: float | None) -> tuple[Trial, Observation]:
-        """What :meth:`tell` keeps for every algorithm (the book, the log, the spend),
-        without the algorithm's own :meth:`_tell`."""
-        trial_id = str(trial_id)
-        if trial_id not in self._book.trials:
-            raise ValueError(f"trial_id must be the id of an asked trial, but got {trial_id!r}")
-        if trial_id not in self._book.pending:
-            raise ValueError(f"trial {trial_id!r} was already told; a trial is told once")
-        values, failure = parse_result(self.objectives, result)
-        if cost is not None and (not _is_real(cost) or not math.isfinite(cost) or cost < 0):
-            raise ValueError(f"cost must be a non-negative number or None, but got {cost!r}")
-        if self._spend is not None:
-            self._spend.check(trial_id, self._size(self._book.pending[trial_id]), cost)
-        trial = self._book.pending.pop(trial_id)
-        observation = Observation(trial, values, failure)
-        self._book.observations.append(observation)
-        event: dict[str, Any] = {"event": "tell", "id": trial_id,
-                                 "result": _encode_result(values, failure)}
-        if cost is not None and self._spend is not None:
-            event["cost"] = float(cost)
-        self._book.events.append(event)
-        if self._spend is not None:
-            self._spend.record(trial_id, self._size(trial), cost)
-        return trial, observation
 
     def done(self) -> bool:
         """True when the search is over: it stopped early (threshold, patience,
@@ -559,15 +250,8 @@ class Searcher(abc.ABC):
         telling their results is still allowed and recorded."""
         if self._stop_reason is None and self.n_asked >= self.planned and not self._book.pending:
             self._stop_reason = f"all {self.planned} planned trials were run"
-        if self._stop_reason is None and self._spend is not None and not self._book.pending:
-            size = self._next_size()
-            if not self._fits(size):
-                spend, budget = self._spend, self.cost_budget
-                assert budget is not None
-                self._stop_reason = (
-                    f"the budget of {budget.describe()} is spent as far as a trial fits"
-                    f" ({budget.describe(spend.spent)} used; the next trial would need about"
-                    f" {budget.describe(spend.estimate(size))})")
+        if self._stop_reason is None and self._costs is not None and not self._book.pending:
+            self._stop_reason = self._costs.spent_reason(self._next_size())
         return self._stop_reason is not None
 
     def best(self) -> Observation | None:
@@ -580,24 +264,13 @@ class Searcher(abc.ABC):
         one epoch is not a better model than a 27-epoch one, and the best
         trial is the one a later stage would continue or retrain.
         """
-        sign = self.objectives[0].sign
-        candidates = self.pareto_front() if self.multi_objective else self._book.observations
-        done = [o for o in candidates if o.values is not None]
-        if not done:
-            return None
-        budgets = [o.trial.budget for o in done if o.trial.budget is not None]
-        if budgets:
-            longest = max(budgets)
-            done = [o for o in done if o.trial.budget == longest]
-        return min(done, key=lambda o: sign * o.values[0])  # type: ignore[index]
+        return best(self._book.observations, self.objectives)
 
     def ranked(self) -> list[Observation]:
         """Successful observations best first: the longest-trained first (as in
         :meth:`best`), then by the objectives in order. The driver keeps the
         checkpoints of the first few (``trial.keep_checkpoints``)."""
-        done = [o for o in self._book.observations if o.values is not None]
-        return sorted(done, key=lambda o: (-(o.trial.budget or 0), self._key(o.values),  # type: ignore[arg-type]
-                                           int(o.trial.id) if o.trial.id.isdigit() else 0))
+        return ranked(self._book.observations, self.objectives)
 
     def continuable(self) -> set[str]:
         """Told trials whose checkpoints a trial asked later may still continue
@@ -629,30 +302,8 @@ class Searcher(abc.ABC):
         """
         if self._book.trials or self._warm_started:
             raise ValueError("warm_start must be called once, before the first ask")
-        used = []
-        for item in observations:
-            if isinstance(item, Observation):
-                config, values, failure = dict(item.config), item.values, item.failure
-            else:
-                config, result = item
-                values, failure = parse_result(self.objectives, result)
-                config = dict(config)
-            config.update(self.space.constants())
-            config = {name: config.get(name) for name in self.space.names}
-            if not self.space.contains(config):
-                continue
-            trial = Trial(id=f"warm-{len(used)}", config=config, origin="warm-start")
-            used.append(Observation(trial, values, failure))
+        used = self._book.record_warm_start(observations)
         self._warm_started = True
-        self._book.events.append(
-            {
-                "event": "warm_start",
-                "observations": [
-                    {"config": o.config, "result": _encode_result(o.values, o.failure)}
-                    for o in used
-                ],
-            }
-        )
         self._warm_start(used)
         return len(used)
 
@@ -660,22 +311,9 @@ class Searcher(abc.ABC):
         """Configurations to try first, in order, before the search's own (``search.enqueue``),
         called once before the first ask (after :meth:`warm_start`, if any). Each must lie
         in the space (constants are filled in); returns how many were queued."""
-        if self._book.trials:
-            raise ValueError("enqueue must be called before the first ask")
-        queued = []
-        for index, item in enumerate(configs):
-            config = {**dict(item), **self.space.constants()}
-            missing = [name for name in self.space.names if name not in config]
-            config = {name: config.get(name) for name in self.space.names}
-            if missing or not self.space.contains(config):
-                raise ValueError(
-                    f"enqueued configuration #{index + 1} {dict(item)!r} must give a value in"
-                    f" the space for each of {list(self.space.names)}"
-                    + (f" (missing: {missing})" if missing else ""))
-            queued.append(config)
+        queued = self._book.enqueueable(configs)
         self._enqueue(queued)  # refuses before anything is logged
-        self._book.events.append({"event": "enqueue", "configs": queued})
-        self._enqueued += len(queued)
+        self._book.record_enqueue(queued)
         return len(queued)
 
     def extend(self, budget: int) -> None:
@@ -704,7 +342,7 @@ class Searcher(abc.ABC):
         if self._stop_reason is not None and self._stop_reason.startswith("all "):
             self._stop_reason = None  # only the end of its trials: it goes on
 
-    # --- state ------------------------------------------------------------------------
+    # --- state (search/_persistence.py) -----------------------------------------------
 
     def log_since(self, start: int) -> list[dict[str, Any]]:
         """The entries of the state's ``events`` log from index ``start`` on (JSON data).
@@ -731,29 +369,7 @@ class Searcher(abc.ABC):
         recorded); :func:`observations_from_state`
         reads the results out of it without rebuilding the search.
         """
-        return json.loads(
-            json.dumps(
-                {
-                    "format": STATE_FORMAT,
-                    "algorithm": self.algorithm,
-                    "settings": self._settings,
-                    "space": repr(self.space),
-                    "objectives": [repr(o) for o in self.objectives],
-                    "events": self._book.events,
-                },
-                allow_nan=False,
-            )
-        )
-
-    def _header(self) -> dict[str, Any]:
-        """What a state or snapshot must share with this search to continue it."""
-        return {
-            "format": STATE_FORMAT,
-            "algorithm": self.algorithm,
-            "settings": json.loads(json.dumps(self._settings)),
-            "space": repr(self.space),
-            "objectives": [repr(o) for o in self.objectives],
-        }
+        return self._persistence.state()
 
     def restore(self, state: Mapping[str, Any],
                 snapshot: Mapping[str, Any] | None = None) -> int:
@@ -767,27 +383,7 @@ class Searcher(abc.ABC):
         and this log (another search's, one whose last entry is not the log's at its
         place, one cut or garbled) is ignored: the whole log is replayed. Returns how
         many of the log's entries the snapshot covered (0: none used)."""
-        if self._book.events:
-            raise ValueError("restore must be called on a fresh searcher, before any ask or tell")
-        if state.get("format") != STATE_FORMAT:
-            raise ValueError(
-                f"state format must be {STATE_FORMAT}, but got {state.get('format')!r}"
-            )
-        for key, expected in self._header().items():
-            if state.get(key) != expected:
-                raise ValueError(
-                    f"state must come from a search with the same {key}, but it has"
-                    f" {state.get(key)!r} and this search has {expected!r}"
-                )
-        events = state["events"]
-        covers, resume = self._snapshot_fits(snapshot, events)
-        if resume is not None:
-            assert snapshot is not None
-            self._replay(events[:covers], book_only=True)
-            resume()
-            self._stop_reason = snapshot["stop_reason"]
-        self._replay(events[covers:], book_only=False)
-        return covers
+        return self._persistence.restore(state, snapshot)
 
     def snapshot(self) -> dict[str, Any] | None:
         """The search's internals now, as JSON data, for :meth:`restore` to continue
@@ -795,92 +391,7 @@ class Searcher(abc.ABC):
         genetic search's 280,000 entries was a third of a resume); None where the
         algorithm keeps none (its log is its state). It names the log entries it
         covers and the last of them, which restore checks against the log."""
-        internals = self._internals()
-        if internals is None:
-            return None
-        events = self._book.events
-        return {**self._header(), "covers": len(events),
-                "last": events[-1] if events else None,
-                "stop_reason": self._stop_reason, "internals": internals}
-
-    def _internals(self) -> dict[str, Any] | None:
-        """The algorithm's own state (JSON data; None: it keeps none, replay the log)."""
-        return None
-
-    def _resume(self, internals: Mapping[str, Any]) -> Any:
-        """Decode :meth:`_internals`' data; returns a callable that puts it in place
-        (decoding raises on malformed data before anything changes)."""
-        raise ValueError(f"{self.algorithm} search keeps no internals to restore")
-
-    def _snapshot_fits(self, snapshot: Any, events: Sequence[Mapping[str, Any]]
-                       ) -> tuple[int, Any]:
-        """(entries covered, the callable that restores its internals), or (0, None)
-        where the snapshot does not continue this search's log."""
-        if not isinstance(snapshot, Mapping) or not events:
-            return 0, None
-        if any(snapshot.get(key) != expected for key, expected in self._header().items()):
-            return 0, None
-        covers = snapshot.get("covers")
-        if (not isinstance(covers, int) or isinstance(covers, bool)
-                or not 0 < covers <= len(events) or events[covers - 1] != snapshot.get("last")):
-            return 0, None
-        stop = snapshot.get("stop_reason")
-        if stop is not None and not isinstance(stop, str):
-            return 0, None
-        try:
-            return covers, self._resume(snapshot["internals"])
-        except (KeyError, IndexError, TypeError, ValueError, AttributeError):
-            return 0, None
-
-    def _replay(self, events: Sequence[Mapping[str, Any]], *, book_only: bool) -> None:
-        """The log's entries again. ``book_only`` (the entries a snapshot covers): into
-        the book alone, trials, results, spend and the log itself (what a snapshot's
-        internals do not hold), the algorithm not run; otherwise each ask is recomputed
-        and checked against the log and each result told."""
-        book = self._book
-        for event in events:
-            kind = event["event"]
-            if kind == "ask":
-                recorded = [Trial.from_dict(t) for t in event["trials"]]
-                if not book_only:
-                    self._replay_ask(event["n"], recorded, event)
-                    continue
-                for trial in recorded:
-                    book.trials[trial.id] = trial
-                    book.pending[trial.id] = trial
-                book.events.append(event)  # type: ignore[arg-type]
-            elif kind == "tell":
-                result = _decode_result(event["result"])
-                if book_only:
-                    self._record_tell(event["id"], result, event.get("cost"))
-                else:
-                    self.tell(event["id"], result, cost=event.get("cost"))
-            elif kind == "warm_start":
-                self.warm_start(
-                    (o["config"], _decode_result(o["result"])) for o in event["observations"]
-                )
-            elif kind == "enqueue":  # a snapshot's internals then put in place over it
-                self.enqueue(event["configs"])
-            elif kind == "extend":
-                self.extend(event["budget"])
-            else:
-                raise ValueError("state events must be ask, tell, warm_start, enqueue or extend,"
-                                 f" but got {kind!r}")
-
-    def _replay_ask(self, n: int, recorded: list[Trial], event: Mapping[str, Any]) -> None:
-        """Recompute an ask and check it matches the log (Bayesian overrides this)."""
-        self._recorded = {t.id: t for t in recorded}
-        try:
-            trials = self.ask(n)
-        finally:
-            self._recorded = None
-        if trials != recorded:
-            raise ValueError(
-                "restore must replay the recorded search, but ask #"
-                f"{sum(1 for e in self._book.events if e['event'] == 'ask')} returned"
-                f" {[t.to_dict() for t in trials]} where the state recorded"
-                f" {[t.to_dict() for t in recorded]} (other settings or library versions?)"
-            )
+        return self._persistence.snapshot()
 
     # --- helpers for subclasses -------------------------------------------------------
 
@@ -897,34 +408,9 @@ class Searcher(abc.ABC):
         member: int | None = None,
     ) -> Trial:
         """Register a new trial with the next id (ids are "0", "1", ... in ask order)."""
-        full = {**config, **self.space.constants()}
-        if self.space.conditions or self.space.constraints:
-            full = self.space.project(full)  # a trainer gets the active parameters only
-            if not self.space.contains(full):
-                raise RuntimeError(
-                    f"{self.algorithm} search made configuration {full}, which is not in"
-                    f" the space {self.space!r}: a bug in the search, please report it")
-        else:
-            full = {name: full[name] for name in self.space.names}
-        if origin == "warm-start" and self._enqueued:
-            # Enqueued configurations lead the list searches keep of those to ask first.
-            asked = sum(1 for t in self._book.trials.values() if t.origin == "enqueued")
-            if asked < self._enqueued:
-                origin = "enqueued"
-        trial = Trial(
-            id=str(len(self._book.trials)),
-            config=full,
-            generation=generation,
-            deme=deme,
-            parents=tuple(parents),
-            origin=origin,
-            continue_from=continue_from,
-            budget=budget,
-            member=member,
-        )
-        self._book.trials[trial.id] = trial
-        self._book.pending[trial.id] = trial
-        return trial
+        return self._book.new_trial(
+            config, generation=generation, deme=deme, parents=parents, origin=origin,
+            continue_from=continue_from, budget=budget, member=member)
 
     def _whole(self, config: Mapping[str, Scalar]) -> Mapping[str, Scalar]:
         """``config`` with a value for every parameter: in a conditional space a
@@ -951,4 +437,4 @@ class Searcher(abc.ABC):
 
     def _key(self, values: Sequence[float]) -> tuple[float, ...]:
         """Values turned into a tuple to minimize."""
-        return tuple(o.sign * v for o, v in zip(self.objectives, values, strict=True))
+        return minimised(self.objectives, values)

@@ -399,9 +399,9 @@ class ASHASearch(_SuccessiveHalving):
         to a new bottom-rung trial, so the search stops with less than one
         bottom-rung trial's worth unspent rather than a whole promotion's."""
         sources = self._sources()
-        if self._spend is None:
+        if self._costs is None:
             return sources[0]
-        return next((s for s in sources if self._fits(self._source_size(s))), None)
+        return next((s for s in sources if self._costs.fits(self._source_size(s))), None)
 
     def _next_size(self) -> float | None:
         return self._source_size(self._next_source())
@@ -495,7 +495,7 @@ class HyperbandSearch(_SuccessiveHalving):
     def _ask(self, n: int) -> list[Trial]:
         trials: list[Trial] = []
         while len(trials) < n:
-            if self._spend is not None:
+            if self._costs is not None:
                 bracket, shape, _ = self._choice()
                 if bracket is None:
                     if self._opened >= self.iterations * len(self.brackets):
@@ -541,10 +541,10 @@ class HyperbandSearch(_SuccessiveHalving):
         shape = self._opened % len(self.brackets)
         first_rung = len(self.rungs) - len(self.brackets[shape])
         options.append((None, shape, float(self.rungs[first_rung])))
-        if self._spend is None:
+        if self._costs is None:
             return options[0]
         cheapest = (None, 0, float(self.rungs[0]))
-        return next((o for o in [*options, cheapest] if self._fits(o[2])), cheapest)
+        return next((o for o in [*options, cheapest] if self._costs.fits(o[2])), cheapest)
 
     def _next_size(self) -> float | None:
         """What the next trial would train (see _choice)."""

@@ -11,7 +11,9 @@ import pytest
 from _search_helpers import MIN, MIXED, drive, loss
 
 from nestor.search import Failure, GeneticSearch, Objective
-from nestor.search._genetic import _Gene
+from nestor.search._genetic_genome import Gene
+from nestor.search._genetic_steady import SteadyState
+from nestor.search._genetic_variation import Variation
 from nestor.search.space import CategoricalParam, FloatParam, IntParam, SearchSpace
 
 LINE = SearchSpace((FloatParam("x", -5.0, 5.0), FloatParam("y", -5.0, 5.0)))
@@ -246,10 +248,10 @@ def test_each_searcher_owns_its_randomness() -> None:
 
 
 def test_mutation_moves_integers_by_steps_and_redraws_categoricals() -> None:
-    gene = _Gene.of(IntParam("n", 1, 10))
-    assert gene.decode(GeneticSearch._step(gene, gene.encode(5), gene.encode(5) + 0.01)) == 6
-    assert gene.decode(GeneticSearch._step(gene, gene.encode(10), gene.encode(10) + 0.01)) == 9
-    log_gene = _Gene.of(IntParam("batch", 8, 512, log=True))
+    gene = Gene.of(IntParam("n", 1, 10))
+    assert gene.decode(Variation.step(gene, gene.encode(5), gene.encode(5) + 0.01)) == 6
+    assert gene.decode(Variation.step(gene, gene.encode(10), gene.encode(10) + 0.01)) == 9
+    log_gene = Gene.of(IntParam("batch", 8, 512, log=True))
     assert log_gene.decode(log_gene.encode(64)) == 64
     assert log_gene.low == pytest.approx(math.log(8))
     space = SearchSpace((CategoricalParam("c", ("a", "b", "c")),))
@@ -257,7 +259,7 @@ def test_mutation_moves_integers_by_steps_and_redraws_categoricals() -> None:
     ind = searcher._individual([1.0], 0)
     for _ in range(20):
         before = ind[0]
-        searcher._mutate(ind)
+        searcher._variation.mutate(ind)
         assert ind[0] != before and ind[0] in (0.0, 1.0, 2.0)
 
 
@@ -332,19 +334,29 @@ def test_settings_are_checked(settings: dict, message: str) -> None:
         GeneticSearch(LINE, MIN, **settings)
 
 
-class _ScanningGenetic(GeneticSearch):
+class _ScanningSteadyState(SteadyState):
     """The steady-state replacement as it was: a scan of the deme per result for its
-    worst (the first of them) and, for the one-fifth rule, its best."""
+    worst (the first of them)."""
 
-    def _insert(self, ind) -> None:
+    def insert(self, ind) -> None:
         if ind.failed:
             return
-        deme = self._parents[ind.deme]
+        search = self.search
+        deme = search._parents[ind.deme]
         deme.append(ind)
-        self._parents_changed += 1
-        if len(deme) > self._deme_sizes[ind.deme]:
+        search._parents_changed += 1
+        if len(deme) > search._deme_sizes[ind.deme]:
             worst = min(deme, key=lambda i: i.fitness)
             del deme[next(k for k, i in enumerate(deme) if i is worst)]
+
+
+class _ScanningGenetic(GeneticSearch):
+    """The steady state of :class:`_ScanningSteadyState` and, for the one-fifth rule, a
+    scan of the deme for its best."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._steady = _ScanningSteadyState(self)
 
     def _deme_best(self, deme: int):
         valid = [p.fitness for p in self._parents[deme] if p.fitness.valid]
@@ -367,5 +379,5 @@ def test_async_replacement_keeps_the_scans_choices_ties_included(demes: int) -> 
         trials = drive(searcher, coarse, parallel=7, fail=lambda i: i % 23 == 5)
         runs.append(([(t.id, t.config, t.parents) for t in trials],
                      [[i.trial_id for i in deme] for deme in searcher._parents],
-                     searcher._step_scale))
+                     searcher._steps.scale))
     assert runs[0] == runs[1]

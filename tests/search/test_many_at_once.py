@@ -11,7 +11,8 @@ import statistics
 from typing import Any
 
 from nestor.search import Objective, make_searcher
-from nestor.search._genetic import GeneticSearch, _DEControl
+from nestor.search._genetic import GeneticSearch
+from nestor.search._genetic_step import DEControl
 from nestor.search.space import FloatParam, SearchSpace
 
 MIN = [Objective("y", "min")]
@@ -69,7 +70,7 @@ def test_differential_evolution_beats_blend_at_256_at_once() -> None:
 def test_jade_adapts_f_and_cr_towards_the_successful_children() -> None:
     """mu_F moves a tenth of the way to the Lehmer mean of the winners' F, mu_CR to the
     mean of their CR; a child worse than its target leaves no trace."""
-    control = _DEControl()
+    control = DEControl()
 
     class Fit:
         def __init__(self, v: float) -> None:
