@@ -123,14 +123,15 @@ class Book:
     ) -> list[Observation]:
         """A previous run's results that lie in this space, logged; constants are
         this space's and ids ``warm-0``, ``warm-1``, ... (never this search's own)."""
-        used = []
+        used: list[Observation] = []
         for item in observations:
+            config: dict[str, Any]
             if isinstance(item, Observation):
                 config, values, failure = dict(item.config), item.values, item.failure
             else:
-                config, result = item
+                given, result = item
                 values, failure = parse_result(self.objectives, result)
-                config = dict(config)
+                config = dict(given)
             config.update(self.space.constants())
             config = {name: config.get(name) for name in self.space.names}
             if not self.space.contains(config):

@@ -84,14 +84,14 @@ class Gene:
             return float(
                 next(i for i, v in enumerate(param.values) if type(v) is type(value) and v == value)
             )
-        return math.log(value) if param.log else float(value)  # type: ignore[attr-defined,arg-type]
+        return math.log(value) if param.log else float(value)  # type: ignore[union-attr,arg-type]
 
     def decode(self, gene: float) -> Scalar:
         param = self.param
         gene = min(max(gene, self.low), self.high)
         if isinstance(param, CategoricalParam):
             return param.values[round(gene)]
-        value = math.exp(gene) if param.log else gene  # type: ignore[attr-defined]
+        value = math.exp(gene) if param.log else gene  # type: ignore[union-attr]
         if isinstance(param, IntParam):
             return min(max(round(value), param.low), param.high)
         assert isinstance(param, FloatParam)
@@ -120,7 +120,7 @@ class Individual(list):
 
 def interleave(groups: list[list[Individual]]) -> list[Individual]:
     """Round-robin over demes, so a partial ask serves every deme."""
-    result = []
+    result: list[Individual] = []
     for i in range(max((len(g) for g in groups), default=0)):
         result.extend(g[i] for g in groups if i < len(g))
     return result

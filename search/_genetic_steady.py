@@ -104,7 +104,7 @@ class SteadyState:
         target = getattr(ind, "target", None)
         at = (next((k for k, p in enumerate(deme) if p is target), None)
               if target is not None and not s.multi_objective else None)
-        if at is not None:
+        if at is not None and target is not None:
             # Differential evolution's one-to-one selection: the child replaces the
             # member it was built on if it is no worse, else it leaves.
             if not ind.fitness < target.fitness:

@@ -9,7 +9,7 @@ the imports run one way (the search imports its parts) and no circle forms.
 from __future__ import annotations
 
 import random
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from nestor.search._book import Book
 from nestor.search._genetic_genome import Gene, Individual
@@ -25,11 +25,11 @@ class GeneticView(Protocol):
     demes: int
     migration_interval: int
     tournament_size: int
-    crossover: str
+    crossover: Literal["blend", "sbx", "de"]
     crossover_rate: float
     mutation_rate: float
     sigma: float
-    sigma_rule: str
+    sigma_rule: Literal["one_fifth", "fixed"]
     alpha: float
     eta: float
     _book: Book

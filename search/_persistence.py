@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 from nestor.search._book import Book
 from nestor.search._costs import Costs
@@ -28,7 +28,7 @@ class Restorable(Protocol):
     """What :class:`Persistence` reads and calls of its searcher (a ``Searcher``:
     typed by this Protocol so that the imports run one way, base to part)."""
 
-    algorithm: str
+    algorithm: ClassVar[str]
     space: SearchSpace
     objectives: tuple[Objective, ...]
     _settings: dict[str, Any]
