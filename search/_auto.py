@@ -143,7 +143,9 @@ P. ``prefer`` (issue 41 item 3): no one choice with a fidelity is best both earl
    genetic search 6.33 and 6.8. So the default population, asynchronous: no
    idle slot, and the best of the lq-CMA-ES variants at 32, within the quartiles
    of the best at 16. Its ask took 2.4-2.7 ms a trial (NGOpt's 64-87 ms).
-   Held out after the choice (``bench/results/many_at_once_rule3a_async.json``,
+   Judged after the choice on a reused held-out set, not fresh evidence: those
+   problems had judged rule 3 and the generational rule 3a (``bench/heldout_ledger.py``;
+   ``bench/results/many_at_once_rule3a_async.json``,
    6 problems x 3 seeds at 16 at once, the 4 one-length ones at 32, against
    Optuna's TPE with the constant liar, NGOpt and random): at 16, auto 2.39
    [1-3] against NGOpt's 1.83 [1-2] and TPE's 2.17 [1.75-3], quartiles
@@ -191,8 +193,9 @@ P. ``prefer`` (issue 41 item 3): no one choice with a fidelity is best both earl
    problems, where rule M picks ASHA-TPE), beaten by NGOpt beyond the
    quartiles; so from 16 to 63 at once numeric spaces now take rule 3a, chosen
    on the dev problems alone (knowing, from that run, that the genetic search
-   lost at 16 on the held-out ones). Held out after the choice
-   (``bench/results/many_at_once_rule3a16.json``, 16 at once, 6 problems x 3
+   lost at 16 on the held-out ones). Judged after the choice on the same, reused
+   held-out set, not fresh evidence (``bench/heldout_ledger.py``;
+   ``bench/results/many_at_once_rule3a16.json``, 16 at once, 6 problems x 3
    seeds): auto 2.39 [1.75-3] against NGOpt's 1.78 [1-2] and TPE's 2.17
    [1.75-3], quartiles overlapping (tied best); lq-CMA-ES ranked first on
    Ackley in all 3 seeds, second on Styblinski-Tang (behind TPE) in all 3,
