@@ -37,6 +37,7 @@ from typing import Any, Literal
 from deap import base, tools
 
 from nestor.search._base import Observation, Searcher, Trial, pareto_front
+from nestor.search._registry import register
 from nestor.search._sampling import repair, sample_config
 from nestor.search._settings import SearchSettings, setting
 from nestor.search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
@@ -257,6 +258,7 @@ class GeneticSettings(SearchSettings):
             )
 
 
+@register
 class GeneticSearch(Searcher):
     """A genetic algorithm with islands, elitism, NSGA-II and an async schedule.
 
@@ -299,6 +301,7 @@ class GeneticSearch(Searcher):
     """
 
     algorithm = "genetic"
+    renamed_settings = {"mode": "replacement"}  # noqa: RUF012 - a ClassVar (Searcher)
 
     Settings = GeneticSettings
 

@@ -161,6 +161,48 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
     _run(spec, run_dir, resume, slots, address, talk=verbosity(quiet, verbose))
 
 
+class Names(click.Choice):
+    """A choice among a plug-in family's names, read from its registry when first
+    needed, so `nestor --help` imports no searcher and every name listed is one that
+    is registered (search/_registry.py, trainers/comm.py)."""
+
+    def __init__(self, names: Any) -> None:  # a function returning the names
+        self._names = names
+        self.case_sensitive = True
+
+    @property  # type: ignore[override]
+    def choices(self) -> tuple[str, ...]:
+        return tuple(self._names())
+
+
+def _algorithm_names() -> tuple[str, ...]:
+    from nestor.orchestrator.spec.model import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def _comm_names() -> tuple[str, ...]:
+    from nestor.trainers.comm import BACKENDS
+
+    return tuple(BACKENDS)
+
+
+def _algorithm_help() -> str:
+    from nestor.search import continues_trials
+
+    continuing = [a for a in _algorithm_names() if a != "auto" and continues_trials(a)]
+    return ("auto (the default) picks one from the space, the budget and the trials"
+            " at once, and says what and why as the run starts. "
+            f"{', '.join(continuing[:-1])} and {continuing[-1]} train trials in stretches"
+            " of --fidelity and continue them from their checkpoints (weights and"
+            " optimizer state), so no epoch is paid twice.")
+
+
+def _backend_help() -> str:
+    return ("What a trial's ranks communicate over: Horovod, or torch.distributed"
+            " (DDP; needs no Horovod). Matters when --dp or --mp is above 1.")
+
+
 class _SweepCommand(click.Command):
     """`nestor sweep`, whose search flags come from the searchers' declared settings
     (:func:`orchestrator.commands.sweep.search_options`). They are added when the
@@ -174,6 +216,10 @@ class _SweepCommand(click.Command):
 
             at = next(i for i, p in enumerate(self.params) if p.name == "search_settings")
             self.params[at:at] = search_options()
+            helps = {"algorithm": _algorithm_help, "backend": _backend_help}
+            for param in self.params:  # texts that list a registry's names
+                if isinstance(param, click.Option) and param.name in helps:
+                    param.help = helps[param.name]()
             self._derived = True
         return super().get_params(ctx)
 
@@ -224,14 +270,8 @@ class _SweepCommand(click.Command):
               " --constraint 'lr * batch_size <= 8'. Repeat for each.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
-@click.option("--algorithm", "algorithm",
-              type=click.Choice(["genetic", "bayesian", "random", "grid", "auto", "pbt",
-                                 "asha", "hyperband"]),
-              default="auto", show_default=True,
-              help="auto (the default) picks one from the space, the budget and the trials"
-              " at once, and says what and why as the run starts. pbt, asha and"
-              " hyperband train trials in stretches of --fidelity and continue them from"
-              " their checkpoints (weights and optimizer state), so no epoch is paid twice.")
+@click.option("--algorithm", "algorithm", type=Names(_algorithm_names),
+              default="auto", show_default=True)  # help: _SweepCommand.get_params
 @click.option("--budget", metavar="AMOUNT",
               help="Most trials to run (40; pbt, asha, hyperband: each interval or promotion,"
               " continuing a checkpoint, is a trial of its own), or a cost the search"
@@ -269,10 +309,8 @@ class _SweepCommand(click.Command):
               help="Data-parallel ranks per trial.")
 @click.option("--mp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Model-parallel ranks per trial.")
-@click.option("--backend", type=click.Choice(["horovod", "torch"]), default="horovod",
-              show_default=True,
-              help="What a trial's ranks communicate over: Horovod, or torch.distributed"
-              " (DDP; needs no Horovod). Matters when --dp or --mp is above 1.")
+@click.option("--backend", type=Names(_comm_names), default="horovod",
+              show_default=True)  # help: _SweepCommand.get_params
 @click.option("--parallel", type=click.IntRange(min=1),
               help="Trials at once (uses parallel x dp x mp slots).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -308,7 +346,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     from nestor.orchestrator.engine.workflow import new_run_dir
     from nestor.orchestrator.spec import SpecError, load_spec_text
     from nestor.orchestrator.spec.budget import with_wall
-    from nestor.search._budget import parse_budget_text
+    from nestor.search import parse_budget_text
 
     err = console(stderr=True)
     talk = verbosity(quiet, verbose)

@@ -35,7 +35,7 @@ def test_search_algorithms_are_named_alike_everywhere() -> None:
     names = set(search.ALGORITHMS) | {"auto"}  # auto picks one of the others
     assert set(model.ALGORITHMS) == names
     assert set(model.SEARCH_MODELS) == names
-    assert set(model._RULES) == names
+    assert set(model.SEARCH_RULES) == names
     assert _choices("sweep", "algorithm") == names
 
 

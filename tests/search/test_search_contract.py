@@ -7,7 +7,14 @@ import json
 import pytest
 from _search_helpers import FACTORIES, MIN, MIXED, MULTI_OBJECTIVE, drive, loss
 
-from nestor.search import Failure, Objective, Searcher, make_searcher, observations_from_state
+from nestor.search import (
+    Failure,
+    Objective,
+    Searcher,
+    algorithm_names,
+    make_searcher,
+    observations_from_state,
+)
 from nestor.search.space import FloatParam, SearchSpace
 
 ALL = list(FACTORIES)
@@ -264,5 +271,6 @@ def test_an_unknown_setting_is_named_with_the_allowed_ones(algorithm: str) -> No
 
 
 def test_make_searcher_names_the_algorithms() -> None:
-    with pytest.raises(ValueError, match="algorithm must be one of genetic, bayesian, random"):
+    names = ", ".join(algorithm_names())  # auto, then each registered one
+    with pytest.raises(ValueError, match=f"algorithm must be one of {names}, but got"):
         make_searcher("annealing", MIXED, MIN)
