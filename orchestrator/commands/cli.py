@@ -182,9 +182,9 @@ def _algorithm_names() -> tuple[str, ...]:
 
 
 def _comm_names() -> tuple[str, ...]:
-    from nestor.trainers.comm import BACKENDS
+    from nestor.trainers.comm import backend_names
 
-    return tuple(BACKENDS)
+    return backend_names()
 
 
 def _algorithm_help() -> str:
@@ -199,8 +199,11 @@ def _algorithm_help() -> str:
 
 
 def _backend_help() -> str:
-    return ("What a trial's ranks communicate over: Horovod, or torch.distributed"
-            " (DDP; needs no Horovod). Matters when --dp or --mp is above 1.")
+    from nestor.trainers.comm import BACKENDS
+
+    said = "; ".join(f"{name}: {comm.about}" for name, comm in BACKENDS.items())
+    return (f"What a trial's ranks communicate over ({said}). Matters when --dp or --mp"
+            " is above 1.")
 
 
 class _SweepCommand(click.Command):

@@ -59,6 +59,7 @@ from nestor.search.space import (
 )
 from nestor.trainers import TrainerRef
 from nestor.trainers.catalog import DATASETS, TRAINERS
+from nestor.trainers.comm import BACKENDS, DEFAULT_BACKEND, backend_names
 
 from .budget import say_deprecated, split_budget
 from .errors import allowed, did_you_mean, option_mismatch, short
@@ -772,9 +773,9 @@ class _StageBase(Strict):
     from_: list[str] = Field(default_factory=list, alias="from")
     trainer: Trainer | None = None
     parallel: Parallel = Parallel()
-    backend: Literal["horovod", "torch"] = Field(
-        "horovod", description="what a trial's ranks communicate over: horovod, or torch"
-        " (torch.distributed: DDP, Gloo on CPU and NCCL on GPU)")
+    backend: Literal[backend_names()] = Field(  # type: ignore[valid-type]
+        DEFAULT_BACKEND, description="what a trial's ranks communicate over: "
+        + "; ".join(f"{name}, {cls.about}" for name, cls in BACKENDS.items()))
     batch: Batch | None = Field(
         None, description="global batch cap and lr rule; batch_size becomes per rank"
     )
