@@ -27,7 +27,32 @@ from nestor.orchestrator.commands.console import (
 TRIALS_SHOWN = 20  # `nestor results` lists the best 20 trials a stage; the CSV every one
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+COMMANDS_ENTRY_POINTS = "nestor.commands"
+"""The entry-point group of commands that live outside nestor: each names a click
+command, which `nestor NAME` runs and `nestor --help` lists beside the built-in ones."""
+
+
+class _Nestor(click.Group):
+    """`nestor`: the commands defined here, and those other packages declare under the
+    ``nestor.commands`` entry point (read only when a name is not a built-in one, or
+    when the commands are listed, so a built-in command starts no slower)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        return found if found is not None else _plugin_commands().get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_plugin_commands()})
+
+
+def _plugin_commands() -> dict[str, click.Command]:
+    from importlib.metadata import entry_points
+
+    return {point.name: point.load() for point in entry_points(group=COMMANDS_ENTRY_POINTS)}
+
+
+@click.group(cls=_Nestor,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="nestor")
 def cli() -> None:
     """nestor tunes and orchestrates deep-learning workflows on HPC allocations.

@@ -14,7 +14,15 @@ shows that nestor takes it everywhere its family is listed, with no other file e
   the ``nestor.comm`` entry-point group; the spec, `nestor sweep --backend` and
   ``python -m nestor.trainers --backend`` take it, the planner's profiler launches it,
   and a 2-rank trial's gang meets and trains over it (its class says its ranks meet as
-  torch's do: ``rendezvous = "env"``).
+  torch's do: ``rendezvous = "env"``);
+- an execution backend: one module (a :class:`~orchestrator.backends.interface.Backend`
+  subclass: here one that runs each attempt in the driver's own process) runs a
+  workflow through the engine's one run path, ``run_workflow``, with nothing else
+  edited; making `nestor run` choose it by a flag would add ``backends/factory.py`` and
+  ``commands/cli.py`` (the two backends there are chosen by ``simulated=``, not by name);
+- a CLI command: one module (a click command), found through the ``nestor.commands``
+  entry-point group: `nestor --help` lists it and `nestor NAME` runs it (a built-in one
+  is its module and the line in ``commands/cli.py`` that adds it).
 """
 
 from __future__ import annotations
@@ -129,16 +137,18 @@ SPEC = textwrap.dedent("""\
     """)
 
 
-def plugin(tmp_path: Path, module: str, source: str, group: str, name: str) -> dict[str, str]:
+def plugin(tmp_path: Path, module: str, source: str, group: str, name: str,
+           target: str | None = None) -> dict[str, str]:
     """``module`` written to ``tmp_path/plugins``, declared under the entry-point
-    ``group`` as an installed distribution declares it; the environment that sees it."""
+    ``group`` (as ``name = target``, the module by default) as an installed distribution
+    declares it; the environment that sees it."""
     root = tmp_path / "plugins"
     root.mkdir(exist_ok=True)
     (root / f"{module}.py").write_text(source)
     info = root / f"{module.replace('_', '-')}-0.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {module}\nVersion: 0\n")
-    (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {module}\n")
+    (info / "entry_points.txt").write_text(f"[{group}]\n{name} = {target or module}\n")
     path = os.pathsep.join(p for p in (str(root), os.environ.get("PYTHONPATH")) if p)
     return dict(os.environ, PYTHONPATH=path)
 
@@ -269,3 +279,129 @@ def test_a_communication_backend_in_one_module_trains_a_gang(tmp_path: Path) -> 
     (stage,) = json.loads((run / "results.json").read_text())["stages"]
     assert stage["n_trials"] == 1 and stage["n_failed"] == 0
     assert sorted((tmp_path / "connected").read_text().split()) == ["0", "1"]  # both ranks
+
+
+INLINE_BACKEND = '''
+"""Each attempt run in the driver's own process, one at a time: the worked example."""
+
+import time
+from typing import Any
+
+from nestor.orchestrator.backends.interface import Backend, Ended, Started, TaskDone
+from nestor.trainers import run_trial
+
+
+class InlineBackend(Backend):
+    slots = 1
+    slots_source = "the inline backend's one"
+
+    def __init__(self) -> None:
+        self._queued: list[Any] = []
+        self._tasks: list[tuple[str, Any, tuple[Any, ...]]] = []
+        self.ran: list[str] = []
+
+    def now(self) -> float:
+        return time.monotonic()
+
+    def fits(self, shape: Any) -> bool:
+        return shape.ranks == 1 and not self._queued
+
+    def launch(self, launch: Any) -> None:
+        self._queued.append(launch)
+
+    def cancel(self, key: str) -> None:
+        self._queued = [q for q in self._queued if q.key != key]
+
+    def wait(self, timeout: float | None) -> list[Any]:
+        events: list[Any] = []
+        for key, fn, args in self._tasks:
+            events.append(TaskDone(key, self.now(), value=fn(*args)))
+        self._tasks = []
+        if self._queued:
+            launch = self._queued.pop(0)
+            if launch.gate is not None:
+                launch.gate()
+            events.append(Started(launch.key, 0, self.now()))
+            result = run_trial(launch.request, **launch.hooks)
+            self.ran.append(launch.key)
+            events.append(Ended(launch.key, self.now(), result=result))
+        elif not events and timeout:
+            time.sleep(min(timeout, 0.05))
+        return events
+
+    def run_task(self, key: str, fn: Any, *args: Any) -> None:
+        self._tasks.append((key, fn, args))
+
+    def wake(self) -> None:
+        pass
+
+    @property
+    def busy_slots(self) -> int:
+        return len(self._queued)
+
+    def shutdown(self) -> None:
+        self._queued = []
+'''
+
+QUADRATIC = "def train(config, ctx):\n    return {'loss': (config['x'] - 0.3) ** 2}\n"
+
+
+def test_an_execution_backend_is_one_module(tmp_path: Path) -> None:
+    (tmp_path / "inline_backend.py").write_text(INLINE_BACKEND)
+    (tmp_path / "quadratic.py").write_text(QUADRATIC)
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path[:0] = [{str(tmp_path)!r}]
+        from inline_backend import InlineBackend
+        from nestor.orchestrator.engine.workflow import run_workflow
+        from nestor.orchestrator.spec import load_spec_text
+
+        spec = load_spec_text('''
+        name: inline
+        stages:
+          - name: sweep
+            kind: hpo
+            trainer: {{function: quadratic:train}}
+            objective: {{metric: loss, mode: min}}
+            search: {{algorithm: random, budget: 3}}
+            space: {{x: {{type: float, low: 0, high: 1}}}}
+        ''')
+        backend = InlineBackend()
+        results = run_workflow(spec, backend, {str(tmp_path / "run")!r})
+        (stage,) = results["stages"]
+        print(json.dumps([len(backend.ran), stage["n_trials"], stage["n_failed"]]))
+    """)
+    ran = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                         check=False, timeout=300, cwd=tmp_path)
+    assert ran.returncode == 0, ran.stderr[-3000:]
+    assert json.loads(ran.stdout.splitlines()[-1]) == [3, 3, 0]
+    assert (tmp_path / "run" / "journal.jsonl").is_file()
+
+
+ALGORITHMS_COMMAND = '''
+"""`nestor algorithms`: the worked example of a command."""
+
+import click
+
+from nestor.search import algorithm_names, continues_trials
+
+
+@click.command()
+def algorithms() -> None:
+    """List the search algorithms a spec may name."""
+    for name in algorithm_names():
+        click.echo(f"{name}{' (continues trials)' if continues_trials(name) else ''}")
+'''
+
+
+def test_a_cli_command_is_one_module(tmp_path: Path) -> None:
+    env = plugin(tmp_path, "algorithms_command", ALGORITHMS_COMMAND, "nestor.commands",
+                 "algorithms", "algorithms_command:algorithms")
+    listed = nestor(env, "--help")
+    assert listed.returncode == 0, listed.stderr
+    assert "algorithms  List the search algorithms a spec may name." in listed.stdout
+    ran = nestor(env, "algorithms")
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.splitlines()[:2] == ["auto", "asha (continues trials)"]
+    assert "random" in ran.stdout.split()
+    assert nestor(env, "validate", "--help").returncode == 0  # built-ins unchanged

@@ -144,3 +144,19 @@ def test_communication_backends_are_declared_once() -> None:
     assert _disagreements(backend_lists()) == {}
     for name, cls in comm.BACKENDS.items():
         assert cls.backend == name and cls.about and cls.rendezvous in comm.RENDEZVOUS
+
+
+def test_the_orchestrator_uses_the_searchs_public_api_only() -> None:
+    """The spec, the CLI and the engine import ``nestor.search`` (and its public
+    ``space``/``problems`` modules), never a private module: what they need is exported,
+    so a searcher's module can change, split or be added without them (grimp's graph,
+    function-local imports counted)."""
+    import grimp
+
+    graph = grimp.build_graph("nestor")
+    private = {m for m in graph.modules
+               if m.startswith("nestor.search.") and m.split(".")[2].startswith("_")}
+    reaching = sorted(f"{importer} -> {module}" for module in private
+                      for importer in graph.find_modules_that_directly_import(module)
+                      if not importer.startswith("nestor.search"))
+    assert reaching == []
