@@ -195,9 +195,14 @@ class Names(click.Choice):
         self._names = names
         self.case_sensitive = True
 
-    @property  # type: ignore[override]
-    def choices(self) -> tuple[str, ...]:
+    @property
+    def choices(self) -> Any:
         return tuple(self._names())
+
+    @choices.setter
+    def choices(self, names: Any) -> None:  # fixed names, as click.Choice takes them
+        fixed = tuple(names)
+        self._names = lambda: fixed
 
 
 def _algorithm_names() -> tuple[str, ...]:
@@ -212,15 +217,36 @@ def _comm_names() -> tuple[str, ...]:
     return backend_names()
 
 
-def _algorithm_help() -> str:
+def _continuing() -> list[str]:
+    """The algorithms whose trials continue earlier trials' checkpoints (their trait)."""
     from nestor.search import continues_trials
 
-    continuing = [a for a in _algorithm_names() if a != "auto" and continues_trials(a)]
+    return [a for a in _algorithm_names() if a != "auto" and continues_trials(a)]
+
+
+def _and(names: list[str]) -> str:
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def _algorithm_help() -> str:
     return ("auto (the default) picks one from the space, the budget and the trials"
-            " at once, and says what and why as the run starts. "
-            f"{', '.join(continuing[:-1])} and {continuing[-1]} train trials in stretches"
-            " of --fidelity and continue them from their checkpoints (weights and"
-            " optimizer state), so no epoch is paid twice.")
+            f" at once, and says what and why as the run starts. {_and(_continuing())}"
+            " train trials in stretches of --fidelity and continue them from their"
+            " checkpoints (weights and optimizer state), so no epoch is paid twice.")
+
+
+def _budget_help() -> str:
+    return (f"Most trials to run (40; {', '.join(_continuing())}: each interval or"
+            " promotion, continuing a checkpoint, is a trial of its own), or a cost the"
+            " search spends until the next trial cannot fit: slot-hours (30slot-h; 30h, the"
+            " older spelling, still means slot-hours), slot-seconds (600slot-s) or epochs of"
+            " the --fidelity setting (300epochs).")
+
+
+def _checkpoints_help() -> str:
+    return ("--command: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
+            " names and, when NESTOR_CONTINUE_FROM names one, starts from it;"
+            f" {_and(_continuing())} need this.")
 
 
 def _backend_help() -> str:
@@ -244,7 +270,8 @@ class _SweepCommand(click.Command):
 
             at = next(i for i, p in enumerate(self.params) if p.name == "search_settings")
             self.params[at:at] = search_options()
-            helps = {"algorithm": _algorithm_help, "backend": _backend_help}
+            helps = {"algorithm": _algorithm_help, "backend": _backend_help,
+                     "budget": _budget_help, "checkpoints": _checkpoints_help}
             for param in self.params:  # texts that list a registry's names
                 if isinstance(param, click.Option) and param.name in helps:
                     param.help = helps[param.name]()
@@ -300,12 +327,7 @@ class _SweepCommand(click.Command):
               help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
 @click.option("--algorithm", "algorithm", type=Names(_algorithm_names),
               default="auto", show_default=True)  # help: _SweepCommand.get_params
-@click.option("--budget", metavar="AMOUNT",
-              help="Most trials to run (40; pbt, asha, hyperband: each interval or promotion,"
-              " continuing a checkpoint, is a trial of its own), or a cost the search"
-              " spends until the next trial cannot fit: slot-hours (30slot-h; 30h, the older"
-              " spelling, still means slot-hours), slot-seconds (600slot-s) or epochs of the"
-              " --fidelity setting (300epochs).")
+@click.option("--budget", metavar="AMOUNT")  # help: _SweepCommand.get_params
 @click.option("--wall", metavar="DURATION",
               help="A wall-clock limit beside --budget (whichever comes first): 90s, 30m,"
               " 2h. No trial starts that could not finish by it (judged by the median of"
@@ -322,10 +344,7 @@ class _SweepCommand(click.Command):
               help="Keep the N best trials' checkpoints and those the search may still"
               " continue from (PBT's donors, promotable trials); remove the rest as the"
               " search goes (default: keep all).")
-@click.option("--checkpoints", is_flag=True,
-              help="--command: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
-              " names and, when NESTOR_CONTINUE_FROM names one, starts from it; pbt, asha"
-              " and hyperband need this.")
+@click.option("--checkpoints", is_flag=True)  # help: _SweepCommand.get_params
 @click.option("--metric", help="Metric to optimize (default: val_accuracy; fom, the number"
               " a --command prints, for --command).")
 @click.option("--mode", type=click.Choice(["min", "max"]),

@@ -241,17 +241,11 @@ def test_grid_cannot_be_warm_started() -> None:
         build("grid").warm_start([])
 
 
-@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid", "auto"])
+@pytest.mark.parametrize("algorithm", algorithm_names())  # every registered one, and auto
 def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
     from nestor.orchestrator.spec import model
 
-    spec_class = {
-        "genetic": model.GeneticSearch,
-        "bayesian": model.BayesianSearch,
-        "random": model.RandomSearch,
-        "grid": model.GridSearch,
-        "auto": model.AutoSearch,
-    }[algorithm]
+    spec_class = model.SEARCH_MODELS[algorithm]
     spec = spec_class(algorithm=algorithm, budget=8)
     # settings(): the spec's fields less those that are the stage's business (a fidelity)
     assert set(spec.settings()) <= set(spec.model_dump()) - {"algorithm"}
@@ -261,7 +255,7 @@ def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
     assert searcher.planned == spec.planned_trials(MIXED)
 
 
-@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid"])
+@pytest.mark.parametrize("algorithm", algorithm_names())
 def test_an_unknown_setting_is_named_with_the_allowed_ones(algorithm: str) -> None:
     message = f"{algorithm} search settings must be among seed, budget"
     with pytest.raises(ValueError, match=message) as info:
