@@ -21,6 +21,7 @@ import difflib
 from collections.abc import Mapping
 from typing import Any
 
+from nestor.search import _registry
 from nestor.search._auto import AutoChoice, AutoSettings, choose_search
 from nestor.search._base import (
     Failure,
@@ -33,34 +34,43 @@ from nestor.search._base import (
     observations_from_state,
 )
 from nestor.search._bayesian import BayesianSearch
-from nestor.search._genetic import GeneticSearch
+from nestor.search._budget import UNITS, UNLIMITED_TRIALS, parse_budget, parse_budget_text
+from nestor.search._expression import Expression
+from nestor.search._genetic import GeneticSearch, plan_generations
 from nestor.search._grid import GridSearch
-from nestor.search._hyperband import ASHASearch, HyperbandSearch
-from nestor.search._lq_cmaes import LQCMAESSearch
+from nestor.search._hyperband import ASHASearch, HyperbandSearch, rung_budgets
+from nestor.search._lq_cmaes import LQCMAESSearch, one_dimension
 from nestor.search._pbt import PBTSearch, ScheduleStep, schedules_from_state
 from nestor.search._random import RandomSearch
-from nestor.search._settings import SearchSettings, declared
+from nestor.search._registry import (
+    ALGORITHMS,
+    AUTO,
+    algorithm_names,
+    continues_trials,
+    register,
+    renamed_settings,
+    title,
+    variant,
+)
+from nestor.search._settings import (
+    BOUNDS,
+    Declared,
+    SearchSettings,
+    declared,
+    out_of_bounds,
+    setting,
+    within,
+)
 from nestor.search.space import SearchSpace
 
-ALGORITHMS: dict[str, type[Searcher]] = {
-    "genetic": GeneticSearch,
-    "bayesian": BayesianSearch,
-    "random": RandomSearch,
-    "grid": GridSearch,
-    "pbt": PBTSearch,
-    "asha": ASHASearch,
-    "hyperband": HyperbandSearch,
-}
+_registry.discover()  # every module here (and the entry points'): each @register has run
 
 
 def settings_class(algorithm: str) -> type[SearchSettings]:
     """The declaration of ``algorithm``'s settings (search/_settings.py)."""
-    if algorithm == "auto":
+    if algorithm == AUTO:
         return AutoSettings
-    if algorithm not in ALGORITHMS:
-        names = ", ".join([*ALGORITHMS, "auto"])
-        raise ValueError(f"algorithm must be one of {names}, but got {algorithm!r}")
-    return ALGORITHMS[algorithm].Settings
+    return _registry.searcher_class(algorithm).Settings
 
 
 def settings_of(algorithm: str) -> list[str]:
@@ -94,16 +104,14 @@ def check_settings(algorithm: str, settings: Mapping[str, Any]) -> None:
 def searcher_class(algorithm: str, settings: Mapping[str, Any]) -> type[Searcher]:
     """The class that runs ``algorithm`` with these settings: ``bayesian`` with
     ``sampler: lq-cmaes`` is pycma's surrogate-assisted CMA-ES, not Optuna's
-    (same settings, same state's ``algorithm``, another engine)."""
-    if algorithm == "bayesian" and settings.get("sampler") == "lq-cmaes":
-        return LQCMAESSearch
-    return ALGORITHMS[algorithm]
+    (same settings, same state's ``algorithm``, another engine: a ``@variant``)."""
+    return _registry.searcher_class(algorithm, settings)
 
 
 def one_objective_only(algorithm: str, settings: Mapping[str, Any]) -> str | None:
     """Why ``algorithm`` with these settings takes exactly one objective (None: it takes
     several; ``auto`` picks a search that does)."""
-    if algorithm == "auto":
+    if algorithm == AUTO:
         return None
     return searcher_class(algorithm, settings).one_objective(settings)
 
@@ -123,7 +131,7 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
     an auto search restores like any other.
     """
     check_settings(algorithm, settings)
-    if algorithm != "auto":
+    if algorithm != AUTO:
         return searcher_class(algorithm, settings)(space, objectives, **settings)
     parallel = settings.get("parallel")
     parallel = 1 if parallel is None else parallel  # the spec's default is None
@@ -144,9 +152,15 @@ def make_searcher(algorithm: str, space: SearchSpace, objectives: Any, **setting
 
 __all__ = [
     "ALGORITHMS",
+    "AUTO",
+    "BOUNDS",
+    "UNITS",
+    "UNLIMITED_TRIALS",
     "ASHASearch",
     "AutoChoice",
     "BayesianSearch",
+    "Declared",
+    "Expression",
     "Failure",
     "GeneticSearch",
     "GridSearch",
@@ -157,17 +171,33 @@ __all__ = [
     "PBTSearch",
     "RandomSearch",
     "ScheduleStep",
+    "SearchSettings",
     "Searcher",
     "Trial",
+    "algorithm_names",
     "as_objectives",
     "check_settings",
     "choose_search",
+    "continues_trials",
+    "declared",
     "make_searcher",
     "non_dominated",
     "observations_from_state",
+    "one_dimension",
     "one_objective_only",
+    "out_of_bounds",
+    "parse_budget",
+    "parse_budget_text",
+    "plan_generations",
+    "register",
+    "renamed_settings",
+    "rung_budgets",
     "schedules_from_state",
     "searcher_class",
+    "setting",
     "settings_class",
     "settings_of",
+    "title",
+    "variant",
+    "within",
 ]

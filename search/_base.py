@@ -74,6 +74,11 @@ class Searcher(abc.ABC):
     # Its settings, declared once (search/_settings.py): the constructor's keywords,
     # the spec's fields and the `nestor sweep` flags all come from this.
     Settings: ClassVar[type] = SearchSettings
+    # Its trials continue earlier trials' checkpoints up to a budget (PBT, ASHA): the
+    # spec gives its search a ``fidelity`` and asks the trainer for checkpoints.
+    continues_trials: ClassVar[bool] = False
+    # Old spellings of its settings -> their names (read with a deprecation notice).
+    renamed_settings: ClassVar[Mapping[str, str]] = {}
     auto_choice: Any = None  # the AutoChoice that picked this search (make_searcher("auto"))
 
     def __init__(

@@ -39,6 +39,7 @@ from typing import Any, Literal
 from nestor.search import _optuna
 from nestor.search._base import Observation, Searcher, Trial
 from nestor.search._optuna import quiet as _quiet
+from nestor.search._registry import register
 from nestor.search._sampling import MAX_DRAWS, too_tight
 from nestor.search._settings import SearchSettings, budget_setting, setting
 from nestor.search.space import CategoricalParam, FloatParam, IntParam, Scalar, SearchSpace
@@ -83,6 +84,7 @@ class BayesianSettings(SearchSettings):
             )
 
 
+@register
 class BayesianSearch(Searcher):
     """Model-based search with one of Optuna's samplers.
 

@@ -26,12 +26,14 @@ from nestor.search._genetic_snapshot import internals, resume
 from nestor.search._genetic_steady import SteadyState
 from nestor.search._genetic_step import StepControl
 from nestor.search._genetic_variation import Variation
+from nestor.search._registry import register
 from nestor.search._sampling import repair, sample_config
 from nestor.search.space import Scalar, SearchSpace
 
 __all__ = ["GeneticSearch", "GeneticSettings", "plan_generations"]
 
 
+@register
 class GeneticSearch(Searcher):
     """A genetic algorithm with islands, elitism, NSGA-II and an async schedule.
 
@@ -74,6 +76,7 @@ class GeneticSearch(Searcher):
     """
 
     algorithm = "genetic"
+    renamed_settings = {"mode": "replacement"}  # noqa: RUF012 - a ClassVar (Searcher)
 
     Settings = GeneticSettings
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestor.search._base import Observation, Searcher, Trial
+from nestor.search._registry import register
 from nestor.search._settings import SearchSettings, setting
 from nestor.search.space import CategoricalParam, FloatParam, IntParam, Param, Scalar, SearchSpace
 
@@ -59,6 +60,7 @@ class GridSettings(SearchSettings):
                 raise ValueError(f"points must be at least 2, but got {count!r}")
 
 
+@register
 class GridSearch(Searcher):
     """Every combination of per-parameter grids, in a seeded random order.
 

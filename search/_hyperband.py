@@ -67,6 +67,7 @@ from nestor.search._fidelity import (
     check_number,
     check_one_objective,
 )
+from nestor.search._registry import register
 from nestor.search._sampling import MAX_DRAWS, sample_config, too_tight
 from nestor.search._settings import SearchSettings, setting
 from nestor.search.space import Scalar, SearchSpace
@@ -160,6 +161,7 @@ class _SuccessiveHalving(Searcher):
     """
 
     Settings: ClassVar[type] = HalvingSettings
+    continues_trials = True
 
     @classmethod
     def one_objective(cls, settings: Mapping[str, Any]) -> str | None:
@@ -345,6 +347,7 @@ class _SuccessiveHalving(Searcher):
         ]
 
 
+@register
 class ASHASearch(_SuccessiveHalving):
     """Asynchronous successive halving (Li et al., 2020) as a scheduler.
 
@@ -363,6 +366,10 @@ class ASHASearch(_SuccessiveHalving):
     """
 
     algorithm = "asha"
+
+    @classmethod
+    def title(cls, settings: Mapping[str, Any]) -> str:
+        return "ASHA"
 
     def __init__(self, space: SearchSpace, objectives: Any, **settings: Any) -> None:
         super().__init__(space, objectives, **settings)
@@ -432,6 +439,7 @@ class _Bracket:
     over: bool = False
 
 
+@register
 class HyperbandSearch(_SuccessiveHalving):
     """Hyperband (Li et al., 2018): brackets of successive halving; with
     ``sampler="tpe"``, BOHB-style (Falkner et al., 2018).
@@ -452,6 +460,11 @@ class HyperbandSearch(_SuccessiveHalving):
     """
 
     algorithm = "hyperband"
+
+    @classmethod
+    def title(cls, settings: Mapping[str, Any]) -> str:
+        """With TPE proposals it is BOHB (Falkner et al., 2018)."""
+        return "BOHB" if settings.get("sampler") == "tpe" else "Hyperband"
 
     Settings = HyperbandSettings
 

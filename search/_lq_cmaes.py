@@ -59,6 +59,7 @@ from typing import Any
 
 from nestor.search._base import Observation, Searcher, Trial
 from nestor.search._bayesian import BayesianSettings
+from nestor.search._registry import variant
 from nestor.search._sampling import repair
 from nestor.search.space import (
     CategoricalParam,
@@ -115,6 +116,7 @@ def one_dimension(name: str) -> str:
             " or gp, or search another parameter")
 
 
+@variant("bayesian", sampler="lq-cmaes")
 class LQCMAESSearch(Searcher):
     """CMA-ES with a linear-quadratic surrogate (``sampler: lq-cmaes``).
 

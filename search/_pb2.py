@@ -54,7 +54,6 @@ import math
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.linalg import cho_solve, solve_triangular
 
 LENGTHSCALES = (0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 4.0)
 EPSILONS = (0.0, 0.05, 0.1, 0.2, 0.35, 0.5)  # Ray Tune's kernel caps epsilon at 0.5
@@ -133,6 +132,8 @@ class TimeVaryingGP:
         f = self.fit
         cross = kernel(points, self.x, f.variance, f.lengthscale, f.epsilon)
         mean = cross @ self._alpha
+        from scipy.linalg import solve_triangular  # here: `import nestor.search` lists every module
+
         v = solve_triangular(self._chol, cross.T, lower=True, check_finite=False)
         variance = np.maximum(f.variance - (v**2).sum(axis=0), 0.0)
         return mean, np.sqrt(variance)
@@ -147,6 +148,8 @@ class TimeVaryingGP:
 
 
 def _solve(chol: np.ndarray, b: np.ndarray) -> np.ndarray:
+    from scipy.linalg import cho_solve
+
     return cho_solve((chol, True), b, check_finite=False)
 
 

@@ -110,6 +110,7 @@ from typing import Any, Literal
 
 from nestor.search._base import Observation, Searcher, Trial, observations_from_state
 from nestor.search._fidelity import RANKS_ON_ONE, budget_used, check_one_objective, span
+from nestor.search._registry import register
 from nestor.search._sampling import repair, sample_config, sample_value
 from nestor.search._settings import SearchSettings, setting
 from nestor.search.space import (
@@ -189,6 +190,7 @@ class PBTSettings(SearchSettings):
         " (population-based bandits; categoricals are still resampled)")
 
 
+@register
 class PBTSearch(Searcher):
     """Population-based training: exploit the top members, explore around them.
 
@@ -203,8 +205,14 @@ class PBTSearch(Searcher):
     """
 
     algorithm = "pbt"
+    continues_trials = True
 
     Settings = PBTSettings
+
+    @classmethod
+    def title(cls, settings: Mapping[str, Any]) -> str:
+        """PB2 where a GP bandit explores (``explore: pb2``)."""
+        return "PB2" if settings.get("explore") == "pb2" else "PBT"
 
     @classmethod
     def one_objective(cls, settings: Mapping[str, Any]) -> str | None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from nestor.search._base import Observation, Searcher, Trial
+from nestor.search._registry import register
 from nestor.search._sampling import sample_config
 from nestor.search._settings import SearchSettings, budget_setting
 from nestor.search.space import SearchSpace
@@ -17,6 +18,7 @@ class RandomSettings(SearchSettings):
     budget: int | dict[str, float] | None = budget_setting(20)
 
 
+@register
 class RandomSearch(Searcher):
     """Independent draws from the space (log-uniform for ``log`` parameters).
 

@@ -24,6 +24,7 @@ import sys
 from typing import Any
 
 from nestor.trainers._types import TrainerRef, TrialRequest
+from nestor.trainers.comm import backend_names
 
 
 def _value(text: str) -> Any:
@@ -60,7 +61,7 @@ def parser() -> argparse.ArgumentParser:
                    help="data-parallel ranks")
     p.add_argument("--model-parallel", "--mp", dest="mp", type=int, default=1,
                    help="model-parallel ranks (write --model-parallel under horovodrun)")
-    p.add_argument("--backend", choices=("horovod", "torch"),
+    p.add_argument("--backend", choices=backend_names(),
                    help="what the ranks communicate over (default: horovod; torch under"
                         " torchrun)")
     p.add_argument("--trial-id", default="cli")

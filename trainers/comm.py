@@ -17,6 +17,17 @@ Its two implementations differ only where the libraries do:
 
 Every ``root`` is a global rank; every ``group`` is what :meth:`Comm.group`
 returned (None: this rank alone, so nothing to communicate).
+
+A backend is named once, by its class (``backend = "torch"``), and registers with
+``@register``: :data:`BACKENDS` maps each name to its class, and everything that lists
+the backends reads it (the spec's ``backend`` field, `nestor sweep --backend` and its
+help, ``python -m nestor.trainers --backend``, :class:`~orchestrator.backends.shape.Shape`).
+What the rest of nestor does differently per backend it reads from the class's
+traits: how its ranks meet (``rendezvous``), how the planner's profiler launches
+ranks on one machine (:meth:`Comm.launcher`), how a rank joins (:meth:`Comm.connect`).
+So a backend whose ranks meet as torch's do (rank, size and a port or file store from
+the gang) is its class alone; modules registered under the ``nestor.comm``
+entry-point group are loaded too (a backend that lives outside nestor).
 """
 
 from __future__ import annotations
@@ -25,11 +36,18 @@ import atexit
 import contextlib
 import datetime
 import os
+import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar, TypeVar
 
-BACKENDS = ("horovod", "torch")
+BACKENDS: dict[str, type[Comm]] = {}
+"""Name -> the :class:`Comm` that runs it, in the order registered (:func:`register`)."""
 DEFAULT_BACKEND = "horovod"
+ENTRY_POINTS = "nestor.comm"
+# How a gang's ranks meet (Comm.rendezvous): "env", through the NESTOR_GANG_* variables
+# below (rank, size, and a port on rank 0's node or a file store), set by the gang;
+# "horovod", through Horovod's own coordinator (orchestrator.backends.ray.gangs).
+RENDEZVOUS = ("env", "horovod")
 # Set in each rank of a gang by the orchestrator (orchestrator.backends.ray.gangs): which
 # backend the gang was started for, and (torch) who the rank is and where the
 # ranks meet. A command trainer's program sees none of them (trainers.command).
@@ -49,15 +67,100 @@ DEFAULT_TIMEOUT_S = 300
 def backend_from_env(backend: str | None = None) -> str:
     """``backend`` if given, else the gang's (``NESTOR_GANG_COMM``), else Horovod."""
     chosen = backend or os.environ.get(BACKEND_ENV) or DEFAULT_BACKEND
-    if chosen not in BACKENDS:
-        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, but got {chosen!r}")
+    comm_class(chosen)  # a name no backend has is refused, naming those there are
     return chosen
 
 
-class Comm:
-    """One process's view of its trial's ranks, and the collectives among them."""
+C = TypeVar("C", bound="type[Comm]")
 
-    backend: str = ""
+
+def register(cls: C) -> C:
+    """Class decorator: ``cls`` is the backend its ``backend`` attribute names."""
+    name = cls.backend
+    if not name:
+        raise TypeError(f"{cls.__qualname__} must name its backend (backend = 'name')")
+    if cls.rendezvous not in RENDEZVOUS:
+        raise ValueError(f"{cls.__qualname__}.rendezvous must be one of"
+                         f" {', '.join(RENDEZVOUS)}, but got {cls.rendezvous!r}")
+    known = BACKENDS.get(name)
+    if known is not None and (known.__module__, known.__qualname__) != (
+            cls.__module__, cls.__qualname__):
+        raise ValueError(f"backend {name!r} is taken by {known.__module__}.{known.__qualname__}")
+    BACKENDS[name] = cls
+    return cls
+
+
+_discovered = False
+
+
+def discover() -> None:
+    """Load the modules registered under the ``nestor.comm`` entry-point group once (each
+    registers its backends as the built-in ones here do)."""
+    global _discovered
+    if _discovered:
+        return
+    _discovered = True
+    from importlib.metadata import entry_points
+
+    for point in entry_points(group=ENTRY_POINTS):
+        point.load()
+
+
+def comm_class(backend: str) -> type[Comm]:
+    """The class of the backend called ``backend`` (a ValueError names the known ones)."""
+    discover()
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, but got {backend!r}")
+    return BACKENDS[backend]
+
+
+def backend_names() -> tuple[str, ...]:
+    """Every backend's name, the built-in ones first."""
+    discover()
+    return tuple(BACKENDS)
+
+
+class Comm:
+    """One process's view of its trial's ranks, and the collectives among them.
+
+    A backend subclasses it, names itself (``backend``), says what it is in a line
+    (``about``: `nestor sweep --help`) and how its ranks meet (``rendezvous``), and
+    registers (``@register``)."""
+
+    backend: ClassVar[str] = ""
+    about: ClassVar[str] = ""
+    rendezvous: ClassVar[str] = "env"
+    # Its collectives take bfloat16 tensors (Horovod 0.28's do not: they are sent as float).
+    bfloat16: ClassVar[bool] = True
+
+    @classmethod
+    def connect(cls, current: Comm | None) -> Comm:
+        """This process's comm, initialising the backend the first time (``current``:
+        the one made before in this process, or None)."""
+        raise NotImplementedError
+
+    @classmethod
+    def launched_size(cls) -> int:
+        """Ranks a launcher (a gang, or the backend's own) started; 1 if none."""
+        return torch_launched_size()
+
+    @classmethod
+    def alone(cls) -> Comm | None:
+        """The comm of a one-rank trial no launcher started (None: it needs none)."""
+        return None
+
+    @classmethod
+    def launcher(cls, ranks: int, module_args: list[str]) -> list[str]:
+        """``python -m ...`` as ``ranks`` ranks of this backend on this machine (the
+        planner's profiler): torchrun's, by default."""
+        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                "--nproc_per_node", str(ranks), *module_args]
+
+    def close(self) -> bool:
+        """Before a launched rank exits: wait for its peers where leaving first would
+        break them; True: then leave at once (``os._exit``), the interpreter's own
+        teardown would break what is still alive. Nothing, False, by default."""
+        return False
 
     def size(self) -> int:
         raise NotImplementedError
@@ -110,14 +213,65 @@ class Comm:
         raise NotImplementedError
 
 
+_LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+
+
+@register
 class HorovodComm(Comm):
     """``horovod.torch`` with dynamic process sets (one init per process)."""
 
     backend = "horovod"
+    about = "Horovod"
+    rendezvous = "horovod"
+    bfloat16 = False  # Horovod 0.28 has no bfloat16 collectives
 
     def __init__(self, hvd: Any) -> None:
         self.hvd = hvd
         self._sets: dict[tuple[int, ...], Any] = {}
+
+    @classmethod
+    def connect(cls, current: Comm | None) -> Comm:
+        try:
+            import horovod.torch as hvd
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise ImportError(
+                "data or model parallelism on the horovod backend needs Horovod built with"
+                " PyTorch (horovod.torch); run scripts/setup.sh, or use backend: torch"
+            ) from exc
+        if hvd.is_initialized() and os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") != "1":
+            # Someone (a launcher's wrapper, user code) initialised Horovod without
+            # dynamic process sets: start it again with them.
+            hvd.shutdown()
+            current = None
+        if not hvd.is_initialized():
+            current = None
+            hvd.init(process_sets="dynamic")
+        return current if current is not None else cls(hvd)
+
+    @classmethod
+    def launched_size(cls) -> int:
+        for name in _LAUNCHER_SIZE_VARS:
+            if os.environ.get(name, "").isdigit():
+                return int(os.environ[name])
+        return 1
+
+    @classmethod
+    def alone(cls) -> Comm | None:
+        """A one-rank Horovod someone already initialised (user code may call hvd)."""
+        try:
+            import horovod.torch as maybe_hvd
+
+            if maybe_hvd.is_initialized() and maybe_hvd.size() == 1:
+                return cls(maybe_hvd)
+        except ImportError:  # pragma: no cover - depends on the install
+            pass
+        return None
+
+    @classmethod
+    def launcher(cls, ranks: int, module_args: list[str]) -> list[str]:
+        horovodrun = str(Path(sys.executable).parent / "horovodrun")
+        return [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
+                sys.executable, *module_args]
 
     def size(self) -> int:
         return int(self.hvd.size())
@@ -180,6 +334,7 @@ class HorovodComm(Comm):
         return self.hvd.global_process_set if group is None else group
 
 
+@register
 class TorchComm(Comm):
     """``torch.distributed``: Gloo on CPU, NCCL where the ranks have GPUs.
 
@@ -189,6 +344,19 @@ class TorchComm(Comm):
     """
 
     backend = "torch"
+    about = "torch.distributed (DDP; needs no Horovod)"
+
+    @classmethod
+    def connect(cls, current: Comm | None) -> Comm:
+        import torch.distributed as dist
+
+        return current if current is not None and dist.is_initialized() else cls()
+
+    def close(self) -> bool:
+        if not self.dist.is_initialized():
+            return False
+        self.dist.barrier()  # no rank leaves while a peer still talks to it
+        return True  # with a group alive, the teardown may abort (exit_process)
 
     def __init__(self) -> None:
         import torch.distributed as dist

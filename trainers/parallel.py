@@ -21,20 +21,14 @@ import os
 from dataclasses import dataclass, field
 from typing import Any
 
-from nestor.trainers.comm import Comm, HorovodComm, TorchComm, backend_from_env, torch_launched_size
+from nestor.trainers.comm import Comm, HorovodComm, backend_from_env, comm_class
 
-_LAUNCHER_SIZE_VARS = ("HOROVOD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
 _comms: dict[str, Comm] = {}
 
 
 def launched_size(backend: str | None = None) -> int:
     """How many ranks a launcher (a gang, horovodrun, torchrun, mpirun) started, 1 if none."""
-    if backend_from_env(backend) == "torch":
-        return torch_launched_size()
-    for name in _LAUNCHER_SIZE_VARS:
-        if os.environ.get(name, "").isdigit():
-            return int(os.environ[name])
-    return 1
+    return comm_class(backend_from_env(backend)).launched_size()
 
 
 def process_rank(backend: str | None = None) -> int:
@@ -56,11 +50,8 @@ def exit_process(code: int) -> None:
 
     sys.stdout.flush()
     sys.stderr.flush()
-    if "torch" in _comms:
-        import torch.distributed as dist
-
-        if dist.is_initialized():
-            dist.barrier()  # no rank leaves while a peer still talks to it
+    for comm in list(_comms.values()):
+        if comm.close():
             os._exit(code)
     sys.exit(code)
 
@@ -118,45 +109,16 @@ class Parallel:
         return None if self.comm is None else self.comm.backend
 
 
-def _horovod() -> Comm:
-    try:
-        import horovod.torch as hvd
-    except ImportError as exc:  # pragma: no cover - depends on the install
-        raise ImportError(
-            "data or model parallelism on the horovod backend needs Horovod built with"
-            " PyTorch (horovod.torch); run scripts/setup.sh, or use backend: torch"
-        ) from exc
-    if hvd.is_initialized() and os.environ.get("HOROVOD_DYNAMIC_PROCESS_SETS") != "1":
-        # Someone (a launcher's wrapper, user code) initialised Horovod without
-        # dynamic process sets: start it again with them.
-        hvd.shutdown()
-        _comms.pop("horovod", None)
-    if not hvd.is_initialized():
-        _comms.pop("horovod", None)
-        hvd.init(process_sets="dynamic")
-    if "horovod" not in _comms:
-        _comms["horovod"] = HorovodComm(hvd)
-    return _comms["horovod"]
+def _connect(backend: str) -> Comm:
+    """This process's comm on ``backend``, initialised once (Comm.connect)."""
+    _comms[backend] = comm_class(backend).connect(_comms.get(backend))
+    return _comms[backend]
 
 
-def _torch() -> Comm:
-    import torch.distributed as dist
-
-    if "torch" not in _comms or not dist.is_initialized():
-        _comms["torch"] = TorchComm()
-    return _comms["torch"]
-
-
-def _single_process_comm() -> Comm | None:
-    """A one-rank Horovod someone already initialised (user code may call hvd), else None."""
-    try:
-        import horovod.torch as maybe_hvd
-
-        if maybe_hvd.is_initialized() and maybe_hvd.size() == 1:
-            return _comms.setdefault("horovod", HorovodComm(maybe_hvd))
-    except ImportError:  # pragma: no cover - depends on the install
-        pass
-    return None
+def _alone(backend: str) -> Comm | None:
+    """A one-rank trial's comm where its backend has one (a Horovod user code started)."""
+    comm = comm_class(backend).alone()
+    return None if comm is None else _comms.setdefault(backend, comm)
 
 
 def setup(dp: int, mp: int, backend: str | None = None) -> Parallel:
@@ -170,9 +132,8 @@ def setup(dp: int, mp: int, backend: str | None = None) -> Parallel:
             raise ValueError(f"{name} must be an integer of at least 1, but got {value!r}")
     backend = backend_from_env(backend)
     if dp * mp == 1 and launched_size(backend) == 1:
-        comm = _single_process_comm() if backend == "horovod" else None
-        return Parallel(1, 1, comm=comm, dp_ranks=(0,), mp_ranks=(0,))
-    comm = _horovod() if backend == "horovod" else _torch()
+        return Parallel(1, 1, comm=_alone(backend), dp_ranks=(0,), mp_ranks=(0,))
+    comm = _connect(backend)
     if comm.size() != dp * mp:
         raise ValueError(
             f"a trial of {dp} data x {mp} model-parallel ranks needs {dp * mp} ranks, but"
@@ -269,7 +230,7 @@ def _make_functions() -> tuple[Any, Any]:
             ctx.offset = sum(widths[: par.mp_rank])
             ctx.width = widths[par.mp_rank]
             sent = local.detach().t().contiguous()
-            if sent.dtype == torch.bfloat16 and par.comm.backend == "horovod":
+            if sent.dtype == torch.bfloat16 and not par.comm.bfloat16:
                 sent = sent.float()  # Horovod 0.28 has no bfloat16 collectives
             gathered = par.comm.allgather(sent, par.mp_set, f"{name}.out", lengths=widths)
             return gathered.t().contiguous().to(local.dtype)

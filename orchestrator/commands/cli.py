@@ -27,7 +27,32 @@ from nestor.orchestrator.commands.console import (
 TRIALS_SHOWN = 20  # `nestor results` lists the best 20 trials a stage; the CSV every one
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+COMMANDS_ENTRY_POINTS = "nestor.commands"
+"""The entry-point group of commands that live outside nestor: each names a click
+command, which `nestor NAME` runs and `nestor --help` lists beside the built-in ones."""
+
+
+class _Nestor(click.Group):
+    """`nestor`: the commands defined here, and those other packages declare under the
+    ``nestor.commands`` entry point (read only when a name is not a built-in one, or
+    when the commands are listed, so a built-in command starts no slower)."""
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        found = super().get_command(ctx, cmd_name)
+        return found if found is not None else _plugin_commands().get(cmd_name)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *_plugin_commands()})
+
+
+def _plugin_commands() -> dict[str, click.Command]:
+    from importlib.metadata import entry_points
+
+    return {point.name: point.load() for point in entry_points(group=COMMANDS_ENTRY_POINTS)}
+
+
+@click.group(cls=_Nestor,
+             context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
 @click.version_option(__version__, "-V", "--version", prog_name="nestor")
 def cli() -> None:
     """nestor tunes and orchestrates deep-learning workflows on HPC allocations.
@@ -161,6 +186,77 @@ def run(spec: Path, run_dir: Path | None, resume: bool, slots: int | None,
     _run(spec, run_dir, resume, slots, address, talk=verbosity(quiet, verbose))
 
 
+class Names(click.Choice):
+    """A choice among a plug-in family's names, read from its registry when first
+    needed, so `nestor --help` imports no searcher and every name listed is one that
+    is registered (search/_registry.py, trainers/comm.py)."""
+
+    def __init__(self, names: Any) -> None:  # a function returning the names
+        self._names = names
+        self.case_sensitive = True
+
+    @property
+    def choices(self) -> Any:
+        return tuple(self._names())
+
+    @choices.setter
+    def choices(self, names: Any) -> None:  # fixed names, as click.Choice takes them
+        fixed = tuple(names)
+        self._names = lambda: fixed
+
+
+def _algorithm_names() -> tuple[str, ...]:
+    from nestor.orchestrator.spec.model import ALGORITHMS
+
+    return ALGORITHMS
+
+
+def _comm_names() -> tuple[str, ...]:
+    from nestor.trainers.comm import backend_names
+
+    return backend_names()
+
+
+def _continuing() -> list[str]:
+    """The algorithms whose trials continue earlier trials' checkpoints (their trait)."""
+    from nestor.search import continues_trials
+
+    return [a for a in _algorithm_names() if a != "auto" and continues_trials(a)]
+
+
+def _and(names: list[str]) -> str:
+    return " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
+
+
+def _algorithm_help() -> str:
+    return ("auto (the default) picks one from the space, the budget and the trials"
+            f" at once, and says what and why as the run starts. {_and(_continuing())}"
+            " train trials in stretches of --fidelity and continue them from their"
+            " checkpoints (weights and optimizer state), so no epoch is paid twice.")
+
+
+def _budget_help() -> str:
+    return (f"Most trials to run (40; {', '.join(_continuing())}: each interval or"
+            " promotion, continuing a checkpoint, is a trial of its own), or a cost the"
+            " search spends until the next trial cannot fit: slot-hours (30slot-h; 30h, the"
+            " older spelling, still means slot-hours), slot-seconds (600slot-s) or epochs of"
+            " the --fidelity setting (300epochs).")
+
+
+def _checkpoints_help() -> str:
+    return ("--command: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
+            " names and, when NESTOR_CONTINUE_FROM names one, starts from it;"
+            f" {_and(_continuing())} need this.")
+
+
+def _backend_help() -> str:
+    from nestor.trainers.comm import BACKENDS
+
+    said = "; ".join(f"{name}: {comm.about}" for name, comm in BACKENDS.items())
+    return (f"What a trial's ranks communicate over ({said}). Matters when --dp or --mp"
+            " is above 1.")
+
+
 class _SweepCommand(click.Command):
     """`nestor sweep`, whose search flags come from the searchers' declared settings
     (:func:`orchestrator.commands.sweep.search_options`). They are added when the
@@ -174,6 +270,11 @@ class _SweepCommand(click.Command):
 
             at = next(i for i, p in enumerate(self.params) if p.name == "search_settings")
             self.params[at:at] = search_options()
+            helps = {"algorithm": _algorithm_help, "backend": _backend_help,
+                     "budget": _budget_help, "checkpoints": _checkpoints_help}
+            for param in self.params:  # texts that list a registry's names
+                if isinstance(param, click.Option) and param.name in helps:
+                    param.help = helps[param.name]()
             self._derived = True
         return super().get_params(ctx)
 
@@ -224,20 +325,9 @@ class _SweepCommand(click.Command):
               " --constraint 'lr * batch_size <= 8'. Repeat for each.")
 @click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
               help="A fixed trainer setting, e.g. --set dataset=mnist5k --set epochs=2.")
-@click.option("--algorithm", "algorithm",
-              type=click.Choice(["genetic", "bayesian", "random", "grid", "auto", "pbt",
-                                 "asha", "hyperband"]),
-              default="auto", show_default=True,
-              help="auto (the default) picks one from the space, the budget and the trials"
-              " at once, and says what and why as the run starts. pbt, asha and"
-              " hyperband train trials in stretches of --fidelity and continue them from"
-              " their checkpoints (weights and optimizer state), so no epoch is paid twice.")
-@click.option("--budget", metavar="AMOUNT",
-              help="Most trials to run (40; pbt, asha, hyperband: each interval or promotion,"
-              " continuing a checkpoint, is a trial of its own), or a cost the search"
-              " spends until the next trial cannot fit: slot-hours (30slot-h; 30h, the older"
-              " spelling, still means slot-hours), slot-seconds (600slot-s) or epochs of the"
-              " --fidelity setting (300epochs).")
+@click.option("--algorithm", "algorithm", type=Names(_algorithm_names),
+              default="auto", show_default=True)  # help: _SweepCommand.get_params
+@click.option("--budget", metavar="AMOUNT")  # help: _SweepCommand.get_params
 @click.option("--wall", metavar="DURATION",
               help="A wall-clock limit beside --budget (whichever comes first): 90s, 30m,"
               " 2h. No trial starts that could not finish by it (judged by the median of"
@@ -254,10 +344,7 @@ class _SweepCommand(click.Command):
               help="Keep the N best trials' checkpoints and those the search may still"
               " continue from (PBT's donors, promotable trials); remove the rest as the"
               " search goes (default: keep all).")
-@click.option("--checkpoints", is_flag=True,
-              help="--command: the command saves its model to the folder NESTOR_CHECKPOINT_DIR"
-              " names and, when NESTOR_CONTINUE_FROM names one, starts from it; pbt, asha"
-              " and hyperband need this.")
+@click.option("--checkpoints", is_flag=True)  # help: _SweepCommand.get_params
 @click.option("--metric", help="Metric to optimize (default: val_accuracy; fom, the number"
               " a --command prints, for --command).")
 @click.option("--mode", type=click.Choice(["min", "max"]),
@@ -269,10 +356,8 @@ class _SweepCommand(click.Command):
               help="Data-parallel ranks per trial.")
 @click.option("--mp", type=click.IntRange(min=1), default=1, show_default=True,
               help="Model-parallel ranks per trial.")
-@click.option("--backend", type=click.Choice(["horovod", "torch"]), default="horovod",
-              show_default=True,
-              help="What a trial's ranks communicate over: Horovod, or torch.distributed"
-              " (DDP; needs no Horovod). Matters when --dp or --mp is above 1.")
+@click.option("--backend", type=Names(_comm_names), default="horovod",
+              show_default=True)  # help: _SweepCommand.get_params
 @click.option("--parallel", type=click.IntRange(min=1),
               help="Trials at once (uses parallel x dp x mp slots).")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -308,7 +393,7 @@ def sweep(trainer: str | None, command: str | None, params: tuple[str, ...],
     from nestor.orchestrator.engine.workflow import new_run_dir
     from nestor.orchestrator.spec import SpecError, load_spec_text
     from nestor.orchestrator.spec.budget import with_wall
-    from nestor.search._budget import parse_budget_text
+    from nestor.search import parse_budget_text
 
     err = console(stderr=True)
     talk = verbosity(quiet, verbose)

@@ -316,6 +316,8 @@ def build_spec(
     folder and carries on from the one it is handed (``--checkpoints``), which pbt,
     asha and hyperband need of it.
     """
+    from nestor.search import continues_trials
+
     flags = {f.dest: f for f in search_flags()}
     unknown = sorted(set(options) - set(flags))
     if unknown:
@@ -343,7 +345,7 @@ def build_spec(
         spec_trainer["settings"] = fixed
     if command is not None and checkpoints:
         spec_trainer["checkpoints"] = True
-    elif command is not None and algorithm in ("pbt", "asha", "hyperband"):
+    elif command is not None and continues_trials(algorithm):
         raise ValueError(
             f"--algorithm {algorithm} continues trials from their checkpoints: the command must"
             " save to the folder NESTOR_CHECKPOINT_DIR names and load the one"

@@ -80,12 +80,9 @@ def launcher_argv(ranks: int, module_args: list[str], backend: str = "horovod") 
     torch.distributed's (torchrun)."""
     if ranks == 1:
         return [sys.executable, *module_args]
-    if backend == "torch":
-        return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                "--nproc_per_node", str(ranks), *module_args]
-    horovodrun = str(Path(sys.executable).parent / "horovodrun")
-    return [horovodrun, "-np", str(ranks), "-H", f"localhost:{ranks}", "--gloo",
-            sys.executable, *module_args]
+    from nestor.trainers.comm import comm_class
+
+    return comm_class(backend).launcher(ranks, module_args)
 
 
 def probe_shape(trainer: str, settings: Mapping[str, Any], config: Mapping[str, Any],

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, Field, GetCoreSchemaHandler, create_model
 from pydantic_core import core_schema
 
-from nestor.search._settings import BOUNDS, Declared, declared, out_of_bounds, within
+from nestor.search import BOUNDS, Declared, declared, out_of_bounds, within
 
 
 @dataclass(frozen=True)

@@ -58,7 +58,7 @@ def describe_wall(seconds: float) -> str:
 def split_budget(value: Mapping[str, Any]) -> tuple[int | dict[str, Any] | None, float | None]:
     """(the search's budget, the wall-clock limit in seconds) of a mapping budget;
     ValueError naming what is wrong."""
-    from nestor.search._budget import UNITS
+    from nestor.search import UNITS
 
     rest = {k: v for k, v in value.items() if k not in ("wall", "trials")}
     wall = parse_wall(value["wall"]) if "wall" in value else None
@@ -95,7 +95,7 @@ def say_deprecated(budget: Any) -> None:
 def with_wall(budget: Any, wall: str | None) -> Any:
     """``budget`` (trials, a cost, or their text: ``40``, ``30slot-h``) with a wall-clock
     limit added, as ``nestor sweep --wall`` and ``nestor.tune(wall=...)`` write it."""
-    from nestor.search._budget import parse_budget_text
+    from nestor.search import parse_budget_text
 
     if wall is None:
         return budget

@@ -27,11 +27,27 @@ from pydantic import (
 )
 
 from nestor.orchestrator.spec._derive import search_model
-from nestor.orchestrator.spec.renamed import SEARCH_KEYS, renamed_search_keys
-from nestor.search import one_objective_only, settings_class
-from nestor.search._auto import AutoChoice, choose_search
-from nestor.search._genetic import plan_generations
-from nestor.search._lq_cmaes import one_dimension
+from nestor.orchestrator.spec.renamed import renamed_search_keys
+from nestor.search import (
+    AUTO,
+    UNITS,
+    UNLIMITED_TRIALS,
+    AutoChoice,
+    Expression,
+    algorithm_names,
+    choose_search,
+    continues_trials,
+    make_searcher,
+    one_dimension,
+    one_objective_only,
+    parse_budget,
+    parse_budget_text,
+    plan_generations,
+    renamed_settings,
+    rung_budgets,
+    settings_class,
+    title,
+)
 from nestor.search.space import (
     CategoricalParam,
     ConstantParam,
@@ -43,6 +59,7 @@ from nestor.search.space import (
 )
 from nestor.trainers import TrainerRef
 from nestor.trainers.catalog import DATASETS, TRAINERS
+from nestor.trainers.comm import BACKENDS, DEFAULT_BACKEND, backend_names
 
 from .budget import say_deprecated, split_budget
 from .errors import allowed, did_you_mean, option_mismatch, short
@@ -346,8 +363,6 @@ def _check_budget(value: Any) -> Any:
     """A budget as trials or as one cost (``search._budget``), in the search's own words;
     a mapping with a wall-clock limit (``.budget``) that reaches this check is wrong,
     and the check says how, on the budget's line."""
-    from nestor.search._budget import UNITS, parse_budget, parse_budget_text
-
     if isinstance(value, str):
         value = parse_budget_text(value)
     if isinstance(value, dict) and not (len(value) == 1 and next(iter(value)) in UNITS):
@@ -373,10 +388,25 @@ class ConstraintFunction(Strict):
 
 
 class _SearchBase(Strict):
+    """What the spec adds to every search's declared settings. A search gets these
+    rules alone unless its class's traits ask for more (``continues_trials``:
+    :class:`_ContinuingSearch`) or a subclass here ``extends`` it with the spec's
+    knowledge of that one algorithm (a label, a field's own check); a new algorithm
+    needs neither."""
+
+    # The algorithms whose search blocks these rules extend (see _rules).
+    extends: ClassVar[tuple[str, ...]] = ()
+    _extended: ClassVar[dict[str, type[_SearchBase]]] = {}
+
     if TYPE_CHECKING:  # the fields every search has (SearchSettings)
         algorithm: str
         seed: int
         budget: int | dict[str, float] | None
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        for algorithm in cls.__dict__.get("extends", ()):
+            _SearchBase._extended[algorithm] = cls
 
     warm_start: str | None = Field(
         None, description="earlier results the search learns from before its first ask: a"
@@ -434,8 +464,6 @@ class _SearchBase(Strict):
     @field_validator("constraints", check_fields=False)
     @classmethod
     def _parsable(cls, value: list[Any]) -> list[Any]:
-        from nestor.search._expression import Expression
-
         for rule in value:
             if isinstance(rule, str):  # names are checked against the space by the stage
                 Expression.parse(rule)
@@ -459,14 +487,23 @@ class _SearchBase(Strict):
         """The budget where it counts trials (None: none, or a cost budget)."""
         return self.budget if isinstance(self.budget, int) else None
 
-    def planned_trials(self, space: SearchSpace) -> int:  # pragma: no cover - abstract
-        raise NotImplementedError
+    @model_validator(mode="after")
+    def _searchers_rules(self) -> Any:
+        """The searcher's own rules across its settings (``Settings.check``), in its
+        words, on the search block: the same fields, so the same check."""
+        settings_class(self.algorithm).check(self)
+        return self
+
+    def planned_trials(self, space: SearchSpace) -> int:
+        """The trials a search plans where it says no more: its budget, else 20."""
+        return self.trials_budget() or 20
 
 
 class _GeneticRules(_SearchBase):
+    extends = ("genetic",)
+
     @model_validator(mode="after")
     def _consistent(self) -> Any:
-        settings_class("genetic").check(self)  # the searcher's rules across settings
         self.planned_generations()  # a budget the generations cannot reach is an error
         return self
 
@@ -488,6 +525,8 @@ class _GeneticRules(_SearchBase):
 
 
 class _BayesianRules(_SearchBase):
+    extends = ("bayesian",)
+
     @field_validator("startup_trials", check_fields=False)
     @classmethod
     def _no_startup_for_lq(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -502,16 +541,10 @@ class _BayesianRules(_SearchBase):
             settings_class("bayesian")(sampler=info.data["sampler"], population=value)
         return value
 
-    def planned_trials(self, space: SearchSpace) -> int:
-        return self.trials_budget() or 20
-
-
-class _RandomRules(_SearchBase):
-    def planned_trials(self, space: SearchSpace) -> int:
-        return self.trials_budget() or 20
-
 
 class _GridRules(_SearchBase):
+    extends = ("grid",)
+
     @field_validator("points", check_fields=False)
     @classmethod
     def _points_at_least_two(cls, value: int | dict[str, int]) -> int | dict[str, int]:
@@ -547,6 +580,8 @@ class _AutoRules(_SearchBase):
     The pick is a pure function of these (``search.choose_search``), so
     ``nestor validate`` shows it and a resumed run makes it again.
     """
+
+    extends = (AUTO,)
 
     fidelity: str | None = Field(
         None,
@@ -585,7 +620,8 @@ class _AutoRules(_SearchBase):
 
 
 class _ContinuingSearch(_SearchBase):
-    """A search whose trials continue earlier trials' checkpoints up to a budget."""
+    """A search whose trials continue earlier trials' checkpoints up to a budget (its
+    class says ``continues_trials``)."""
 
     fidelity: str = Field(
         "epochs", description="the trainer setting a trial's budget sets: it trains up to it"
@@ -597,34 +633,36 @@ class _ContinuingSearch(_SearchBase):
                                         *_STARTS})
 
     def planned_trials(self, space: SearchSpace) -> int:
-        from nestor.search import make_searcher
-
         return make_searcher(self.algorithm, space, [("objective", "max")],
                              **self.settings()).planned
 
 
 class _HalvingSearch(_ContinuingSearch):
+    extends = ("asha", "hyperband")
+
     @model_validator(mode="after")
     def _rungs(self) -> Any:
-        from nestor.search._hyperband import rung_budgets
-
         s: Any = self
         rung_budgets(s.min_budget, s.max_budget, s.reduction_factor)
         return self
 
 
-_RULES: dict[str, type[_SearchBase]] = {
-    "genetic": _GeneticRules, "bayesian": _BayesianRules, "random": _RandomRules,
-    "grid": _GridRules, "auto": _AutoRules, "pbt": _ContinuingSearch,
-    "asha": _HalvingSearch, "hyperband": _HalvingSearch,
-}
-"""What the spec adds to each searcher's declared settings."""
+def _rules(algorithm: str) -> type[_SearchBase]:
+    """What the spec adds to ``algorithm``'s declared settings: the rules that extend
+    it by name, else those its traits ask for."""
+    extended = _SearchBase._extended.get(algorithm)
+    if extended is not None:
+        return extended
+    return _ContinuingSearch if continues_trials(algorithm) else _SearchBase
 
-ALGORITHMS = ("genetic", "bayesian", "random", "grid", "auto", "pbt", "asha", "hyperband")
+
+ALGORITHMS = algorithm_names()
+"""Every ``search.algorithm``: ``auto`` and each registered searcher's (search/_registry.py)."""
+SEARCH_RULES: dict[str, type[_SearchBase]] = {a: _rules(a) for a in ALGORITHMS}
 SEARCH_MODELS: dict[str, Any] = {
     algorithm: search_model(f"{algorithm.capitalize()}Search", algorithm,
-                            settings_class(algorithm), _RULES[algorithm],
-                            keys=SEARCH_KEYS.get(algorithm))
+                            settings_class(algorithm), SEARCH_RULES[algorithm],
+                            keys=renamed_settings(algorithm))
     for algorithm in ALGORITHMS
 }
 """The model of a ``search:`` block, by algorithm, built from the searcher's settings."""
@@ -639,8 +677,7 @@ AshaSearch = SEARCH_MODELS["asha"]
 HyperbandSearch = SEARCH_MODELS["hyperband"]
 
 Search = Annotated[
-    GeneticSearch | BayesianSearch | RandomSearch | GridSearch | AutoSearch | PbtSearch
-    | AshaSearch | HyperbandSearch,
+    typing.Union[tuple(SEARCH_MODELS.values())],  # noqa: UP007 - built from the registry
     Field(discriminator="algorithm"),
 ]
 
@@ -736,9 +773,9 @@ class _StageBase(Strict):
     from_: list[str] = Field(default_factory=list, alias="from")
     trainer: Trainer | None = None
     parallel: Parallel = Parallel()
-    backend: Literal["horovod", "torch"] = Field(
-        "horovod", description="what a trial's ranks communicate over: horovod, or torch"
-        " (torch.distributed: DDP, Gloo on CPU and NCCL on GPU)")
+    backend: Literal[backend_names()] = Field(  # type: ignore[valid-type]
+        DEFAULT_BACKEND, description="what a trial's ranks communicate over: "
+        + "; ".join(f"{name}, {cls.about}" for name, cls in BACKENDS.items()))
     batch: Batch | None = Field(
         None, description="global batch cap and lr rule; batch_size becomes per rank"
     )
@@ -1041,8 +1078,6 @@ class HpoStage(_StageBase):
                         yield loc, message
         names = list(self.space)
         for index, rule in enumerate(self.search.constraints):
-            from nestor.search._expression import Expression
-
             if not isinstance(rule, str):
                 continue  # a function: check_imports finds it
             unknown = sorted(Expression.parse(rule).names - set(names))
@@ -1095,14 +1130,9 @@ class HpoStage(_StageBase):
         else:
             algorithm, where = self.search.algorithm, ("search", "algorithm")
             settings = self.search.model_dump()
-        if not issubclass(_RULES[algorithm], _ContinuingSearch):
+        if not continues_trials(algorithm):
             return []
-        if algorithm == "pbt":
-            name = "PB2" if settings.get("explore") == "pb2" else "PBT"
-        elif algorithm == "asha":
-            name = "ASHA"
-        else:
-            name = "BOHB" if settings.get("sampler") == "tpe" else "Hyperband"
+        name = title(algorithm, settings)
         if choice is not None:
             name = f"search.algorithm auto, which picks {name} here,"
         return [Need("checkpoints", where, name)]
@@ -1125,9 +1155,7 @@ class HpoStage(_StageBase):
         itself by it where the spec leaves that out."""
         settings = self.search.settings()
         if self.search.wall_s is not None and settings.get("budget") is None:
-            from nestor.search._budget import UNLIMITED_TRIALS  # the wall clock ends it
-
-            settings["budget"] = UNLIMITED_TRIALS
+            settings["budget"] = UNLIMITED_TRIALS  # the wall clock ends it
         if isinstance(self.search, AutoSearch) and self.search.fidelity is not None:
             settings["max_fidelity"] = self.max_fidelity()
         if width is not None and "parallel" in settings and settings["parallel"] is None:

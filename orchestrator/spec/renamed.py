@@ -8,10 +8,11 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-SEARCH_KEYS: dict[str, dict[str, str]] = {"genetic": {"mode": "replacement"}}
-"""By algorithm: a ``search:`` key's old name -> its name. A genetic search's ``mode``
-read like the objective's direction (``objective.mode``, `--mode`): it says how a
-generation replaces the last (``generational`` or ``mu_plus_lambda``)."""
+from nestor.search import renamed_settings
+
+# A search's old key names are declared by its searcher class (``renamed_settings``:
+# a genetic search's ``mode`` read like the objective's direction, ``objective.mode``,
+# `--mode`; it says how a generation replaces the last, now ``replacement``).
 
 _said: set[tuple[str, str]] = set()
 
@@ -30,7 +31,7 @@ def renamed_search_keys(block: Any) -> Any:
     (with the notice); both spellings at once is left to the model to refuse."""
     if not isinstance(block, dict):
         return block
-    renames = SEARCH_KEYS.get(str(block.get("algorithm")), {})
+    renames = renamed_settings(str(block.get("algorithm")))
     if not any(old in block for old in renames):
         return block
     out = {}

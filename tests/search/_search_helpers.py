@@ -7,6 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from nestor.search import (
+    ALGORITHMS,
     ASHASearch,
     BayesianSearch,
     Failure,
@@ -18,6 +19,8 @@ from nestor.search import (
     PBTSearch,
     RandomSearch,
     Searcher,
+    make_searcher,
+    one_objective_only,
 )
 from nestor.search.space import (
     CategoricalParam,
@@ -107,6 +110,21 @@ FACTORIES: dict[str, Callable[..., Searcher]] = {
 }
 # PBT and successive halving rank trials on one metric to decide which continue.
 ONE_OBJECTIVE_ONLY = {"cmaes", "lq-cmaes", "pbt", "pb2", "asha", "asha-tpe", "hyperband", "bohb"}
+
+
+def _registered(name: str) -> Callable[..., Searcher]:
+    return lambda space, obj, **kw: make_searcher(name, space, obj, budget=12, **kw)
+
+
+# Every registered algorithm goes through the contract tests: those above with small
+# settings of their own, any other (a new one: search/_registry.py) with its defaults and
+# a budget of 12, so a new algorithm's tests need no edit here.
+_covered = {factory(MIXED, MIN).algorithm for factory in FACTORIES.values()}
+for _name in ALGORITHMS:
+    if _name not in _covered:
+        FACTORIES[_name] = _registered(_name)
+        if one_objective_only(_name, {}) is not None:
+            ONE_OBJECTIVE_ONLY.add(_name)
 MULTI_OBJECTIVE = [name for name in FACTORIES if name not in ONE_OBJECTIVE_ONLY]
 
 

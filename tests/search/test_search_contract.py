@@ -7,7 +7,14 @@ import json
 import pytest
 from _search_helpers import FACTORIES, MIN, MIXED, MULTI_OBJECTIVE, drive, loss
 
-from nestor.search import Failure, Objective, Searcher, make_searcher, observations_from_state
+from nestor.search import (
+    Failure,
+    Objective,
+    Searcher,
+    algorithm_names,
+    make_searcher,
+    observations_from_state,
+)
 from nestor.search.space import FloatParam, SearchSpace
 
 ALL = list(FACTORIES)
@@ -234,17 +241,11 @@ def test_grid_cannot_be_warm_started() -> None:
         build("grid").warm_start([])
 
 
-@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid", "auto"])
+@pytest.mark.parametrize("algorithm", algorithm_names())  # every registered one, and auto
 def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
     from nestor.orchestrator.spec import model
 
-    spec_class = {
-        "genetic": model.GeneticSearch,
-        "bayesian": model.BayesianSearch,
-        "random": model.RandomSearch,
-        "grid": model.GridSearch,
-        "auto": model.AutoSearch,
-    }[algorithm]
+    spec_class = model.SEARCH_MODELS[algorithm]
     spec = spec_class(algorithm=algorithm, budget=8)
     # settings(): the spec's fields less those that are the stage's business (a fidelity)
     assert set(spec.settings()) <= set(spec.model_dump()) - {"algorithm"}
@@ -254,7 +255,7 @@ def test_make_searcher_takes_the_spec_field_names(algorithm: str) -> None:
     assert searcher.planned == spec.planned_trials(MIXED)
 
 
-@pytest.mark.parametrize("algorithm", ["genetic", "bayesian", "random", "grid"])
+@pytest.mark.parametrize("algorithm", algorithm_names())
 def test_an_unknown_setting_is_named_with_the_allowed_ones(algorithm: str) -> None:
     message = f"{algorithm} search settings must be among seed, budget"
     with pytest.raises(ValueError, match=message) as info:
@@ -264,5 +265,6 @@ def test_an_unknown_setting_is_named_with_the_allowed_ones(algorithm: str) -> No
 
 
 def test_make_searcher_names_the_algorithms() -> None:
-    with pytest.raises(ValueError, match="algorithm must be one of genetic, bayesian, random"):
+    names = ", ".join(algorithm_names())  # auto, then each registered one
+    with pytest.raises(ValueError, match=f"algorithm must be one of {names}, but got"):
         make_searcher("annealing", MIXED, MIN)

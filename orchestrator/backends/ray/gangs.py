@@ -57,7 +57,7 @@ from typing import Any
 from nestor.orchestrator.backends.ray.listening import establish_rendezvous, private_dir
 
 # Shape and place() live beside the Backend interface; still importable from here.
-from nestor.orchestrator.backends.shape import BACKENDS, Shape, place, place_groups  # noqa: F401
+from nestor.orchestrator.backends.shape import Shape, place, place_groups  # noqa: F401
 from nestor.orchestrator.journal.text import first_line
 from nestor.trainers import ResultStatus
 
@@ -678,12 +678,12 @@ class GroupedRanks:
                        timeout=self.rendezvous_timeout_s)
 
     def _start_ranks(self) -> None:
-        from nestor.trainers.comm import BACKEND_ENV
+        from nestor.trainers.comm import BACKEND_ENV, comm_class
 
-        if self.backend == "torch":
-            per_rank, shared, hostnames = self._torch_rendezvous()
-        else:
+        if comm_class(self.backend).rendezvous == "horovod":
             per_rank, shared, hostnames = self._horovod_rendezvous()
+        else:  # "env": the ranks meet through the variables set here (trainers.comm)
+            per_rank, shared, hostnames = self._env_rendezvous()
         shared.update(self.layout_env(hostnames))
         shared[BACKEND_ENV] = self.backend
         shared.update(self.env)
@@ -716,7 +716,7 @@ class GroupedRanks:
             settings, all_host_names=list(coordinator.hostnames), node_workers=one_per_host)))
         return [per_rank[rank] for rank in range(self.shape.ranks)], shared, hostnames
 
-    def _torch_rendezvous(self) -> tuple[list[dict[str, str]], dict[str, str], list[str]]:
+    def _env_rendezvous(self) -> tuple[list[dict[str, str]], dict[str, str], list[str]]:
         """Each rank's place, and where they meet: a free port on rank 0's node (its
         address is the layout's ``NESTOR_GANG_ADDR``). The process group itself is
         made by the ranks, in their first trial (trainers.comm)."""

@@ -17,6 +17,7 @@ import ray.cloudpickle
 from nestor.orchestrator.backends.ray.gangs import GangPool, Shape, site_env
 from nestor.orchestrator.spec import load_spec
 from nestor.trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers.comm import backend_names
 
 pytestmark = pytest.mark.slow
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])
@@ -29,7 +30,7 @@ def rank_view() -> dict[str, str | None]:
     return {name: os.environ.get(name) for name in SITE}
 
 
-@pytest.mark.parametrize("backend", ["horovod", "torch"])
+@pytest.mark.parametrize("backend", backend_names())  # every registered backend
 def test_each_rank_of_a_gang_holds_the_drivers_site_settings(
         ray_local: object, monkeypatch: pytest.MonkeyPatch, backend: str) -> None:
     # Set after Ray started: its workers never inherited them, only the gang can hand

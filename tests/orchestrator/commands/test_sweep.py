@@ -133,10 +133,10 @@ def test_sampler_schedule_and_demes_reach_the_search() -> None:
 
 
 def test_algorithm_options_must_belong_to_the_algorithm() -> None:
-    with pytest.raises(ValueError, match="--sampler applies to --algorithm bayesian or asha or"
+    with pytest.raises(ValueError, match="--sampler applies to --algorithm asha or bayesian or"
                                          " hyperband, not genetic"):
         sweep_spec(sampler="gp")
-    message = ("--schedule applies to --algorithm genetic or bayesian, --demes applies to"
+    message = ("--schedule applies to --algorithm bayesian or genetic, --demes applies to"
                " --algorithm genetic, not auto")
     with pytest.raises(ValueError, match=message):
         sweep_spec(algorithm="auto", population=None, generations=None, schedule="async", demes=2)
@@ -229,9 +229,9 @@ def test_sampler_tpe_makes_hyperband_bohb() -> None:
          "--min-budget and --max-budget apply to --algorithm asha or hyperband, not pbt"),
         ("pbt", {"generations": 3}, "--generations applies to --algorithm genetic, not pbt"),
         ("genetic", {"fidelity": "epochs"},
-         "--fidelity applies to --algorithm pbt or asha or hyperband or auto, not genetic"),
+         "--fidelity applies to --algorithm asha or hyperband or pbt or auto, not genetic"),
         ("hyperband", {"sampler": "cmaes"}, "--sampler for --algorithm hyperband must be tpe"),
-        ("pbt", {"sampler": "tpe"}, "--sampler applies to --algorithm bayesian or asha or"
+        ("pbt", {"sampler": "tpe"}, "--sampler applies to --algorithm asha or bayesian or"
                                     " hyperband, not pbt"),
     ],
 )
