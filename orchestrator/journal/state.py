@@ -27,6 +27,10 @@ API (``nestor status``, the plots, the resume and the MLflow projector read thro
   state, counts and running ids, not a record per trial; a snapshot of a few KiB
   whatever the journal's size, which is what ``nestor status`` and a resume read,
   and what a driver keeps current (``journal.kept``).
+  ``RunState(details=True)`` keeps, besides, each trial's config, generation, metrics
+  and reason (:class:`TrialDetail`): what the results of an unfinished run list
+  (``projections.unfinished``). Never in a snapshot, so what status, the plots and a
+  resume fold and keep does not grow with it.
 - ``state.workflow`` (name, slots, pid of the last driver, run key, finished,
   interrupted reason, resumes, where the first start's line is), ``state.first_time``/
   ``last_time`` (any event's stamp), ``state.events`` (lines folded),
@@ -128,6 +132,18 @@ class Run:
 
 
 @dataclass(slots=True)
+class TrialDetail:
+    """What a trial ran with and reported, kept by ``RunState(details=True)`` alone:
+    its config and generation (from its first event), the metrics and reason of its
+    last TrialFinished."""
+
+    config: dict[str, Any] = field(default_factory=dict)
+    generation: Any = 0
+    metrics: dict[str, Any] = field(default_factory=dict)
+    reason: str | None = None
+
+
+@dataclass(slots=True)
 class TrialState:
     id: str
     attempts: int = 0
@@ -138,6 +154,7 @@ class TrialState:
     finished_at: float | None = None
     checkpoint: str | None = None
     history: list[Attempt] = field(default_factory=list)
+    detail: TrialDetail | None = None  # with ``RunState(details=True)`` alone
 
 
 @dataclass(slots=True)
@@ -182,8 +199,9 @@ class WorkflowState:
 class RunState:
     """A run as its journal says it: see the module's docstring."""
 
-    def __init__(self, trials: bool = True) -> None:
+    def __init__(self, trials: bool = True, details: bool = False) -> None:
         self.trials = trials  # False: the stages' heads alone (counts, running ids)
+        self.details = details and trials  # True: each trial's TrialDetail too (no snapshot)
         self.workflow = WorkflowState()
         self.stages: dict[str, StageState] = {}
         self.events = 0  # lines folded (skipped kinds included)
@@ -389,6 +407,10 @@ class RunState:
         record = stage.trials.get(trial_id)
         if record is None:
             record = stage.trials[trial_id] = TrialState(trial_id)
+            if self.details:
+                trial = trial if isinstance(trial, dict) else {}
+                record.detail = TrialDetail(dict(trial.get("config") or {}),
+                                            trial.get("generation", 0))
         return record
 
     def _started(self, stage: StageState, event: TrialStarted, index: int) -> None:
@@ -429,6 +451,8 @@ class RunState:
             stage.finished[outcome] = stage.finished.get(outcome, 0) + 1
             trial.status, trial.value, trial.finished_at = outcome, event.value, event.time
             trial.checkpoint = event.checkpoint
+            if trial.detail is not None:
+                trial.detail.metrics, trial.detail.reason = event.metrics or {}, event.reason
         if not isinstance(event, TrialInterrupted):
             trial.slot_seconds += float(event.slot_seconds or 0.0)
         attempt = self._open.pop((stage.name, trial.id, number), None)
@@ -439,12 +463,19 @@ class RunState:
 
     @classmethod
     def of(cls, run_dir: str | os.PathLike[str], journal: str = "journal.jsonl",
-           trials: bool = True, save: bool = True, until: int | None = None) -> RunState:
+           trials: bool = True, save: bool = True, until: int | None = None,
+           details: bool = False) -> RunState:
         """The run's state: its snapshot brought up to date with the journal's tail
         (up to byte ``until``, if given). ``trials=False``: the stages' heads alone,
         with a snapshot of their own (small: what ``nestor status`` reads, and what a
-        driver keeps current: ``orchestrator.journal.kept``)."""
+        driver keeps current: ``orchestrator.journal.kept``). ``details=True``: each
+        trial's :class:`TrialDetail` too, folded from the journal's start (no snapshot
+        holds them)."""
         path = Path(run_dir) / journal
+        if details:
+            state = cls(trials, details=True)
+            state.fold(path, until)
+            return state
         snapshot = snapshot_path(run_dir, trials)
         state = cls.load(snapshot, path, trials) or cls(trials)
         if until is not None and state.offset > until:  # ahead of what is asked for
@@ -464,6 +495,9 @@ class RunState:
     def save(self, snapshot: Path, journal: Path) -> None:
         """Write the state with the journal offset it covers, and the CRC-32 of the
         journal's bytes before it (atomically)."""
+        if self.details:
+            raise ValueError("a fold with details=True is not snapshotted: its snapshot"
+                             " would be read back without them")
         self.sum_to_offset(journal)
         data = {"version": VERSION, "trials": self.trials, "offset": self.offset,
                 "check": _check(journal, self.offset), "crc": self.crc,
