@@ -61,9 +61,9 @@ MUTANTS: tuple[Mutant, ...] = (
            (f"{JOURNAL}::test_a_gate_opens_only_once_the_events_before_it_are_durable",)),
     Mutant("resume-tell", "resume tells the searcher a result journalled just before the kill",
            "orchestrator/engine/trials.py",
-           "            if record.status != \"running\" and record.id in pending:\n"
+           "            if record.status != TrialStatus.RUNNING and record.id in pending:\n"
            "                self._tell(pending.pop(record.id), record)\n",
-           "            if record.status != \"running\" and record.id in pending:\n"
+           "            if record.status != TrialStatus.RUNNING and record.id in pending:\n"
            "                pass\n",
            (f"{KILL}::test_a_result_journalled_just_before_the_kill_is_told_once_on_resume",)),
     Mutant("adoption", "a result that landed while the driver was down is adopted, not rerun",
