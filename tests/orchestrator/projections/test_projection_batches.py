@@ -234,3 +234,49 @@ def test_a_run_made_by_a_request_whose_answer_was_lost_is_not_made_again(
     for run in runs:  # the found run's params too: its create's log_batch never came
         if run.info.run_name != "tune":
             assert run.data.params == {"x": str(int(run.info.run_name[5:]) / 10)}, run.info
+
+
+def test_appends_as_a_run_goes_are_projected_in_few_passes(tmp_path: Path,
+                                                            monkeypatch) -> None:
+    """A trial's events come milliseconds apart; the projector gathers what comes
+    within ``PACE_S`` into one pass (a transaction, a store read, a cursor check, in
+    the driver's process) instead of a pass per append, and a flush (the run's end)
+    does not wait the pace out. Broken on purpose (``PACE_S = 0``: a pass per wake),
+    the passes number in the dozens."""
+    import time
+
+    from nestor.orchestrator.projections import projector as module
+
+    passes: list[int] = []
+    real = Tracker.apply_all
+
+    def counted(self, batch):
+        passes.append(len(batch))
+        return real(self, batch)
+
+    monkeypatch.setattr(Tracker, "apply_all", counted)
+    # Opened first: a pass then costs what it does in a run, not the store's creation.
+    projector = Projector(tmp_path, workflow(tmp_path), tracker=Tracker(tmp_path, "projected"))
+    trials, began = 120, time.monotonic()
+    with Journal(tmp_path / "journal.jsonl", on_append=projector.wake, fsync=False) as journal:
+        journal.record(WorkflowStarted(workflow="projected", slots=2, pid=1, run_key="k"))
+        journal.record(StageStarted(stage="tune", stage_kind="hpo", sources=[]))
+        for number in range(trials):
+            made = trial(number)
+            journal.record(TrialStarted(stage="tune", trial=made, attempt=1, gang=1,
+                                        shape="1x1"))
+            time.sleep(0.004)
+            journal.record(TrialFinished(stage="tune", trial=made, attempt=1,
+                                         status="completed", value=0.5,
+                                         metrics={"result": 0.5}, reason=None,
+                                         slot_seconds=1.0))
+            time.sleep(0.004)
+    took = time.monotonic() - began
+    assert projector.flush(timeout_s=120), f"{projector.behind} events not projected"
+    projector.close()
+    assert len(trial_runs(projector)) == trials
+    # At most a pass per PACE_S of appending (and the flush's), however slow the
+    # machine made the appends, and many trials a pass: with a pass per append there
+    # would be ~240 (PACE_S near 0 makes ~100).
+    assert len(passes) <= took / module.PACE_S + 3, (len(passes), round(took, 2), passes)
+    assert len(passes) <= trials / 8, (len(passes), round(took, 2), passes)
