@@ -501,9 +501,94 @@ def tables_sections(t: dict[str, Any], out: Path, tag: str) -> list[str]:
     return lines
 
 
+# Issue 40's goals, each a ratio of medians at one trial count on both sides (Tune's
+# default: its steady state per trial at its cap, where it could not run the count).
+OVERHEAD_GOALS = (("nestor-fn/tune-reuse", "nestor's function trials / Tune `reuse_actors`",
+                   0.4),
+                  ("nestor/tune-reuse", "nestor's command trials / Tune `reuse_actors`", 0.5))
+PER_TRIAL_GOAL, PER_TRIAL_GOAL_COUNTS = 1 / 150, (2000, 10000)
+
+
+def _med(r: dict[str, Any], key: str, digits: int) -> str:
+    """A median with its range over the repetitions: ``12.3 [11.9–13.0]``."""
+    low, high = r.get(f"{key}_range", (r[key], r[key]))
+    return f"{r[key]:.{digits}f} [{low:.{digits}f}–{high:.{digits}f}]"
+
+
+def interleaved_overhead_section(o: dict[str, Any]) -> list[str]:
+    """bench/orchestration_bench.py's overhead part run interleaved (issue 40 item 2):
+    each figure a median over repetitions with its range, the ratios at equal counts,
+    and issue 40's goals held against them."""
+    ov = o["overhead"]
+    where = machine_line(o.get("machine_detail") or o.get("machine"))
+    rows = []
+    for label, by_count in ov["runs"].items():
+        for n, r in by_count.items():
+            if "reps" not in r:  # the Optuna loop: timed once, alone
+                rows.append([label, f"{int(n):,}", "1", "–", f"{r['steady_ms_per_trial']:.2f}",
+                             "–", f"{r['total_s']:.1f}", f"{r['total_ms_per_trial']:.2f}", "–"])
+                continue
+            rows.append([label, f"{int(n):,}", str(r["reps"]), _med(r, "startup_s", 1),
+                         _med(r, "steady_ms_per_trial", 2), _med(r, "wind_down_s", 1),
+                         _med(r, "total_s", 1), f"{r['total_ms_per_trial']:.2f}",
+                         _med(r, "load_average", 1)])
+    exits = []
+    for label, by_count in ov["runs"].items():
+        for n, r in by_count.items():
+            if "results_to_exit_s" in r:
+                exits.append(f"{label} at {int(n):,}: {_med(r, 'results_to_exit_s', 2)} s")
+    cap = ov["tune_new_actor_cap"]
+    ratios = ov.get("ratios", {})
+    goals = []
+    for n in ov["counts"]:
+        for key, label, bound in OVERHEAD_GOALS:
+            value = ratios.get(f"{key}@{n}")
+            if value is not None:
+                goals.append(f"- {n:,} trials: {label} {value:.2f}x (goal at most {bound:g}x:"
+                             f" {'met' if value <= bound else 'not met'})")
+        for key, label in (("nestor-fn", "function"), ("nestor", "command")):
+            equal = ratios.get(f"{key}/tune-default per trial@{n}")
+            steady = ratios.get(f"{key}@{n}/tune-default steady@{cap} per trial")
+            value, how = ((equal, f"Tune's default at {n:,} too") if equal is not None else
+                          (steady, f"against Tune's default's steady state per trial at"
+                                   f" {cap:,}"))
+            if value is None:
+                continue
+            goal = (f" (goal at most 1/{1 / PER_TRIAL_GOAL:.0f}:"
+                    f" {'met' if value <= PER_TRIAL_GOAL else 'not met'})"
+                    if n in PER_TRIAL_GOAL_COUNTS else "")
+            goals.append(f"- {n:,} trials: nestor's {label} trials per trial 1/{1 / value:.0f}"
+                         f" of Tune's default, end to end ({how}){goal}")
+    return ["## Orchestration overhead", "", where, "",
+            f"Trivial trials, {ov['concurrent']} at a time on 2 slots, at"
+            f" {', '.join(f'{n:,}' for n in ov['counts'])} trials. nestor's command trials:"
+            f" `{ov['nestor_command']}` (a process per trial on warm 1-rank gangs); its"
+            f" function trials: `{ov['nestor_function']}`, a Python function returning x²;"
+            " both with the journal's fsync, and every event in MLflow when the command exits"
+            " (checked). Tune runs the same function as a function trainable on its own Ray,"
+            " with `reuse_actors=True` (the nearer match to nestor's warm gangs) and by"
+            f" default (a new actor per trial, at most {cap:,} trials: at 2,000 it would take"
+            " over half an hour a run). The method, as the results file records it:"
+            f" \"{ov['method']}\". Each cell is the median over the repetitions, [min–max]."
+            " *Start-up*: the command's start to the first trial's end (imports, Ray, the"
+            " first gang or actor). *Steady*: between the first and the last trial's end, per"
+            " trial after the first. *Wind-down*: the last trial's end to the command's exit"
+            " (nestor: the results, MLflow catching up, Ray's shutdown). *Load*: the 1-minute"
+            " load average at each run's end (2 cores). The Optuna row is an ask/tell loop in"
+            " one process, no scheduling, timed once.", "",
+            *_table(["system", "trials", "reps", "start-up s", "steady ms/trial",
+                     "wind-down s", "total s", "total ms/trial", "load"], rows),
+            *(["nestor's results printed to the command's exit (MLflow and Ray's shutdown):"
+               " " + "; ".join(exits) + ".", ""] if exits else []),
+            "Against Tune, medians at one trial count on both sides, and issue 40's goals:",
+            "", *goals, ""]
+
+
 def overhead_section(o: dict[str, Any]) -> list[str]:
     ov = o["overhead"]
     where = machine_line(o.get("machine_detail") or o.get("machine"))
+    if ov.get("reps"):
+        return interleaved_overhead_section(o)
     if "runs" not in ov:  # written before start-up and steady state were told apart
         return ["## Orchestration overhead", "", where, "",
                 "Not comparable: this result timed nestor with Ray's start-up and Tune"
@@ -865,7 +950,9 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
                              f" {cells}; {lost} trials lost; scheduler CPU at most {cpu:.2f} ms"
                              " per event")
     lines_o: list[str] = []
-    if o and "runs" in o["overhead"]:
+    if o and o["overhead"].get("reps"):
+        lines_o.append(interleaved_headline(o["overhead"]))
+    elif o and "runs" in o["overhead"]:
         cells = []
         for label, by_count in o["overhead"]["runs"].items():
             n = max(by_count, key=int)
@@ -917,6 +1004,28 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         if result:
             found.append((result, render_line(result)))
     return [(result, lines) for result, lines in found if lines]
+
+
+def interleaved_headline(ov: dict[str, Any]) -> str:
+    """The overhead part's totals at its largest count, and its ratios there."""
+    n = str(max(ov["counts"]))
+    short = {"nestor": "nestor command trials", "nestor-fn": "nestor function trials",
+             "tune-reuse": "Tune reuse_actors"}
+    from bench.orchestration_bench import SYSTEMS
+
+    cells = [f"{name} {ov['runs'][SYSTEMS[key]][n]['total_s']:.1f} s" for key, name in
+             short.items() if n in ov["runs"].get(SYSTEMS[key], {})]
+    ratios = ov.get("ratios", {})
+    said = [f"{ratios[f'{key}/tune-reuse@{n}']:.2f}x ({name})" for key, name in
+            (("nestor-fn", "function"), ("nestor", "command")) if f"{key}/tune-reuse@{n}" in ratios]
+    cap = ov["tune_new_actor_cap"]
+    per = ratios.get(f"nestor@{n}/tune-default steady@{cap} per trial",
+                     ratios.get(f"nestor/tune-default per trial@{n}"))
+    return (f"- end to end, {int(n):,} trivial trials 2 at a time, the systems interleaved,"
+            f" median of {ov['reps']}: " + ", ".join(cells)
+            + (f"; nestor / Tune reuse_actors {', '.join(said)}" if said else "")
+            + (f"; nestor's command trials per trial 1/{1 / per:.0f} of Tune's default"
+               if per else ""))
 
 
 def multifidelity_headline(m: dict[str, Any]) -> list[str]:
@@ -1087,6 +1196,7 @@ def render_text(results: Path, out: Path) -> str:
     lines += backends_section(backends) if backends else [BACKENDS_TITLE, "", "Not run.", ""]
     lines += multifidelity_section(multi) if multi else [
         "## Multi-fidelity searches on simulated training", "", "Not run.", ""]
+    lines += kernels_section(results)
     return "\n".join(lines)
 
 
@@ -1499,6 +1609,88 @@ def many_at_once_headline(r: dict[str, Any]) -> list[str]:
     cells = "; ".join(f"{w['width']:,}: {many_verdict(w['rows'])}" for w in r["widths"])
     return [f"- `auto` at many trials at once ({len(r['problems'])} problems x {r['seeds']}"
             f" seeds, mean rank of the best value): {cells}"]
+
+
+KERNELS = "kernels"  # bench/results/kernels/KERNEL/: the search results rerun on another
+# BLAS kernel (OPENBLAS_CORETYPE), each file named as the one it reproduces
+KERNELS_TITLE = "## Search results on two BLAS kernels"
+# A result's values that are not search outcomes: how long it took, where it ran.
+_NOT_OUTCOMES = (RESULTS_FILE, "machine", "machine_detail", "command", "commit", "wall_s",
+                 "cpu_s",
+                 "seconds", "elapsed_s", "time_s", "duration_s", "load_average_at_start",
+                 "load_average_at_end")
+
+
+def outcome_leaves(data: Any, path: str = "") -> dict[str, Any]:
+    """Every value of a result that a search decided (``_NOT_OUTCOMES`` and keys that
+    time the search, ``*_ms_per_trial``, left out), by its path."""
+    if isinstance(data, dict):
+        out: dict[str, Any] = {}
+        for key, value in data.items():
+            if key in _NOT_OUTCOMES or str(key).endswith("_ms_per_trial"):
+                continue
+            out |= outcome_leaves(value, f"{path}/{key}")
+        return out
+    if isinstance(data, list):
+        out = {}
+        for i, value in enumerate(data):
+            out |= outcome_leaves(value, f"{path}[{i}]")
+        return out
+    return {path: data}
+
+
+def _kernel_of(data: dict[str, Any]) -> str:
+    blas = (data.get("machine") or {}).get("blas") or []
+    kernels = dict.fromkeys(f"{b['library']} {b['kernel']}" for b in blas)  # numpy's, scipy's
+    return ", ".join(kernels) or "kernel not recorded"
+
+
+def _kernel_headline(stem: str) -> Any:
+    """The headline renderer of a search result by its file's stem, None where none."""
+    if stem.startswith("many_at_once"):
+        return many_at_once_headline
+    return {"auto-sine": sine_headline, "auto-heldout": heldout_headline,
+            "multifidelity": multifidelity_headline,
+            "multifidelity_heldout": mf_heldout_headline}.get(stem)
+
+
+def kernels_section(results: Path) -> list[str]:
+    """Each search result rerun on another BLAS kernel against the one beside it here:
+    its headline on both (where it has one), and how many of its outcomes differ
+    (issue 40 item 3: a figure that holds on one kernel alone is not quoted)."""
+    folder = results / KERNELS
+    reruns = sorted(folder.glob("*/*.json")) if folder.is_dir() else []
+    pairs = [(path, results / path.name) for path in reruns if (results / path.name).is_file()]
+    if not pairs:
+        return [KERNELS_TITLE, "", "Not run (no bench/results/kernels/KERNEL/*.json).", ""]
+    lines = [KERNELS_TITLE, "",
+             "OpenBLAS picks a kernel by the CPU (`OPENBLAS_CORETYPE` overrides it); a search"
+             " whose model fits a matrix can then take another path on the same seed. Each"
+             " file under `bench/results/kernels/KERNEL/` is a search result rerun with that"
+             " kernel, by the same command at the same commit, beside the result of the same"
+             " name here. *Outcomes*: every value the searches decided (regrets, ranks, best"
+             " values, epochs), timings and machine left out.", ""]
+    rows, shown = [], []
+    for rerun_path, main_path in pairs:
+        main, rerun = _read(main_path), _read(rerun_path)
+        a, b = outcome_leaves(main), outcome_leaves(rerun)
+        differ = sum(1 for key in a.keys() | b.keys() if a.get(key) != b.get(key))
+        same_code = main["machine"].get("commit") == rerun["machine"].get("commit")
+        rows.append([f"`{main_path.name}`", _kernel_of(main), _kernel_of(rerun),
+                     f"{differ:,} of {len(a.keys() | b.keys()):,}",
+                     "yes" if same_code else "no"])
+        render_line = _kernel_headline(main_path.stem)
+        if render_line is not None and differ:
+            here, there = render_line(main), render_line(rerun)
+            shown += ([f"`{main_path.name}`: the headline reads the same on both:", "", *here,
+                       ""] if here == there else
+                      [f"`{main_path.name}`: the headlines differ:", "",
+                       *[f"{line} ({_kernel_of(main)})" for line in here],
+                       *[f"{line} ({_kernel_of(rerun)})" for line in there], ""])
+    lines += _table(["result", "here", "rerun", "outcomes that differ", "same commit"], rows)
+    if shown:
+        lines += ["Where outcomes differ, the headline each renders:", "", *shown]
+    return lines
 
 
 MF_HELDOUT_TITLE = "## Multi-fidelity searches on held-out problems, one epoch budget"

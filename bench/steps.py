@@ -38,8 +38,8 @@ QUICK: list[tuple[str, str]] = [
     ("tables", "-m bench.tables --quick"),
     ("simulate", "-m bench.simulate --quick"),
     ("gang-start", "bench/gang_start_bench.py --gangs 8"),
-    ("orchestration", "bench/orchestration_bench.py --parts overhead --trials 250"
-                      " --tune-new-actor-cap 10"),
+    ("orchestration", "bench/orchestration_bench.py --parts overhead --trials 250,2000"
+                      " --tune-new-actor-cap 50 --reps 3"),
     ("e2e-planning", "bench/e2e_planning_bench.py --seeds 1 --threshold 0.93"),
     ("simulate-planning", "-m bench.simulate_planning --quick"),
     ("multifidelity", "bench/multifidelity_bench.py --seeds 20"),
@@ -58,8 +58,10 @@ QUICK: list[tuple[str, str]] = [
 # shared one (bench-quick.json of run quick-20261125T1940Z at load 12-41, about 3.5x slower
 # than quiet where a step's own CPU time does not say more; the e2e-planning and backends
 # runs at load 1-5 in git history) and each bench's sizes, in seconds: tables 190,
-# simulate 15, gang-start 35, orchestration 100 (250 trials a system, Tune's default 10
-# trials of ~2 s), e2e-planning 250 (4 arms x 1 seed; 2 seeds took 602 s at load 1-4),
+# simulate 15, gang-start 35, orchestration 540 (3 interleaved repetitions of 250 and
+# 2,000 trials by nestor's command and function trials and Tune's reuse_actors, about
+# 85 s a repetition, and of Tune's default at 50 trials of about a second, 70 s),
+# e2e-planning 250 (4 arms x 1 seed; 2 seeds took 602 s at load 1-4),
 # simulate-planning 5, multifidelity 10, auto-sine 25 (37 s of CPU in 2 processes),
 # auto-heldout 35 (63 s of CPU with NGOpt, in 2 processes), many-at-once 40 (72 s of CPU
 # with NGOpt, --jobs 2; the competitors and the multi-fidelity problems kept to the
@@ -67,7 +69,7 @@ QUICK: list[tuple[str, str]] = [
 # multifidelity-heldout 65 (63 s of CPU, one process), multifidelity-dev 35 (the same
 # searches on its 4 problems, one seed: an estimate from the held-out step's, not run),
 # search-fidelity 300 (6 searches x 80 slot-s on 2 slots: 240 s, and start-ups), backends
-# 65 (3 repeats of 3 epochs: 125 s at load 1-2). About 20 minutes in all; CPU times
+# 65 (3 repeats of 3 epochs: 125 s at load 1-2). About 27 minutes in all; CPU times
 # measured at load 20-38; bench-quick.json says what a run took.
 
 FULL: list[tuple[str, str]] = [

@@ -445,3 +445,75 @@ def test_nestor_is_compared_with_tunes_default_at_the_same_number_of_trials() ->
         "total_s": 440.0, "total_ms_per_trial": 1760.0}
     (line,) = [x for x in report._against_tune(runs) if x.startswith("- ")]
     assert "1/20 of Tune's default end to end at 250 trials;" in line, line  # its own run
+
+
+def test_the_interleaved_overhead_table_gives_medians_ranges_ratios_and_the_goals() -> None:
+    """bench/orchestration_bench.py run interleaved (issue 40 item 2): each cell a
+    median with its range, nestor against Tune at equal counts, and Tune's default
+    where it could not run the count by its steady state per trial at its cap
+    (its start-up left out, in its favour), each held against issue 40's goal."""
+    from bench import orchestration_bench as ob
+
+    def timed(total: float, startup: float = 5.0, n: int = 2000) -> dict[str, float]:
+        return {"startup_s": startup, "steady_ms_per_trial": 1000 * (total - startup - 1) / n,
+                "wind_down_s": 1.0, "total_s": total, "total_ms_per_trial": 1000 * total / n,
+                "load_average": 1.0}
+
+    measured = {  # three repetitions each, made up
+        ("nestor", 2000): [timed(18.0), timed(17.0), timed(19.0)],
+        ("nestor-fn", 2000): [timed(14.0), timed(15.0), timed(13.5)],
+        ("tune-reuse", 2000): [timed(36.0), timed(38.0), timed(35.0)],
+        ("tune", 50): [timed(70.0, 18.0, 50)] * 3,
+    }
+    runs = {ob.SYSTEMS[s]: {str(n): ob.spread(rows)} for (s, n), rows in measured.items()}
+    ov = {"counts": [2000], "tune_new_actor_cap": 50, "concurrent": 2, "reps": 3,
+          "runs": runs, "ratios": ob.ratios(runs, [2000]), "nestor_command": "nestor sweep",
+          "nestor_function": "nestor run SPEC", "method": "interleaved"}
+    text = "\n".join(report.overhead_section({"overhead": ov, "machine": "here"}))
+    assert "| 18.0 [17.0–19.0] |" in text and "| 3 |" in text  # median [range], reps
+    # 14.0 / 36.0 and 18.0 / 36.0, medians at 2,000 on both sides
+    assert "function trials / Tune `reuse_actors` 0.39x (goal at most 0.4x: met)" in text
+    assert "command trials / Tune `reuse_actors` 0.50x (goal at most 0.5x: met)" in text
+    # Tune's default: (70 - 18 - 1) / 50 s = 1,020 ms per trial in its steady state;
+    # nestor's command trials 9 ms each end to end: 1/113, short of 1/150.
+    assert ("command trials per trial 1/113 of Tune's default, end to end (against Tune's"
+            " default's steady state per trial at 50) (goal at most 1/150: not met)") in text
+    headline = report.interleaved_headline(ov)
+    assert "median of 3" in headline and "0.39x (function)" in headline, headline
+
+
+def test_a_search_result_rerun_on_another_blas_kernel_is_compared_outcome_by_outcome(
+        tmp_path: Path) -> None:
+    """bench/results/kernels/KERNEL/ holds reruns with another OpenBLAS kernel (issue 40
+    item 3): the report counts the outcomes that differ (timings and machine aside)
+    and shows the headline each renders, or says it reads the same on both."""
+    import copy
+    import shutil
+
+    results = tmp_path / "results"
+    (results / "kernels" / "skylakex").mkdir(parents=True)
+    shutil.copy(ROOT / "bench" / "results" / "auto-sine.json", results / "auto-sine.json")
+    main = json.loads((results / "auto-sine.json").read_text())
+    main["machine"]["blas"] = [{"library": "openblas", "kernel": "Haswell", "threads": 2}]
+    (results / "auto-sine.json").write_text(json.dumps(main))
+    rerun = copy.deepcopy(main)
+    rerun["machine"]["blas"][0]["kernel"] = "SkylakeX"
+    rerun["machine"]["wall_s"] = 1.0  # not an outcome
+    leaves = report.outcome_leaves(main)
+    (results / "kernels" / "skylakex" / "auto-sine.json").write_text(json.dumps(rerun))
+    text = "\n".join(report.kernels_section(results))
+    assert (f"| `auto-sine.json` | openblas Haswell | openblas SkylakeX | 0 of {len(leaves):,}"
+            " | yes |") in text
+    auto = rerun["problems"]["sin7"]["searches"]["auto"]
+    auto["regret"] = [10 * r for r in auto["regret"]]  # seeds' regrets, not in the headline
+    (results / "kernels" / "skylakex" / "auto-sine.json").write_text(json.dumps(rerun))
+    text = "\n".join(report.kernels_section(results))
+    assert f"{len(auto['regret'])} of {len(leaves):,}" in text
+    assert "`auto-sine.json`: the headline reads the same on both:" in text
+    auto["median"] *= 10  # the headline's figure
+    (results / "kernels" / "skylakex" / "auto-sine.json").write_text(json.dumps(rerun))
+    text = "\n".join(report.kernels_section(results))
+    assert f"{len(auto['regret']) + 1} of {len(leaves):,}" in text
+    assert "`auto-sine.json`: the headlines differ:" in text
+    assert text.count("sine-fit sin7 regret") == 2
+    assert "Not run" in "\n".join(report.kernels_section(tmp_path / "none"))
