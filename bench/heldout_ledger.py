@@ -114,12 +114,13 @@ LEDGER: tuple[Revision, ...] = (
              "16-63 at once on numbers: lq-CMA-ES, a generation of the width",
              fitted_on=MANY_DEV_NUMERIC, fit_results=("many_at_once_dev_numeric_rule3a.json",),
              judged_by=(
-                 Judgement(MANY_HELDOUT, ("many_at_once_rule3a16.json", "many_at_once.json"),
+                 Judgement(MANY_HELDOUT, ("many_at_once_rule3a16.json",
+                                          "72a8d3c:bench/results/many_at_once.json"),
                            reused="they had judged rule 3, whose loss at 16 at once on them"
                                   " prompted this rule"),
-                 Judgement(AUTO_HELDOUT, ("auto-heldout.json",),
+                 Judgement(AUTO_HELDOUT, ("72a8d3c:bench/results/auto-heldout.json",),
                            reused="they had judged rule 5 (a rerun by make bench-quick)"),
-                 Judgement(MF_HELDOUT, ("multifidelity_heldout.json",),
+                 Judgement(MF_HELDOUT, ("72a8d3c:bench/results/multifidelity_heldout.json",),
                            reused="rule M was chosen on these problems (a rerun by make"
                                   " bench-quick)"))),
     Revision("rule 3a, async", "cee3881",
@@ -145,7 +146,7 @@ LEDGER: tuple[Revision, ...] = (
                            reused="they had judged rule M at 64 at once"
                                   " (many_at_once_heldout_mf_w64.json), whose loss there"
                                   " prompted this rule"),
-                 Judgement(MANY_HELDOUT, ("many_at_once_complete.json",
+                 Judgement(MANY_HELDOUT, ("72a8d3c:bench/results/many_at_once_complete.json",
                                           "many_at_once_cbo64.json",
                                           "many_at_once_tpe1024.json"),
                            reused="they had judged rules 3 and 3a, and their multi-fidelity"
@@ -154,7 +155,25 @@ LEDGER: tuple[Revision, ...] = (
              "with a fidelity, prefer: anytime (rules M and W, the default) or final"
              " (every trial in full); rule M's ASHA-TPE models the highest rung with 10"
              " results", fitted_on=MF_DEV, fit_results=("multifidelity_dev.json",),
-             judged_by=(Judgement(MF_AUTO, ("multifidelity_auto.json",)),)),
+             judged_by=(
+                 Judgement(MF_AUTO, ("multifidelity_auto.json",)),
+                 # Issue 40's reruns at main on two OpenBLAS kernels: make bench-quick's
+                 # search steps (Haswell here, SkylakeX under kernels/) and the full
+                 # many-at-once bench on both. Evidence that the figures reproduce, not
+                 # a fresh judgement of any rule.
+                 Judgement(AUTO_HELDOUT, ("auto-heldout.json",
+                                          "kernels/skylakex/auto-heldout.json"),
+                           reused="they had judged rules 5 and 3a (reruns by make"
+                                  " bench-quick, on two BLAS kernels)"),
+                 Judgement(MANY_HELDOUT, ("many_at_once.json", "many_at_once_complete.json",
+                                          "kernels/skylakex/many_at_once.json",
+                                          "kernels/skylakex/many_at_once_complete.json"),
+                           reused="they had judged rules 3, 3a and W (reruns on two BLAS"
+                                  " kernels: make bench-quick's and the full bench's)"),
+                 Judgement(MF_HELDOUT, ("multifidelity_heldout.json",
+                                        "kernels/skylakex/multifidelity_heldout.json"),
+                           reused="rule M was chosen on these problems (reruns by make"
+                                  " bench-quick, on two BLAS kernels)"))),
 )
 
 
