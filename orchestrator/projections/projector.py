@@ -81,13 +81,6 @@ GATHERED = (TrialStarted, TrialAttemptFailed, TrialFinished, TrialInterrupted)
 BATCH_EVENTS, BATCH_EVENTS_BULK = 64, 4096
 READ_BYTES = 2 << 20  # the journal is read and parsed this much at a time (~7,000 events)
 CURSOR_EVERY_S = 1.0  # the cursor file is written at most this often, and at the end
-# While the run goes on, a pass over the journal starts at most this often: a trial's
-# events come a few milliseconds apart, and a pass per append made batches of one or
-# two events, each paying a transaction, a store read and the cursor's check, in the
-# driver's process, where every CPU-second it takes is one the scheduling loop waits
-# for (the GIL, and 2 cores shared with the ranks). MLflow shows an event this much
-# later at most; a flush or close (the run's end) does not wait.
-PACE_S = 0.5
 
 
 class Projector:
@@ -133,7 +126,6 @@ class Projector:
         self._keys_read = False  # whether the tracker has learnt the store's runs
         self._failing_since: float | None = None  # MLflow refusing events since
         self._wake = threading.Event()
-        self._hurry = threading.Event()  # set by flush and close: no pacing (PACE_S)
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="nestor-mlflow-projector",
                                         daemon=True)
@@ -160,11 +152,9 @@ class Projector:
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for MLflow to show every event on disk."""
         deadline = time.monotonic() + timeout_s
-        self._hurry.set()
         while self.behind and time.monotonic() < deadline and self._thread.is_alive():
             self._wake.set()
             time.sleep(0.05)
-        self._hurry.clear()
         return not self.behind
 
     def close(self, timeout_s: float = 20.0, *,
@@ -180,7 +170,6 @@ class Projector:
         ``report(written, of, seconds_left)`` is called every 50 ms; without
         ``report``, what is left is logged."""
         began, first = time.monotonic(), self.done
-        self._hurry.set()
         while self.behind and self._thread.is_alive() and not (stop and stop()):
             if report is not None:
                 now, behind = time.monotonic(), self.behind
@@ -208,13 +197,9 @@ class Projector:
     def _loop(self) -> None:
         if self._warm_up:
             self._warm()
-        wait, last_pass = RETRY_FIRST_S, 0.0
+        wait = RETRY_FIRST_S
         while True:
-            since = time.monotonic() - last_pass
-            if since < PACE_S:  # appends gathered into one pass (PACE_S)
-                self._hurry.wait(PACE_S - since)
             self._wake.clear()
-            last_pass = time.monotonic()
             try:
                 self._project_new()
                 wait, self._failing_since = RETRY_FIRST_S, None
