@@ -25,6 +25,7 @@ import math
 import re
 import statistics
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -521,9 +522,11 @@ def interleaved_overhead_section(o: dict[str, Any]) -> list[str]:
     and issue 40's goals held against them."""
     ov = o["overhead"]
     where = machine_line(o.get("machine_detail") or o.get("machine"))
-    rows = []
+    rows, exits = [], []
     for label, by_count in ov["runs"].items():
         for n, r in by_count.items():
+            if "results_to_exit_s" in r:
+                exits.append(f"{label} at {int(n):,}: {_med(r, 'results_to_exit_s', 2)} s")
             if "reps" not in r:  # the Optuna loop: timed once, alone
                 rows.append([label, f"{int(n):,}", "1", "–", f"{r['steady_ms_per_trial']:.2f}",
                              "–", f"{r['total_s']:.1f}", f"{r['total_ms_per_trial']:.2f}", "–"])
@@ -532,11 +535,6 @@ def interleaved_overhead_section(o: dict[str, Any]) -> list[str]:
                          _med(r, "steady_ms_per_trial", 2), _med(r, "wind_down_s", 1),
                          _med(r, "total_s", 1), f"{r['total_ms_per_trial']:.2f}",
                          _med(r, "load_average", 1)])
-    exits = []
-    for label, by_count in ov["runs"].items():
-        for n, r in by_count.items():
-            if "results_to_exit_s" in r:
-                exits.append(f"{label} at {int(n):,}: {_med(r, 'results_to_exit_s', 2)} s")
     cap = ov["tune_new_actor_cap"]
     ratios = ov.get("ratios", {})
     goals = []
@@ -586,9 +584,9 @@ def interleaved_overhead_section(o: dict[str, Any]) -> list[str]:
 
 def overhead_section(o: dict[str, Any]) -> list[str]:
     ov = o["overhead"]
-    where = machine_line(o.get("machine_detail") or o.get("machine"))
     if ov.get("reps"):
         return interleaved_overhead_section(o)
+    where = machine_line(o.get("machine_detail") or o.get("machine"))
     if "runs" not in ov:  # written before start-up and steady state were told apart
         return ["## Orchestration overhead", "", where, "",
                 "Not comparable: this result timed nestor with Ray's start-up and Tune"
@@ -995,11 +993,7 @@ def _headline_lines(t: dict[str, Any] | None, sim: dict[str, Any] | None,
         found.append((splan, lines_splan))
     if f:
         found.append((f, [fidelity_headline(f)]))
-    for name, render_line in (("sine", sine_headline), ("heldout", heldout_headline),
-                              ("multi", multifidelity_headline),
-                              ("backends", backends_headline), ("gangs", gang_headline),
-                              ("many", many_at_once_headline),
-                              ("mf_heldout", mf_heldout_headline)):
+    for name, render_line in _file_headlines():
         result = more.get(name)
         if result:
             found.append((result, render_line(result)))
@@ -1072,15 +1066,27 @@ def render(results: Path, out_md: Path) -> Path:
     return out_md
 
 
+# Every results file the report reads (its stem), by the name its sections use.
+RESULT_NAMES = {"t": "tables", "g": "gpu-tables", "sim": "simulate", "splan": "simulate-planning",
+                "fidelity": "search-fidelity", "sine": "auto-sine", "backends": "backends",
+                "gangs": "gang-start", "multi": "multifidelity", "heldout": "auto-heldout",
+                "many": "many_at_once", "mf_heldout": "multifidelity_heldout",
+                "planning": "planning", "quick": "bench-quick", "full": "bench-full",
+                "mf_dev": "multifidelity_dev", "mf_auto": "multifidelity_auto"}
+
+
+def _file_headlines() -> tuple[tuple[str, Callable[[dict[str, Any]], list[str]]], ...]:
+    """The headline renderer of each results file that renders its own line, by the
+    name in RESULT_NAMES, in the headline's order."""
+    return (("sine", sine_headline), ("heldout", heldout_headline),
+            ("multi", multifidelity_headline), ("backends", backends_headline),
+            ("gangs", gang_headline), ("many", many_at_once_headline),
+            ("mf_heldout", mf_heldout_headline))
+
+
 def load(results: Path) -> dict[str, Any]:
     """Every results file the report reads, by the name its sections use."""
-    names = {"t": "tables", "g": "gpu-tables", "sim": "simulate", "splan": "simulate-planning",
-             "fidelity": "search-fidelity", "sine": "auto-sine", "backends": "backends",
-             "gangs": "gang-start", "multi": "multifidelity", "heldout": "auto-heldout",
-             "many": "many_at_once", "mf_heldout": "multifidelity_heldout",
-             "planning": "planning", "quick": "bench-quick", "full": "bench-full",
-             "mf_dev": "multifidelity_dev", "mf_auto": "multifidelity_auto"}
-    found = {key: _load(results, name) for key, name in names.items()}
+    found = {key: _load(results, name) for key, name in RESULT_NAMES.items()}
     found["o_runs"] = _overhead_runs(results)  # the headline's first, then further runs
     found["o"] = found["o_runs"][0] if found["o_runs"] else None
     found["p_runs"] = _projection_runs(results)
@@ -1616,9 +1622,8 @@ KERNELS = "kernels"  # bench/results/kernels/KERNEL/: the search results rerun o
 KERNELS_TITLE = "## Search results on two BLAS kernels"
 # A result's values that are not search outcomes: how long it took, where it ran.
 _NOT_OUTCOMES = (RESULTS_FILE, "machine", "machine_detail", "command", "commit", "wall_s",
-                 "cpu_s",
-                 "seconds", "elapsed_s", "time_s", "duration_s", "load_average_at_start",
-                 "load_average_at_end")
+                 "cpu_s", "seconds", "elapsed_s", "time_s", "duration_s",
+                 "load_average_at_start", "load_average_at_end")
 
 
 def outcome_leaves(data: Any, path: str = "") -> dict[str, Any]:
@@ -1639,6 +1644,12 @@ def outcome_leaves(data: Any, path: str = "") -> dict[str, Any]:
     return {path: data}
 
 
+def _same(x: Any, y: Any) -> bool:
+    """Equal outcomes, NaN on both sides counted equal (a result may hold NaN)."""
+    return x == y or (isinstance(x, float) and isinstance(y, float) and math.isnan(x)
+                      and math.isnan(y))
+
+
 def _kernel_of(data: dict[str, Any]) -> str:
     blas = (data.get("machine") or {}).get("blas") or []
     kernels = dict.fromkeys(f"{b['library']} {b['kernel']}" for b in blas)  # numpy's, scipy's
@@ -1646,12 +1657,12 @@ def _kernel_of(data: dict[str, Any]) -> str:
 
 
 def _kernel_headline(stem: str) -> Any:
-    """The headline renderer of a search result by its file's stem, None where none."""
+    """The headline renderer of a results file by its stem (every many-at-once run's is
+    the many-at-once one), None where it has none."""
     if stem.startswith("many_at_once"):
         return many_at_once_headline
-    return {"auto-sine": sine_headline, "auto-heldout": heldout_headline,
-            "multifidelity": multifidelity_headline,
-            "multifidelity_heldout": mf_heldout_headline}.get(stem)
+    return next((render for name, render in _file_headlines() if RESULT_NAMES[name] == stem),
+                None)
 
 
 def kernels_section(results: Path) -> list[str]:
@@ -1674,7 +1685,7 @@ def kernels_section(results: Path) -> list[str]:
     for rerun_path, main_path in pairs:
         main, rerun = _read(main_path), _read(rerun_path)
         a, b = outcome_leaves(main), outcome_leaves(rerun)
-        differ = sum(1 for key in a.keys() | b.keys() if a.get(key) != b.get(key))
+        differ = sum(1 for key in a.keys() | b.keys() if not _same(a.get(key), b.get(key)))
         same_code = main["machine"].get("commit") == rerun["machine"].get("commit")
         rows.append([f"`{main_path.name}`", _kernel_of(main), _kernel_of(rerun),
                      f"{differ:,} of {len(a.keys() | b.keys()):,}",

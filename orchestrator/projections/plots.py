@@ -567,6 +567,10 @@ def plot_parallel_coordinates(summary: dict[str, Any], metric: str, mode: str,
     fig, ax = plt.subplots(figsize=(max(6.0, 1.6 * (len(axes) + 1)), 4.8), dpi=110)
     cmap = plt.get_cmap("viridis_r")
     xs = list(range(len(axes) + 1))
+
+    def line(i: int) -> list[float | None]:  # trial i's heights, None where it lacks one
+        return [a.positions[i] for a in axes] + [(values[i] - low) / span]
+
     # One collection of every other trial's line, worst first (a line per Line2D took
     # a second or more at 2,000 trials, at the run's end, where its user waits), then
     # the best on top. A parameter a trial lacks breaks its line: the runs between.
@@ -575,16 +579,14 @@ def plot_parallel_coordinates(summary: dict[str, Any], metric: str, mode: str,
     for i in sorted(range(len(trials)), key=lambda i: goodness[i]):
         if i == best:
             continue
-        ys = [a.positions[i] for a in axes] + [(values[i] - low) / span]
-        for run in _unbroken(list(zip(xs, ys, strict=True))):
+        for run in _unbroken(list(zip(xs, line(i), strict=True))):
             segments.append(run)
             colours.append(cmap(goodness[i]))
     from matplotlib.collections import LineCollection
 
     ax.add_collection(LineCollection(segments, colors=colours, alpha=0.45, linewidths=1.0))
-    ys = [a.positions[best] for a in axes] + [(values[best] - low) / span]
-    ax.plot(xs, [math.nan if y is None else y for y in ys], color=cmap(goodness[best]),
-            alpha=0.9, linewidth=2.6)
+    ax.plot(xs, [math.nan if y is None else y for y in line(best)],
+            color=cmap(goodness[best]), alpha=0.9, linewidth=2.6)
     ax.set_ylim(-0.05, 1.05)
     for x, a in enumerate(axes):
         ax.axvline(x, color="black", linewidth=0.6)

@@ -234,4 +234,3 @@ def test_a_run_made_by_a_request_whose_answer_was_lost_is_not_made_again(
     for run in runs:  # the found run's params too: its create's log_batch never came
         if run.info.run_name != "tune":
             assert run.data.params == {"x": str(int(run.info.run_name[5:]) / 10)}, run.info
-
