@@ -30,6 +30,7 @@ runs left RUNNING by a killed driver.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import math
 import threading
@@ -76,11 +77,24 @@ ENDED: dict[str, str] = {TrialStatus.COMPLETED: "FINISHED", TrialStatus.PRUNED: 
                          TrialStatus.STOPPED: "KILLED"}  # else FAILED
 # A trial's events: gathered, per batch, into one set of writes to its run.
 GATHERED = (TrialStarted, TrialAttemptFailed, TrialFinished, TrialInterrupted)
+# The other events MLflow shows something of (``project``), each written after what was
+# gathered before it. Any other event (the search's log, two a trial; the workflow's
+# start and end; the planner's state) writes nothing, so it does not cut a batch: it
+# cost a 2,000-trial sweep some 2,000 transactions instead of a few.
+WRITTEN_ALONE = (StageStarted, StageFinished, StageReopened, ThresholdReached, StagePlanned,
+                 StageReplanned, SearchSized)
 # Events per batch at most (a trial's events are gathered within one): a batch is one
 # transaction into the run directory's own store, a run at a time elsewhere.
 BATCH_EVENTS, BATCH_EVENTS_BULK = 64, 4096
 READ_BYTES = 2 << 20  # the journal is read and parsed this much at a time (~7,000 events)
 CURSOR_EVERY_S = 1.0  # the cursor file is written at most this often, and at the end
+# While the run goes on, a pass over the journal starts at most this often: a trial's
+# events come milliseconds apart, and a pass per append made batches of one or two
+# events, each paying a transaction and a read of the runs it touches, in the driver's
+# process, where every CPU-second it takes is one the scheduling loop waits for (the
+# GIL; cores shared with the ranks). MLflow shows an event this much later at most; a
+# flush or close (the run's end) does not wait.
+PACE_S = 0.5
 
 
 class Projector:
@@ -125,7 +139,10 @@ class Projector:
         self._stage_runs: dict[str, str] = {}
         self._keys_read = False  # whether the tracker has learnt the store's runs
         self._failing_since: float | None = None  # MLflow refusing events since
+        self._failure: BaseException | None = None  # and why, the last time
         self._wake = threading.Event()
+        self._hurry = threading.Event()  # set by flush and close: no pacing (PACE_S)
+        self._stop = threading.Event()  # set once closing: a retry's wait ends at once
         self._closing = False
         self._thread = threading.Thread(target=self._loop, name="nestor-mlflow-projector",
                                         daemon=True)
@@ -152,9 +169,11 @@ class Projector:
     def flush(self, timeout_s: float) -> bool:
         """Wait up to ``timeout_s`` for MLflow to show every event on disk."""
         deadline = time.monotonic() + timeout_s
+        self._hurry.set()
         while self.behind and time.monotonic() < deadline and self._thread.is_alive():
             self._wake.set()
             time.sleep(0.05)
+        self._hurry.clear()
         return not self.behind
 
     def close(self, timeout_s: float = 20.0, *,
@@ -166,10 +185,12 @@ class Projector:
         Waits as long as MLflow keeps taking events (a big sweep on SQLite may end
         well ahead of its projection; one event's plots may take a minute on a busy
         machine), but no more than ``timeout_s`` of MLflow refusing them (a server
-        that is down), and not once ``stop()`` says so (a Ctrl-C). While it waits,
+        that is down), not at all once a full disk refused them (waiting does not
+        free it), and not once ``stop()`` says so (a Ctrl-C). While it waits,
         ``report(written, of, seconds_left)`` is called every 50 ms; without
         ``report``, what is left is logged."""
         began, first = time.monotonic(), self.done
+        self._hurry.set()
         while self.behind and self._thread.is_alive() and not (stop and stop()):
             if report is not None:
                 now, behind = time.monotonic(), self.behind
@@ -178,9 +199,11 @@ class Projector:
             self._wake.set()
             time.sleep(0.05)
             failing = self._failing_since
-            if failing is not None and time.monotonic() - failing > timeout_s:
+            if failing is not None and (time.monotonic() - failing > timeout_s
+                                        or disk_full(self._failure)):
                 break
         self._closing = True
+        self._stop.set()
         self._wake.set()
         self._thread.join(timeout=2 if stop and stop() else 5)
         if self._tracker is not None:
@@ -197,13 +220,18 @@ class Projector:
     def _loop(self) -> None:
         if self._warm_up:
             self._warm()
-        wait = RETRY_FIRST_S
+        wait, last_pass = RETRY_FIRST_S, 0.0
         while True:
+            since = time.monotonic() - last_pass
+            if since < PACE_S:  # appends gathered into one pass (PACE_S)
+                self._hurry.wait(PACE_S - since)
             self._wake.clear()
+            last_pass = time.monotonic()
             try:
                 self._project_new()
-                wait, self._failing_since = RETRY_FIRST_S, None
+                wait, self._failing_since, self._failure = RETRY_FIRST_S, None, None
             except Exception as exc:  # MLflow down or slow: the journal keeps it all
+                self._failure = exc
                 if self._failing_since is None:
                     self._failing_since = time.monotonic()
                 if isinstance(self._tracker, Tracker):
@@ -213,7 +241,9 @@ class Projector:
                     return
                 log.warning("MLflow at %s did not take event %d (%s); retrying in %.0f s",
                             self.uri, self.done, first_line(exc)[:300], wait)
-                self._wake.wait(wait)
+                # Not cut short by appends, nor by close's hurrying (a wake every 50 ms:
+                # a line logged each time, hundreds on a full disk); only by the end.
+                self._stop.wait(wait)
                 wait = min(wait * 2, RETRY_MAX_S)
                 continue
             if self._closing:
@@ -280,6 +310,8 @@ class Projector:
                     self._remember(event)  # projected by an earlier driver: only learn from it
                 elif isinstance(event, GATHERED):
                     self._gather(writes, event)
+                elif not isinstance(event, WRITTEN_ALONE):
+                    self._remember(event)  # nothing to write: the batch goes on
                 else:  # a stage's event: after what came before it, as it came
                     self._apply(writes)
                     self.project(event)
@@ -619,6 +651,23 @@ def _finite(value: Any) -> bool:
 
 def _unshown(exc: JournalError) -> None:
     log.warning("%s; MLflow does not show it", exc)
+
+
+def disk_full(exc: BaseException | None) -> bool:
+    """Did MLflow refuse for want of space (its own SQLite store's ``database or disk
+    is full``, or ENOSPC from a file it writes)? Waiting frees nothing: the driver
+    stops, and the journal keeps what MLflow lacks for ``nestor resume``.
+
+    >>> disk_full(OSError(28, "No space left on device"))
+    True
+    >>> disk_full(ConnectionError("connection refused"))
+    False
+    """
+    if exc is None:
+        return False
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return True
+    return "database or disk is full" in str(exc) or "No space left on device" in str(exc)
 
 
 def transient(exc: BaseException) -> bool:

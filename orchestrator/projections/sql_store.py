@@ -64,6 +64,7 @@ class SqlRunWriter:
         from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
         self.store = SqlAlchemyStore(uri, default_artifact_root=str(Path.cwd()))
+        self._locations: dict[str, str] = {}  # experiment id -> its artifact location
 
     def write(self, experiment_id: str, batch: Iterable[Any], keys: dict[str, str],
               extra_tags: Mapping[str, str]) -> list[tuple[str, str]]:
@@ -77,7 +78,9 @@ class SqlRunWriter:
         batch = list(batch)
         rows = _Rows()
         with self.store.ManagedSessionMaker(read_only=False) as session:
-            location = session.get(SqlExperiment, int(experiment_id)).artifact_location
+            location = self._locations.get(experiment_id)
+            if location is None:  # it never changes: read once, not once a batch
+                location = session.get(SqlExperiment, int(experiment_id)).artifact_location
             rows.read(session, sorted({keys[w.key] for w in batch if w.key in keys}))
             made: dict[str, str] = {}
             out = []
@@ -89,6 +92,7 @@ class SqlRunWriter:
                 out.append((run_id, rows.update(run_id, writes)))
             rows.flush(session)
         keys |= made  # committed: the runs exist
+        self._locations[experiment_id] = location
         return out
 
 

@@ -48,6 +48,7 @@ from nestor.orchestrator.projections.store_paths import (
     ARTIFACTS_ROOT,
     STORE_FILE,
     artifact_location,
+    copy_artifact,
     list_artifacts,
 )
 from nestor.orchestrator.projections.store_schema import make_store, sqlite_file, sqlite_pragmas
@@ -392,11 +393,14 @@ class Tracker:
         if not self.own_store:
             self.client.log_artifact(run_id, str(place), folder)
             return
-        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
-
         uri = self._artifact_uris.get(run_id)
         if uri is None:
             uri = self._artifact_uris[run_id] = self.client.get_run(run_id).info.artifact_uri
+        if uri.startswith(ARTIFACTS_ROOT):
+            copy_artifact(self.run_dir, uri, place, folder)
+            return
+        from mlflow.store.artifact.artifact_repository_registry import get_artifact_repository
+
         repository = get_artifact_repository(artifact_location(self.run_dir, uri))
         repository.log_artifact(str(place), folder)
 

@@ -125,3 +125,39 @@ def test_a_shipped_function_is_loaded_only_when_its_owner_alone_may_write_it(
     os.chown(path, 12345, -1)  # tests run as root: another user's file
     with pytest.raises(UnsafeRunData, match="owned by uid 12345"):
         shipped_code(tmp_path, "__main__:train")
+
+
+def test_a_link_planted_among_the_artifacts_is_not_written_through(tmp_path: Path) -> None:
+    """The projector copies a run's files into the run directory's ``mlartifacts/``
+    itself (``store_paths.copy_artifact``, not MLflow's repository, which costs a
+    millisecond a file). A link planted there, where a run's folder will be, must
+    not carry the copy out of the run directory: the write is refused and the place
+    the link names stays untouched."""
+    from mlflow.exceptions import MlflowException
+
+    from nestor.orchestrator.projections.tracking import Tracker
+
+    run_dir, outside = tmp_path / "run", tmp_path / "outside"
+    outside.mkdir()
+    tracker = Tracker(run_dir, "planted")
+    run = tracker.start_run("trial", key="trial")
+    log = run_dir / "logs" / "stdout.log"
+    log.parent.mkdir(parents=True)
+    log.write_text("FoM: 0.5\n")
+    log.chmod(0o640)
+    tracker.log_artifact(run, log, "logs/attempt-1")  # as a trial's log is
+    uri = tracker.client.get_run(run).info.artifact_uri
+    place = run_dir / "mlartifacts" / uri.split(":/", 1)[1].lstrip("/")
+    copied = place / "logs" / "attempt-1" / "stdout.log"
+    assert copied.read_text() == "FoM: 0.5\n"
+    assert copied.stat().st_mode & 0o777 == 0o640  # as MLflow's copy keeps it
+    assert [p.name for p in copied.parent.iterdir()] == ["stdout.log"]  # no staged leftover
+
+    (place / "logs" / "attempt-2").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(MlflowException, match="outside"):
+        tracker.log_artifact(run, log, "logs/attempt-2")
+    with pytest.raises(MlflowException):  # a folder that climbs out, as MLflow refuses it
+        tracker.log_artifact(run, log, "../../escaped")
+    tracker.close()
+    assert list(outside.iterdir()) == []
+    assert not (run_dir / "mlartifacts" / "escaped").exists()
