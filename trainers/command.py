@@ -51,6 +51,7 @@ import dataclasses
 import math
 import os
 import re
+import selectors
 import signal
 import subprocess
 import tempfile
@@ -112,7 +113,8 @@ def build_argv(base: tuple[str, ...] | list[str], params: Mapping[str, Any],
 
 
 class _Stream:
-    """Reads one pipe in a thread: keeps a bounded log and scans lines for results."""
+    """One pipe's output, as :class:`_Pump` reads it: keeps a bounded log and scans
+    lines for results."""
 
     def __init__(self, pipe: BinaryIO, log_path: Path | None, limit: int, pattern: re.Pattern[str],
                  on_result: Any, on_line: Any = None) -> None:
@@ -129,21 +131,15 @@ class _Stream:
         self.partial = bytearray()
         self.last_lines: collections.deque[str] = collections.deque(maxlen=5)
         self.last_match: tuple[str, str] | None = None
-        self.thread = threading.Thread(target=self._run, daemon=True)
-        self.thread.start()
 
-    def _run(self) -> None:
-        fd = self.pipe.fileno()
-        while True:
-            try:
-                chunk = os.read(fd, CHUNK)
-            except OSError:
-                break
-            if not chunk:
-                break
-            self.total += len(chunk)
-            self._keep(chunk)
-            self._scan(chunk)
+    def feed(self, chunk: bytes) -> None:
+        """What the pipe gave: logged (bounded) and scanned, line by line."""
+        self.total += len(chunk)
+        self._keep(chunk)
+        self._scan(chunk)
+
+    def ended(self) -> None:
+        """The pipe is at its end: a last line without its newline counts too."""
         if self.partial:
             self._line(bytes(self.partial))
             self.partial.clear()
@@ -188,8 +184,8 @@ class _Stream:
         if self.on_line is not None:
             self.on_line(text)
 
-    def finish(self, timeout: float) -> None:
-        self.thread.join(timeout)
+    def finish(self) -> None:
+        """The log completed: what was left out of its middle said, its tail written."""
         if self.log is not None:
             omitted = self.total - self.head_written - self.tail_size
             if omitted > 0:
@@ -198,6 +194,52 @@ class _Stream:
             for chunk in self.tail:
                 self.log.write(chunk)
             self.log.close()
+
+
+class _Pump:
+    """A command's pipes read in the calling thread, whichever has output, while it
+    waits for the command: no reader thread per pipe, whose two starts (and the
+    switches between three threads) cost a trivial command trial about a millisecond
+    in its rank."""
+
+    def __init__(self, streams: Mapping[str, _Stream]) -> None:
+        self.selector = selectors.DefaultSelector()
+        for stream in streams.values():
+            os.set_blocking(stream.pipe.fileno(), False)
+            self.selector.register(stream.pipe, selectors.EVENT_READ, stream)
+
+    @property
+    def open(self) -> bool:
+        """Some pipe has not reached its end yet."""
+        return bool(self.selector.get_map())
+
+    def read(self, timeout: float) -> None:
+        """Read what the pipes have, waiting up to ``timeout`` for some output (or
+        their ends); returns once something came or the time is up."""
+        for key, _mask in self.selector.select(timeout):
+            stream: _Stream = key.data
+            try:
+                chunk = os.read(stream.pipe.fileno(), CHUNK)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if chunk:
+                stream.feed(chunk)
+            else:
+                self.selector.unregister(stream.pipe)
+                stream.ended()
+
+    def drain(self, timeout: float) -> None:
+        """Read the pipes to their ends, for up to ``timeout`` (the command's group is
+        gone by then: only output already written is left)."""
+        deadline = time.monotonic() + timeout
+        while self.open and (left := deadline - time.monotonic()) > 0:
+            self.read(left)
+        for key in list(self.selector.get_map().values()):  # still open: given up on
+            self.selector.unregister(key.fileobj)
+            key.data.ended()
+        self.selector.close()
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:
@@ -436,7 +478,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
     lock = threading.Lock()
     logged = Logged()  # its nestor.metric and nestor.tag lines, bounded
 
-    def on_line(text: str) -> None:  # in stdout's reader thread
+    def on_line(text: str) -> None:  # as the pump reads stdout
         if "nestor." in text:
             with lock:
                 logged.line(text)
@@ -465,7 +507,7 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
         return failed(f"command {argv[0]!r} could not start: {exc}")
     warden = Warden(proc.pid)  # the group dies with this rank, whatever kills it
 
-    def on_result(text: str) -> None:  # in a reader thread
+    def on_result(text: str) -> None:  # as the pump reads stdout
         number = _parse(text)
         if isinstance(number, float):
             with lock:
@@ -488,24 +530,35 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
                       on_line if name == "stdout" else None)
         for name, pipe in (("stdout", proc.stdout), ("stderr", proc.stderr))
     }
+    pump = _Pump(streams)
     ended_by: str | None = None
     output = 0
+    checked = -math.inf  # when the reports, the beat, the timeout and the stop were
     try:
         while proc.poll() is None:
-            flush_reports()
-            if heartbeat is not None and streams["stdout"].total + streams["stderr"].total > output:
-                output = streams["stdout"].total + streams["stderr"].total
-                heartbeat()  # a command makes progress as it writes output
-            if request.timeout is not None and time.perf_counter() - started > request.timeout:
-                ended_by = "timeout"
-                break
-            if should_stop is not None and should_stop():
-                ended_by = "stop"
-                break
+            if time.monotonic() - checked >= POLL:  # a chatty command: once a POLL
+                checked = time.monotonic()
+                flush_reports()
+                if heartbeat is not None and \
+                        streams["stdout"].total + streams["stderr"].total > output:
+                    output = streams["stdout"].total + streams["stderr"].total
+                    heartbeat()  # a command makes progress as it writes output
+                if request.timeout is not None and \
+                        time.perf_counter() - started > request.timeout:
+                    ended_by = "timeout"
+                    break
+                if should_stop is not None and should_stop():
+                    ended_by = "stop"
+                    break
             # Back as soon as it exits, not a whole POLL later: a short command (a
             # cheap evaluation) would otherwise cost its slot up to POLL each trial.
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                proc.wait(timeout=POLL)
+            # Its pipes' ends come with its exit; once they are closed (or held by a
+            # process it left behind), its exit is waited for itself.
+            if pump.open:
+                pump.read(POLL - (time.monotonic() - checked))
+            else:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=POLL)
     finally:
         if proc.poll() is None or ended_by is not None:
             _kill_group(proc)
@@ -513,8 +566,9 @@ def _run(request: TrialRequest, argv: list[str], pattern: re.Pattern[str],
             # The leader exited; end children that still hold the pipes.
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signal.SIGKILL)
+        pump.drain(timeout=10.0)
         for stream in streams.values():
-            stream.finish(timeout=10.0)
+            stream.finish()
         for pipe in (proc.stdout, proc.stderr):
             if pipe is not None:
                 pipe.close()

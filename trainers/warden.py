@@ -8,49 +8,97 @@ PID 1 and runs on beside the retry of the same trial, in the same checkpoint
 folder, on the same GPU. ``PR_SET_PDEATHSIG`` would end the command's first
 process only, not what it started.
 
-So each command gets a warden: a ``/bin/sh`` in a session of its own, reading a
-pipe whose writing end only the rank holds. The rank's death, however it comes,
-closes that end; the warden reads end-of-file and kills the command's group.
-When the command ends normally the rank says so first (a line on the pipe) and
-the warden leaves without killing anything: by then the group's number may be
-another's.
+So the rank's process keeps a warden: a ``/bin/sh`` in a session of its own,
+reading a pipe whose writing end only this process holds. Each command's group is
+named to it when the command starts (``watch N``) and again when it has ended
+(``done N``: by then the number may be another's). The process's death, however it
+comes, closes the pipe; the warden reads end-of-file and kills every group still
+watched. One warden serves every trial the rank runs: a warden per trial cost each
+trial a ``/bin/sh`` started and waited for, about a millisecond and a half of a
+trivial command trial's few.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import subprocess
+import threading
 from typing import IO
 
-# $0 is the group to end: the read fails only at end-of-file without a line. (No "--":
-# dash's kill takes none; "-N" after the signal is the group N, in dash and bash.)
-WARDEN_SCRIPT = 'IFS= read -r _done || kill -9 "-$0" 2>/dev/null; exit 0'
+# The groups watched, space-separated in $w (no other process is started: a builtin
+# shell's parameter expansions alone). At end-of-file each one left is killed. (No
+# "--": dash's kill takes none; "-N" after the signal is the group N, in dash and bash.)
+WARDEN_SCRIPT = """w=' '
+while IFS= read -r line; do
+  case $line in
+    'watch '*) w="$w${line#watch } " ;;
+    'done '*) g=${line#done }
+      case $w in *" $g "*) w="${w%% $g *} ${w#* $g }" ;; esac ;;
+  esac
+done
+for g in $w; do kill -9 "-$g" 2>/dev/null; done
+exit 0"""
+
+
+class _Keeper:
+    """This process's warden: started on the first command, again if it is gone."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.pid = -1  # the process that started it (a fork must start its own)
+        self.pipe: IO[bytes] | None = None
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def say(self, line: str) -> bool:
+        """Send ``line`` to the warden, starting one if this process has none; False
+        where no warden can run (no /bin/sh)."""
+        with self.lock:
+            for _attempt in range(2):
+                if (self.pipe is None or self.pid != os.getpid()) and not self._start():
+                    return False
+                try:
+                    assert self.pipe is not None
+                    self.pipe.write(line.encode() + b"\n")
+                    self.pipe.flush()
+                    return True
+                except OSError:  # the warden was killed: a new one, told again
+                    self._forget()
+            return False
+
+    def _start(self) -> bool:
+        try:
+            self.process = subprocess.Popen(
+                ["/bin/sh", "-c", WARDEN_SCRIPT], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        except OSError:  # no /bin/sh: the group is ended by this process's own code only
+            return False
+        self.pipe, self.pid = self.process.stdin, os.getpid()
+        return True
+
+    def _forget(self) -> None:
+        with contextlib.suppress(OSError):
+            if self.pipe is not None:
+                self.pipe.close()
+        if self.process is not None:
+            with contextlib.suppress(OSError):
+                self.process.poll()  # reaped if it is gone
+        self.pipe = self.process = None
+
+
+_KEEPER = _Keeper()
 
 
 class Warden:
-    """Watches the process group ``pgid`` for as long as this process lives."""
+    """Watches the process group ``pgid`` for as long as this process lives, or until
+    :meth:`release`."""
 
     def __init__(self, pgid: int) -> None:
         self.pgid = pgid
-        self._pipe: IO[bytes] | None = None
-        try:
-            warden = subprocess.Popen(
-                ["/bin/sh", "-c", WARDEN_SCRIPT, str(pgid)], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-        except OSError:  # no /bin/sh: the group is ended by this process's own code only
-            return
-        self._process = warden
-        self._pipe = warden.stdin
+        self._watched = _KEEPER.say(f"watch {pgid}")
 
     def release(self) -> None:
         """The group has ended (or been killed) here: the warden leaves it alone."""
-        if self._pipe is None:
-            return
-        with contextlib.suppress(OSError):  # a warden already gone
-            self._pipe.write(b"done\n")
-            self._pipe.flush()
-        with contextlib.suppress(OSError):
-            self._pipe.close()
-        self._pipe = None
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            self._process.wait(timeout=5)
+        if self._watched:
+            _KEEPER.say(f"done {self.pgid}")
+            self._watched = False

@@ -377,3 +377,45 @@ def test_a_short_command_ends_its_trial_when_it_exits_not_at_the_next_poll(tmp_p
     result = run_trial(request)
     assert result.ok and result.metrics["result"] == 0.5, result.reason
     assert time.perf_counter() - began < 20.0
+
+
+def test_one_warden_serves_every_command_trial_of_a_process(tmp_path):
+    """A rank keeps one warden (trainers/warden.py) for all its command trials, not a
+    ``/bin/sh`` started and waited for per trial; it watches each command's group
+    only while the command runs (tests/security/test_rank_death.py kills a real
+    rank to see the group go)."""
+    from nestor.trainers import warden
+
+    first = _run(tmp_path, ECHO)
+    keeper = warden._KEEPER.process
+    assert first.ok and keeper is not None and keeper.poll() is None
+    for _ in range(3):
+        assert _run(tmp_path, ECHO).ok
+    assert warden._KEEPER.process is keeper and keeper.poll() is None
+
+
+def test_the_warden_kills_the_groups_still_watched_when_its_process_dies(tmp_path):
+    """The warden's script itself: a group named with ``watch`` and not ``done`` is
+    killed at the end of its input (its process gone); a group released is not,
+    nor a group whose number merely contains another's."""
+    import os
+    import subprocess
+
+    from nestor.trainers.warden import WARDEN_SCRIPT
+
+    sleepers = [subprocess.Popen([PY, "-c", "import time; time.sleep(60)"],
+                                 start_new_session=True) for _ in range(3)]
+    kept, released, other = sleepers
+    try:
+        shell = subprocess.Popen(["/bin/sh", "-c", WARDEN_SCRIPT], stdin=subprocess.PIPE,
+                                 start_new_session=True)
+        shell.communicate(f"watch {kept.pid}\nwatch {released.pid}\ndone {released.pid}\n"
+                          f"done {other.pid}\n".encode(), timeout=10)
+        assert kept.wait(timeout=10) == -9
+        time.sleep(0.2)
+        assert released.poll() is None and other.poll() is None
+    finally:
+        for sleeper in sleepers:
+            if sleeper.poll() is None:
+                os.killpg(sleeper.pid, 9)
+                sleeper.wait()
