@@ -53,7 +53,7 @@ from nestor.trainers._types import (
     TrialRequest,
     TrialResult,
 )
-from nestor.trainers.gpu import device_metrics, select_device
+from nestor.trainers.gpu import device_metrics, select_device, surely_cpu
 from nestor.trainers.history import BoundedHistory
 from nestor.trainers.logged import Logged, copy_artifact, prepare_artifacts
 from nestor.trainers.outputs import left_checkpoint, prepare_folder
@@ -118,14 +118,23 @@ class TrialContext:
     # the checkpoint of the trial this one carries on from (PBT, promotions): load it
     # when checkpoint_dir holds none of this trial's own yet
     continue_from: str | None = None
-    # this rank's own device, already current (torch.cuda.set_device(local rank)):
-    # ``model.to(ctx.device)``; the CPU where the rank holds no GPU
-    device: Any = None
+    # this rank's own device, already current (torch.cuda.set_device(local rank)), read
+    # through ``device``; None until first asked where the rank can only have the CPU
+    # (gpu.surely_cpu), so a trial that never uses torch does not import it
+    _device: Any = None
     # what to train on: the training split, or train+val (a train stage's data:)
     data_split: str = "train"
     # the trial's artifact folder: its files end up in the trial's MLflow run
     artifact_dir: str | None = None
     _logged: Logged = field(default_factory=Logged)
+
+    @property
+    def device(self) -> Any:
+        """This rank's own torch device, already current: ``model.to(ctx.device)``
+        (``cuda:<local rank>`` on a GPU node, the CPU where the rank holds no GPU)."""
+        if self._device is None:
+            self._device = select_device(self.par)
+        return self._device
 
     @property
     def rank(self) -> int:
@@ -248,10 +257,10 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
     started = time.perf_counter()
     fn = shipped_function(request.trainer.code) if request.trainer.code else \
         resolve_function(request.trainer.function or "")
-    device = select_device(par)
+    device = None if surely_cpu() else select_device(par)
     ctx = TrialContext(request.trial_id, par, request.checkpoint_dir, request.init_from,
                        request.log_dir, report, should_stop, _heartbeat=heartbeat,
-                       continue_from=request.continue_from, device=device,
+                       continue_from=request.continue_from, _device=device,
                        data_split=request.data_split, artifact_dir=request.artifact_dir)
     config = {**request.settings, **request.config}
     prepare_folder(request.checkpoint_dir)
@@ -276,7 +285,7 @@ def run_function(request: TrialRequest, par: Parallel, report: Report | None,
         raise ValueError(f"function {request.trainer.function} must return a dict of metrics or"
                          f" None, but got {type(returned).__name__}")
     metrics.setdefault("wall_time", time.perf_counter() - started)
-    for key, value in device_metrics(device).items():
+    for key, value in device_metrics(ctx._device).items():
         metrics.setdefault(key, value)
     bad = sorted(k for k, v in metrics.items() if not math.isfinite(v))
     status = ResultStatus.OK

@@ -18,6 +18,7 @@ through :func:`gpu_metrics`.
 from __future__ import annotations
 
 import os
+import sys
 from typing import Any
 
 GRANTED_ENV = "NESTOR_GPU_GRANTED"  # "1" in every rank of a gang that holds GPUs
@@ -34,6 +35,20 @@ def gpu_granted(environ: Any = None) -> bool:
     """Was this rank's gang granted GPUs?"""
     environ = os.environ if environ is None else environ
     return environ.get(GRANTED_ENV) == "1"
+
+
+# The device nodes a GPU driver makes (NVIDIA's, AMD ROCm's): without either, and not
+# granted a GPU, a rank trains on the CPU, known without importing torch.
+GPU_DRIVER_NODES = ("/dev/nvidiactl", "/dev/kfd")
+
+
+def surely_cpu(environ: Any = None) -> bool:
+    """Whether this rank can only train on the CPU, known without importing torch
+    (about 1.5 s, once a rank process): not granted a GPU, torch not yet imported, and
+    no GPU driver on the node. A function trial that never touches torch then does not
+    pay for it (its ``ctx.device`` is resolved when first asked)."""
+    return (not gpu_granted(environ) and "torch" not in sys.modules
+            and not any(os.path.exists(node) for node in GPU_DRIVER_NODES))
 
 
 def gpu_share(environ: Any = None) -> float:
@@ -88,7 +103,8 @@ def select_device(par: Any) -> Any:
 
 
 def device_metrics(device: Any) -> dict[str, float]:
-    """What a trial records of the torch device its rank 0 trained on (see gpu_metrics)."""
+    """What a trial records of the torch device its rank 0 trained on (see gpu_metrics);
+    None: a device never resolved, the CPU (:func:`surely_cpu`)."""
     on_gpu = getattr(device, "type", "cpu") == "cuda"
     return gpu_metrics((device.index or 0) if on_gpu else None)
 

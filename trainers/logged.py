@@ -31,7 +31,6 @@ it is as bounded.
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import math
 import os
@@ -200,12 +199,10 @@ class Logged:
     def record(self, artifact_dir: str | None) -> dict[str, Any]:
         """What the trial logged, as its result carries it (plain JSON): metrics as
         ``{name: [[step, value, time], ...]}``, tags, the files in ``artifact_dir``
-        (:func:`artifacts_in`; the folder is removed when empty) and notes on what
-        was ignored; {} when nothing."""
+        (:func:`artifacts_in`; an empty folder stays until the stage ends, when the
+        driver removes it: orchestrator.engine.tidy) and notes on what was ignored;
+        {} when nothing."""
         files, left_out = artifacts_in(artifact_dir)
-        if not files and artifact_dir:  # the run directory keeps no empty folder per trial
-            with contextlib.suppress(OSError):  # not empty after all: kept
-                Path(artifact_dir).rmdir()
         out: dict[str, Any] = {}
         if self.metrics:
             out["metrics"] = {name: [[p["step"], p["value"], p["time"]] for p in points]

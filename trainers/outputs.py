@@ -18,7 +18,6 @@ steps, tags, and the files of its artifact folder ``ctx.artifact_dir``,
 
 from __future__ import annotations
 
-import contextlib
 import os
 from pathlib import Path
 from typing import Any
@@ -38,14 +37,13 @@ def prepare_folder(directory: str | None) -> None:
 
 
 def left_checkpoint(directory: str | None) -> str | None:
-    """The trial's checkpoint (its folder) when user code left a file in it; else None,
-    and an empty folder is removed so the run directory holds no empty ones."""
+    """The trial's checkpoint (its folder) when user code left a file in it; else None.
+    An empty folder stays until its stage ends: the driver removes its stage's empty
+    trial folders then, at once (orchestrator.engine.tidy says why not one by one)."""
     if not directory or not Path(directory).is_dir():
         return None
     if any(path.is_file() for path in Path(directory).rglob("*")):
         return directory
-    with contextlib.suppress(OSError):  # another rank's file may land meanwhile
-        Path(directory).rmdir()
     return None
 
 

@@ -3,14 +3,13 @@ value(s) on the stage's objectives, or why it failed."""
 
 from __future__ import annotations
 
-import errno
 import math
-import os
 from pathlib import Path
 from typing import Any
 
 from nestor.orchestrator.backends.interface import Ended
 from nestor.orchestrator.engine.attempts import Attempt
+from nestor.orchestrator.journal.errors import out_of_space
 from nestor.orchestrator.journal.journal import DiskFull
 from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.journal.text import first_line
@@ -18,9 +17,6 @@ from nestor.orchestrator.spec.needs import Need, what_to_do
 from nestor.trainers.history import bounded
 
 MAX_REASON = 2000  # characters of a failure's reason kept (a command's last line may be 64 KiB)
-# How a full disk or quota reads in a reason (Python's OSError, SQLite, a command's output).
-DISK_FULL_WORDS = (os.strerror(errno.ENOSPC), os.strerror(errno.EDQUOT),
-                   "[Errno 28]", "[Errno 122]", "database or disk is full")
 
 
 class TrialDiskFull(DiskFull):
@@ -40,7 +36,7 @@ class TrialDiskFull(DiskFull):
 def disk_full(reason: str | None) -> bool:
     """Whether a failure was the machine's (a full disk or quota), not the trial's: such
     a trial is not journalled as failed but run again once there is space."""
-    return reason is not None and any(words in reason for words in DISK_FULL_WORDS)
+    return out_of_space(reason)
 
 
 def outcome(attempt: Attempt, ended: Ended, objectives: list[Any]) -> dict[str, Any]:

@@ -65,6 +65,7 @@ from nestor.orchestrator.engine.search_log import SearchLog
 from nestor.orchestrator.engine.shaping import StageShape
 from nestor.orchestrator.engine.shipped import shipped_code
 from nestor.orchestrator.engine.source import TrialSource
+from nestor.orchestrator.engine.tidy import ARTIFACTS, CHECKPOINTS, remove_empty_trial_folders
 from nestor.orchestrator.engine.wall import WallBudget
 from nestor.orchestrator.journal.events import (
     CheckpointRemoved,
@@ -88,7 +89,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-ARTIFACTS = "artifacts"  # RUN/artifacts/STAGE/TRIAL/: a trial's artifact folder
 NOT_RETRIED = "not retried: a rerun would fail the same way (trial.retry_on: any retries it)"
 
 __all__ = ["Attempt", "KindTrials", "SkipTrial", "TrialRecord", "TrialRunner"]
@@ -480,7 +480,7 @@ class TrialRunner(Generic[StageT]):
             data_parallel=self.shape.data,
             model_parallel=self.shape.model,
             backend=self.shape.backend,
-            checkpoint_dir=f"{run_dir}/checkpoints/{trial_dir}",
+            checkpoint_dir=f"{run_dir}/{CHECKPOINTS}/{trial_dir}",
             log_dir=f"{run_dir}/logs/{trial_dir}",
             artifact_dir=f"{run_dir}/{ARTIFACTS}/{trial_dir}",
             timeout=self.stage.trial.timeout,
@@ -625,7 +625,9 @@ class TrialRunner(Generic[StageT]):
         return self.part.finishing_task(self)
 
     def finalize(self, done: Any = None) -> dict[str, Any]:
-        """The stage's summary once its trials (and its finishing task) are done."""
+        """The stage's summary once its trials (and its finishing task) are done; the
+        trial folders its trials left empty are removed then (engine.tidy)."""
+        remove_empty_trial_folders(self._run_dir_text, self.stage.name)
         return self.part.finalize(self, done)
 
     # -- the summary ------------------------------------------------------------------

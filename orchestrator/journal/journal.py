@@ -32,7 +32,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nestor.durable import replace_durably
-from nestor.orchestrator.journal.errors import DamagedRun, JournalError  # noqa: F401 (theirs to import from here)
+from nestor.orchestrator.journal.errors import (  # noqa: F401 (theirs to import from here)
+    FULL_ERRNOS,
+    DamagedRun,
+    JournalError,
+)
 
 if TYPE_CHECKING:
     from nestor.orchestrator.journal.events import Event
@@ -89,7 +93,7 @@ def disk_full_message(exc: OSError, run_dir: Path | None) -> str | None:
 
 
 def _full(exc: OSError) -> bool:
-    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
+    return exc.errno in FULL_ERRNOS
 
 
 def _complete_lines(data: bytes) -> tuple[list[bytes], int]:

@@ -30,7 +30,6 @@ runs left RUNNING by a killed driver.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 import math
 import threading
@@ -39,6 +38,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.journal.errors import out_of_space
 from nestor.orchestrator.journal.events import (
     Event,
     SearchSized,
@@ -654,20 +654,11 @@ def _unshown(exc: JournalError) -> None:
 
 
 def disk_full(exc: BaseException | None) -> bool:
-    """Did MLflow refuse for want of space (its own SQLite store's ``database or disk
-    is full``, or ENOSPC from a file it writes)? Waiting frees nothing: the driver
-    stops, and the journal keeps what MLflow lacks for ``nestor resume``.
-
-    >>> disk_full(OSError(28, "No space left on device"))
-    True
-    >>> disk_full(ConnectionError("connection refused"))
-    False
-    """
-    if exc is None:
-        return False
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return True
-    return "database or disk is full" in str(exc) or "No space left on device" in str(exc)
+    """Did MLflow refuse for want of space or quota (its own SQLite store's ``database
+    or disk is full``, or ENOSPC or EDQUOT from a file it writes)? Waiting frees
+    nothing: the driver stops, and the journal keeps what MLflow lacks for ``nestor
+    resume``. (journal.errors.out_of_space, the journal's and the engine's test too.)"""
+    return out_of_space(exc)
 
 
 def transient(exc: BaseException) -> bool:

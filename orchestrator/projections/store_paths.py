@@ -13,6 +13,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from nestor.orchestrator.journal.safe import within
+
 STORE_FILE = "mlflow.db"  # a run directory's own MLflow store, unless the spec names one
 ARTIFACTS_DIR = "mlartifacts"  # beside it, where that store keeps artifacts
 ARTIFACTS_ROOT = "mlflow-artifacts:/"  # that store's artifact locations: relative to it
@@ -65,14 +67,15 @@ def copy_artifact(run_dir: Path, uri: str, path: Path, folder: str | None) -> No
     if not uri.startswith(ARTIFACTS_ROOT):
         raise ValueError(f"{uri} is not an artifact location of the run directory's own store")
     verify_artifact_path(folder)
-    root = os.path.realpath(Path(run_dir) / ARTIFACTS_DIR)
+    root = Path(run_dir) / ARTIFACTS_DIR
     where = os.path.normpath(os.path.join(root, uri[len(ARTIFACTS_ROOT):].lstrip("/"),
                                           folder or ""))
-    for _made in (False, True):  # before any folder is made through a link, and after
-        if os.path.commonpath([root, os.path.realpath(where)]) != root:
+    for made in (False, True):  # before any folder is made through a link, and after
+        if within(root, where) is None:
             raise MlflowException(f"artifact folder {where} resolves outside {root}:"
                                   " not written")
-        os.makedirs(where, exist_ok=True)
+        if not made:
+            os.makedirs(where, exist_ok=True)
     handle, staged = tempfile.mkstemp(prefix=".", dir=where)
     try:
         with os.fdopen(handle, "wb") as out, open(path, "rb") as source:

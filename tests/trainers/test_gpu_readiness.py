@@ -12,6 +12,9 @@ says (a CUDA build, 8 devices, set_device recorded); no kernel ever runs on one.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -25,7 +28,13 @@ from nestor.trainers import TrainerRef, TrialRequest, run_trial
 from nestor.trainers.comm import HorovodComm
 from nestor.trainers.command import own_device_env
 from nestor.trainers.function import run_function
-from nestor.trainers.gpu import GRANTED_ENV, SHARE_ENV, gpu_problem, select_device
+from nestor.trainers.gpu import (
+    GPU_DRIVER_NODES,
+    GRANTED_ENV,
+    SHARE_ENV,
+    gpu_problem,
+    select_device,
+)
 from nestor.trainers.parallel import Parallel
 
 
@@ -162,3 +171,38 @@ def test_a_command_trial_records_the_gpu_nestor_gave_it_as_its_device(
     result = run_trial(TrialRequest("c", command))
     assert result.ok, result.reason
     assert result.metrics["device_gpu"] == 0.0 and result.metrics["device_index"] == -1.0
+
+
+NO_TORCH_TRIAL = """
+import sys
+from nestor.trainers import TrainerRef, TrialRequest, run_trial
+from nestor.trainers.comm import HorovodComm
+
+assert HorovodComm.alone() is None and "horovod.torch" not in sys.modules
+result = run_trial(TrialRequest("t", TrainerRef.python("no_torch_fns:{name}"),
+                                config={{"x": 3.0}}))
+print(result.status, result.metrics["device_gpu"], result.metrics["device_index"],
+      result.metrics.get("seen", "-"), "torch" in sys.modules)
+"""
+
+
+@pytest.mark.parametrize(("name", "printed"), [
+    ("square", "ok 0.0 -1.0 - False"),  # never asks for the device: torch never imported
+    ("asks", "ok 0.0 -1.0 1.0 True"),   # asks: gets the CPU, torch imported then
+])
+def test_a_function_trial_on_a_node_without_gpus_imports_torch_only_if_it_asks(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, printed: str) -> None:
+    """A trivial trial on a CPU node does not pay torch's import (about 1.5 s a rank
+    process); one that asks for ``ctx.device`` gets the CPU. In a fresh interpreter:
+    this one has torch imported already."""
+    if any(Path(node).exists() for node in GPU_DRIVER_NODES):
+        pytest.skip("this node has a GPU driver: its ranks resolve the device first")
+    (tmp_path / "no_torch_fns.py").write_text(
+        "def square(config, ctx):\n    return {'score': config['x'] ** 2}\n\n"
+        "def asks(config, ctx):\n    return {'seen': float(ctx.device.type == 'cpu')}\n")
+    monkeypatch.delenv(GRANTED_ENV, raising=False)
+    done = subprocess.run([sys.executable, "-c", NO_TORCH_TRIAL.format(name=name)],
+                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == printed

@@ -40,6 +40,7 @@ from nestor.orchestrator.backends.ray.gangs import (
     horovod_broke,
     how_it_died,
 )
+from nestor.orchestrator.backends.ray.heartbeat import Beat, BoardKeeper
 from nestor.orchestrator.journal.text import first_line
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ class RayBackend(Backend):
         self._events: queue.SimpleQueue[Any] = queue.SimpleQueue()  # put is signal-safe
         self._gangs: dict[str, Gang] = {}  # running attempt -> its gang
         self._cancelled: set[str] = set()
-        self._board: Any = None  # the ProgressBoard actor, made with the first launch
+        self._board = BoardKeeper()  # the ProgressBoard actor, made once one is needed
 
     def now(self) -> float:
         return time.monotonic()
@@ -84,13 +85,10 @@ class RayBackend(Backend):
         return self.pool.cluster_size()
 
     def launch(self, launch: Launch) -> None:
-        from nestor.orchestrator.backends.ray.heartbeat import Beat, start_progress_board
-
-        if self._board is None:
-            self._board = start_progress_board()
         launch = dataclasses.replace(
             launch, hooks={**launch.hooks,
-                           "heartbeat": Beat(self._board, launch.key, launch.beat_every_s)})
+                           "heartbeat": Beat(self._board.name, launch.key, launch.beat_every_s)})
+        self._board.launched(launch.key, launch.beat_every_s)
         with self.pool.lock:
             gang, evicted = self.pool.reserve(launch.shape)
             self._gangs[launch.key] = gang
@@ -123,9 +121,9 @@ class RayBackend(Backend):
     def progress_ages(self, keys: list[str]) -> dict[str, float | None]:
         import ray
 
-        if self._board is None or not keys:
+        if self._board.board is None or not keys:
             return dict.fromkeys(keys)
-        return ray.get(self._board.ages.remote(keys))
+        return ray.get(self._board.board.ages.remote(keys))
 
     def early_stopping(self, spec: Any, objective: Any) -> EarlyStopping | None:
         """A Ray actor judges the reports (:mod:`orchestrator.backends.ray.pruning`)."""
@@ -154,6 +152,7 @@ class RayBackend(Backend):
         self._events.put(_WAKE)
 
     def shutdown(self) -> None:
+        self._board.stop()
         self.pool.shutdown()
 
     # -- one attempt, in its own thread -----------------------------------------------
@@ -265,6 +264,5 @@ class RayBackend(Backend):
             if kill is not None:
                 kill.kill()
         finally:
-            if self._board is not None:
-                self._board.forget.remote(key)
+            self._board.ended(key)
             self._events.put(event)
