@@ -419,3 +419,19 @@ def test_the_warden_kills_the_groups_still_watched_when_its_process_dies(tmp_pat
             if sleeper.poll() is None:
                 os.killpg(sleeper.pid, 9)
                 sleeper.wait()
+
+
+def test_a_command_that_closes_its_pipes_is_waited_for_until_it_exits(tmp_path, monkeypatch):
+    """Once its pipes are closed the command's exit itself is waited on (its pidfd on
+    Linux, which wakes at the exit): with the looks 30 s apart, a command that closes
+    its output and exits 0.3 s later still ends its trial then, with its status."""
+    from nestor.trainers import command
+
+    monkeypatch.setattr(command, "POLL", 30.0)
+    request = TrialRequest("closes", TrainerRef.command(
+        ["/bin/sh", "-c", "echo FoM: 0.5; exec >&- 2>&-; sleep 0.3; exit 3"]), config={},
+                           log_dir=str(tmp_path / "logs"))
+    began = time.perf_counter()
+    result = run_trial(request)
+    assert result.status == "failed" and "exited with status 3" in result.reason
+    assert time.perf_counter() - began < 20.0
