@@ -367,16 +367,24 @@ def test_a_short_command_ends_its_trial_when_it_exits_not_at_the_next_poll(tmp_p
     # not hold its slot until the next look at the process: 100 ms apart, those looks
     # were most of a trivial trial's time end to end. With them 30 s apart, a 0.2 s
     # command's trial still ends when it does.
+    result, seconds = _run_with_rare_looks(tmp_path, monkeypatch, "sleep 0.2; echo FoM: 0.5")
+    assert result.ok and result.metrics["result"] == 0.5, result.reason
+    assert seconds < 20.0
+
+
+def _run_with_rare_looks(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                         script: str) -> tuple[object, float]:
+    """A ``/bin/sh -c script`` trial with the rank's looks at its command (POLL) 30 s
+    apart, and the seconds it took: a trial that ends with its command ends well
+    before the first look."""
     from nestor.trainers import command
 
     monkeypatch.setattr(command, "POLL", 30.0)
-    request = TrialRequest("echo", TrainerRef.command(
-        ["/bin/sh", "-c", "sleep 0.2; echo FoM: 0.5"]), config={},
+    request = TrialRequest("sh", TrainerRef.command(["/bin/sh", "-c", script]), config={},
                            log_dir=str(tmp_path / "logs"))
     began = time.perf_counter()
     result = run_trial(request)
-    assert result.ok and result.metrics["result"] == 0.5, result.reason
-    assert time.perf_counter() - began < 20.0
+    return result, time.perf_counter() - began
 
 
 def test_one_warden_serves_every_command_trial_of_a_process(tmp_path):
@@ -425,13 +433,7 @@ def test_a_command_that_closes_its_pipes_is_waited_for_until_it_exits(tmp_path, 
     """Once its pipes are closed the command's exit itself is waited on (its pidfd on
     Linux, which wakes at the exit): with the looks 30 s apart, a command that closes
     its output and exits 0.3 s later still ends its trial then, with its status."""
-    from nestor.trainers import command
-
-    monkeypatch.setattr(command, "POLL", 30.0)
-    request = TrialRequest("closes", TrainerRef.command(
-        ["/bin/sh", "-c", "echo FoM: 0.5; exec >&- 2>&-; sleep 0.3; exit 3"]), config={},
-                           log_dir=str(tmp_path / "logs"))
-    began = time.perf_counter()
-    result = run_trial(request)
+    result, seconds = _run_with_rare_looks(
+        tmp_path, monkeypatch, "echo FoM: 0.5; exec >&- 2>&-; sleep 0.3; exit 3")
     assert result.status == "failed" and "exited with status 3" in result.reason
-    assert time.perf_counter() - began < 20.0
+    assert seconds < 20.0
