@@ -19,7 +19,12 @@ runs out of its time is recorded as timed out and the next one starts):
    the same 4 one at a time, through ``nestor run``: wall time and GPU utilisation;
 4. ``sweep``: a ``nestor sweep`` end to end, every trial recording ``device_gpu`` 1, its
    runs in the MLflow store;
-5. ``dp2``: on two or more GPUs, dp 2 over NCCL on the torch backend (and Horovod where
+5. ``own_code``: a user's function trainer and a user's command trainer, written as a user
+   writes them (torch on ``ctx.device``; a script that picks ``cuda`` when torch sees one),
+   two trials of each packed on one GPU through one ``nestor run``: every trial must
+   record ``device_gpu`` 1 and say from inside the user's code that its tensors were on
+   the GPU;
+6. ``dp2``: on two or more GPUs, dp 2 over NCCL on the torch backend (and Horovod where
    it is installed) against dp 1: scaling efficiency, throughput(2) / (2 x throughput(1)).
 
 ``--cpu`` rehearses every step on the CPU (device_gpu 0, Gloo, slots for GPU shares)
@@ -47,8 +52,9 @@ from typing import Any
 from bench.machine import RESULTS, ROOT, describe, provenance
 
 RESULT_NAME, REHEARSAL_NAME = "gpu-check", "gpu-check-rehearsal"
-STEPS = ("environment", "throughput", "packing", "sweep", "dp2")
-SHARES = {"environment": 0.12, "throughput": 0.3, "packing": 0.25, "sweep": 0.15, "dp2": 0.18}
+STEPS = ("environment", "throughput", "packing", "sweep", "own_code", "dp2")
+SHARES = {"environment": 0.1, "throughput": 0.27, "packing": 0.23, "sweep": 0.12,
+          "own_code": 0.13, "dp2": 0.15}
 """Each step's share of the deadline; time a step leaves unused goes to the later ones."""
 
 
@@ -342,6 +348,116 @@ def sweep(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
     if not found["ok"]:
         raise RuntimeError(f"the sweep's trials must each record device_gpu {want:g} and have"
                            f" an MLflow run: {found}")
+    return found
+
+
+USER_FUNCTION = """
+import torch
+
+
+def train(config, ctx):
+    torch.manual_seed(0)
+    x = torch.randn(8192, 64, device=ctx.device)
+    y = x @ torch.randn(64, 1, device=ctx.device)
+    model = torch.nn.Linear(64, 1).to(ctx.device)
+    opt = torch.optim.SGD(model.parameters(), lr=config["lr"])
+    for epoch in range(config["epochs"]):
+        loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        ctx.report({"loss": loss.item()}, step=epoch + 1)
+    return {"loss": loss.item(), "on_gpu": float(next(model.parameters()).is_cuda)}
+"""
+
+USER_COMMAND = """
+import argparse
+
+import torch
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--lr", type=float, default=0.01)
+parser.add_argument("--epochs", type=int, default=20)
+args = parser.parse_args()
+device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+torch.manual_seed(0)
+x = torch.randn(8192, 64, device=device)
+y = x @ torch.randn(64, 1, device=device)
+model = torch.nn.Linear(64, 1).to(device)
+opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+for epoch in range(args.epochs):
+    loss = ((model(x) - y) ** 2).mean()
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    print(f"FoM: {loss.item():.6f}", flush=True)
+print(f"nestor.metric on_gpu={float(next(model.parameters()).is_cuda)}", flush=True)
+"""
+
+
+def own_code_spec(python: str, share: float) -> str:
+    """Two stages, a function trainer's and a command trainer's, two trials each, packed
+    two to a GPU: what a user's own code meets on a GPU node."""
+    common = {"kind": "hpo", "parallel": {"data": 1, "model": 1},
+              "search": {"algorithm": "random", "budget": 2, "seed": 0},
+              "space": {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}},
+              "objective": {"metric": "loss", "mode": "min"}}
+    stages = [{"name": "function", **common,
+               "trainer": {"function": "user_train:train", "settings": {"epochs": 20}}},
+              {"name": "command", **common, "objective": {"metric": "FoM", "mode": "min"},
+               "trainer": {"command": [python, "user_fit.py"], "settings": {"epochs": 20}}}]
+    return json.dumps({"name": "own-code", "resources": {"slots": 2, "gpus_per_trial": share},
+                       "stages": stages})
+
+
+def logged_metric(run_dir: Path, trial: dict[str, Any], name: str) -> float | None:
+    """The last value of a metric the trial's code returned or logged (``nestor.metric``
+    line, ``ctx.log_metrics``), as its ``trial_finished`` event holds it."""
+    from nestor.orchestrator.journal.journal import read_events
+
+    for event in read_events(run_dir / "journal.jsonl"):
+        if event["event"] == "trial_finished" and event["trial"]["id"] == trial["id"]:
+            if name in (event.get("metrics") or {}):
+                return float(event["metrics"][name])
+            points = ((event.get("logged") or {}).get("metrics") or {}).get(name) or []
+            return float(points[-1][1]) if points else None
+    return None
+
+
+def own_code(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
+    (args.work / "user_train.py").write_text(USER_FUNCTION)
+    (args.work / "user_fit.py").write_text(USER_COMMAND)
+    spec = args.work / "own-code.yaml"
+    spec.write_text(own_code_spec(args.python, 0.5))
+    run_dir = args.work / "own-code"
+    tick = time.monotonic()
+    done = run([nestor(args), "run", str(spec), "--run-dir", str(run_dir)],
+               clock.budget("own_code"), cwd=args.work,
+               env={**os.environ, "PYTHONPATH": str(args.work)})
+    wall = time.monotonic() - tick
+    if done.returncode != 0:
+        raise RuntimeError(f"nestor run exited {done.returncode}: {done.stdout[-1500:]}")
+    data = json.loads((run_dir / "results.json").read_text())
+    want = 0.0 if args.cpu else 1.0
+    found: dict[str, Any] = {"wall_s": round(wall, 1), "mlflow_runs": store_runs(run_dir),
+                             "gpus_per_trial": 0.5, "stages": {}}
+    for stage in data["stages"]:
+        trials = stage["trials"]
+        row = {"trials": len(trials),
+               "completed": sum(t.get("status") == "completed" for t in trials),
+               "device_gpu": [(t.get("metrics") or {}).get("device_gpu") for t in trials],
+               "on_gpu": [logged_metric(run_dir, t, "on_gpu") for t in trials]}
+        found["stages"][stage["name"]] = row
+        say(clock, f"  {stage['name']} trainer: {row['completed']} of {row['trials']} trials"
+                   f" completed, device_gpu {row['device_gpu']}, the user's code on the GPU"
+                   f" {row['on_gpu']}")
+    rows = found["stages"].values()
+    found["ok"] = (set(found["stages"]) == {"function", "command"} and all(
+        r["trials"] == r["completed"] == 2 and r["device_gpu"] == r["on_gpu"] == [want] * 2
+        for r in rows) and found["mlflow_runs"] >= 4)
+    if not found["ok"]:
+        raise RuntimeError(f"each user trainer's trials must complete, record device_gpu"
+                           f" {want:g} and run their tensors there: {found}")
     return found
 
 

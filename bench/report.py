@@ -1229,8 +1229,9 @@ def _timeline_cells(shape: dict[str, Any]) -> list[str]:
             _f(shape["wall_s"] - span - line["trials_end_to_exit_s"])]
 
 def gpu_check_section(g: dict[str, Any] | None) -> list[str]:
-    """bench/gpu_check.py on a GPU: the node, the trainers' throughput, packing, a sweep and
-    dp 2. Until a GPU has run it, the section says none has."""
+    """bench/gpu_check.py on a GPU: the node, the trainers' throughput, packing, a sweep, a
+    user's function and command trainers, and dp 2. Until a GPU has run it, the section says
+    none has."""
     lines = [GPU_CHECK_TITLE, ""]
     if not g:
         return [*lines, "Not run: no GPU has run `make bench-gpu` yet (no"
@@ -1281,6 +1282,15 @@ def gpu_check_section(g: dict[str, Any] | None) -> list[str]:
         lines += [f"`nestor {sweep['command'].split(' --run-dir')[0]}`: {sweep['trials']} trials"
                   f" in {sweep['wall_s']} s, device_gpu {sweep['device_gpu']},"
                   f" {sweep['mlflow_runs']} MLflow runs.", ""]
+    own = steps.get("own_code", {})
+    if own.get("status") == "ok":
+        lines += [f"A user's own trainers, written as a user writes them (torch on `ctx.device`;"
+                  f" a script that picks `cuda` when torch sees one), 2 trials each packed"
+                  f" {own['gpus_per_trial']} of a GPU, one `nestor run` of two stages in"
+                  f" {own['wall_s']} s, {own['mlflow_runs']} MLflow runs: " + "; ".join(
+                      f"{name} trainer {row['completed']} of {row['trials']} completed,"
+                      f" device_gpu {row['device_gpu']}, the user's tensors on the GPU"
+                      f" {row['on_gpu']}" for name, row in own["stages"].items()) + ".", ""]
     dp = steps.get("dp2", {})
     if dp.get("skipped"):
         lines += [f"dp 2: not run ({dp['skipped']}).", ""]

@@ -27,7 +27,7 @@ def test_the_cpu_rehearsal_runs_every_step(tmp_path: Path) -> None:
     result = json.loads((tmp_path / "gpu-check-rehearsal.json").read_text())
     steps = result["steps"]
     assert done.returncode == 0, done.stdout[-4000:]
-    assert list(steps) == ["environment", "throughput", "packing", "sweep", "dp2"]
+    assert list(steps) == ["environment", "throughput", "packing", "sweep", "own_code", "dp2"]
     assert all(step["status"] == "ok" for step in steps.values()), steps
     for step in steps:  # printed as it goes
         assert f"] {step} (" in done.stdout
@@ -45,6 +45,10 @@ def test_the_cpu_rehearsal_runs_every_step(tmp_path: Path) -> None:
     sweep = steps["sweep"]
     assert sweep["trials"] == 3 and sweep["device_gpu"] == [0.0] * 3
     assert sweep["mlflow_runs"] >= 3
+    own = steps["own_code"]["stages"]  # a user's function and command trainers
+    assert set(own) == {"function", "command"}
+    assert all(row["completed"] == 2 and row["device_gpu"] == row["on_gpu"] == [0.0] * 2
+               for row in own.values()), own
     dp = steps["dp2"]["backends"]
     assert "torch" in dp and all(row["efficiency"] > 0 for row in dp.values())
     assert result["machine"]["command"].startswith("python -m bench.gpu_check --cpu")
@@ -52,6 +56,7 @@ def test_the_cpu_rehearsal_runs_every_step(tmp_path: Path) -> None:
     text = "\n".join(gpu_check_section(result))
     assert "mlp | bf16 | pinned" in text and "Packed 4 to a GPU against one at a time" in text
     assert "dp 2 on torch" in text and "Not run" not in text
+    assert "function trainer 2 of 2 completed" in text and "command trainer 2 of 2" in text
 
 
 def test_the_report_says_no_gpu_has_run_it_until_one_has() -> None:
