@@ -398,7 +398,7 @@ print(f"nestor.metric on_gpu={float(next(model.parameters()).is_cuda)}", flush=T
 def own_code_spec(python: str, share: float) -> str:
     """Two stages, a function trainer's and a command trainer's, two trials each, packed
     two to a GPU: what a user's own code meets on a GPU node."""
-    common = {"kind": "hpo", "parallel": {"data": 1, "model": 1},
+    common = {"kind": "hpo", "backend": "torch", "parallel": {"data": 1, "model": 1},
               "search": {"algorithm": "random", "budget": 2, "seed": 0},
               "space": {"lr": {"type": "float", "low": 0.01, "high": 0.1, "log": True}},
               "objective": {"metric": "loss", "mode": "min"}}
