@@ -92,6 +92,54 @@ def ray_started(what: str) -> Iterator[None]:
                            " machine can make Ray's start time out: try again)") from None
 
 
+# A local Ray's raylet connects to its object store's socket as the store's own thread
+# makes it; when the socket is not there yet (most starts on this 2-core machine, seen
+# with strace) it sleeps Ray's retry interval, a whole second, before it tries again.
+# A twentieth of that, twenty times as many tries: the same 10 s before Ray gives up,
+# and the raylet up 1 s sooner. Workers connecting to their raylet retry the same way.
+QUICK_SOCKET_RETRIES = {"raylet_client_connect_timeout_milliseconds": 50,
+                        "raylet_client_num_connect_attempts": 200}
+
+
+@contextlib.contextmanager
+def without_head_extras() -> Iterator[None]:
+    """A local Ray started inside it runs without its dashboard's API server and its
+    autoscaler monitor, which a run of nestor's never uses.
+
+    Even with ``include_dashboard=False`` Ray starts a dashboard process (to load its
+    usage-statistics module) and waits for it to register, and it starts an
+    autoscaler monitor that a single machine's Ray has nothing to scale with: two
+    Python processes importing much of Ray while the run starts, about 1 s of the
+    start on 2 cores. nestor asks Ray for nothing they serve (no job submission, no
+    state API, no autoscaling): its gangs are placement groups and actors, which
+    the GCS and raylet schedule alone. Through Ray's private node class, only for the
+    ``ray.init`` inside (a cluster that is joined, or started by ``nestor submit``'s
+    nodes, keeps all its processes); where the class lacks either method (another
+    Ray version) Ray starts as usual."""
+    try:
+        from ray._private.node import Node
+    except ImportError:  # pragma: no cover - depends on Ray's internals
+        yield
+        return
+    saved = {name: Node.__dict__.get(name) for name in ("start_api_server", "start_monitor")}
+    if not all(saved.values()):  # pragma: no cover - depends on Ray's internals
+        yield
+        return
+
+    def no_api_server(self: Any, **_: Any) -> None:
+        self._webui_url = None
+
+    def no_monitor(self: Any) -> None:
+        return None
+
+    Node.start_api_server, Node.start_monitor = no_api_server, no_monitor  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for name, method in saved.items():
+            setattr(Node, name, method)
+
+
 def _first_line(exc: BaseException) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
@@ -107,7 +155,7 @@ def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
         wanted = None
     if address is None and not ray.is_initialized():
         quiet_token_advice()
-        with ray_started("a local Ray for this run"):
+        with ray_started("a local Ray for this run"), without_head_extras():
             ray.init(
                 address="local",  # a Ray of its own, even where another runs on this host
                 num_cpus=max(wanted or host_cpus(), 1),
@@ -118,6 +166,7 @@ def cluster_slots(workflow: Any, slots: int | None, address: str | None) -> int:
                 # Ray's shared /tmp/ray, whose session folders are 0777 (listening.py).
                 # Ray makes its temp folder 0777 itself: it gets one inside the private one.
                 _temp_dir=str(private_dir("nestor-ray") / "ray"),
+                _system_config=QUICK_SOCKET_RETRIES,
             )
         private_token()
     elif not ray.is_initialized():

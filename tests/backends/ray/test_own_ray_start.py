@@ -1,0 +1,85 @@
+"""The Ray a run starts for itself is Ray's core alone: no dashboard API server and no
+autoscaler monitor (about 1 s of a 2-core machine's start), and its raylet retries its
+sockets every 50 ms rather than every second, as long in all.
+
+Checked in a process of its own (the session's shared Ray is left alone), through
+nestor's own start (``cluster_slots``), and from outside: no process of that Ray's
+session runs Ray's ``dashboard/dashboard.py`` or its autoscaler's ``monitor.py``, while
+a task still runs on it; a Ray started afterwards in the same process, not through
+nestor, has both again."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+CHILD = textwrap.dedent("""\
+    import json, os, sys
+    from types import SimpleNamespace
+
+    import ray
+    from ray._private import worker as ray_worker
+
+    from nestor.orchestrator.backends.ray.cluster import cluster_slots, shutdown_own_ray
+
+    def session_processes(session):
+        found = []
+        for pid in os.listdir("/proc"):
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as handle:
+                    line = handle.read().replace(b"\\0", b" ").decode()
+            except OSError:
+                continue
+            if session in line:
+                found.append(line)
+        return found
+
+    def ray_scripts(session):
+        lines = session_processes(session)
+        return {name: any(name in line for line in lines)
+                for name in ("dashboard/dashboard.py", "autoscaler/_private/monitor.py", "raylet",
+                             "gcs_server")}
+
+    workflow = SimpleNamespace(resources=SimpleNamespace(slots=1, gpus_per_trial=1.0,
+                                                         oversubscribe=False))
+    slots = cluster_slots(workflow, None, None)
+    node = ray_worker._global_node
+    session = node.get_session_dir_path()
+
+    @ray.remote
+    def square(x):
+        return x * x
+
+    seen = {"slots": slots, "kinds": sorted(node.all_processes),
+            "scripts": ray_scripts(session), "task": ray.get(square.remote(7)),
+            "config": node._ray_params._system_config}
+    shutdown_own_ray()
+    ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
+             configure_logging=False)
+    plain = ray_worker._global_node
+    seen["plain_kinds"] = sorted(plain.all_processes)
+    seen["plain_scripts"] = ray_scripts(plain.get_session_dir_path())
+    ray.shutdown()
+    print(json.dumps(seen))
+    """)
+
+
+def test_the_ray_a_run_starts_runs_without_dashboard_and_monitor() -> None:
+    done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
+                          timeout=180, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert seen["slots"] == 1 and seen["task"] == 49  # Ray's core works without them
+    assert "dashboard" not in seen["kinds"] and "monitor" not in seen["kinds"], seen["kinds"]
+    assert seen["scripts"] == {"dashboard/dashboard.py": False,
+                               "autoscaler/_private/monitor.py": False, "raylet": True,
+                               "gcs_server": True}, seen["scripts"]
+    assert seen["config"]["raylet_client_connect_timeout_milliseconds"] == 50
+    timeout_ms = seen["config"]["raylet_client_connect_timeout_milliseconds"]
+    tries = seen["config"]["raylet_client_num_connect_attempts"]
+    assert timeout_ms * tries == 10_000  # as long in all as Ray's default (1 s x 10)
+    # Only nestor's own start leaves them out: Ray's methods are back afterwards.
+    assert "dashboard" in seen["plain_kinds"] and "monitor" in seen["plain_kinds"]
+    assert all(seen["plain_scripts"].values()), seen["plain_scripts"]
