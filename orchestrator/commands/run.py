@@ -17,7 +17,7 @@ from nestor.orchestrator.engine import workflow as engine
 from nestor.orchestrator.engine.adoption import check_journal_covers
 from nestor.orchestrator.engine.reopen import ReopenError, edited_budget
 from nestor.orchestrator.engine.shipped import register_constraints, save_functions
-from nestor.orchestrator.projections.projector import Projector
+from nestor.orchestrator.projections.projector_process import start_projector
 from nestor.orchestrator.spec import load_spec, load_spec_text
 
 
@@ -76,8 +76,9 @@ def run_spec(
         register_constraints(run_dir, workflow)  # __main__ ones, for the driver's search
         if resume:  # a damaged journal, or one that lost trials whose results are on disk
             check_journal_covers(run_dir, run_dir / engine.JOURNAL_FILE)
-        # MLflow, off the loop; started first, so that its store opens while Ray starts.
-        projector = Projector(run_dir, workflow, warm=True)
+        # MLflow, off the loop (in a process of its own: projections.projector_process);
+        # started first, so that its store opens while Ray starts.
+        projector = start_projector(run_dir, workflow)
         try:
             with stopping.starting():  # a SIGTERM while Ray starts: Interrupted, not exit 15
                 backend = make_backend(workflow, run_dir, slots=slots, address=address)
@@ -98,7 +99,7 @@ def run_spec(
                 on_results=on_results, reopen=reopen,
                 on_append=projector.wake if on_event is None else appended)
         finally:  # what MLflow still lacks then, the next driver on run_dir sends
-            (wait_for_mlflow or Projector.close)(projector)
+            (wait_for_mlflow or type(projector).close)(projector)
     return run_dir, results
 
 

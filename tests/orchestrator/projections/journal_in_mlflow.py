@@ -91,6 +91,11 @@ def expected(events: list[dict[str, Any]]) -> dict[str, Shown]:
             for step, values in enumerate(history):
                 _log(run, values, step, event["time"])
             _log(run, event.get("metrics") or {}, len(history), event["time"])
+            # What the trial's code logged itself (ctx.log_metrics, `nestor.metric` lines):
+            # each point at its own step and time.
+            for key, rows in ((event.get("logged") or {}).get("metrics") or {}).items():
+                for step, value, at in rows:
+                    _log(run, {key: value}, step, at)
             run.tags.update({"nestor.status": event["status"],
                              "nestor.attempts": _text(event["attempt"])})
             if event.get("reason"):

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -21,6 +22,7 @@ import pytest
 
 from tests.orchestrator.workflow_helpers import (
     DIES_BEFORE_JOURNALLING_A_RESULT,
+    NESTOR,
     events,
     finished,
     mlflow_runs,
@@ -88,15 +90,18 @@ stages:
 # The projector has copied a trial's artifact into MLflow (and written its metric
 # points) but not yet moved its cursor past the event: the resumed driver projects
 # that event again.
+# Run in the projector's own process (projections.projector_process), where MLflow is
+# written, as its sitecustomize: the kill takes the driver's whole process group.
 DIES_AFTER_MLFLOW_TOOK_AN_ARTIFACT = textwrap.dedent("""\
-    import os, signal
-    from nestor.orchestrator.projections import tracking
-    real = tracking.Tracker.log_artifact
-    def faulty(self, run_id, path, folder=None):
-        real(self, run_id, path, folder)
-        if os.path.basename(str(path)) == "report.txt":
-            os.killpg(0, signal.SIGKILL)
-    tracking.Tracker.log_artifact = faulty
+    import os, signal, sys
+    if "projector_process" in " ".join(getattr(sys, "orig_argv", sys.argv)):
+        from nestor.orchestrator.projections import tracking
+        real = tracking.Tracker.log_artifact
+        def faulty(self, run_id, path, folder=None):
+            real(self, run_id, path, folder)
+            if os.path.basename(str(path)) == "report.txt":
+                os.killpg(0, signal.SIGKILL)
+        tracking.Tracker.log_artifact = faulty
     """)
 
 
@@ -165,9 +170,14 @@ def calls(tmp_path: Path) -> list[str]:
 def test_a_function_trials_logs_are_in_mlflow_once_after_a_kill_while_mlflow_took_them(
         tmp_path: Path, nestor_with_fault) -> None:
     spec, run_dir, env = setup(tmp_path, "function")
-    driver = nestor_with_fault(DIES_AFTER_MLFLOW_TOOK_AN_ARTIFACT, "run", str(spec),
-                               "--run-dir", str(run_dir), env=env, start_new_session=True,
-                               timeout=300)
+    faults = tmp_path / "faults"
+    faults.mkdir()
+    (faults / "sitecustomize.py").write_text(DIES_AFTER_MLFLOW_TOOK_AN_ARTIFACT)
+    env["PYTHONPATH"] = os.pathsep.join([str(faults), env["PYTHONPATH"]])
+    driver = subprocess.run([NESTOR, "run", str(spec), "--run-dir", str(run_dir)], env=env,
+                            start_new_session=True, timeout=300, capture_output=True,
+                            text=True, check=False)  # the fault is in its projector's process
+    env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep, 1)[1]  # the resume runs clean
     assert driver.returncode == -signal.SIGKILL, driver.stderr
     # The kill came while MLflow took a finished trial's artifact, before the projector
     # said that event was done: the resumed driver projects it again.

@@ -1,0 +1,181 @@
+"""The driver's MLflow projector runs in a process of its own
+(``projections.projector_process``): the driver never imports MLflow, MLflow still
+shows every journalled event of a user's function trainer and command trainer, a
+driver killed outright leaves no projector behind (and ``nestor resume`` shows
+everything, once), and where no child can be started the projector runs in a thread.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from nestor.orchestrator.journal.journal import read_events
+from nestor.orchestrator.projections import projector_process
+from nestor.orchestrator.projections.projector import CURSOR_FILE, Projector
+from nestor.orchestrator.spec import load_spec
+from tests.orchestrator.projections.journal_in_mlflow import (
+    assert_mlflow_shows_every_event,
+    journal_events,
+)
+
+NESTOR = str(Path(sys.executable).parent / "nestor")
+
+USER_CODE = '''
+import time
+
+
+def train(config, ctx):
+    for epoch in range(3):
+        ctx.report({"loss": (config["x"] - 0.3) ** 2 + 1.0 / (epoch + 1)}, step=epoch + 1)
+        time.sleep(config.get("pause", 0.0))
+    return {"loss": (config["x"] - 0.3) ** 2}
+'''
+
+FIT = '''
+import sys
+
+x = float(sys.argv[1].split("=", 1)[1])
+for epoch in range(3):
+    print(f"nestor.metric loss={(x - 0.3) ** 2 + 1.0 / (epoch + 1)} step={epoch + 1}")
+print(f"FoM: {(x - 0.3) ** 2}")
+'''
+
+SPEC = """
+name: own-code
+resources: {{slots: 2}}
+stages:
+  - name: function
+    kind: hpo
+    trainer: {{function: "user_train:train", settings: {{pause: {pause}}}}}
+    search: {{algorithm: random, budget: {budget}, seed: 0}}
+    space: {{x: {{type: float, low: 0, high: 1}}}}
+    objective: {{metric: loss, mode: min}}
+  - name: command
+    kind: hpo
+    trainer: {{command: ["{python}", "{fit}"]}}
+    search: {{algorithm: random, budget: 6, seed: 1}}
+    space: {{x: {{type: float, low: 0, high: 1}}}}
+    objective: {{metric: FoM, mode: min}}
+"""
+
+DRIVER = textwrap.dedent("""\
+    import json, sys
+    from pathlib import Path
+
+    from nestor.orchestrator.commands.run import run_spec
+
+    run_spec(Path(sys.argv[1]), run_dir=Path(sys.argv[2]))
+    print("IMPORTED " + json.dumps(sorted(m for m in sys.modules
+                                          if m.split(".")[0] in ("mlflow", "sqlalchemy"))))
+    """)
+
+
+def user_run(tmp_path: Path, *, budget: int = 6, pause: float = 0.0) -> tuple[Path, dict]:
+    (tmp_path / "user_train.py").write_text(USER_CODE)
+    (tmp_path / "fit.py").write_text(FIT)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(budget=budget, pause=pause, python=sys.executable,
+                                fit=tmp_path / "fit.py"))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(tmp_path), *filter(None, [os.environ.get("PYTHONPATH")])])}
+    return spec, env
+
+
+def mlflow_shows_every_event(run_dir: Path) -> int:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{run_dir / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("own-code")
+    assert experiment is not None
+    return assert_mlflow_shows_every_event(client, experiment.experiment_id,
+                                           journal_events(run_dir))
+
+
+def projector_children(run_dir: Path) -> list[int]:
+    """Processes running this run directory's projector child (from outside: /proc)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if "projector_process" in line and str(run_dir) in line:
+            found.append(int(entry.name))
+    return found
+
+
+def test_the_driver_never_imports_mlflow_and_mlflow_shows_every_event(tmp_path: Path) -> None:
+    spec, env = user_run(tmp_path)
+    run_dir = tmp_path / "run"
+    done = subprocess.run([sys.executable, "-c", DRIVER, str(spec), str(run_dir)], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    imported = json.loads(done.stdout.split("IMPORTED ", 1)[1].splitlines()[0])
+    assert imported == [], f"the driver imported {imported[:5]}"
+    events = journal_events(run_dir)
+    assert (run_dir / CURSOR_FILE).read_text() == str(len(events))
+    # Both stages' runs and their 12 trials', each with every step the user's code logged.
+    assert mlflow_shows_every_event(run_dir) == 14
+    assert not projector_children(run_dir)
+
+
+@pytest.mark.slow
+def test_a_killed_driver_leaves_no_projector_and_resume_shows_every_event(
+        tmp_path: Path) -> None:
+    spec, env = user_run(tmp_path, budget=40, pause=0.1)
+    run_dir = tmp_path / "run"
+    driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir)], env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and driver.poll() is None:
+            journal = run_dir / "journal.jsonl"
+            if journal.exists() and sum(e["event"] == "trial_finished"
+                                        for e in read_events(journal)) >= 4:
+                break
+            time.sleep(0.2)
+        assert driver.poll() is None, driver.communicate()[1][-3000:]
+        assert projector_children(run_dir), "no projector process while the run went on"
+        driver.send_signal(signal.SIGKILL)
+        driver.wait(timeout=30)
+    finally:
+        if driver.poll() is None:
+            driver.kill()
+    gone_by = time.monotonic() + 15
+    while projector_children(run_dir) and time.monotonic() < gone_by:
+        time.sleep(0.2)
+    assert not projector_children(run_dir), "the projector outlived its killed driver"
+
+    resumed = subprocess.run([NESTOR, "resume", str(run_dir)], env=env, capture_output=True,
+                             text=True, timeout=600, check=False)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert mlflow_shows_every_event(run_dir) == 2 + 40 + 6  # each run once
+    assert not projector_children(run_dir)
+
+
+def test_without_a_child_process_the_projector_runs_in_a_thread(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    spec, _ = user_run(tmp_path)
+
+    def no_fork(*args: object, **kwargs: object) -> None:
+        raise BlockingIOError(11, "Resource temporarily unavailable")
+
+    monkeypatch.setattr(projector_process.subprocess, "Popen", no_fork)
+    projector = projector_process.start_projector(tmp_path / "run",
+                                                  load_spec(spec, imports=False))
+    try:
+        assert isinstance(projector, Projector)
+        assert "written from the driver's own process" in caplog.text
+    finally:
+        projector.close(timeout_s=5)
