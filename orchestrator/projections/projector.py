@@ -59,7 +59,7 @@ from nestor.orchestrator.journal.safe import inside_or_warn
 from nestor.orchestrator.journal.state import RunState
 from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.journal.text import first_line
-from nestor.orchestrator.projections.cursor import CURSOR_FILE, read_cursor
+from nestor.orchestrator.projections.cursor import CURSOR_FILE, JournalLines, read_cursor
 from nestor.orchestrator.projections.local_store import copy_cursor, default_tracking_uri
 from nestor.orchestrator.projections.products import objective_label
 from nestor.orchestrator.projections.tracking import (
@@ -132,8 +132,7 @@ class Projector:
         # The journal folded so far (its stages' heads): how far the projector read,
         # by byte and by event, and what was new in each read (``_read_new``).
         self._state = RunState(trials=False)
-        self._count_lock = threading.Lock()  # the journal's lines, as last counted:
-        self._counted_bytes = self._counted_lines = 0
+        self._lines = JournalLines(self.journal_path)  # the journal's lines, as last counted
         self._pending: list[tuple[int, Event | None]] = []  # (seq, event; None: unknown)
         self._run_key = "legacy"  # journals from before run_key
         self._stage_runs: dict[str, str] = {}
@@ -362,19 +361,8 @@ class Projector:
 
     def _count_on_disk(self) -> int:
         """The journal's complete lines (asked from the driver's thread, every 50 ms
-        while it waits): counted on from where the last count ended, so a wait costs
-        the bytes appended since, not the part of a long journal not projected yet."""
-        with self._count_lock:
-            try:
-                with open(self.journal_path, "rb") as handle:
-                    handle.seek(self._counted_bytes)
-                    data = handle.read()
-            except FileNotFoundError:
-                return self._counted_lines
-            end = data.rfind(b"\n") + 1
-            self._counted_lines += data.count(b"\n", 0, end)
-            self._counted_bytes += end
-            return self._counted_lines
+        while it waits), counted on from where the last count ended."""
+        return self._lines.count()
 
     def _read_cursor(self) -> int:
         return read_cursor(self.run_dir) or 0

@@ -40,7 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from nestor.orchestrator.projections.cursor import read_cursor
+from nestor.orchestrator.projections.cursor import JournalLines, read_cursor
 from nestor.orchestrator.projections.local_store import default_tracking_uri
 
 log = logging.getLogger(__name__)
@@ -49,29 +49,6 @@ REPORT_EVERY_S = 0.05  # how often the child says how far it got, and the driver
 WAKE_EVERY_S = 0.05  # the driver's wakes, at most this often (the child wakes itself too)
 CHILD_WAKES_EVERY_S = 0.5  # the child's own wake: a wake the driver left out costs no more
 EXIT_WAIT_S = 10.0  # after ``closed``, or a stop, for the child to exit before it is killed
-
-
-class JournalLines:
-    """The journal's complete lines, counted on from where the last count ended: a
-    wait every 50 ms costs the bytes appended since, not the whole journal."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._lock = threading.Lock()
-        self._bytes = self._lines = 0
-
-    def count(self) -> int:
-        with self._lock:
-            try:
-                with open(self.path, "rb") as handle:
-                    handle.seek(self._bytes)
-                    data = handle.read()
-            except FileNotFoundError:
-                return self._lines
-            end = data.rfind(b"\n") + 1
-            self._lines += data.count(b"\n", 0, end)
-            self._bytes += end
-            return self._lines
 
 
 class ProjectorProcess:
