@@ -1,7 +1,8 @@
 """MLflow as a projection of the journal, written off the scheduling loop.
 
-The driver only appends events to the journal; a projector thread reads what
-was appended and makes MLflow say the same: a run per stage, a nested run per
+The driver only appends events to the journal; a projector (a thread of its own,
+in the driver's child process: ``projector_process``) reads what was appended and
+makes MLflow say the same: a run per stage, a nested run per
 trial, their params, per-epoch metrics, tags, logs, plots and end states. Each
 event is projected once it is on disk, in journal order, and the projector
 remembers how far it got (``mlflow-projected``, the next event's sequence

@@ -3,7 +3,8 @@
 One experiment per workflow, a parent run per stage and a nested run per
 trial, all through ``MlflowClient`` (no global "active run" state). By
 default the store is a SQLite file in the run directory, written by the
-driver's projector thread alone (one writer: no "database is locked").
+driver's projector alone (one writer: no "database is locked"; it runs in a
+process of its own, ``projector_process``).
 
 The journal is the truth; MLflow is a projection of it
 (``orchestrator.projections.projector``). Every write here is safe to repeat, which is
