@@ -68,12 +68,14 @@ class ProjectorProcess:
         self._left: int | None = None  # the child's last word: events MLflow lacks
         self._woken_at = 0.0
         level = logging.getLogger("nestor").getEffectiveLevel()  # `-q`: errors only
+        payload = pickle.dumps(workflow)  # before the child: one that cannot be sent, none
+        # -P: the driver's working directory is not put on the child's import path (a
+        # user's logging.py or mlflow.py there is not imported in MLflow's place).
         self._child = subprocess.Popen(
-            [sys.executable, "-m", __name__, str(self.run_dir), journal_file, str(level)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+            [sys.executable, "-P", "-m", __name__, str(self.run_dir), journal_file,
+             str(level)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
         assert self._child.stdin is not None and self._child.stdout is not None
         self._stdin = self._child.stdin.fileno()
-        payload = pickle.dumps(workflow)
         try:
             os.write(self._stdin, len(payload).to_bytes(8, "big"))
             _write_all(self._stdin, payload)
@@ -182,8 +184,10 @@ def _write_all(fd: int, data: bytes) -> None:
 def _child(run_dir: Path, journal_file: str) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver says when to stop
     stdin = sys.stdin.buffer
-    size = int.from_bytes(stdin.read(8), "big")
-    workflow = pickle.loads(stdin.read(size))
+    head = stdin.read(8)
+    if len(head) < 8:  # the driver ended before it sent the workflow: nothing to do
+        return 0
+    workflow = pickle.loads(stdin.read(int.from_bytes(head, "big")))
     from nestor.orchestrator.projections.projector import Projector
 
     projector = Projector(run_dir, workflow, journal_file=journal_file, warm=True)

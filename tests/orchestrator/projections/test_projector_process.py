@@ -118,8 +118,14 @@ def projector_children(run_dir: Path) -> list[int]:
 def test_the_driver_never_imports_mlflow_and_mlflow_shows_every_event(tmp_path: Path) -> None:
     spec, env = user_run(tmp_path)
     run_dir = tmp_path / "run"
+    # A working directory holding files named like the projector's libraries: nothing
+    # there is imported in their place.
+    here = tmp_path / "here"
+    here.mkdir()
+    for name in ("mlflow", "sqlalchemy", "matplotlib"):
+        (here / f"{name}.py").write_text("raise SystemExit('imported from the cwd')\n")
     done = subprocess.run([sys.executable, "-c", DRIVER, str(spec), str(run_dir)], env=env,
-                          capture_output=True, text=True, timeout=600, check=False)
+                          capture_output=True, text=True, timeout=600, check=False, cwd=here)
     assert done.returncode == 0, done.stderr[-3000:]
     imported = json.loads(done.stdout.split("IMPORTED ", 1)[1].splitlines()[0])
     assert imported == [], f"the driver imported {imported[:5]}"
