@@ -410,18 +410,21 @@ def own_code_spec(python: str, share: float) -> str:
                        "stages": stages})
 
 
-def logged_metric(run_dir: Path, trial: dict[str, Any], name: str) -> float | None:
-    """The last value of a metric the trial's code returned or logged (``nestor.metric``
-    line, ``ctx.log_metrics``), as its ``trial_finished`` event holds it."""
+def finished_metric(run_dir: Path, name: str) -> dict[tuple[str, str], float | None]:
+    """Each trial's last value of a metric its code returned or logged (``nestor.metric``
+    line, ``ctx.log_metrics``), by (stage, trial id): trial ids repeat across stages.
+    As its ``trial_finished`` event holds it, read the engine's way
+    (``outcome.last_logged``)."""
+    from nestor.orchestrator.engine.outcome import last_logged
     from nestor.orchestrator.journal.journal import read_events
 
+    found: dict[tuple[str, str], float | None] = {}
     for event in read_events(run_dir / "journal.jsonl"):
-        if event["event"] == "trial_finished" and event["trial"]["id"] == trial["id"]:
-            if name in (event.get("metrics") or {}):
-                return float(event["metrics"][name])
-            points = ((event.get("logged") or {}).get("metrics") or {}).get(name) or []
-            return float(points[-1][1]) if points else None
-    return None
+        if event["event"] == "trial_finished":
+            returned = (event.get("metrics") or {}).get(name)
+            value = last_logged(event.get("logged"), name) if returned is None else returned
+            found[event["stage"], event["trial"]["id"]] = None if value is None else float(value)
+    return found
 
 
 def own_code(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
@@ -441,12 +444,13 @@ def own_code(args: argparse.Namespace, clock: Clock) -> dict[str, Any]:
     want = 0.0 if args.cpu else 1.0
     found: dict[str, Any] = {"wall_s": round(wall, 1), "mlflow_runs": store_runs(run_dir),
                              "gpus_per_trial": 0.5, "stages": {}}
+    on_gpu = finished_metric(run_dir, "on_gpu")
     for stage in data["stages"]:
         trials = stage["trials"]
         row = {"trials": len(trials),
                "completed": sum(t.get("status") == "completed" for t in trials),
                "device_gpu": [(t.get("metrics") or {}).get("device_gpu") for t in trials],
-               "on_gpu": [logged_metric(run_dir, t, "on_gpu") for t in trials]}
+               "on_gpu": [on_gpu.get((stage["name"], t["id"])) for t in trials]}
         found["stages"][stage["name"]] = row
         say(clock, f"  {stage['name']} trainer: {row['completed']} of {row['trials']} trials"
                    f" completed, device_gpu {row['device_gpu']}, the user's code on the GPU"
