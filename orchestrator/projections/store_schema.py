@@ -1,10 +1,15 @@
-"""A new SQLite MLflow store, made whole: its schema built once per MLflow version.
+"""A new SQLite MLflow store, made whole, without running MLflow's migrations.
 
-MLflow builds a store's schema in a dozen migrations (seconds of CPU, at the start of
-a run, against the scheduling loop), and a driver killed in the middle of them leaves
-a store MLflow cannot open. So the schema is built once (``schema_template``) and each
-store is a copy of it, renamed into place under a lock. The connection settings the
-projector writes with (``sqlite_pragmas``) are here too.
+MLflow builds a store's schema in a dozen migrations (1.6 s of CPU here, at the
+start of a run, against Ray's start and the scheduling loop), and a driver killed in
+the middle of them leaves a store MLflow cannot open. So for the MLflow nestor pins,
+the schema those migrations build ships with nestor as SQL (``mlflow_schemas/``,
+written by ``scripts/mlflow_schema.py`` from MLflow's own migrations; a test checks
+it against them), which SQLite runs in milliseconds. For any other MLflow version
+the schema is built once by its migrations (``schema_template``) and each store is
+a copy of it. Either way the store is made in a file of its own and renamed into
+place under a lock. The connection settings the projector writes with
+(``sqlite_pragmas``) are here too.
 """
 
 from __future__ import annotations
@@ -13,17 +18,34 @@ import contextlib
 import logging
 import os
 import shutil
+import sqlite3
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 log = logging.getLogger(__name__)
 
+SCHEMAS = Path(__file__).with_name("mlflow_schemas")  # the schemas nestor ships, by version
+
+
+def mlflow_version() -> str:
+    from mlflow.version import VERSION
+
+    return str(VERSION)
+
+
+def shipped_schema(version: str | None = None) -> Path | None:
+    """The SQL of a new store's schema that nestor ships for this MLflow version
+    (None: none for it, and the store is built by MLflow's migrations)."""
+    path = SCHEMAS / f"mlflow-{version or mlflow_version()}.sql"
+    return path if path.is_file() else None
+
+
 def schema_template(version: str | None = None) -> Path:
     """Where a new store's schema, built once per MLflow version, is kept for copying
     (``NESTOR_CACHE_DIR``, else ``$XDG_CACHE_HOME/nestor`` or ``~/.cache/nestor``)."""
-    if version is None:
-        from mlflow.version import VERSION as version
+    version = version or mlflow_version()
     root = os.environ.get("NESTOR_CACHE_DIR") or os.path.join(
         os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "nestor")
     return Path(root) / "mlflow-schema" / f"mlflow-{version}.db"
@@ -85,14 +107,20 @@ def sqlite_file(uri: str) -> Path | None:
 
 
 def _make_store(db: Path) -> None:
-    template = schema_template()
+    version = mlflow_version()
+    template = schema_template(version)
+    shipped = shipped_schema(version)
     tmp = db.with_name(f".{db.name}.{os.getpid()}.tmp")
     tmp.unlink(missing_ok=True)
-    if template.is_file():
+    if shipped is not None:
+        with contextlib.closing(sqlite3.connect(tmp)) as connection:
+            connection.executescript(shipped.read_text())
+        _default_artifacts_here(tmp)
+    elif template.is_file():
         shutil.copyfile(template, tmp)
         _default_artifacts_here(tmp)
     else:
-        _build_schema(tmp)
+        build_by_migrations(tmp)
         with contextlib.suppress(OSError):  # no cache (read-only home): each store builds
             template.parent.mkdir(parents=True, exist_ok=True)
             spare = template.with_name(f".{template.name}.{os.getpid()}.tmp")
@@ -103,8 +131,9 @@ def _make_store(db: Path) -> None:
     os.replace(tmp, db)
 
 
-def _build_schema(path: Path) -> None:
-    """MLflow's own creation of a store at ``path``: its migrations, then closed."""
+def build_by_migrations(path: Path) -> None:
+    """A new store at ``path`` built as MLflow builds one: by its migrations, then
+    closed."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{path.resolve()}"
@@ -117,13 +146,26 @@ def _build_schema(path: Path) -> None:
 
 
 def _default_artifacts_here(path: Path) -> None:
-    """Give the copied template's Default experiment the artifact location MLflow gives
-    it when it builds a store here (``./mlruns`` of this directory), not the template's."""
-    import sqlite3
-
+    """Give the new store's Default experiment what MLflow gives it when it builds a
+    store here and now: the artifact location ``./mlruns/0`` of this directory and
+    the time, not the template's or the shipped schema's."""
+    now = int(time.time() * 1000)
     with contextlib.closing(sqlite3.connect(path)) as connection, connection:
-        connection.execute("UPDATE experiments SET artifact_location = ?"
-                           " WHERE experiment_id = 0", (str(Path.cwd() / "mlruns" / "0"),))
+        connection.execute("UPDATE experiments SET artifact_location = ?, creation_time = ?,"
+                           " last_update_time = ? WHERE experiment_id = 0",
+                           (str(Path.cwd() / "mlruns" / "0"), now, now))
+
+
+def dump_schema(db: Path) -> str:
+    """The SQL that makes a new store like ``db`` (a store MLflow's migrations just
+    built): its tables, indexes and rows, with the Default experiment's location and
+    times left for ``_default_artifacts_here`` to fill."""
+    with contextlib.closing(sqlite3.connect(db)) as connection:
+        with connection:
+            connection.execute("UPDATE experiments SET artifact_location = '',"
+                               " creation_time = 0, last_update_time = 0"
+                               " WHERE experiment_id = 0")
+        return "\n".join(connection.iterdump()) + "\n"
 
 
 def sqlite_pragmas(uri: str, *pragmas: str) -> Any:

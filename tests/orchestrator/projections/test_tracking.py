@@ -80,6 +80,8 @@ import mlflow.store.db.utils as db_utils
 def migrating(engine):
     raise SystemExit("a store copied from the template ran MLflow's migrations")
 db_utils._upgrade_db = migrating
+from nestor.orchestrator.projections import store_schema
+store_schema.SCHEMAS = Path(sys.argv[2])
 from nestor.orchestrator.projections.tracking import Tracker
 Tracker(Path(sys.argv[1]), "demo").start_run("tune")
 """
@@ -99,6 +101,8 @@ def dying(engine):
     threading.Timer(float(sys.argv[2]), os.kill, (os.getpid(), signal.SIGKILL)).start()
     real(engine)
 db_utils._upgrade_db = dying
+from nestor.orchestrator.projections import store_schema
+store_schema.SCHEMAS = Path(sys.argv[3])  # none shipped: an MLflow nestor has no schema for
 from nestor.orchestrator.projections.tracking import Tracker
 Tracker(Path(sys.argv[1]), "demo").start_run("tune")
 """
@@ -106,14 +110,16 @@ Tracker(Path(sys.argv[1]), "demo").start_run("tune")
         run_dir = tmp_path / f"killed-after-{delay}"
         # A cache of its own: with a schema template there would be no migration to cut.
         env = dict(os.environ, NESTOR_CACHE_DIR=str(tmp_path / f"cache-{delay}"))
-        child = subprocess.run([sys.executable, "-c", script, str(run_dir), delay],
+        child = subprocess.run([sys.executable, "-c", script, str(run_dir), delay,
+                                str(tmp_path / "none-shipped")],
                                cwd=Path(__file__).parents[3], capture_output=True, check=False,
                                env=env)
         assert child.returncode == -9, child.stderr  # it died in the upgrade
         if list((tmp_path / f"cache-{delay}").rglob("*.db")):  # killed after it was made
             # A template left is whole: a store copied from it opens, no migration run.
             fresh = subprocess.run([sys.executable, "-c", NO_MIGRATION,
-                                    str(tmp_path / f"fresh-{delay}")],
+                                    str(tmp_path / f"fresh-{delay}"),
+                                    str(tmp_path / "none-shipped")],
                                    cwd=Path(__file__).parents[3], capture_output=True,
                                    check=False, env=env)
             assert fresh.returncode == 0, fresh.stderr.decode()
@@ -125,10 +131,13 @@ Tracker(Path(sys.argv[1]), "demo").start_run("tune")
 def test_a_new_store_is_a_copy_of_the_schema_built_once(tmp_path: Path, monkeypatch) -> None:
     # MLflow's migrations cost the driver seconds of CPU at a run's start, beside its
     # scheduling loop: only the first store of an MLflow version runs them.
+    # (For an MLflow nestor ships no schema for: test_store_schema.py has the one it ships.)
     import mlflow.store.db.utils as db_utils
 
+    from nestor.orchestrator.projections import store_schema
     from nestor.orchestrator.projections.store_schema import make_store, schema_template
 
+    monkeypatch.setattr(store_schema, "SCHEMAS", tmp_path / "none-shipped")
     monkeypatch.setenv("NESTOR_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.chdir(tmp_path)
     (tmp_path / "first").mkdir()
