@@ -7,8 +7,13 @@ PY := $(VENV)/bin/python
 .PHONY: setup system-deps demo test test-short test-fast lint mutation-check bench soak bench-quick \
 	bench-gpu bench-gpu-tables bundle
 
+# nestor's own modules compiled to bytecode, as pip compiles an installed package's
+# (an editable install is not): otherwise every process of a run (the driver, its
+# MLflow projector, each Ray worker) compiles what it imports where
+# PYTHONDONTWRITEBYTECODE is set. Only what changed is compiled again.
 setup:
 	@scripts/setup.sh
+	@$(PY) -m compileall -q -j 0 orchestrator search trainers nestor >/dev/null
 
 demo: setup
 	@scripts/demo.sh

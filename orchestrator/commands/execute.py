@@ -44,6 +44,10 @@ def execute(spec: Path | None, *, run_dir: Path | None, resume: bool, slots: int
     the caller's to print); 1 adds a line as each trial starts, ends or fails and as
     each stage starts and ends (:func:`orchestrator.commands.progress.event_line`)."""
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
+    # MLflow's process first, loading while the driver imports and reads the spec.
+    from nestor.orchestrator.projections.projector_process import prestart
+
+    prestart()
     from nestor.orchestrator.backends import ClusterError
     from nestor.orchestrator.backends.ray.visibility import RunDirNotShared
     from nestor.orchestrator.backends.stopping import Interrupted, exit_code, install_handlers

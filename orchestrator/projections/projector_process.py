@@ -12,13 +12,21 @@ What the driver sees is the thread's interface (``wake``, ``close``, ``done``,
 ``run_dir``, ``uri``), so ``wait_for_mlflow`` shows the wait the same way. The two
 talk over the child's stdin and stdout:
 
-- driver -> child: the workflow (8 bytes of length, then its pickle), then lines:
+- driver -> child: the run (8 bytes of length, then the pickle of its run directory,
+  journal file, log level and workflow), then lines:
   ``w`` something was appended, ``c SECONDS`` close (``Projector.close``'s
   timeout), ``s`` stop waiting (a Ctrl-C). End of input (the driver gone, even
   killed) is a close that stops at once: MLflow's writes are idempotent and the
   cursor file says how far they got, so the next driver (``nestor resume``) goes on.
 - child -> driver: ``done N`` as the events MLflow shows grow, ``closed LEFT DONE``
   at the end.
+
+The child can be started before the driver knows its run (``prestart``, first thing
+in ``nestor run``): it loads MLflow, SQLAlchemy and matplotlib (some 2.5 s of CPU)
+while the driver imports its own modules and reads the spec, on the core the driver
+leaves idle, rather than against Ray's start; ``start_projector`` then sends it the
+run. A child given no run (the spec was refused) ends when the driver's end closes
+its input, at once, without waiting for its imports.
 
 The child ignores SIGINT: a Ctrl-C at the terminal reaches the driver's whole
 process group, and the driver, not the signal, decides how long MLflow is waited
@@ -68,12 +76,12 @@ class ProjectorProcess:
         self._left: int | None = None  # the child's last word: events MLflow lacks
         self._woken_at = 0.0
         level = logging.getLogger("nestor").getEffectiveLevel()  # `-q`: errors only
-        payload = pickle.dumps(workflow)  # before the child: one that cannot be sent, none
-        # -P: the driver's working directory is not put on the child's import path (a
-        # user's logging.py or mlflow.py there is not imported in MLflow's place).
-        self._child = subprocess.Popen(
-            [sys.executable, "-P", "-m", __name__, str(self.run_dir), journal_file,
-             str(level)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, close_fds=True)
+        try:  # before the child is given the run: a run that cannot be sent, no child
+            payload = pickle.dumps((str(self.run_dir), journal_file, level, workflow))
+        except BaseException:
+            _end(_take_prestarted())
+            raise
+        self._child = _take_prestarted() or _spawn()
         assert self._child.stdin is not None and self._child.stdout is not None
         self._stdin = self._child.stdin.fileno()
         try:
@@ -160,6 +168,50 @@ class ProjectorProcess:
         self._reader.join(timeout=1.0)
 
 
+_prestarted: subprocess.Popen[bytes] | None = None  # a child not given its run yet
+
+
+def prestart() -> None:
+    """Start the projector's process now, ahead of the run it will serve (module
+    docstring); ``start_projector`` gives it the run. Where it cannot be started,
+    ``start_projector`` tries again (and falls back to a thread)."""
+    global _prestarted
+    if _prestarted is None:
+        with contextlib.suppress(OSError):
+            _prestarted = _spawn()
+
+
+def _take_prestarted() -> subprocess.Popen[bytes] | None:
+    """The prestarted child, still running, for the caller to give a run to (None:
+    none)."""
+    global _prestarted
+    child, _prestarted = _prestarted, None
+    if child is not None and child.poll() is not None:
+        return None
+    return child
+
+
+def _spawn() -> subprocess.Popen[bytes]:
+    # -P: the driver's working directory is not put on the child's import path (a
+    # user's logging.py or mlflow.py there is not imported in MLflow's place).
+    return subprocess.Popen([sys.executable, "-P", "-m", __name__], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, close_fds=True)
+
+
+def _end(child: subprocess.Popen[bytes] | None) -> None:
+    """End a child given no run: its input closed, it exits at once."""
+    if child is None:
+        return
+    with contextlib.suppress(OSError):
+        assert child.stdin is not None
+        child.stdin.close()
+    try:
+        child.wait(timeout=EXIT_WAIT_S)
+    except subprocess.TimeoutExpired:
+        child.kill()
+        child.wait()
+
+
 def start_projector(run_dir: Path, workflow: Any) -> Any:
     """The driver's projector: in a child process (``ProjectorProcess``), or where one
     cannot be started (no fork left, a Python that cannot run it), in a thread."""
@@ -181,16 +233,37 @@ def _write_all(fd: int, data: bytes) -> None:
 # -- the child ---------------------------------------------------------------------------
 
 
-def _child(run_dir: Path, journal_file: str) -> int:
+def _load_ahead() -> None:
+    """Import what the projector will need (MLflow's client and SQL store, SQLAlchemy,
+    matplotlib) before its run is known; what fails here is said when it is used."""
+    with contextlib.suppress(Exception):
+        from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore  # noqa: F401
+        from mlflow.tracking import MlflowClient  # noqa: F401
+    with contextlib.suppress(Exception):
+        from nestor.orchestrator.projections import plots
+
+        plots.warm()
+
+
+def _child() -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver says when to stop
+    # Loaded in a thread, so that a driver that ends before it sends the run (its spec
+    # refused) ends this process at once, not after the imports.
+    ahead = threading.Thread(target=_load_ahead, name="nestor-mlflow-load-ahead", daemon=True)
+    ahead.start()
     stdin = sys.stdin.buffer
     head = stdin.read(8)
-    if len(head) < 8:  # the driver ended before it sent the workflow: nothing to do
+    if len(head) < 8:  # the driver ended before it sent the run: nothing to do
         return 0
-    workflow = pickle.loads(stdin.read(int.from_bytes(head, "big")))
+    payload = stdin.read(int.from_bytes(head, "big"))
+    ahead.join()  # no two threads importing at once (Python's import locks may deadlock)
+    run_dir, journal_file, level, workflow = pickle.loads(payload)
+    # Warnings said as the driver says them (Python's last-resort handler: the message
+    # alone, on stderr, shared with the driver), at the driver's level.
+    logging.getLogger("nestor").setLevel(level)
     from nestor.orchestrator.projections.projector import Projector
 
-    projector = Projector(run_dir, workflow, journal_file=journal_file, warm=True)
+    projector = Projector(Path(run_dir), workflow, journal_file=journal_file, warm=True)
     said = threading.Lock()
     close_for: list[float] = []
     asked, stopping, ended = threading.Event(), threading.Event(), threading.Event()
@@ -235,10 +308,7 @@ def _child(run_dir: Path, journal_file: str) -> int:
 
 
 if __name__ == "__main__":
-    # Warnings said as the driver says them (Python's last-resort handler: the message
-    # alone, on stderr, shared with the driver), at the driver's level.
-    logging.getLogger("nestor").setLevel(int(sys.argv[3]))
-    code = _child(Path(sys.argv[1]), sys.argv[2])
+    code = _child()
     logging.shutdown()
     # Not the interpreter's own exit: its listening thread still reads stdin, which the
     # interpreter's shutdown would wait for (a fatal error, seen), and the projector has

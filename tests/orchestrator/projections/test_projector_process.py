@@ -100,18 +100,20 @@ def mlflow_shows_every_event(run_dir: Path) -> int:
                                            journal_events(run_dir))
 
 
-def projector_children(run_dir: Path) -> list[int]:
-    """Processes running this run directory's projector child (from outside: /proc)."""
-    found = []
+def projectors(parent: int | None = None) -> set[int]:
+    """Processes running a projector child (from outside: /proc), only those whose
+    parent is ``parent`` when it is given."""
+    found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
             continue
         try:
             line = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
-        except OSError:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
             continue
-        if "projector_process" in line and str(run_dir) in line:
-            found.append(int(entry.name))
+        if "projector_process" in line and (parent is None or ppid == parent):
+            found.add(int(entry.name))
     return found
 
 
@@ -124,6 +126,7 @@ def test_the_driver_never_imports_mlflow_and_mlflow_shows_every_event(tmp_path: 
     here.mkdir()
     for name in ("mlflow", "sqlalchemy", "matplotlib"):
         (here / f"{name}.py").write_text("raise SystemExit('imported from the cwd')\n")
+    before = projectors()
     done = subprocess.run([sys.executable, "-c", DRIVER, str(spec), str(run_dir)], env=env,
                           capture_output=True, text=True, timeout=600, check=False, cwd=here)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -133,7 +136,7 @@ def test_the_driver_never_imports_mlflow_and_mlflow_shows_every_event(tmp_path: 
     assert (run_dir / CURSOR_FILE).read_text() == str(len(events))
     # Both stages' runs and their 12 trials', each with every step the user's code logged.
     assert mlflow_shows_every_event(run_dir) == 14
-    assert not projector_children(run_dir)
+    assert not projectors() - before  # the run's projector ended with it
 
 
 @pytest.mark.slow
@@ -141,6 +144,7 @@ def test_a_killed_driver_leaves_no_projector_and_resume_shows_every_event(
         tmp_path: Path) -> None:
     spec, env = user_run(tmp_path, budget=40, pause=0.1)
     run_dir = tmp_path / "run"
+    before = projectors()
     driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -152,22 +156,23 @@ def test_a_killed_driver_leaves_no_projector_and_resume_shows_every_event(
                 break
             time.sleep(0.2)
         assert driver.poll() is None, driver.communicate()[1][-3000:]
-        assert projector_children(run_dir), "no projector process while the run went on"
+        children = projectors(parent=driver.pid)
+        assert children, "no projector process while the run went on"
         driver.send_signal(signal.SIGKILL)
         driver.wait(timeout=30)
     finally:
         if driver.poll() is None:
             driver.kill()
     gone_by = time.monotonic() + 15
-    while projector_children(run_dir) and time.monotonic() < gone_by:
+    while children & projectors() and time.monotonic() < gone_by:
         time.sleep(0.2)
-    assert not projector_children(run_dir), "the projector outlived its killed driver"
+    assert not children & projectors(), "the projector outlived its killed driver"
 
     resumed = subprocess.run([NESTOR, "resume", str(run_dir)], env=env, capture_output=True,
                              text=True, timeout=600, check=False)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert mlflow_shows_every_event(run_dir) == 2 + 40 + 6  # each run once
-    assert not projector_children(run_dir)
+    assert not projectors() - before
 
 
 def test_without_a_child_process_the_projector_runs_in_a_thread(
@@ -185,3 +190,57 @@ def test_without_a_child_process_the_projector_runs_in_a_thread(
         assert "written from the driver's own process" in caplog.text
     finally:
         projector.close(timeout_s=5)
+
+
+def test_nestor_run_gives_its_run_to_the_child_it_started_before_reading_the_spec(
+        tmp_path: Path) -> None:
+    # `nestor run` starts the projector's process first thing (it loads MLflow while
+    # the driver imports and reads the spec): that very process serves the run.
+    spec, env = user_run(tmp_path, budget=2)
+    script = textwrap.dedent("""\
+        import sys
+        from pathlib import Path
+        from nestor.orchestrator.commands import cli
+        from nestor.orchestrator.projections import projector_process
+
+        real = projector_process.ProjectorProcess.__init__
+        def spy(self, *args, **kwargs):
+            ahead = projector_process._prestarted
+            real(self, *args, **kwargs)
+            print("PRESTARTED", ahead is not None and self._child is ahead, flush=True)
+        projector_process.ProjectorProcess.__init__ = spy
+        sys.argv = ["nestor", "run", sys.argv[1], "--run-dir", sys.argv[2], "-q"]
+        cli.main()
+        """)
+    done = subprocess.run([sys.executable, "-c", script, str(spec), str(tmp_path / "run")],
+                          env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "PRESTARTED True" in done.stdout, done.stdout[-2000:]
+    assert mlflow_shows_every_event(tmp_path / "run") == 2 + 2 + 6
+
+
+def test_a_refused_spec_leaves_no_projector_behind(tmp_path: Path) -> None:
+    # The child started ahead is never given a run: it ends with the driver, at once
+    # (not after its imports).
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nstages:\n  - name: s\n    kind: hpo\n    budget: lots\n")
+    before = projectors()
+    started = time.monotonic()
+    done = subprocess.run([NESTOR, "run", str(bad), "--run-dir", str(tmp_path / "run")],
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 2, done.stderr[-2000:]
+    while projectors() - before and time.monotonic() - started < 30:
+        time.sleep(0.05)
+    assert not projectors() - before, "a projector outlived the driver that refused its spec"
+
+
+def test_a_child_given_no_run_ends_as_its_input_closes_not_after_its_imports() -> None:
+    # Its imports (MLflow, SQLAlchemy, matplotlib) take seconds of CPU; a driver gone
+    # before it sent the run does not leave the child running them.
+    child = projector_process._spawn()
+    time.sleep(0.3)  # well into its imports
+    assert child.poll() is None and child.stdin is not None
+    closed = time.monotonic()
+    child.stdin.close()
+    assert child.wait(timeout=30) == 0
+    assert time.monotonic() - closed < 1.0
