@@ -1,7 +1,8 @@
 """The Ray a run starts for itself is Ray's core alone: no dashboard API server, no
 autoscaler monitor (about 1 s of a 2-core machine's start), no log monitor and a
-minimal dashboard agent (no port of its own), and its raylet retries its sockets every
-50 ms rather than every second, as long in all.
+minimal dashboard agent (no port of its own), its raylet retries its sockets every
+50 ms rather than every second, as long in all, and its start waits for the raylet to
+register by looking every 20 ms, not every second.
 
 Checked in a process of its own (the session's shared Ray is left alone), through
 nestor's own start (``cluster_slots``), and from outside: no process of that Ray's
@@ -82,6 +83,19 @@ CHILD = textwrap.dedent("""\
             time.sleep(1.0)
         return last
 
+    # How long Ray's own lookup of the starting node took (it sleeps a whole second
+    # between tries while the raylet has not registered).
+    from ray._private.state import GlobalState
+    lookups = []
+    real_lookup = GlobalState.get_node
+    def timed_lookup(self, node_id):
+        began = time.monotonic()
+        try:
+            return real_lookup(self, node_id)
+        finally:
+            lookups.append(time.monotonic() - began)
+    GlobalState.get_node = timed_lookup
+
     workflow = SimpleNamespace(resources=SimpleNamespace(slots=1, gpus_per_trial=1.0,
                                                          oversubscribe=False))
     slots = cluster_slots(workflow, None, None)
@@ -94,7 +108,7 @@ CHILD = textwrap.dedent("""\
 
     seen = {"slots": slots, "kinds": sorted(node.all_processes),
             "scripts": ray_scripts(session), "task": ray.get(square.remote(7)),
-            "agent": agent_ports(node),
+            "agent": agent_ports(node), "lookups": list(lookups),
             "config": node._ray_params._system_config}
     shutdown_own_ray()
     ray.init(address="local", num_cpus=1, include_dashboard=False, log_to_driver=False,
@@ -128,6 +142,9 @@ def test_the_ray_a_run_starts_runs_without_dashboard_and_monitor() -> None:
     # Only nestor's own start leaves them out: Ray's methods are back afterwards.
     assert {"dashboard", "monitor", "log_monitor"} <= set(seen["plain_kinds"]), seen["plain_kinds"]
     assert all(seen["plain_scripts"].values()), seen["plain_scripts"]
+    # Ray's lookup of its node came once the raylet had registered: at once, not after
+    # a second's sleep (registered_node waited, reading the node table every 20 ms).
+    assert len(seen["lookups"]) == 1 and seen["lookups"][0] < 0.5, seen["lookups"]
     # Its dashboard agent is minimal: no HTTP API (job submission among it) and no gRPC
     # server listening; Ray's own start has them.
     assert seen["agent_http"] in seen["plain_agent"], seen
