@@ -19,6 +19,7 @@ stage's results matter more than its pictures.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from nestor.orchestrator.journal.journal import DamagedRun
 from nestor.orchestrator.journal.safe import inside_or_warn
 from nestor.orchestrator.journal.state import RunState
 from nestor.orchestrator.projections.kinds import report_of
+from nestor.orchestrator.projections.plot_helper import PlotHelper, draw_all
 from nestor.orchestrator.projections.tracking import Tracker
 
 log = logging.getLogger(__name__)
@@ -34,9 +36,10 @@ JOURNAL_FILE = "journal.jsonl"
 
 
 def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage: Any,
-                  run_dir: Path) -> list[Path]:
+                  run_dir: Path, helper: PlotHelper | None = None) -> list[Path]:
     """Write the stage's plots and tables into ``run_dir`` and log them, with the
     best checkpoint and headline metrics, to the stage's MLflow run ``run_id``.
+    Half the plots are drawn in ``helper`` where there is one (``plot_helper``).
     Returns the files written."""
     state = _journal_state(run_dir, summary)
     name = str(summary.get("name") or getattr(stage, "name", "stage"))
@@ -48,14 +51,12 @@ def publish_stage(tracker: Tracker, run_id: str, summary: dict[str, Any], stage:
     report = report_of(summary)
     makers = report.plots(summary, stage, objectives, state, run_dir)
     slots = run_dir / "plots" / f"{name}-slots.png"
-    makers.append(("slot use", lambda: _slot_use(state, name, slots)))
+    makers.append(("slot use", partial(_slot_use, state, name, slots)))
 
     written: list[Path] = []
-    for what, make in makers:
-        try:
-            path = make()
-        except Exception as exc:  # a plot must not lose a finished stage
-            log.warning("stage %s: could not draw its %s plot: %s", name, what, exc)
+    for what, path in draw_all(makers, helper):
+        if isinstance(path, BaseException):  # a plot must not lose a finished stage
+            log.warning("stage %s: could not draw its %s plot: %s", name, what, path)
             continue
         if path is not None:
             tracker.log_artifact(run_id, path, "plots")

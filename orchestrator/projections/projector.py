@@ -62,6 +62,7 @@ from nestor.orchestrator.journal.status import TrialStatus
 from nestor.orchestrator.journal.text import first_line
 from nestor.orchestrator.projections.cursor import CURSOR_FILE, JournalLines, read_cursor
 from nestor.orchestrator.projections.local_store import copy_cursor, default_tracking_uri
+from nestor.orchestrator.projections.plot_helper import PlotHelper
 from nestor.orchestrator.projections.products import objective_label
 from nestor.orchestrator.projections.tracking import (
     RunWrites,
@@ -107,8 +108,10 @@ class Projector:
     """
 
     def __init__(self, run_dir: Path, workflow: Any, *, journal_file: str = "journal.jsonl",
-                 tracker: Tracker | None = None, warm: bool = False) -> None:
+                 tracker: Tracker | None = None, warm: bool = False,
+                 plot_helper: PlotHelper | None = None) -> None:
         self.run_dir = Path(run_dir)
+        self.plot_helper = plot_helper  # draws half of each finished stage's plots
         # Open MLflow at once (the driver's projector, started before Ray): see _warm.
         # A projector that only catches up (``nestor ui``) opens it only if behind: a
         # store opened for nothing is a node-local copy synced back at exit, over the
@@ -622,7 +625,7 @@ class Projector:
         name, summary = event.stage, event.summary
         run = self._stage_run(name)
         stage = self.workflow.stage(name)
-        publish_stage(self.tracker, run, summary, stage, self.run_dir)
+        publish_stage(self.tracker, run, summary, stage, self.run_dir, self.plot_helper)
         self.tracker.log_metrics(run, headline(summary), at=at)
         objective = summary.get("objective") or {}
         judged = self._objective_tags(name) or (

@@ -261,9 +261,13 @@ def _child() -> int:
     # Warnings said as the driver says them (Python's last-resort handler: the message
     # alone, on stderr, shared with the driver), at the driver's level.
     logging.getLogger("nestor").setLevel(level)
+    from nestor.orchestrator.projections.plot_helper import PlotHelper
     from nestor.orchestrator.projections.projector import Projector
 
-    projector = Projector(Path(run_dir), workflow, journal_file=journal_file, warm=True)
+    # Forked now, with everything loaded and no other thread yet (plot_helper).
+    helper = PlotHelper.start()
+    projector = Projector(Path(run_dir), workflow, journal_file=journal_file, warm=True,
+                          plot_helper=helper)
     said = threading.Lock()
     close_for: list[float] = []
     asked, stopping, ended = threading.Event(), threading.Event(), threading.Event()
@@ -303,6 +307,8 @@ def _child() -> int:
     left = projector.close(close_for[0] if close_for else 5.0,
                            report=lambda *_: None, stop=stopping.is_set)
     ended.set()
+    if helper is not None:
+        helper.close()
     say(f"closed {left} {projector.done}\n")
     return 0
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -87,8 +88,8 @@ class KindReport:
         if not summary.get(self.name):
             return []
         name = str(summary["name"])
-        return [(self.name, lambda: draw(name, summary[self.name],
-                                         run_dir / "plots" / f"{name}.png"))]
+        return [(self.name, partial(draw, name, summary[self.name],
+                                    run_dir / "plots" / f"{name}.png"))]
 
     def headline(self, summary: dict[str, Any]) -> dict[str, Any]:
         """Metrics of the stage's MLflow run, so the runs table sorts stages by them:

@@ -7,6 +7,7 @@ Pareto front."""
 
 from __future__ import annotations
 
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -98,25 +99,28 @@ class HpoReport(KindReport):
 
         name = str(summary["name"])
         plots = run_dir / "plots"
-        makers: list[PlotMaker] = [("best so far", lambda: _best_so_far(
-            summary, stage, objectives, state, run_dir, plots / f"{name}.png"))]
+        # Calls of module-level functions on plain data (not closures): each can be
+        # sent to the plot helper (plot_helper) and drawn beside the others.
+        makers: list[PlotMaker] = [("best so far", partial(
+            _best_so_far, summary, stage, objectives, state, run_dir, plots / f"{name}.png"))]
         if objectives:
-            makers.append(("generations", lambda: plot_generations(
-                summary, objectives[0].metric, objectives[0].mode,
+            makers.append(("generations", partial(
+                plot_generations, summary, objectives[0].metric, objectives[0].mode,
                 plots / f"{name}-generations.png")))
         if len(objectives) > 1:
-            makers.append(("pareto", lambda: plot_pareto(
-                summary, objectives, plots / f"{name}-pareto.png")))
+            makers.append(("pareto", partial(
+                plot_pareto, summary, objectives, plots / f"{name}-pareto.png")))
         if objectives:
             metric, mode = objectives[0].metric, objectives[0].mode
-            makers.append(("parallel coordinates", lambda: plot_parallel_coordinates(
-                summary, metric, mode, plots / f"{name}-parallel.png")))
-            makers.append(("slices", lambda: plot_slices(
-                summary, metric, mode, plots / f"{name}-slices.png")))
+            makers.append(("parallel coordinates", partial(
+                plot_parallel_coordinates, summary, metric, mode,
+                plots / f"{name}-parallel.png")))
+            makers.append(("slices", partial(
+                plot_slices, summary, metric, mode, plots / f"{name}-slices.png")))
         if summary.get("pbt"):
             pbt = PbtSummary.from_json(summary["pbt"])
-            makers.append(("population", lambda: plot_population(
-                name, pbt, plots / f"{name}-population.png")))
+            makers.append(("population", partial(
+                plot_population, name, pbt, plots / f"{name}-population.png")))
         return makers
 
 
