@@ -44,8 +44,9 @@ def execute(spec: Path | None, *, run_dir: Path | None, resume: bool, slots: int
     the caller's to print); 1 adds a line as each trial starts, ends or fails and as
     each stage starts and ends (:func:`orchestrator.commands.progress.event_line`)."""
     os.environ.setdefault("MLFLOW_LOGGING_LEVEL", "WARNING")  # its schema-migration chatter
-    # MLflow's process first, loading while the driver imports and reads the spec.
-    from nestor.orchestrator.projections.projector_process import prestart
+    # MLflow's process first, loading while the driver imports and reads the spec; a
+    # run that never gets to use it (its spec refused) ends it (discard_prestarted).
+    from nestor.orchestrator.projections.projector_process import discard_prestarted, prestart
 
     prestart()
     from nestor.orchestrator.backends import ClusterError
@@ -89,13 +90,16 @@ def execute(spec: Path | None, *, run_dir: Path | None, resume: bool, slots: int
                 if on_results is not None:
                     on_results(done_dir, results)
 
-            return run_spec(
-                spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
-                on_progress=progress.update, on_results=show, spec_text=spec_text,
-                wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
-                on_event=say, reopen=reopen, function_code=function_code,
-                on_accepted=lambda line: err.print(line, soft_wrap=True),
-            )
+            try:
+                return run_spec(
+                    spec, run_dir=run_dir, resume=resume, slots=slots, address=address,
+                    on_progress=progress.update, on_results=show, spec_text=spec_text,
+                    wait_for_mlflow=lambda projector: wait_for_mlflow(projector, err),
+                    on_event=say, reopen=reopen, function_code=function_code,
+                    on_accepted=lambda line: err.print(line, soft_wrap=True),
+                )
+            finally:
+                discard_prestarted()
     except SpecError as exc:
         raise RunFailed([str(p) for p in exc.problems], EXIT_SPEC_ERROR) from None
     except (RunError, ClusterError, RunDirNotShared, DamagedRun) as exc:

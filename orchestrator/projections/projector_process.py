@@ -181,6 +181,14 @@ def prestart() -> None:
             _prestarted = _spawn()
 
 
+def discard_prestarted() -> None:
+    """End the prestarted child if no run took it (the spec was refused, or the run
+    ended before its projector started): in a process that goes on (the Python API,
+    a notebook) it would otherwise wait there, and be given a later run from the
+    environment of this one."""
+    _end(_take_prestarted())
+
+
 def _take_prestarted() -> subprocess.Popen[bytes] | None:
     """The prestarted child, still running, for the caller to give a run to (None:
     none)."""

@@ -146,7 +146,7 @@ def test_the_ray_a_run_starts_runs_without_dashboard_and_monitor() -> None:
     # a second's sleep (registered_node waited, reading the node table every 20 ms).
     assert len(seen["lookups"]) == 1 and seen["lookups"][0] < 0.5, seen["lookups"]
     # Its dashboard agent is minimal: no HTTP API (job submission among it) and no gRPC
-    # server listening; Ray's own start has them.
-    assert seen["agent_http"] in seen["plain_agent"], seen
+    # server listening; Ray's own start has them (its HTTP API on 52365 unless another
+    # Ray on this machine holds that port: the session's shared one may).
     assert seen["agent_http"] not in seen["agent"], seen
-    assert len(seen["agent"]) <= 1 < len(seen["plain_agent"]) - 1, seen
+    assert len(seen["agent"]) <= 1 and len(seen["plain_agent"]) >= 2, seen

@@ -102,7 +102,8 @@ def mlflow_shows_every_event(run_dir: Path) -> int:
 
 def projectors(parent: int | None = None) -> set[int]:
     """Processes running a projector child (from outside: /proc), only those whose
-    parent is ``parent`` when it is given."""
+    parent is ``parent`` when it is given: 1 for those orphaned (their driver gone;
+    other runs on this machine, a test suite beside this one, hold theirs)."""
     found = set()
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -126,7 +127,7 @@ def test_the_driver_never_imports_mlflow_and_mlflow_shows_every_event(tmp_path: 
     here.mkdir()
     for name in ("mlflow", "sqlalchemy", "matplotlib"):
         (here / f"{name}.py").write_text("raise SystemExit('imported from the cwd')\n")
-    before = projectors()
+    before = projectors(parent=1)
     done = subprocess.run([sys.executable, "-c", DRIVER, str(spec), str(run_dir)], env=env,
                           capture_output=True, text=True, timeout=600, check=False, cwd=here)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -136,7 +137,7 @@ def test_the_driver_never_imports_mlflow_and_mlflow_shows_every_event(tmp_path: 
     assert (run_dir / CURSOR_FILE).read_text() == str(len(events))
     # Both stages' runs and their 12 trials', each with every step the user's code logged.
     assert mlflow_shows_every_event(run_dir) == 14
-    assert not projectors() - before  # the run's projector ended with it
+    assert not projectors(parent=1) - before  # none orphaned: it ended with its driver
 
 
 @pytest.mark.slow
@@ -144,7 +145,7 @@ def test_a_killed_driver_leaves_no_projector_and_resume_shows_every_event(
         tmp_path: Path) -> None:
     spec, env = user_run(tmp_path, budget=40, pause=0.1)
     run_dir = tmp_path / "run"
-    before = projectors()
+    before = projectors(parent=1)
     driver = subprocess.Popen([NESTOR, "run", str(spec), "--run-dir", str(run_dir)], env=env,
                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -172,7 +173,7 @@ def test_a_killed_driver_leaves_no_projector_and_resume_shows_every_event(
                              text=True, timeout=600, check=False)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert mlflow_shows_every_event(run_dir) == 2 + 40 + 6  # each run once
-    assert not projectors() - before
+    assert not projectors(parent=1) - before
 
 
 def test_without_a_child_process_the_projector_runs_in_a_thread(
@@ -183,6 +184,7 @@ def test_without_a_child_process_the_projector_runs_in_a_thread(
         raise BlockingIOError(11, "Resource temporarily unavailable")
 
     monkeypatch.setattr(projector_process.subprocess, "Popen", no_fork)
+    projector_process.discard_prestarted()  # none left by an earlier run in this process
     projector = projector_process.start_projector(tmp_path / "run",
                                                   load_spec(spec, imports=False))
     try:
@@ -224,14 +226,15 @@ def test_a_refused_spec_leaves_no_projector_behind(tmp_path: Path) -> None:
     # (not after its imports).
     bad = tmp_path / "bad.yaml"
     bad.write_text("name: bad\nstages:\n  - name: s\n    kind: hpo\n    budget: lots\n")
-    before = projectors()
+    before = projectors(parent=1)
     started = time.monotonic()
     done = subprocess.run([NESTOR, "run", str(bad), "--run-dir", str(tmp_path / "run")],
                           capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 2, done.stderr[-2000:]
-    while projectors() - before and time.monotonic() - started < 30:
+    while projectors(parent=1) - before and time.monotonic() - started < 30:
         time.sleep(0.05)
-    assert not projectors() - before, "a projector outlived the driver that refused its spec"
+    assert not projectors(parent=1) - before, (
+        "a projector outlived the driver that refused its spec")
 
 
 def test_a_child_given_no_run_ends_as_its_input_closes_not_after_its_imports() -> None:
@@ -244,3 +247,19 @@ def test_a_child_given_no_run_ends_as_its_input_closes_not_after_its_imports() -
     child.stdin.close()
     assert child.wait(timeout=30) == 0
     assert time.monotonic() - closed < 1.0
+
+
+def test_a_run_that_never_took_its_prestarted_child_ends_it(tmp_path: Path) -> None:
+    # In a process that goes on after a refused spec (the Python API), the child started
+    # ahead does not wait there for a later run.
+    from nestor.orchestrator.commands.console import console
+    from nestor.orchestrator.commands.execute import RunFailed, execute
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: bad\nstages:\n  - name: s\n    kind: hpo\n    budget: lots\n")
+    before = projectors(parent=os.getpid())
+    with pytest.raises(RunFailed):
+        execute(bad, run_dir=tmp_path / "run", resume=False, slots=None, address=None,
+                err=console(stderr=True))
+    assert projector_process._prestarted is None
+    assert not projectors(parent=os.getpid()) - before
