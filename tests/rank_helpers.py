@@ -142,3 +142,12 @@ def lose_node(raylet: int) -> None:
     for process in [node, *node.children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):
             process.send_signal(signal.SIGKILL)
+
+
+def alive(pid: int) -> bool:
+    """Running, not a zombie waiting for PID 1 to reap it (from outside: /proc)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state != "Z"

@@ -39,7 +39,6 @@ class PlotHelper:
         self.pid = pid
         self._jobs, self._results = jobs, results
         self._waiting = 0  # calls sent whose results are not read yet
-        self._writer: threading.Thread | None = None
         self.broken = False
 
     @classmethod
@@ -87,15 +86,14 @@ class PlotHelper:
                 payloads.append(payload)
         if payloads:
             self._waiting += len(payloads)
-            self._writer = threading.Thread(target=self._send_all, args=(payloads,),
-                                            name="nestor-plot-helper-writer", daemon=True)
-            self._writer.start()
+            threading.Thread(target=self._send_all, args=(payloads,),
+                             name="nestor-plot-helper-writer", daemon=True).start()
         return sent
 
     def _send_all(self, payloads: list[bytes]) -> None:
         try:
             for payload in payloads:
-                _send(self._jobs, payload)
+                send_frame(self._jobs, payload)
         except OSError as exc:  # the helper is gone: result() says so
             self._fail(exc)
 
@@ -158,10 +156,12 @@ def _serve(jobs: int, results: int) -> None:
             reply = pickle.dumps(answer)
         except Exception as exc:  # said to the projector, which logs it as its own
             reply = pickle.dumps((False, f"{type(exc).__name__}: {exc}"))
-        _send(results, reply)
+        send_frame(results, reply)
 
 
-def _send(fd: int, payload: bytes) -> None:
+def send_frame(fd: int, payload: bytes) -> None:
+    """Write ``payload`` to ``fd`` whole, after 8 bytes of its length (the framing the
+    projector's process is sent its run in, too)."""
     view = memoryview(len(payload).to_bytes(_HEADER, "big") + payload)
     while view:
         view = view[os.write(fd, view):]

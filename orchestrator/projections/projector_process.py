@@ -50,6 +50,7 @@ from typing import IO, Any
 
 from nestor.orchestrator.projections.cursor import JournalLines, read_cursor
 from nestor.orchestrator.projections.local_store import default_tracking_uri
+from nestor.orchestrator.projections.plot_helper import send_frame
 
 log = logging.getLogger(__name__)
 
@@ -79,14 +80,13 @@ class ProjectorProcess:
         try:  # before the child is given the run: a run that cannot be sent, no child
             payload = pickle.dumps((str(self.run_dir), journal_file, level, workflow))
         except BaseException:
-            _end(_take_prestarted())
+            discard_prestarted()
             raise
         self._child = _take_prestarted() or _spawn()
         assert self._child.stdin is not None and self._child.stdout is not None
         self._stdin = self._child.stdin.fileno()
         try:
-            os.write(self._stdin, len(payload).to_bytes(8, "big"))
-            _write_all(self._stdin, payload)
+            send_frame(self._stdin, payload)
         except OSError:
             self._child.kill()
             raise
@@ -231,11 +231,6 @@ def start_projector(run_dir: Path, workflow: Any) -> Any:
         log.warning("MLflow is written from the driver's own process (%s)", exc)
         return Projector(run_dir, workflow, warm=True)
 
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
 
 
 # -- the child ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rank_helpers import alive
 
 from nestor.orchestrator.journal.journal import read_events
 
@@ -54,14 +55,6 @@ stages:
     trial: {{retries: 1}}
 """
 
-
-def alive(pid: int) -> bool:
-    """Running, not a zombie waiting for PID 1 to reap it."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return state != "Z"
 
 
 def test_a_killed_rank_takes_its_command_group_with_it(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rank_helpers import alive
 
 from nestor.orchestrator.projections.plot_helper import draw_all
 
@@ -110,15 +111,7 @@ def test_the_helper_ends_with_the_projector(how: int) -> None:
         case.kill()
         case.wait()
     deadline = time.monotonic() + 10
-    while running(helper) and time.monotonic() < deadline:
+    while alive(helper) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not running(helper), "the plot helper outlived its projector"
+    assert not alive(helper), "the plot helper outlived its projector"
 
-
-def running(pid: int) -> bool:
-    """Whether ``pid`` still runs (a zombie has ended: only init's reaping is left)."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
